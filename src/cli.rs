@@ -1,0 +1,184 @@
+//! The command line, as clap types. Value parsers turn raw strings into validated domain values
+//! here, at the edge, so a bad name or duration is a usage error (exit 64) before any store is
+//! touched.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::lock::{Owner, Resource, Ttl, parse_duration};
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbidden;
+run also: the command's status, 124 lease lost, 126 cannot execute, 127 not found.";
+
+const RUN_AFTER_HELP: &str = "\
+Examples:
+  # cron: back up every 5 minutes, skip quietly while the previous run still holds the lock
+  */5 * * * * distlock run --resource backup --ttl 2m --conflict-exit-code 0 -- /usr/local/bin/backup.sh
+
+  # wait up to 10 minutes for the deploy lock, then deploy
+  distlock run --resource deploy --wait 10m -- ./deploy.sh production
+
+Exit codes: the command's own status (128+N if it died of signal N); 75 busy (or
+--conflict-exit-code); 124 lease lost, the command was stopped; 126 cannot execute;
+127 command not found; 64 usage; 74 store error.";
+
+/// Leased, named locks for scripts, cron jobs and CI steps.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, about, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Lock store: a SQLite file path, or a postgres:// URL
+    /// [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]
+    #[arg(long, global = true, env = "DISTLOCK_DB", value_name = "PATH|URL")]
+    pub db: Option<String>,
+
+    /// Output format of lock commands
+    #[arg(long, global = true, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// One JSON object per line
+    Json,
+    /// One human-readable line per result
+    Text,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Take a lock (or extend your own); exit 75 if another owner holds it
+    Acquire(AcquireArgs),
+    /// Show who holds a lock; exit 1 if nobody does
+    Status(StatusArgs),
+    /// Give up your lock; exit 1 if not held, 77 if another owner holds it
+    Release(ReleaseArgs),
+    /// Extend your lock's lease; exit 1 if not held, 77 if another owner holds it
+    Renew(RenewArgs),
+    /// Run a command while holding a lock, renewing it until the command exits
+    #[command(after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
+    /// List the live locks, sorted by resource
+    List(ListArgs),
+    /// Show lock history, oldest first
+    Log(LogArgs),
+    /// Delete expired locks and old history
+    Gc(GcArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OwnerArg {
+    /// Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$
+    #[arg(long, env = "DISTLOCK_OWNER", value_parser = Owner::parse)]
+    pub owner: Owner,
+}
+
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// The resource to lock, e.g. payment:42 (1-255 bytes, no control characters)
+    #[arg(value_parser = Resource::parse)]
+    pub resource: Resource,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+    /// Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)
+    #[arg(long, value_parser = Ttl::parse)]
+    pub ttl: Ttl,
+    /// Keep trying for this long while another owner holds the lock [default: 0, try once]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub wait: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The resource to look up
+    #[arg(value_parser = Resource::parse)]
+    pub resource: Resource,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The resource to unlock
+    #[arg(value_parser = Resource::parse)]
+    pub resource: Resource,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The resource whose lease to extend
+    #[arg(value_parser = Resource::parse)]
+    pub resource: Resource,
+    #[command(flatten)]
+    pub owner: OwnerArg,
+    /// New lease length from now: whole seconds, e.g. 30, 90s, 5m
+    #[arg(long, value_parser = Ttl::parse)]
+    pub ttl: Ttl,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The resource to lock while the command runs
+    #[arg(long, value_parser = Resource::parse)]
+    pub resource: Resource,
+    /// Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]
+    #[arg(long, value_parser = Owner::parse)]
+    pub owner: Option<Owner>,
+    /// Lease length, renewed every ttl/3 while the command runs
+    #[arg(long, value_parser = Ttl::parse, default_value = "30s")]
+    pub ttl: Ttl,
+    /// Keep trying for this long while another owner holds the lock [default: 0, try once]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub wait: Option<Duration>,
+    /// Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly
+    #[arg(long, value_name = "N")]
+    pub conflict_exit_code: Option<u8>,
+    /// After the lease is lost, wait this long between SIGTERM and SIGKILL
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    pub kill_after: Duration,
+    /// The command and its arguments, run directly (no shell)
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only locks whose resource starts with this
+    #[arg(long, default_value = "", hide_default_value = true)]
+    pub prefix: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Only this resource's history
+    #[arg(value_parser = Resource::parse)]
+    pub resource: Option<Resource>,
+    /// Only events from this long ago until now, e.g. 1h or 7d
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub since: Option<Duration>,
+    /// At most this many events (the newest), still printed oldest first
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Keep history events younger than this
+    #[arg(long, value_parser = parse_duration, default_value = "30d", value_name = "DURATION")]
+    pub keep_history: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

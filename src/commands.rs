@@ -1,0 +1,158 @@
+//! One function per subcommand: call the store, print the result, return the exit code.
+
+use anyhow::Result;
+use serde_json::json;
+
+use crate::cli::{AcquireArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs};
+use crate::exit::Exit;
+use crate::guard;
+use crate::lock::{Acquire, LogQuery, Release, Renew, Resource, Timestamp};
+use crate::output::{self, Printer};
+use crate::store::{self, Location, LockStore};
+use crate::wait;
+
+/// Runs the parsed command line.
+///
+/// # Errors
+///
+/// Store failures (exit 74); every expected "no" is an [`Exit`] value.
+pub fn dispatch(cli: Cli) -> Result<Exit> {
+    let printer = Printer::new(cli.format);
+    let location = Location::resolve(cli.db.as_deref())?;
+    if let Command::Run(args) = cli.command {
+        return guard::run(&location, args);
+    }
+    let mut store = store::open(&location)?;
+    let store = store.as_mut();
+    match cli.command {
+        Command::Acquire(args) => acquire(store, printer, args),
+        Command::Status(args) => status(store, printer, &args.resource),
+        Command::Release(args) => release(store, printer, args),
+        Command::Renew(args) => renew(store, printer, args),
+        Command::List(args) => list(store, printer, args),
+        Command::Log(args) => log(store, printer, args),
+        Command::Gc(args) => gc(store, printer, args),
+        Command::Run(_) => unreachable!("run is dispatched above"),
+    }
+}
+
+fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
+    let owner = &args.owner.owner;
+    let outcome = wait::acquire(store, &args.resource, owner, args.ttl, args.wait, |_, _| {})?;
+    Ok(match outcome {
+        Acquire::Acquired { lock, .. } => {
+            printer.emit(&output::acquired(&lock), || {
+                output::lock_text("acquired", &lock)
+            });
+            Exit::Done
+        }
+        Acquire::Busy { holder } => {
+            printer.emit(&output::busy(&args.resource, &holder), || {
+                output::busy_text(&args.resource, &holder)
+            });
+            Exit::Busy
+        }
+    })
+}
+
+fn status(store: &mut dyn LockStore, printer: Printer, resource: &Resource) -> Result<Exit> {
+    Ok(match store.status(resource)? {
+        Some(lock) => {
+            printer.emit(&json!({ "held": true, "lock": lock }), || {
+                output::held_text(&lock)
+            });
+            Exit::Done
+        }
+        None => {
+            printer.emit(&json!({ "held": false, "resource": resource }), || {
+                format!("{resource} is not held")
+            });
+            Exit::NotHeld
+        }
+    })
+}
+
+fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Result<Exit> {
+    let resource = &args.resource;
+    let (exit, reason) = match store.release(resource, &args.owner.owner, None)? {
+        Release::Released => {
+            printer.emit(&json!({ "released": true, "resource": resource }), || {
+                format!("released {resource}")
+            });
+            return Ok(Exit::Done);
+        }
+        Release::NotFound => (Exit::NotHeld, "not_found"),
+        Release::Forbidden => (Exit::Forbidden, "forbidden"),
+    };
+    printer.emit(
+        &json!({ "released": false, "resource": resource, "reason": reason }),
+        || refusal_text("release", resource, exit),
+    );
+    Ok(exit)
+}
+
+fn renew(store: &mut dyn LockStore, printer: Printer, args: RenewArgs) -> Result<Exit> {
+    let resource = &args.resource;
+    let (exit, reason) = match store.renew(resource, &args.owner.owner, args.ttl, None)? {
+        Renew::Renewed { lock } => {
+            printer.emit(&json!({ "renewed": true, "lock": lock }), || {
+                output::lock_text("renewed", &lock)
+            });
+            return Ok(Exit::Done);
+        }
+        Renew::NotFound => (Exit::NotHeld, "not_found"),
+        Renew::Forbidden => (Exit::Forbidden, "forbidden"),
+    };
+    printer.emit(
+        &json!({ "renewed": false, "resource": resource, "reason": reason }),
+        || refusal_text("renew", resource, exit),
+    );
+    Ok(exit)
+}
+
+fn refusal_text(verb: &str, resource: &Resource, exit: Exit) -> String {
+    if exit == Exit::Forbidden {
+        format!("cannot {verb} {resource}: it is held by another owner")
+    } else {
+        format!("cannot {verb} {resource}: it is not held")
+    }
+}
+
+fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<Exit> {
+    let locks = store.list(&args.prefix)?;
+    printer.emit(&json!({ "locks": locks }), || {
+        if locks.is_empty() {
+            return "no live locks".to_owned();
+        }
+        let lines: Vec<String> = locks.iter().map(output::held_text).collect();
+        lines.join("\n")
+    });
+    Ok(Exit::Done)
+}
+
+fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exit> {
+    let now = Timestamp::now();
+    let query = LogQuery {
+        resource: args.resource,
+        since: args.since.map(|since| {
+            let ago = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
+            Timestamp(now.0.saturating_sub(ago))
+        }),
+        limit: args.limit,
+    };
+    for event in store.log(&query)? {
+        printer.emit(&json!(event), || output::event_text(&event));
+    }
+    Ok(Exit::Done)
+}
+
+fn gc(store: &mut dyn LockStore, printer: Printer, args: GcArgs) -> Result<Exit> {
+    let report = store.gc(args.keep_history)?;
+    printer.emit(&json!(report), || {
+        format!(
+            "removed {} expired locks and {} history events",
+            report.expired_locks, report.history_events
+        )
+    });
+    Ok(Exit::Done)
+}

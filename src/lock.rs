@@ -1,0 +1,410 @@
+//! The lock domain: validated names, durations, fences, and the outcomes of each lock operation.
+//!
+//! Values are checked once, where they enter (clap's value parsers call the `parse` functions
+//! here), so nothing past the edge re-validates. An expected "no" — the lock is busy, not found,
+//! owned by someone else — is an outcome variant, never an `Err`: `Err` is reserved for store
+//! failures.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Serialize, Serializer};
+
+/// The longest resource name or owner, in bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// The longest lease a lock may be given.
+pub const MAX_TTL_SECS: u64 = 365 * 24 * 60 * 60;
+
+/// The longest `--wait`, `--kill-after` or `--since`: far beyond any real use, and small enough
+/// that adding it to a clock reading can never overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The name of a lockable resource, exactly as the user gave it (not trimmed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Resource(String);
+
+impl Resource {
+    /// Checks a resource name against the contract: 1..=255 bytes, not blank, no control
+    /// characters.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the rule that `raw` breaks.
+    pub fn parse(raw: &str) -> Result<Resource, String> {
+        check_name("resource", raw)?;
+        if raw.trim().is_empty() {
+            return Err("resource must not be blank".into());
+        }
+        Ok(Resource(raw.to_owned()))
+    }
+
+    /// A name read back from the store, which only ever holds validated names.
+    pub(crate) fn from_store(raw: &str) -> Resource {
+        Resource(raw.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who holds (or wants) a lock. Surrounding whitespace is trimmed, so `" w1 "` and `"w1"` are
+/// one owner and `"   "` is no owner at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Owner(String);
+
+impl Owner {
+    /// Trims `raw`, then checks it against the contract: 1..=255 bytes, no control characters.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the rule that `raw` breaks.
+    pub fn parse(raw: &str) -> Result<Owner, String> {
+        let trimmed = raw.trim();
+        check_name("owner", trimmed)?;
+        Ok(Owner(trimmed.to_owned()))
+    }
+
+    /// An owner read back from the store, which only ever holds validated owners.
+    pub(crate) fn from_store(raw: &str) -> Owner {
+        Owner(raw.to_owned())
+    }
+
+    /// An owner name unique to this process: `<hostname>:<pid>:<8 random hex digits>`.
+    pub fn unique_for_process() -> Owner {
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .filter(|h| Owner::parse(h).is_ok())
+            .unwrap_or_else(|| "localhost".to_owned());
+        let suffix = format!(":{}:{:08x}", std::process::id(), fastrand::u32(..));
+        // Keep the whole name within the length limit even on a host with a very long name.
+        let mut host = host;
+        while host.len() + suffix.len() > MAX_NAME_BYTES {
+            host.pop();
+        }
+        Owner(host + &suffix)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn check_name(what: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{what} must not be empty"));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{what} is {} bytes long; the limit is {MAX_NAME_BYTES}",
+            value.len()
+        ));
+    }
+    if value.chars().any(|c| c.is_ascii_control()) {
+        return Err(format!("{what} must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// A lease length: a whole number of seconds, 1 s ..= 365 days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(Duration);
+
+impl Ttl {
+    /// Parses a TTL: a bare integer (seconds) or a humantime duration (`90s`, `5m`, `1h30m`)
+    /// that comes to a whole number of seconds.
+    ///
+    /// # Errors
+    ///
+    /// A message for zero, negative, fractional, out-of-range or unreadable values.
+    pub fn parse(raw: &str) -> Result<Ttl, String> {
+        let duration = parse_duration(raw)?;
+        if duration.subsec_nanos() != 0 {
+            return Err(format!(
+                "ttl must be a whole number of seconds, got {raw:?}"
+            ));
+        }
+        Ttl::from_secs(duration.as_secs())
+    }
+
+    /// # Errors
+    ///
+    /// A message when `secs` is outside 1 ..= 365 days.
+    pub fn from_secs(secs: u64) -> Result<Ttl, String> {
+        if !(1..=MAX_TTL_SECS).contains(&secs) {
+            return Err(format!(
+                "ttl must be between 1s and 365 days, got {secs}s"
+            ));
+        }
+        Ok(Ttl(Duration::from_secs(secs)))
+    }
+
+    pub fn as_duration(self) -> Duration {
+        self.0
+    }
+
+    pub fn as_millis(self) -> i64 {
+        // At most 365 days: always fits.
+        self.0.as_millis() as i64
+    }
+}
+
+/// Parses a non-negative duration for `--wait`, `--kill-after` and `--since`: a bare number of
+/// seconds (fractions allowed, as with `flock -w 0.5`) or a humantime duration.
+///
+/// # Errors
+///
+/// A message for negative, non-finite, unreadable or absurdly large values.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let value = raw;
+    let duration = if value.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !value.is_empty()
+    {
+        let secs: f64 = value
+            .parse()
+            .map_err(|_| format!("invalid duration {raw:?}"))?;
+        Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {raw:?}"))?
+    } else {
+        humantime::parse_duration(value).map_err(|e| {
+            format!("invalid duration {raw:?} ({e}); use forms like 30, 90s, 5m or 1h30m")
+        })?
+    };
+    if duration > MAX_DURATION {
+        return Err(format!("duration {raw:?} is too long"));
+    }
+    Ok(duration)
+}
+
+/// A fencing token: strictly increases with every new tenure of a resource, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Fence(pub i64);
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A point in time, in milliseconds since the Unix epoch (UTC). Rendered as RFC 3339 with
+/// milliseconds, e.g. `2026-11-30T04:08:52.123Z`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    pub fn now() -> Timestamp {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        Timestamp(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    pub fn millis_until(self, later: Timestamp) -> i64 {
+        later.0.saturating_sub(self.0)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = u64::try_from(self.0).unwrap_or(0);
+        let time = UNIX_EPOCH + Duration::from_millis(millis);
+        write!(f, "{}", humantime::format_rfc3339_millis(time))
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// One tenure of a lock, as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lock {
+    pub resource: Resource,
+    pub owner: Owner,
+    pub fence: Fence,
+    pub acquired_at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
+/// Who holds a lock that someone else asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Holder {
+    pub owner: Owner,
+    pub expires_at: Timestamp,
+}
+
+/// How an acquire that succeeded came about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tenure {
+    /// A new tenure with a new, larger fence (the lock was free or had expired).
+    New,
+    /// The same owner already held the live lock: same tenure and fence, lease moved to now + ttl.
+    Extended,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquire {
+    Acquired { lock: Lock, tenure: Tenure },
+    Busy { holder: Holder },
+}
+
+/// The seed's `ReleaseResult`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Release {
+    Released,
+    /// No live lock (missing, expired, or a different tenure of this owner).
+    NotFound,
+    /// A live lock held by another owner.
+    Forbidden,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renew {
+    Renewed { lock: Lock },
+    NotFound,
+    Forbidden,
+}
+
+/// One recorded state change, as `log` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    pub at: Timestamp,
+    pub resource: Resource,
+    pub owner: Owner,
+    pub fence: Fence,
+    pub event: EventKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_owner: Option<Owner>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Acquired,
+    Extended,
+    Renewed,
+    Released,
+    TakenOver,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Acquired => "acquired",
+            EventKind::Extended => "extended",
+            EventKind::Renewed => "renewed",
+            EventKind::Released => "released",
+            EventKind::TakenOver => "taken_over",
+        }
+    }
+
+    pub fn from_str(s: &str) -> Option<EventKind> {
+        Some(match s {
+            "acquired" => EventKind::Acquired,
+            "extended" => EventKind::Extended,
+            "renewed" => EventKind::Renewed,
+            "released" => EventKind::Released,
+            "taken_over" => EventKind::TakenOver,
+            _ => return None,
+        })
+    }
+}
+
+/// Which history to read.
+#[derive(Debug, Clone, Default)]
+pub struct LogQuery {
+    pub resource: Option<Resource>,
+    /// Only events at or after this time.
+    pub since: Option<Timestamp>,
+    /// At most this many events (the newest ones), still printed oldest first.
+    pub limit: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_is_taken_as_given() {
+        assert_eq!(Resource::parse(" a ").unwrap().as_str(), " a ");
+        assert!(Resource::parse("").is_err());
+        assert!(Resource::parse("   ").is_err());
+        assert!(Resource::parse("a\nb").is_err());
+        assert!(Resource::parse("a\u{7f}").is_err());
+        assert!(Resource::parse(&"x".repeat(255)).is_ok());
+        assert!(Resource::parse(&"x".repeat(256)).is_err());
+        // 255 bytes is the limit, not 255 characters.
+        assert!(Resource::parse(&"é".repeat(128)).is_err());
+        assert!(Resource::parse("payment:42'; DROP TABLE locks; --").is_ok());
+    }
+
+    #[test]
+    fn owner_is_trimmed() {
+        assert_eq!(Owner::parse("  w1 ").unwrap().as_str(), "w1");
+        assert!(Owner::parse("").is_err());
+        assert!(Owner::parse(" \t ").is_err());
+        assert!(Owner::parse("a\u{0}b").is_err());
+        assert!(Owner::parse(&format!(" {} ", "x".repeat(255))).is_ok());
+        assert!(Owner::parse(&"x".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn unique_owner_is_valid_and_unique() {
+        let a = Owner::unique_for_process();
+        let b = Owner::unique_for_process();
+        assert_ne!(a, b);
+        assert_eq!(Owner::parse(a.as_str()).unwrap(), a);
+        assert!(a.as_str().contains(&format!(":{}:", std::process::id())));
+    }
+
+    #[test]
+    fn ttl_accepts_whole_seconds_only() {
+        assert_eq!(Ttl::parse("30").unwrap().as_millis(), 30_000);
+        assert_eq!(Ttl::parse("90s").unwrap().as_millis(), 90_000);
+        assert_eq!(Ttl::parse("1h30m").unwrap().as_millis(), 5_400_000);
+        assert_eq!(Ttl::parse("2000ms").unwrap().as_millis(), 2_000);
+        assert_eq!(Ttl::parse("365d").unwrap().as_millis(), 31_536_000_000);
+        for bad in [
+            "0", "-1", "-100", "60.5", "1500ms", "abc", "", "366d", "1s500ms", "3600 ", "1e3",
+            "18446744073709551616", "99999999999999999999999y",
+        ] {
+            assert!(Ttl::parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn durations_are_non_negative_and_bounded() {
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        for bad in ["-1", "x", "", "1..2", "1e400", "200y", "NaN", "inf"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn timestamps_render_as_rfc3339_millis_utc() {
+        assert_eq!(
+            Timestamp(1_796_011_732_123).to_string(),
+            "2026-11-30T04:08:52.123Z"
+        );
+        assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00.000Z");
+    }
+}

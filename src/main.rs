@@ -1,0 +1,48 @@
+//! `distlock`: leased, named locks for shell scripts, cron jobs, deploy steps and CI steps.
+//!
+//! This file stays thin: parse the command line, dispatch, and turn the outcome into the exit
+//! code the contract promises. Returning `ExitCode` (rather than calling `exit`) lets every
+//! destructor run, so connections close and the heartbeat thread is joined.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+mod cli;
+mod commands;
+mod exit;
+mod guard;
+mod lock;
+mod output;
+mod store;
+mod wait;
+
+use exit::Exit;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return match err.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Exit::Done,
+                _ => Exit::Usage,
+            }
+            .into();
+        }
+    };
+    match commands::dispatch(cli) {
+        Ok(exit) => exit.into(),
+        Err(err) => {
+            output::warn(format_args!("{}", one_line(&format!("{err:#}"))));
+            Exit::Store.into()
+        }
+    }
+}
+
+/// Store errors are promised as one line on stderr; SQLite and PostgreSQL messages can carry
+/// newlines of their own.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,81 @@
+//! Rendering results: one JSON object per line (the default, for scripts) or one human line.
+//!
+//! Write errors on stdout (a closed pipe, a full disk) are ignored: the exit code still tells
+//! the outcome, and distlock must never panic because a reader went away.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+use crate::cli::Format;
+use crate::lock::{Event, Holder, Lock, Resource};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    format: Format,
+}
+
+impl Printer {
+    pub fn new(format: Format) -> Printer {
+        Printer { format }
+    }
+
+    /// Prints `json`, or the line `text` builds, followed by a newline.
+    pub fn emit(&self, json: &Value, text: impl FnOnce() -> String) {
+        let line = match self.format {
+            Format::Json => json.to_string(),
+            Format::Text => text(),
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    }
+}
+
+pub fn lock_text(verb: &str, lock: &Lock) -> String {
+    format!(
+        "{verb} {} as {} until {} (fence {})",
+        lock.resource, lock.owner, lock.expires_at, lock.fence
+    )
+}
+
+pub fn held_text(lock: &Lock) -> String {
+    format!(
+        "{} is held by {} until {} (fence {})",
+        lock.resource, lock.owner, lock.expires_at, lock.fence
+    )
+}
+
+pub fn acquired(lock: &Lock) -> Value {
+    json!({ "acquired": true, "lock": lock })
+}
+
+pub fn busy(resource: &Resource, holder: &Holder) -> Value {
+    json!({ "acquired": false, "resource": resource, "holder": holder })
+}
+
+pub fn busy_text(resource: &Resource, holder: &Holder) -> String {
+    format!(
+        "busy: {resource} is held by {} until {}",
+        holder.owner, holder.expires_at
+    )
+}
+
+pub fn event_text(event: &Event) -> String {
+    let mut line = format!(
+        "{} {} {} by {} (fence {})",
+        event.at,
+        event.resource,
+        event.event.as_str().replace('_', " "),
+        event.owner,
+        event.fence
+    );
+    if let Some(previous) = &event.previous_owner {
+        line.push_str(&format!(" from {previous}"));
+    }
+    line
+}
+
+/// Writes a one-line message on stderr, ignoring failures (see the module note).
+pub fn warn(message: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "distlock: {message}");
+}
