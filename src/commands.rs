@@ -38,7 +38,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
 
 fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
     let owner = &args.owner.owner;
-    let outcome = wait::acquire(store, &args.resource, owner, args.ttl, args.wait, |_, _| {})?;
+    let (outcome, _) = wait::acquire(store, &args.resource, owner, args.ttl, args.wait, |_, _| {})?;
     Ok(match outcome {
         Acquire::Acquired { lock, .. } => {
             printer.emit(&output::acquired(&lock), || {

@@ -148,9 +148,7 @@ impl Ttl {
     /// A message when `secs` is outside 1 ..= 365 days.
     pub fn from_secs(secs: u64) -> Result<Ttl, String> {
         if !(1..=MAX_TTL_SECS).contains(&secs) {
-            return Err(format!(
-                "ttl must be between 1s and 365 days, got {secs}s"
-            ));
+            return Err(format!("ttl must be between 1s and 365 days, got {secs}s"));
         }
         Ok(Ttl(Duration::from_secs(secs)))
     }
@@ -173,8 +171,7 @@ impl Ttl {
 /// A message for negative, non-finite, unreadable or absurdly large values.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     let value = raw;
-    let duration = if value.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !value.is_empty()
-    {
+    let duration = if value.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !value.is_empty() {
         let secs: f64 = value
             .parse()
             .map_err(|_| format!("invalid duration {raw:?}"))?;
@@ -382,8 +379,19 @@ mod tests {
         assert_eq!(Ttl::parse("2000ms").unwrap().as_millis(), 2_000);
         assert_eq!(Ttl::parse("365d").unwrap().as_millis(), 31_536_000_000);
         for bad in [
-            "0", "-1", "-100", "60.5", "1500ms", "abc", "", "366d", "1s500ms", "3600 ", "1e3",
-            "18446744073709551616", "99999999999999999999999y",
+            "0",
+            "-1",
+            "-100",
+            "60.5",
+            "1500ms",
+            "abc",
+            "",
+            "366d",
+            "1s500ms",
+            "3600 ",
+            "1e3",
+            "18446744073709551616",
+            "99999999999999999999999y",
         ] {
             assert!(Ttl::parse(bad).is_err(), "{bad:?} should be rejected");
         }

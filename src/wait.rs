@@ -12,8 +12,12 @@ const FIRST_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_millis(500);
 
 /// Tries to acquire; while the lock is busy and `wait` has not run out, calls `on_busy` with
-/// the holder, sleeps, and tries again. A busy attempt writes nothing, so waiting never fills
-/// the history.
+/// the holder and the wait left, sleeps, and tries again. A busy attempt writes nothing, so
+/// waiting never fills the history.
+///
+/// Returns the outcome of the last attempt and the monotonic time just before that attempt was
+/// sent: a lease it granted cannot have started earlier, so `started + ttl` is a safe local
+/// bound for its end.
 ///
 /// # Errors
 ///
@@ -25,18 +29,19 @@ pub fn acquire(
     ttl: Ttl,
     wait: Option<Duration>,
     mut on_busy: impl FnMut(&Holder, Duration),
-) -> Result<Acquire> {
+) -> Result<(Acquire, Instant)> {
     let start = Instant::now();
     let wait = wait.unwrap_or(Duration::ZERO);
     let mut delay = FIRST_DELAY;
     loop {
+        let attempt = Instant::now();
         let outcome = store.acquire(resource, owner, ttl)?;
         let Acquire::Busy { holder } = &outcome else {
-            return Ok(outcome);
+            return Ok((outcome, attempt));
         };
         let left = wait.saturating_sub(start.elapsed());
         if left.is_zero() {
-            return Ok(outcome);
+            return Ok((outcome, attempt));
         }
         on_busy(holder, left);
         // Full jitter between half the delay and the delay spreads waiters that all saw the

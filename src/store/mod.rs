@@ -57,8 +57,12 @@ pub trait LockStore: Send {
     /// # Errors
     ///
     /// Only store failures.
-    fn release(&mut self, resource: &Resource, owner: &Owner, fence: Option<Fence>)
-    -> Result<Release>;
+    fn release(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Option<Fence>,
+    ) -> Result<Release>;
 
     /// The live locks whose resource starts with `prefix`, sorted by resource.
     ///

@@ -15,7 +15,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 
 use super::{Clock, GcReport, LockStore, SCHEMA_VERSION};
 use crate::lock::{
@@ -243,7 +245,13 @@ impl LockStore for SqliteStore {
                          owner = excluded.owner, fence = excluded.fence,
                          acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
                 )?
-                .execute(params![resource.as_str(), owner.as_str(), fence, now.0, expires_at])?;
+                .execute(params![
+                    resource.as_str(),
+                    owner.as_str(),
+                    fence,
+                    now.0,
+                    expires_at
+                ])?;
                 let row = Row {
                     owner: owner.as_str().to_owned(),
                     fence,
@@ -256,7 +264,15 @@ impl LockStore for SqliteStore {
                 }
             }
         };
-        record(&tx, now, resource, owner.as_str(), row.fence, event, previous.as_deref())?;
+        record(
+            &tx,
+            now,
+            resource,
+            owner.as_str(),
+            row.fence,
+            event,
+            previous.as_deref(),
+        )?;
         tx.commit().context("cannot commit the acquire")?;
         Ok(Acquire::Acquired {
             lock: lock_from(resource, &row),
@@ -306,7 +322,15 @@ impl LockStore for SqliteStore {
         let expires_at = now.0.saturating_add(ttl.as_millis());
         tx.prepare_cached("UPDATE locks SET expires_at = ?2 WHERE resource = ?1")?
             .execute(params![resource.as_str(), expires_at])?;
-        record(&tx, now, resource, &held.owner, held.fence, EventKind::Renewed, None)?;
+        record(
+            &tx,
+            now,
+            resource,
+            &held.owner,
+            held.fence,
+            EventKind::Renewed,
+            None,
+        )?;
         tx.commit().context("cannot commit the renewal")?;
         let row = Row { expires_at, ..held };
         Ok(Renew::Renewed {
@@ -334,7 +358,15 @@ impl LockStore for SqliteStore {
         }
         tx.prepare_cached("DELETE FROM locks WHERE resource = ?1")?
             .execute([resource.as_str()])?;
-        record(&tx, now, resource, &held.owner, held.fence, EventKind::Released, None)?;
+        record(
+            &tx,
+            now,
+            resource,
+            &held.owner,
+            held.fence,
+            EventKind::Released,
+            None,
+        )?;
         tx.commit().context("cannot commit the release")?;
         Ok(Release::Released)
     }
@@ -473,8 +505,8 @@ mod tests {
     fn store() -> (tempfile::TempDir, SqliteStore, ManualClock) {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock(Arc::new(AtomicI64::new(1_000_000)));
-        let store = SqliteStore::open(&dir.path().join("locks.db"), Box::new(clock.clone()))
-            .unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("locks.db"), Box::new(clock.clone())).unwrap();
         (dir, store, clock)
     }
 
@@ -537,11 +569,17 @@ mod tests {
         let mut last = Fence(0);
         for round in 0..5 {
             let (lock, _) = acquired(store.acquire(&res("r"), &own("a"), ttl(1)).unwrap());
-            assert!(lock.fence > last, "round {round}: {:?} after {last:?}", lock.fence);
+            assert!(
+                lock.fence > last,
+                "round {round}: {:?} after {last:?}",
+                lock.fence
+            );
             last = lock.fence;
             match round % 3 {
                 0 => assert_eq!(
-                    store.release(&res("r"), &own("a"), Some(lock.fence)).unwrap(),
+                    store
+                        .release(&res("r"), &own("a"), Some(lock.fence))
+                        .unwrap(),
                     Release::Released
                 ),
                 1 => clock.advance(1_000),
@@ -568,7 +606,9 @@ mod tests {
         );
         let stale = Fence(lock.fence.0 - 1);
         assert_eq!(
-            store.renew(&res("r"), &own("a"), ttl(10), Some(stale)).unwrap(),
+            store
+                .renew(&res("r"), &own("a"), ttl(10), Some(stale))
+                .unwrap(),
             Renew::NotFound
         );
         assert_eq!(
@@ -576,8 +616,9 @@ mod tests {
             Release::NotFound
         );
         clock.advance(5_000);
-        let Renew::Renewed { lock: renewed } =
-            store.renew(&res("r"), &own("a"), ttl(10), Some(lock.fence)).unwrap()
+        let Renew::Renewed { lock: renewed } = store
+            .renew(&res("r"), &own("a"), ttl(10), Some(lock.fence))
+            .unwrap()
         else {
             panic!("renew by the holder failed");
         };
@@ -633,7 +674,13 @@ mod tests {
     #[test]
     fn list_shows_live_locks_by_prefix_in_order() {
         let (_dir, mut store, clock) = store();
-        for (name, secs) in [("job:b", 10), ("job:a", 10), ("jobs", 10), ("job:c", 1), ("x", 10)] {
+        for (name, secs) in [
+            ("job:b", 10),
+            ("job:a", 10),
+            ("jobs", 10),
+            ("job:c", 1),
+            ("x", 10),
+        ] {
             acquired(store.acquire(&res(name), &own("a"), ttl(secs)).unwrap());
         }
         clock.advance(1_000);
@@ -641,7 +688,10 @@ mod tests {
             locks.iter().map(|l| l.resource.to_string()).collect()
         };
         assert_eq!(names(store.list("job:").unwrap()), ["job:a", "job:b"]);
-        assert_eq!(names(store.list("").unwrap()), ["job:a", "job:b", "jobs", "x"]);
+        assert_eq!(
+            names(store.list("").unwrap()),
+            ["job:a", "job:b", "jobs", "x"]
+        );
     }
 
     #[test]
