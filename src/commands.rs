@@ -18,7 +18,13 @@ use crate::wait;
 /// Store failures (exit 74); every expected "no" is an [`Exit`] value.
 pub fn dispatch(cli: Cli) -> Result<Exit> {
     let printer = Printer::new(cli.format);
-    let location = Location::resolve(cli.db.as_deref())?;
+    let location = match Location::resolve(cli.db.as_deref()) {
+        Ok(location) => location,
+        Err(message) => {
+            output::warn(format_args!("{message}"));
+            return Ok(Exit::Usage);
+        }
+    };
     if let Command::Run(args) = cli.command {
         return guard::run(&location, args);
     }
@@ -38,7 +44,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
 
 fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
     let owner = &args.owner.owner;
-    let (outcome, _) = wait::acquire(store, &args.resource, owner, args.ttl, args.wait, |_, _| {})?;
+    let (outcome, _) = wait::acquire(store, &args.resource, owner, args.ttl, args.wait)?;
     Ok(match outcome {
         Acquire::Acquired { lock, .. } => {
             printer.emit(&output::acquired(&lock), || {

@@ -51,14 +51,8 @@ const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 pub fn run(location: &Location, args: RunArgs) -> Result<Exit> {
     let owner = args.owner.clone().unwrap_or_else(Owner::unique_for_process);
     let mut store = store::open(location)?;
-    let (outcome, attempt) = wait::acquire(
-        store.as_mut(),
-        &args.resource,
-        &owner,
-        args.ttl,
-        args.wait,
-        |_, _| {},
-    )?;
+    let (outcome, attempt) =
+        wait::acquire(store.as_mut(), &args.resource, &owner, args.ttl, args.wait)?;
     let (lock, tenure) = match outcome {
         Acquire::Acquired { lock, tenure } => (lock, tenure),
         Acquire::Busy { holder } => {

@@ -8,7 +8,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use crate::cli::Format;
-use crate::lock::{Event, Holder, Lock, Resource};
+use crate::lock::{Event, Holder, Lock, Resource, Timestamp};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
@@ -78,4 +78,40 @@ pub fn event_text(event: &Event) -> String {
 /// Writes a one-line message on stderr, ignoring failures (see the module note).
 pub fn warn(message: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "distlock: {message}");
+}
+
+/// A one-line status on stderr, redrawn in place while distlock waits for a lock, and cleared
+/// when it is done. Only on a terminal: piped or logged stderr never sees it.
+pub struct StatusLine {
+    shown: bool,
+}
+
+impl StatusLine {
+    /// A status line, if stderr is a terminal.
+    pub fn on_terminal() -> Option<StatusLine> {
+        std::io::IsTerminal::is_terminal(&std::io::stderr()).then_some(StatusLine { shown: false })
+    }
+
+    /// Shows who holds the lock being waited for.
+    pub fn waiting(&mut self, resource: &Resource, holder: &Holder) {
+        let left = Timestamp::now().millis_until(holder.expires_at).max(0);
+        let secs = (left + 999) / 1000;
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r\x1b[2Kwaiting for {resource} — held by {}, expires in {secs}s",
+            holder.owner
+        )
+        .and_then(|()| err.flush());
+        self.shown = true;
+    }
+}
+
+impl Drop for StatusLine {
+    fn drop(&mut self) {
+        if self.shown {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K").and_then(|()| err.flush());
+        }
+    }
 }

@@ -5,15 +5,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::lock::{Acquire, Holder, Owner, Resource, Ttl};
+use crate::lock::{Acquire, Owner, Resource, Ttl};
+use crate::output::StatusLine;
 use crate::store::LockStore;
 
 const FIRST_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_millis(500);
 
-/// Tries to acquire; while the lock is busy and `wait` has not run out, calls `on_busy` with
-/// the holder and the wait left, sleeps, and tries again. A busy attempt writes nothing, so
-/// waiting never fills the history.
+/// Tries to acquire; while the lock is busy and `wait` has not run out, sleeps and tries again.
+/// A busy attempt writes nothing, so waiting never fills the history. While it waits and stderr
+/// is a terminal, a status line says who holds the lock.
 ///
 /// Returns the outcome of the last attempt and the monotonic time just before that attempt was
 /// sent: a lease it granted cannot have started earlier, so `started + ttl` is a safe local
@@ -28,8 +29,8 @@ pub fn acquire(
     owner: &Owner,
     ttl: Ttl,
     wait: Option<Duration>,
-    mut on_busy: impl FnMut(&Holder, Duration),
 ) -> Result<(Acquire, Instant)> {
+    let mut status_line = wait.and_then(|_| StatusLine::on_terminal());
     let start = Instant::now();
     let wait = wait.unwrap_or(Duration::ZERO);
     let mut delay = FIRST_DELAY;
@@ -43,7 +44,9 @@ pub fn acquire(
         if left.is_zero() {
             return Ok((outcome, attempt));
         }
-        on_busy(holder, left);
+        if let Some(line) = status_line.as_mut() {
+            line.waiting(resource, holder);
+        }
         // Full jitter between half the delay and the delay spreads waiters that all saw the
         // same release, so they do not stampede the store together.
         let jittered = delay.mul_f64(0.5 + fastrand::f64() * 0.5);

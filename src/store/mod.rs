@@ -7,15 +7,17 @@
 //!   expiry, `gc` or a crash;
 //! - every state change is recorded in the history in the same transaction.
 
+mod postgres;
 mod sqlite;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::lock::{Acquire, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Ttl};
 
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.
@@ -106,12 +108,15 @@ impl Location {
     ///
     /// # Errors
     ///
-    /// When no `--db` was given and neither `XDG_STATE_HOME` nor `HOME` is set.
-    pub fn resolve(db: Option<&str>) -> Result<Location> {
+    /// A usage message when a PostgreSQL URL cannot be read, `--db` is empty, or no `--db` was
+    /// given and neither `XDG_STATE_HOME` nor `HOME` is set.
+    pub fn resolve(db: Option<&str>) -> Result<Location, String> {
         match db {
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                postgres::Target::parse(url)?;
                 Ok(Location::Postgres(url.to_owned()))
             }
+            Some("") => Err("--db must not be empty".to_owned()),
             Some(path) => Ok(Location::Sqlite(PathBuf::from(path))),
             None => default_path().map(Location::Sqlite),
         }
@@ -127,7 +132,7 @@ impl Location {
 }
 
 /// `$XDG_STATE_HOME/distlock/locks.db`, else `$HOME/.local/state/distlock/locks.db`.
-fn default_path() -> Result<PathBuf> {
+fn default_path() -> Result<PathBuf, String> {
     let absolute = |var: &str| {
         std::env::var_os(var)
             .map(PathBuf::from)
@@ -139,7 +144,7 @@ fn default_path() -> Result<PathBuf> {
     if let Some(home) = absolute("HOME") {
         return Ok(home.join(".local/state/distlock/locks.db"));
     }
-    bail!("cannot find a default database: neither XDG_STATE_HOME nor HOME is set; pass --db")
+    Err("cannot find a default database: neither XDG_STATE_HOME nor HOME is set; pass --db".into())
 }
 
 /// Opens the store at `location` with the host's clock.
@@ -150,9 +155,7 @@ fn default_path() -> Result<PathBuf> {
 pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(open_sqlite(path)?)),
-        Location::Postgres(_) => {
-            bail!("PostgreSQL stores are not supported by this build of distlock")
-        }
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
     }
 }
 
