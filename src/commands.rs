@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::cli::{AcquireArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs};
 use crate::exit::Exit;
 use crate::guard;
-use crate::lock::{Acquire, LogQuery, Release, Renew, Resource, Timestamp};
+use crate::lock::{Acquire, LogQuery, Release, Renew, Resource};
 use crate::output::{self, Printer};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
@@ -137,13 +137,9 @@ fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<E
 }
 
 fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exit> {
-    let now = Timestamp::now();
     let query = LogQuery {
         resource: args.resource,
-        since: args.since.map(|since| {
-            let ago = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
-            Timestamp(now.0.saturating_sub(ago))
-        }),
+        since: args.since,
         limit: args.limit,
     };
     for event in store.log(&query)? {

@@ -503,17 +503,19 @@ impl LockStore for PostgresStore {
 
     fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
         let limit = query.limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        let since = query.since.map(|t| t.0);
+        let since_ms = query
+            .since
+            .map(|ago| i64::try_from(ago.as_millis()).unwrap_or(i64::MAX));
         let resource = query.resource.as_ref().map(Resource::as_str);
         let rows = self.client.query(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
                     previous_owner
              FROM (SELECT * FROM distlock.history
                    WHERE ($1::text IS NULL OR resource = $1)
-                     AND ($2::bigint IS NULL OR at >= to_timestamp($2::bigint / 1000.0))
+                     AND ($2::bigint IS NULL OR at >= now() - $2::bigint * interval '1 ms')
                    ORDER BY id DESC LIMIT $3) newest
              ORDER BY id",
-            &[&resource, &since, &limit],
+            &[&resource, &since_ms, &limit],
         )?;
         rows.iter()
             .map(|r| {

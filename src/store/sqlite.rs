@@ -413,7 +413,10 @@ impl LockStore for SqliteStore {
         let limit = query
             .limit
             .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
-        let since = query.since.map_or(i64::MIN, |t| t.0);
+        let since = query.since.map_or(i64::MIN, |ago| {
+            let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
+            self.clock.now().0.saturating_sub(ago)
+        });
         let resource = query.resource.as_ref().map(Resource::as_str);
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let mut rows = stmt.query(params![resource, since, limit])?;
