@@ -312,7 +312,7 @@ impl EventKind {
         }
     }
 
-    pub fn from_str(s: &str) -> Option<EventKind> {
+    pub fn parse(s: &str) -> Option<EventKind> {
         Some(match s {
             "acquired" => EventKind::Acquired,
             "extended" => EventKind::Extended,

@@ -9,16 +9,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 
-mod cli;
-mod commands;
-mod exit;
-mod guard;
-mod lock;
-mod output;
-mod store;
-mod wait;
-
-use exit::Exit;
+use distlock::exit::Exit;
+use distlock::{cli, commands, output};
 
 fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {

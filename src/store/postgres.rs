@@ -520,7 +520,7 @@ impl LockStore for PostgresStore {
         rows.iter()
             .map(|r| {
                 let kind: &str = r.get(4);
-                let event = EventKind::from_str(kind)
+                let event = EventKind::parse(kind)
                     .ok_or_else(|| anyhow!("the history holds an unknown event kind {kind:?}"))?;
                 Ok(Event {
                     at: Timestamp(r.get(0)),

@@ -423,7 +423,7 @@ impl LockStore for SqliteStore {
         let mut events = Vec::new();
         while let Some(r) = rows.next()? {
             let kind: String = r.get(4)?;
-            let Some(event) = EventKind::from_str(&kind) else {
+            let Some(event) = EventKind::parse(&kind) else {
                 bail!("the history holds an unknown event kind {kind:?}");
             };
             let previous: Option<String> = r.get(5)?;

@@ -1,0 +1,132 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[distlock] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'distlock'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'distlock'= {
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand acquire 'Take a lock (or extend your own); exit 75 if another owner holds it'
+            cand status 'Show who holds a lock; exit 1 if nobody does'
+            cand release 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
+            cand renew 'Extend your lock''s lease; exit 1 if not held, 77 if another owner holds it'
+            cand run 'Run a command while holding a lock, renewing it until the command exits'
+            cand list 'List the live locks, sorted by resource'
+            cand log 'Show lock history, oldest first'
+            cand gc 'Delete expired locks and old history'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'distlock;acquire'= {
+            cand --owner 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$'
+            cand --ttl 'Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)'
+            cand --wait 'Keep trying for this long while another owner holds the lock [default: 0, try once]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;status'= {
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;release'= {
+            cand --owner 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;renew'= {
+            cand --owner 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$'
+            cand --ttl 'New lease length from now: whole seconds, e.g. 30, 90s, 5m'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;run'= {
+            cand --resource 'The resource to lock while the command runs'
+            cand --owner 'Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]'
+            cand --ttl 'Lease length, renewed every ttl/3 while the command runs'
+            cand --wait 'Keep trying for this long while another owner holds the lock [default: 0, try once]'
+            cand --conflict-exit-code 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly'
+            cand --kill-after 'After the lease is lost, wait this long between SIGTERM and SIGKILL'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;list'= {
+            cand --prefix 'Only locks whose resource starts with this'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;log'= {
+            cand --since 'Only events from this long ago until now, e.g. 1h or 7d'
+            cand --limit 'At most this many events (the newest), still printed oldest first'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;gc'= {
+            cand --keep-history 'Keep history events younger than this'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;help'= {
+            cand acquire 'Take a lock (or extend your own); exit 75 if another owner holds it'
+            cand status 'Show who holds a lock; exit 1 if nobody does'
+            cand release 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
+            cand renew 'Extend your lock''s lease; exit 1 if not held, 77 if another owner holds it'
+            cand run 'Run a command while holding a lock, renewing it until the command exits'
+            cand list 'List the live locks, sorted by resource'
+            cand log 'Show lock history, oldest first'
+            cand gc 'Delete expired locks and old history'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'distlock;help;acquire'= {
+        }
+        &'distlock;help;status'= {
+        }
+        &'distlock;help;release'= {
+        }
+        &'distlock;help;renew'= {
+        }
+        &'distlock;help;run'= {
+        }
+        &'distlock;help;list'= {
+        }
+        &'distlock;help;log'= {
+        }
+        &'distlock;help;gc'= {
+        }
+        &'distlock;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

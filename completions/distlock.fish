@@ -1,0 +1,97 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_distlock_global_optspecs
+    string join \n db= format= h/help V/version
+end
+
+function __fish_distlock_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_distlock_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_distlock_using_subcommand
+    set -l cmd (__fish_distlock_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c distlock -n "__fish_distlock_needs_command" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_needs_command" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_needs_command" -s V -l version -d 'Print version'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "list" -d 'List the live locks, sorted by resource'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "log" -d 'Show lock history, oldest first'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "gc" -d 'Delete expired locks and old history'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l ttl -d 'Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l wait -d 'Keep trying for this long while another owner holds the lock [default: 0, try once]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand status" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand status" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand release" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
+complete -c distlock -n "__fish_distlock_using_subcommand release" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand release" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand renew" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
+complete -c distlock -n "__fish_distlock_using_subcommand renew" -l ttl -d 'New lease length from now: whole seconds, e.g. 30, 90s, 5m' -r
+complete -c distlock -n "__fish_distlock_using_subcommand renew" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand renew" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand renew" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l resource -d 'The resource to lock while the command runs' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l owner -d 'Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l ttl -d 'Lease length, renewed every ttl/3 while the command runs' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l wait -d 'Keep trying for this long while another owner holds the lock [default: 0, try once]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l conflict-exit-code -d 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'After the lease is lost, wait this long between SIGTERM and SIGKILL' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand list" -l prefix -d 'Only locks whose resource starts with this' -r
+complete -c distlock -n "__fish_distlock_using_subcommand list" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand list" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand log" -l since -d 'Only events from this long ago until now, e.g. 1h or 7d' -r
+complete -c distlock -n "__fish_distlock_using_subcommand log" -l limit -d 'At most this many events (the newest), still printed oldest first' -r
+complete -c distlock -n "__fish_distlock_using_subcommand log" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand log" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand log" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand gc" -l keep-history -d 'Keep history events younger than this' -r
+complete -c distlock -n "__fish_distlock_using_subcommand gc" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand gc" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "list" -d 'List the live locks, sorted by resource'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "log" -d 'Show lock history, oldest first'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "gc" -d 'Delete expired locks and old history'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
