@@ -1,0 +1,1479 @@
+//! The core lock commands — `acquire`, `status`, `release`, `renew` — through the real binary,
+//! on real SQLite files (and PostgreSQL, through [`each_store`], when the suite has a server),
+//! with real concurrent processes.
+//!
+//! The seed's attack list has one test per case, named after it (`atk_01_…` … `atk_12_…`).
+//! Its "What NOT to do" table, row by row (HTTP mapped to exit codes: 2xx → 0, 404 → 1,
+//! 422 → 64, 403 → 77, "acquired: false" → 75):
+//!
+//! | anti-pattern                           | covered by                                          |
+//! | -------------------------------------- | --------------------------------------------------- |
+//! | No UNIQUE(resource) constraint         | `atk_10_…`, `race_on_a_brand_new_database_file_…`,   |
+//! |                                        | `store_has_a_unique_constraint_on_resource`          |
+//! | Release without owner check            | `atk_02_…`, `release_exits_77_…`                     |
+//! | No TTL on locks                        | `argument_errors_exit_64` (no `--ttl`), `atk_03_…`,  |
+//! |                                        | `atk_11_…` (locks expire on their own)               |
+//! | Accept TTL of 0 or negative            | `atk_05_…`, `ttl_validation_rows_exit_64`            |
+//! | Return 404 on owner mismatch (release) | `atk_02_…` (77, not 1), `release_exits_77_…`         |
+//! | Accept string/float as TTL             | `atk_08_…`, `ttl_validation_rows_exit_64`            |
+//! | Store owner without validation         | `atk_07_…`, `owner_validation_rows_exit_64`          |
+//! | No resource length limit               | `atk_12_…`, `resource_validation_rows_exit_64`       |
+//! | Renew expired locks                    | `renew_of_an_expired_lock_exits_1_and_…`             |
+//!
+//! Expiry tests use a 1 s TTL and sleep [`PAST_EXPIRY`]; the only timing bounds asserted are the
+//! ones the behaviour needs (a wait that runs out took at least about its length).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Child, Output, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+use serde_json::{Value, json};
+
+use crate::common::{
+    BIN, Db, Kind, assert_store_error, assert_usage_error, each_store, now_millis, parse_line,
+    timestamp_millis,
+};
+
+/// Long enough after a 1 s lease for it to have run out.
+const PAST_EXPIRY: Duration = Duration::from_millis(1200);
+
+/// A lock object as the JSON output shows it, with its times in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LockView {
+    resource: String,
+    owner: String,
+    fence: i64,
+    acquired_at: i64,
+    expires_at: i64,
+}
+
+/// The sorted keys of a JSON object.
+fn keys(value: &Value) -> Vec<&str> {
+    let object = value
+        .as_object()
+        .unwrap_or_else(|| panic!("expected an object, got {value}"));
+    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// Checks a lock object's exact key set and formats, and reads it.
+fn lock_view(value: &Value) -> LockView {
+    assert_eq!(
+        keys(value),
+        ["acquired_at", "expires_at", "fence", "owner", "resource"],
+        "lock object {value}"
+    );
+    let text = |key: &str| {
+        value[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key} must be a string in {value}"))
+            .to_owned()
+    };
+    LockView {
+        resource: text("resource"),
+        owner: text("owner"),
+        fence: value["fence"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("fence must be an integer in {value}")),
+        acquired_at: timestamp_millis(&text("acquired_at")),
+        expires_at: timestamp_millis(&text("expires_at")),
+    }
+}
+
+/// `acquire` that must succeed; checks the output's shape and that the lease is exactly `ttl`.
+fn acquire(db: &Db, resource: &str, owner: &str, ttl: &str) -> LockView {
+    let out = db.json(&["acquire", resource, "--owner", owner, "--ttl", ttl], 0);
+    assert_eq!(keys(&out), ["acquired", "lock"], "{out}");
+    assert_eq!(out["acquired"], json!(true), "{out}");
+    let lock = lock_view(&out["lock"]);
+    assert_eq!(lock.resource, resource);
+    assert_eq!(lock.owner, owner.trim());
+    let ttl_ms = humantime::parse_duration(ttl)
+        .map(|d| d.as_millis())
+        .unwrap_or_else(|_| u128::from(ttl.parse::<u64>().expect("ttl")) * 1000);
+    assert_eq!(
+        i128::from(lock.expires_at - lock.acquired_at),
+        i128::try_from(ttl_ms).expect("ttl in range"),
+        "expires_at - acquired_at must be the ttl {ttl}: {out}"
+    );
+    lock
+}
+
+/// `status`, checking the exact shape of both outcomes: `Some` when held (exit 0), `None`
+/// when not (exit 1).
+fn status(db: &Db, resource: &str) -> Option<LockView> {
+    let out = db.run(&["status", resource]);
+    let value = parse_line(&out.stdout);
+    match out.status.code() {
+        Some(0) => {
+            assert_eq!(keys(&value), ["held", "lock"], "{value}");
+            assert_eq!(value["held"], json!(true), "{value}");
+            let lock = lock_view(&value["lock"]);
+            assert_eq!(lock.resource, resource);
+            Some(lock)
+        }
+        Some(1) => {
+            assert_eq!(value, json!({"held": false, "resource": resource}));
+            None
+        }
+        other => panic!(
+            "status {resource:?} exited {other:?}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// Runs `args` and checks it is a usage error.
+fn usage_error(db: &Db, args: &[&str]) {
+    assert_usage_error(&db.run(args), &args);
+}
+
+/// Runs `f`, checking that it left the store as it found it.
+fn untouched(db: &Db, f: impl FnOnce()) {
+    let before = db.state();
+    f();
+    assert_eq!(db.state(), before, "the store must be untouched");
+}
+
+fn spawn(db: &Db, args: &[&str]) -> Child {
+    db.std_cmd()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn distlock")
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// ATK-01 … ATK-12
+
+#[test]
+fn atk_01_acquire_held_by_another_owner_is_busy() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        let before = db.state();
+        let out = db.json(
+            &[
+                "acquire",
+                "payment:42",
+                "--owner",
+                "attacker",
+                "--ttl",
+                "60",
+            ],
+            75,
+        );
+        assert_eq!(keys(&out), ["acquired", "holder", "resource"], "{out}");
+        assert_eq!(out["acquired"], json!(false));
+        assert_eq!(out["resource"], json!("payment:42"));
+        assert_eq!(keys(&out["holder"]), ["expires_at", "owner"], "{out}");
+        assert_eq!(out["holder"]["owner"], json!("w1"));
+        let expires = out["holder"]["expires_at"].as_str().expect("expires_at");
+        assert_eq!(timestamp_millis(expires), held.expires_at);
+        // Nothing changed: same holder, same fence, same lease, no history written.
+        assert_eq!(status(db, "payment:42"), Some(held));
+        assert_eq!(db.state(), before);
+    });
+}
+
+#[test]
+fn atk_02_release_of_a_lock_owned_by_another_is_forbidden() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            for attacker in ["attacker", "W1", "w1x"] {
+                let out = db.json(&["release", "payment:42", "--owner", attacker], 77);
+                assert_eq!(
+                    out,
+                    json!({"released": false, "resource": "payment:42", "reason": "forbidden"})
+                );
+            }
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+    });
+}
+
+#[test]
+fn atk_03_steal_after_expiry_is_allowed_by_design() {
+    each_store(|db| {
+        let old = acquire(db, "payment:42", "w1", "1");
+        sleep(PAST_EXPIRY);
+        let stolen = acquire(db, "payment:42", "attacker", "60");
+        assert!(stolen.fence > old.fence, "{stolen:?} after {old:?}");
+        assert_eq!(status(db, "payment:42"), Some(stolen.clone()));
+        // The crashed holder comes back: the lock is now another owner's live lock.
+        let out = db.json(&["release", "payment:42", "--owner", "w1"], 77);
+        assert_eq!(out["reason"], json!("forbidden"));
+        let out = db.json(&["renew", "payment:42", "--owner", "w1", "--ttl", "60"], 77);
+        assert_eq!(out["reason"], json!("forbidden"));
+        assert_eq!(status(db, "payment:42"), Some(stolen));
+        // The take-over is on record.
+        let out = db.run(&["log", "payment:42"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("JSON line"))
+            .collect();
+        let last = events.last().expect("history");
+        assert_eq!(last["event"], json!("taken_over"), "{events:?}");
+        assert_eq!(last["owner"], json!("attacker"));
+        assert_eq!(last["previous_owner"], json!("w1"));
+    });
+}
+
+#[test]
+fn atk_04_renew_of_a_lock_owned_by_another_is_forbidden() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            for ttl in ["3600", "60", "1"] {
+                let out = db.json(
+                    &["renew", "payment:42", "--owner", "attacker", "--ttl", ttl],
+                    77,
+                );
+                assert_eq!(
+                    out,
+                    json!({"renewed": false, "resource": "payment:42", "reason": "forbidden"})
+                );
+            }
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+    });
+}
+
+#[test]
+fn atk_05_zero_or_negative_ttl_is_rejected() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            for ttl in ["--ttl=0", "--ttl=-1", "--ttl=-100", "--ttl=0s", "--ttl=-5m"] {
+                usage_error(db, &["acquire", "fresh", "--owner", "w1", ttl]);
+                usage_error(db, &["acquire", "payment:42", "--owner", "w1", ttl]);
+                usage_error(db, &["renew", "payment:42", "--owner", "w1", ttl]);
+            }
+            // `--ttl -100` as two arguments: clap takes `-100` for a flag; still a usage error.
+            usage_error(db, &["acquire", "fresh", "--owner", "w1", "--ttl", "-100"]);
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+        assert_eq!(status(db, "fresh"), None);
+    });
+}
+
+#[test]
+fn atk_06_sql_injection_in_the_resource_is_stored_literally() {
+    each_store(|db| {
+        let injected = "payment:42'; DROP TABLE locks; --";
+        let always_true = "x' OR '1'='1";
+        let lock = acquire(db, injected, "w1", "60");
+        assert_eq!(lock.resource, injected);
+        acquire(db, always_true, "w1", "60");
+        assert_eq!(
+            status(db, injected).map(|l| l.resource),
+            Some(injected.into())
+        );
+        // The table is still there and still works for other resources.
+        acquire(db, "payment:42", "w2", "60");
+        assert_eq!(status(db, "payment:42").map(|l| l.owner), Some("w2".into()));
+        // `' OR '1'='1` matched nothing but itself.
+        assert_eq!(status(db, "unrelated"), None);
+        db.json(&["release", always_true, "--owner", "w1"], 0);
+        assert!(status(db, injected).is_some());
+        assert!(status(db, "payment:42").is_some());
+        let out = db.json(&["list"], 0);
+        let names: Vec<&str> = out["locks"]
+            .as_array()
+            .expect("locks")
+            .iter()
+            .map(|l| l["resource"].as_str().expect("resource"))
+            .collect();
+        assert_eq!(names, ["payment:42", injected]);
+        if db.kind == Kind::Sqlite {
+            let conn = Connection::open(db.path()).expect("open");
+            let stored: String = conn
+                .query_row(
+                    "SELECT resource FROM locks WHERE resource = ?1",
+                    [injected],
+                    |r| r.get(0),
+                )
+                .expect("the injected name is one row, stored as given");
+            assert_eq!(stored, injected);
+        }
+    });
+}
+
+#[test]
+fn atk_07_empty_owner_is_rejected() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            for owner in ["", " ", "   ", "\t", " \t "] {
+                let flag = format!("--owner={owner}");
+                usage_error(db, &["release", "payment:42", &flag]);
+                usage_error(db, &["renew", "payment:42", &flag, "--ttl", "60"]);
+                usage_error(db, &["acquire", "payment:42", &flag, "--ttl", "60"]);
+                usage_error(db, &["acquire", "free", &flag, "--ttl", "60"]);
+                for args in [
+                    &["release", "payment:42"][..],
+                    &["renew", "payment:42", "--ttl", "60"],
+                    &["acquire", "free", "--ttl", "60"],
+                ] {
+                    let out = db
+                        .cmd()
+                        .env("DISTLOCK_OWNER", owner)
+                        .args(args)
+                        .output()
+                        .expect("run");
+                    assert_usage_error(&out, &(owner, args));
+                }
+            }
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+        assert_eq!(status(db, "free"), None);
+    });
+}
+
+#[test]
+fn atk_08_non_integer_ttl_is_rejected() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            for ttl in [
+                "60.5", "1500ms", "0.5", ".5", "\"3600\"", "1e3", "0x10", "abc", "1s500ms",
+                "3600 ", "",
+            ] {
+                let flag = format!("--ttl={ttl}");
+                usage_error(db, &["acquire", "fresh", "--owner", "w1", &flag]);
+                usage_error(db, &["renew", "payment:42", "--owner", "w1", &flag]);
+            }
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+    });
+}
+
+/// ATK-08's float: `3600.0` is a float in the seed's sense (`is_int` rejects it) and neither a
+/// bare integer nor a humantime form in the contract's, even though its value is whole.
+#[test]
+fn atk_08_float_ttl_with_a_zero_fraction_is_rejected() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            for ttl in ["3600.0", "60.", "1.000"] {
+                let flag = format!("--ttl={ttl}");
+                usage_error(db, &["acquire", "fresh", "--owner", "w1", &flag]);
+                usage_error(db, &["renew", "payment:42", "--owner", "w1", &flag]);
+            }
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+    });
+}
+
+#[test]
+fn atk_09_same_owner_reacquire_extends_with_the_same_fence() {
+    each_store(|db| {
+        let first = acquire(db, "payment:42", "w1", "60");
+        sleep(Duration::from_millis(30));
+        // A shorter ttl: the lease moves to now + ttl, even if that is earlier than before.
+        let second = acquire(db, "payment:42", "w1", "30");
+        assert_eq!(second.fence, first.fence, "re-acquire keeps the fence");
+        assert!(
+            second.acquired_at > first.acquired_at,
+            "acquired_at moves to now: {first:?} then {second:?}"
+        );
+        assert_eq!(second.expires_at, second.acquired_at + 30_000);
+        sleep(Duration::from_millis(30));
+        // " w1 " is the same owner as "w1".
+        let third = acquire(db, "payment:42", " w1 ", "60");
+        assert_eq!(third.fence, first.fence);
+        assert_eq!(third.owner, "w1");
+        assert!(third.acquired_at > second.acquired_at);
+        assert!(third.expires_at > second.expires_at);
+        assert_eq!(status(db, "payment:42"), Some(third));
+    });
+}
+
+/// Starts `n` acquirers of `resource` with different owners at once, waits for all, and checks
+/// that exactly one won and all others were told who did.
+fn race(db: &Db, resource: &str, n: usize) {
+    let children: Vec<Child> = (0..n)
+        .map(|i| {
+            let owner = format!("racer-{i}");
+            spawn(db, &["acquire", resource, "--owner", &owner, "--ttl", "60"])
+        })
+        .collect();
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|child| child.wait_with_output().expect("wait"))
+        .collect();
+    let all = || {
+        outputs
+            .iter()
+            .map(describe)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    let codes: Vec<Option<i32>> = outputs.iter().map(|o| o.status.code()).collect();
+    assert!(
+        codes.iter().all(|c| matches!(c, Some(0 | 75))),
+        "{resource}: only exit 0 and 75 may appear, got {codes:?}\n{}",
+        all()
+    );
+    let winners: Vec<&Output> = outputs
+        .iter()
+        .filter(|o| o.status.code() == Some(0))
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "{resource}: exactly one winner, got {codes:?}"
+    );
+    let won = parse_line(&winners[0].stdout);
+    let lock = lock_view(&won["lock"]);
+    for loser in outputs.iter().filter(|o| o.status.code() == Some(75)) {
+        let busy = parse_line(&loser.stdout);
+        assert_eq!(busy["holder"]["owner"], json!(lock.owner), "{busy}");
+    }
+    assert_eq!(status(db, resource), Some(lock));
+    // Only the winner wrote anything.
+    let log = db.run(&["log", resource]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout).lines().count(),
+        1,
+        "{}",
+        describe(&log)
+    );
+}
+
+#[test]
+fn atk_10_twenty_racing_acquirers_exactly_one_wins() {
+    each_store(|db| {
+        acquire(db, "warm-up", "w1", "60");
+        // Every PostgreSQL racer pays a connection handshake (~60 ms of CPU in a debug build),
+        // so fewer rounds there keep the suite quick; the server's row locks see the same race.
+        let rounds = if db.kind == Kind::Sqlite { 10 } else { 4 };
+        for round in 0..rounds {
+            race(db, &format!("race:{round}"), 20);
+        }
+    });
+}
+
+#[test]
+fn race_on_a_brand_new_database_file_has_one_winner() {
+    // The schema is created by whichever racer gets there first; the others must wait for it,
+    // not mistake the half-made file for someone else's. Several fresh files, because the
+    // window is narrow (each round takes well under 100 ms).
+    for round in 0..10 {
+        let db = Db::sqlite();
+        assert!(!db.path().exists());
+        race(&db, &format!("fresh:{round}"), 20);
+    }
+}
+
+#[test]
+fn atk_11_status_of_a_missing_or_expired_lock_is_not_held() {
+    each_store(|db| {
+        assert_eq!(status(db, "nonexistent"), None);
+        let lock = acquire(db, "payment:42", "w1", "1");
+        assert_eq!(status(db, "payment:42"), Some(lock));
+        sleep(PAST_EXPIRY);
+        // Exactly {"held":false,"resource":…}: no stale lock data (checked by `status`).
+        assert_eq!(status(db, "payment:42"), None);
+        assert_eq!(db.json(&["list"], 0), json!({"locks": []}));
+    });
+}
+
+#[test]
+fn atk_12_extremely_long_resource_names_are_rejected() {
+    // A 10 MB argument cannot pass through argv on Linux (128 KiB per argument), so: just over
+    // the limit, far over it, and over it in bytes while at most 128 characters long.
+    let too_long = [
+        "x".repeat(256),
+        "x".repeat(100 * 1024),
+        "é".repeat(128),
+        "€".repeat(86),
+        format!("{}€", "a".repeat(253)),
+    ];
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            for name in &too_long {
+                assert!(name.len() > 255);
+                usage_error(db, &["acquire", name, "--owner", "w1", "--ttl", "60"]);
+                usage_error(db, &["status", name]);
+                usage_error(db, &["release", name, "--owner", "w1"]);
+                usage_error(db, &["renew", name, "--owner", "w1", "--ttl", "60"]);
+            }
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+        // 255 bytes is still fine, in bytes of UTF-8.
+        for name in ["x".repeat(255), "€".repeat(85)] {
+            acquire(db, &name, "w1", "60");
+            assert!(status(db, &name).is_some());
+        }
+    });
+    // Rejected before any store is opened: a fresh file is never even created.
+    let db = Db::sqlite();
+    for name in &too_long {
+        usage_error(&db, &["acquire", name, "--owner", "w1", "--ttl", "60"]);
+    }
+    assert!(!db.path().exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every exit code and JSON shape of the four commands
+
+#[test]
+fn acquire_exits_0_with_the_new_lock() {
+    each_store(|db| {
+        let before = now_millis();
+        let lock = acquire(db, "payment:42", "w1", "60");
+        // Loose bounds: the store's clock (PostgreSQL's server) need not be this host's.
+        assert!(
+            (before - 60_000..=now_millis() + 60_000).contains(&lock.acquired_at),
+            "acquired_at is now: {lock:?}"
+        );
+        assert_eq!(status(db, "payment:42"), Some(lock));
+    });
+}
+
+#[test]
+fn acquire_exits_75_with_the_holder() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w2", "60");
+        let out = db.json(
+            &["acquire", "payment:42", "--owner", "w1", "--ttl", "60"],
+            75,
+        );
+        let expires_at = out["holder"]["expires_at"].as_str().expect("expires_at");
+        timestamp_millis(expires_at);
+        assert_eq!(
+            out,
+            json!({
+                "acquired": false,
+                "resource": "payment:42",
+                "holder": {"owner": "w2", "expires_at": expires_at},
+            })
+        );
+        assert_eq!(timestamp_millis(expires_at), held.expires_at);
+    });
+}
+
+#[test]
+fn status_exits_0_with_the_held_lock() {
+    each_store(|db| {
+        let lock = acquire(db, "payment:42", "w1", "60");
+        let out = db.json(&["status", "payment:42"], 0);
+        assert_eq!(keys(&out), ["held", "lock"]);
+        assert_eq!(out["held"], json!(true));
+        assert_eq!(lock_view(&out["lock"]), lock);
+    });
+}
+
+#[test]
+fn status_exits_1_when_not_held() {
+    each_store(|db| {
+        let out = db.json(&["status", "payment:42"], 1);
+        assert_eq!(out, json!({"held": false, "resource": "payment:42"}));
+        acquire(db, "payment:42", "w1", "60");
+        db.json(&["release", "payment:42", "--owner", "w1"], 0);
+        let out = db.json(&["status", "payment:42"], 1);
+        assert_eq!(out, json!({"held": false, "resource": "payment:42"}));
+    });
+}
+
+#[test]
+fn release_exits_0_and_frees_the_lock() {
+    each_store(|db| {
+        acquire(db, "payment:42", "w1", "60");
+        let out = db.json(&["release", "payment:42", "--owner", "w1"], 0);
+        assert_eq!(out, json!({"released": true, "resource": "payment:42"}));
+        assert_eq!(status(db, "payment:42"), None);
+        // Free for anyone now.
+        acquire(db, "payment:42", "w2", "60");
+    });
+}
+
+#[test]
+fn release_exits_1_when_not_held() {
+    each_store(|db| {
+        let not_found = json!({"released": false, "resource": "payment:42", "reason": "not_found"});
+        untouched(db, || {
+            let out = db.json(&["release", "payment:42", "--owner", "w1"], 1);
+            assert_eq!(out, not_found);
+        });
+        acquire(db, "payment:42", "w1", "60");
+        db.json(&["release", "payment:42", "--owner", "w1"], 0);
+        let out = db.json(&["release", "payment:42", "--owner", "w1"], 1);
+        assert_eq!(out, not_found);
+    });
+}
+
+#[test]
+fn release_exits_77_when_another_owner_holds_it() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            let out = db.json(&["release", "payment:42", "--owner", "w2"], 77);
+            assert_eq!(
+                out,
+                json!({"released": false, "resource": "payment:42", "reason": "forbidden"})
+            );
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+    });
+}
+
+#[test]
+fn renew_exits_0_and_moves_the_expiry() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        sleep(Duration::from_millis(30));
+        let out = db.json(&["renew", "payment:42", "--owner", "w1", "--ttl", "120"], 0);
+        assert_eq!(keys(&out), ["lock", "renewed"], "{out}");
+        assert_eq!(out["renewed"], json!(true));
+        let renewed = lock_view(&out["lock"]);
+        assert_eq!(renewed.resource, "payment:42");
+        assert_eq!(renewed.owner, "w1");
+        assert_eq!(renewed.fence, held.fence, "renew keeps the fence");
+        assert_eq!(
+            renewed.acquired_at, held.acquired_at,
+            "renew keeps acquired_at"
+        );
+        // expires_at = (the renewal's now) + 120 s, and that now is after the acquire.
+        let renewed_at = renewed.expires_at - 120_000;
+        assert!(
+            renewed_at > held.acquired_at && renewed_at < held.acquired_at + 60_000,
+            "{held:?} renewed as {renewed:?}"
+        );
+        assert_eq!(status(db, "payment:42"), Some(renewed));
+        // A shorter ttl shortens the lease: expires_at = now + ttl.
+        let out = db.json(
+            &["renew", "payment:42", "--owner", " w1 ", "--ttl", "10"],
+            0,
+        );
+        let shorter = lock_view(&out["lock"]);
+        assert!(shorter.expires_at - 10_000 >= renewed_at, "{shorter:?}");
+        assert!(shorter.expires_at < held.expires_at, "{shorter:?}");
+    });
+}
+
+#[test]
+fn renew_exits_1_when_not_held() {
+    each_store(|db| {
+        let not_found = json!({"renewed": false, "resource": "payment:42", "reason": "not_found"});
+        untouched(db, || {
+            let out = db.json(&["renew", "payment:42", "--owner", "w1", "--ttl", "60"], 1);
+            assert_eq!(out, not_found);
+        });
+        assert_eq!(status(db, "payment:42"), None, "renew never creates a lock");
+        acquire(db, "payment:42", "w1", "60");
+        db.json(&["release", "payment:42", "--owner", "w1"], 0);
+        let out = db.json(&["renew", "payment:42", "--owner", "w1", "--ttl", "60"], 1);
+        assert_eq!(out, not_found);
+    });
+}
+
+#[test]
+fn renew_exits_77_when_another_owner_holds_it() {
+    each_store(|db| {
+        let held = acquire(db, "payment:42", "w1", "60");
+        untouched(db, || {
+            let out = db.json(
+                &["renew", "payment:42", "--owner", "w2", "--ttl", "600"],
+                77,
+            );
+            assert_eq!(
+                out,
+                json!({"renewed": false, "resource": "payment:42", "reason": "forbidden"})
+            );
+        });
+        assert_eq!(status(db, "payment:42"), Some(held));
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expiry and fences
+
+#[test]
+fn renew_of_an_expired_lock_exits_1_and_does_not_revive_it() {
+    each_store(|db| {
+        acquire(db, "payment:42", "w1", "1");
+        sleep(PAST_EXPIRY);
+        let not_found = json!({"renewed": false, "resource": "payment:42", "reason": "not_found"});
+        untouched(db, || {
+            for owner in ["w1", "w2"] {
+                let out = db.json(&["renew", "payment:42", "--owner", owner, "--ttl", "60"], 1);
+                assert_eq!(out, not_found, "renew by {owner}");
+            }
+        });
+        assert_eq!(status(db, "payment:42"), None);
+        acquire(db, "payment:42", "w2", "60");
+    });
+}
+
+#[test]
+fn release_of_an_expired_lock_exits_1_even_for_another_owner() {
+    each_store(|db| {
+        acquire(db, "payment:42", "w1", "1");
+        sleep(PAST_EXPIRY);
+        let not_found = json!({"released": false, "resource": "payment:42", "reason": "not_found"});
+        // 1, not 77: an expired lock belongs to no one.
+        let out = db.json(&["release", "payment:42", "--owner", "w2"], 1);
+        assert_eq!(out, not_found);
+        let out = db.json(&["release", "payment:42", "--owner", "w1"], 1);
+        assert_eq!(out, not_found);
+        assert_eq!(status(db, "payment:42"), None);
+    });
+}
+
+#[test]
+fn fences_strictly_increase_across_tenures() {
+    each_store(|db| {
+        let mut last = i64::MIN;
+        // Acquire/release cycles, by the same owner and by others.
+        for owner in ["w1", "w2", "w1", "w1", "w3"] {
+            let lock = acquire(db, "fenced", owner, "60");
+            assert!(lock.fence > last, "{lock:?} after fence {last}");
+            assert_eq!(
+                status(db, "fenced"),
+                Some(lock.clone()),
+                "stored as reported"
+            );
+            last = lock.fence;
+            // Re-acquire and renew stay in the tenure.
+            assert_eq!(acquire(db, "fenced", owner, "60").fence, last);
+            let out = db.json(&["renew", "fenced", "--owner", owner, "--ttl", "60"], 0);
+            assert_eq!(lock_view(&out["lock"]).fence, last);
+            db.json(&["release", "fenced", "--owner", owner], 0);
+        }
+        // Across expiry: the same owner coming back starts a new tenure, and so does another.
+        let same = acquire(db, "fenced", "w1", "1");
+        let other = acquire(db, "fenced:other", "w1", "1");
+        assert!(same.fence > last);
+        sleep(PAST_EXPIRY);
+        let again = acquire(db, "fenced", "w1", "60");
+        assert!(again.fence > same.fence, "{again:?} after {same:?}");
+        assert_eq!(status(db, "fenced"), Some(again), "stored as reported");
+        let taken = acquire(db, "fenced:other", "w2", "60");
+        assert!(taken.fence > other.fence, "{taken:?} after {other:?}");
+        assert_eq!(
+            status(db, "fenced:other"),
+            Some(taken),
+            "stored as reported"
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation: every row of the contract's table → 64, a message, nothing on stdout, no change
+
+#[test]
+fn resource_validation_rows_exit_64() {
+    let bad = [
+        String::new(),
+        " ".into(),
+        "   ".into(),
+        "\t".into(),
+        "a\nb".into(),
+        "a\tb".into(),
+        "a\x7f".into(),
+        "a\x01b".into(),
+        "\x1b[31mred".into(),
+        "a\rb".into(),
+        "\x1f".into(),
+        "x".repeat(256),
+    ];
+    each_store(|db| {
+        let held = acquire(db, "a", "w1", "60");
+        untouched(db, || {
+            for name in &bad {
+                usage_error(db, &["acquire", name, "--owner", "w1", "--ttl", "60"]);
+                usage_error(db, &["status", name]);
+                usage_error(db, &["release", name, "--owner", "w1"]);
+                usage_error(db, &["renew", name, "--owner", "w1", "--ttl", "60"]);
+            }
+            // Not UTF-8 at all.
+            let not_utf8 = OsStr::from_bytes(b"a\xffb");
+            let out = db.cmd().arg("status").arg(not_utf8).output().expect("run");
+            assert_usage_error(&out, &not_utf8);
+            let out = db
+                .cmd()
+                .args(["acquire", "--owner", "w1", "--ttl", "60"])
+                .arg(not_utf8)
+                .output()
+                .expect("run");
+            assert_usage_error(&out, &not_utf8);
+        });
+        assert_eq!(status(db, "a"), Some(held));
+    });
+}
+
+#[test]
+fn resource_is_taken_as_given_not_trimmed() {
+    each_store(|db| {
+        let spaced = acquire(db, " a ", "w1", "60");
+        assert_eq!(spaced.resource, " a ");
+        // "a" is another lock: free, and w2 may take it.
+        assert_eq!(status(db, "a"), None);
+        let plain = acquire(db, "a", "w2", "60");
+        assert_ne!(plain.fence, 0);
+        assert_eq!(status(db, " a ").map(|l| l.owner), Some("w1".into()));
+        assert_eq!(status(db, "a").map(|l| l.owner), Some("w2".into()));
+        db.json(&["release", "a", "--owner", "w2"], 0);
+        assert!(
+            status(db, " a ").is_some(),
+            "releasing \"a\" left \" a \" alone"
+        );
+        // Unicode and punctuation are fine as long as there is no control character.
+        for name in ["ключ/é", "payment:42#€", "a b", " leading", "trailing "] {
+            acquire(db, name, "w1", "60");
+        }
+    });
+}
+
+#[test]
+fn owner_is_trimmed() {
+    each_store(|db| {
+        let lock = acquire(db, "r", " w1 ", "60");
+        assert_eq!(lock.owner, "w1");
+        // "w1" is the same owner: a re-acquire, not a busy lock.
+        assert_eq!(acquire(db, "r", "w1", "60").fence, lock.fence);
+        let out = db.json(&["renew", "r", "--owner", "  w1", "--ttl", "60"], 0);
+        assert_eq!(out["lock"]["owner"], json!("w1"));
+        db.json(&["release", "r", "--owner", "w1   "], 0);
+        // 255 bytes after trimming is fine.
+        let long = "o".repeat(255);
+        let lock = acquire(db, "long-owner", &format!("  {long}  "), "60");
+        assert_eq!(lock.owner, long);
+    });
+}
+
+#[test]
+fn owner_validation_rows_exit_64() {
+    let bad = [
+        String::new(),
+        " ".into(),
+        "   ".into(),
+        "w\n1".into(),
+        "w\t1".into(),
+        "w\x7f".into(),
+        "w\x01".into(),
+        "\x1b[0m".into(),
+        "o".repeat(256),
+        format!(" {} ", "o".repeat(256)),
+    ];
+    each_store(|db| {
+        let held = acquire(db, "r", "w1", "60");
+        untouched(db, || {
+            for owner in &bad {
+                let flag = format!("--owner={owner}");
+                usage_error(db, &["acquire", "r", &flag, "--ttl", "60"]);
+                usage_error(db, &["acquire", "free", &flag, "--ttl", "60"]);
+                usage_error(db, &["release", "r", &flag]);
+                usage_error(db, &["renew", "r", &flag, "--ttl", "60"]);
+            }
+            let out = db
+                .cmd()
+                .args(["release", "r", "--owner"])
+                .arg(OsStr::from_bytes(b"w\xff1"))
+                .output()
+                .expect("run");
+            assert_usage_error(&out, &"owner not UTF-8");
+        });
+        assert_eq!(status(db, "r"), Some(held));
+    });
+}
+
+#[test]
+fn owner_from_distlock_owner_env() {
+    each_store(|db| {
+        let with_env = |owner: &str, args: &[&str]| {
+            db.cmd()
+                .env("DISTLOCK_OWNER", owner)
+                .args(args)
+                .output()
+                .expect("run")
+        };
+        let out = with_env(" env-owner ", &["acquire", "r", "--ttl", "60"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(parse_line(&out.stdout)["lock"]["owner"], json!("env-owner"));
+        // The flag wins over the environment.
+        let out = with_env(
+            "env-owner",
+            &["acquire", "r", "--owner", "w2", "--ttl", "60"],
+        );
+        assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+        let out = with_env("env-owner", &["renew", "r", "--ttl", "60"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        // Blank, empty or invalid owners from the environment are usage errors too.
+        untouched(db, || {
+            for owner in ["", "   ", "w\n1"] {
+                for args in [
+                    &["acquire", "free", "--ttl", "60"][..],
+                    &["release", "r"],
+                    &["renew", "r", "--ttl", "60"],
+                ] {
+                    assert_usage_error(&with_env(owner, args), &(owner, args));
+                }
+            }
+        });
+        let out = with_env("env-owner", &["release", "r"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(status(db, "r"), None);
+    });
+}
+
+#[test]
+fn ttl_validation_rows_exit_64() {
+    each_store(|db| {
+        let held = acquire(db, "r", "w1", "60");
+        untouched(db, || {
+            for ttl in [
+                "0",
+                "-1",
+                "-100",
+                "60.5",
+                "1500ms",
+                "abc",
+                "366d",
+                "365d1s",
+                "10y",
+                "",
+                "1e3",
+                "18446744073709551616",
+            ] {
+                let flag = format!("--ttl={ttl}");
+                usage_error(db, &["acquire", "free", "--owner", "w1", &flag]);
+                usage_error(db, &["acquire", "r", "--owner", "w1", &flag]);
+                usage_error(db, &["renew", "r", "--owner", "w1", &flag]);
+            }
+        });
+        assert_eq!(status(db, "r"), Some(held));
+    });
+}
+
+#[test]
+fn ttl_accepts_humantime_forms_and_bare_seconds() {
+    each_store(|db| {
+        for (i, (ttl, millis)) in [
+            ("90s", 90_000),
+            ("5m", 300_000),
+            ("1h30m", 5_400_000),
+            ("30", 30_000),
+            ("1", 1_000),
+            ("1s", 1_000),
+            ("2000ms", 2_000),
+            ("365d", 31_536_000_000_i64),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let resource = format!("ttl:{i}");
+            let lock = acquire(db, &resource, "w1", ttl);
+            assert_eq!(lock.expires_at - lock.acquired_at, millis, "--ttl {ttl}");
+            let out = db.json(&["renew", &resource, "--owner", "w1", "--ttl", ttl], 0);
+            let renewed = lock_view(&out["lock"]);
+            assert!(
+                renewed.expires_at - millis >= lock.acquired_at,
+                "renew --ttl {ttl}"
+            );
+            db.json(&["release", &resource, "--owner", "w1"], 0);
+        }
+    });
+}
+
+#[test]
+fn wait_validation_rows_exit_64() {
+    each_store(|db| {
+        let held = acquire(db, "r", "w2", "60");
+        untouched(db, || {
+            for wait in [
+                &["--wait", "-1"][..],
+                &["--wait=-1"],
+                &["--wait=-5s"],
+                &["--wait=abc"],
+                &["--wait="],
+                &["--wait"],
+            ] {
+                let mut args = vec!["acquire", "r", "--owner", "w1", "--ttl", "60"];
+                args.extend_from_slice(wait);
+                usage_error(db, &args);
+            }
+        });
+        assert_eq!(status(db, "r"), Some(held));
+        // Zero and fractions are fine: try once, or wait a little.
+        for wait in ["0", "0.2", "100ms"] {
+            db.json(
+                &[
+                    "acquire", "r", "--owner", "w1", "--ttl", "60", "--wait", wait,
+                ],
+                75,
+            );
+        }
+    });
+}
+
+#[test]
+fn argument_errors_exit_64() {
+    each_store(|db| {
+        let held = acquire(db, "r", "w1", "60");
+        untouched(db, || {
+            for args in [
+                &["acquire", "r", "--owner", "w2", "--ttl", "60", "--bogus"][..],
+                &["--bogus", "status", "r"],
+                &["status", "r", "-x"],
+                &["acquire", "r", "--owner", "w2", "--ttl"],
+                &["acquire", "r", "--ttl", "60", "--owner"],
+                &["acquire", "r", "--ttl", "60"],
+                &["acquire", "r", "--owner", "w2"],
+                &["acquire", "--owner", "w2", "--ttl", "60"],
+                &["release", "r"],
+                &["release", "--owner", "w2"],
+                &["renew", "r", "--owner", "w1"],
+                &["renew", "r", "--ttl", "60"],
+                &["status"],
+                &["status", "r", "extra"],
+                &["release", "r", "--owner", "w1", "--ttl", "60"],
+                &[],
+                &["frobnicate"],
+                &["--format", "yaml", "status", "r"],
+                &["--format"],
+                &["--db"],
+            ] {
+                usage_error(db, args);
+            }
+        });
+        assert_eq!(status(db, "r"), Some(held));
+    });
+}
+
+#[test]
+fn usage_errors_never_create_the_database() {
+    let db = Db::sqlite();
+    for args in [
+        &["acquire", "", "--owner", "w1", "--ttl", "60"][..],
+        &["acquire", "r", "--owner", " ", "--ttl", "60"],
+        &["acquire", "r", "--owner", "w1", "--ttl", "0"],
+        &["acquire", "r", "--owner", "w1", "--ttl", "60", "--wait=-1"],
+        &["status", "a\nb"],
+        &["release", "r"],
+        &["renew", "r", "--owner", "w1", "--ttl", "60.5"],
+        &["acquire", "r", "--owner", "w1", "--ttl", "60", "--bogus"],
+    ] {
+        usage_error(&db, args);
+    }
+    assert!(
+        !db.path().exists(),
+        "a usage error must not create the store"
+    );
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let db = Db::sqlite();
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["help"],
+        &["help", "acquire"],
+        &["acquire", "--help"],
+        &["status", "--help"],
+        &["release", "--help"],
+        &["renew", "--help"],
+        &["--version"],
+        &["-V"],
+    ] {
+        let out = db.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", describe(&out));
+        assert!(!out.stdout.is_empty(), "{args:?} prints on stdout");
+    }
+    let out = db.run(&["--version"]);
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.contains(env!("CARGO_PKG_VERSION")),
+        "--version names the version: {version:?}"
+    );
+    assert!(
+        !db.path().exists(),
+        "--help and --version do not touch the store"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// acquire --wait
+
+#[test]
+fn acquire_wait_succeeds_once_the_holder_releases() {
+    each_store(|db| {
+        let held = acquire(db, "deploy", "holder", "60");
+        let mut waiter = spawn(
+            db,
+            &[
+                "acquire", "deploy", "--owner", "waiter", "--ttl", "60", "--wait", "10s",
+            ],
+        );
+        sleep(Duration::from_millis(500));
+        assert!(
+            waiter.try_wait().expect("try_wait").is_none(),
+            "the waiter must still be waiting while the lock is held"
+        );
+        db.json(&["release", "deploy", "--owner", "holder"], 0);
+        let out = waiter.wait_with_output().expect("wait");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let lock = lock_view(&parse_line(&out.stdout)["lock"]);
+        assert_eq!(lock.owner, "waiter");
+        assert!(lock.fence > held.fence, "{lock:?} after {held:?}");
+        assert_eq!(status(db, "deploy"), Some(lock));
+    });
+}
+
+#[test]
+fn acquire_wait_exits_75_when_the_wait_runs_out() {
+    each_store(|db| {
+        let held = acquire(db, "deploy", "holder", "60");
+        let start = Instant::now();
+        let out = db.run(&[
+            "acquire", "deploy", "--owner", "waiter", "--ttl", "60", "--wait", "1s",
+        ]);
+        let took = start.elapsed();
+        assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+        assert!(
+            took >= Duration::from_millis(900),
+            "--wait 1s gave up after {took:?}"
+        );
+        assert!(took < Duration::from_secs(10), "--wait 1s took {took:?}");
+        let busy = parse_line(&out.stdout);
+        assert_eq!(keys(&busy), ["acquired", "holder", "resource"]);
+        assert_eq!(busy["acquired"], json!(false));
+        assert_eq!(busy["holder"]["owner"], json!("holder"));
+        assert_eq!(status(db, "deploy"), Some(held));
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SQLite store itself
+
+#[test]
+fn store_uses_wal_mode() {
+    let db = Db::sqlite();
+    acquire(&db, "r", "w1", "60");
+    let conn = Connection::open(db.path()).expect("open");
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .expect("journal_mode");
+    assert_eq!(mode.to_lowercase(), "wal");
+}
+
+#[test]
+fn store_has_a_unique_constraint_on_resource() {
+    let db = Db::sqlite();
+    acquire(&db, "r1", "w1", "60");
+    acquire(&db, "r2", "w2", "60");
+    let conn = Connection::open(db.path()).expect("open");
+    // A unique index on exactly (resource).
+    let mut unique_indexes = Vec::new();
+    let mut stmt = conn
+        .prepare("PRAGMA index_list(locks)")
+        .expect("index_list");
+    let mut rows = stmt.query([]).expect("index_list");
+    while let Some(row) = rows.next().expect("row") {
+        let name: String = row.get("name").expect("name");
+        let unique: bool = row.get("unique").expect("unique");
+        if unique {
+            unique_indexes.push(name);
+        }
+    }
+    let on_resource_only = unique_indexes.iter().any(|index| {
+        let mut stmt = conn
+            .prepare(&format!("PRAGMA index_info(\"{index}\")"))
+            .expect("index_info");
+        let columns: Vec<String> = stmt
+            .query_map([], |r| r.get("name"))
+            .expect("index_info")
+            .collect::<Result<_, _>>()
+            .expect("columns");
+        columns == ["resource"]
+    });
+    assert!(
+        on_resource_only,
+        "no unique index on (resource); unique indexes: {unique_indexes:?}"
+    );
+    // And it bites: duplicating the rows fails, and nothing is duplicated.
+    let err = conn
+        .execute("INSERT INTO locks SELECT * FROM locks", [])
+        .expect_err("a second row for a resource must be refused");
+    assert_eq!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ConstraintViolation),
+        "{err}"
+    );
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM locks", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(rows, 2);
+}
+
+#[test]
+fn busy_database_is_waited_on() {
+    let db = Db::sqlite();
+    acquire(&db, "warm-up", "w1", "60");
+    // Another process's write transaction holds the database for about a second.
+    let conn = Connection::open(db.path()).expect("open");
+    conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+    conn.execute("DELETE FROM locks WHERE resource = 'nothing'", [])
+        .expect("write");
+    let holder = std::thread::spawn(move || {
+        sleep(Duration::from_secs(1));
+        conn.execute_batch("COMMIT").expect("commit");
+    });
+    let mut child = spawn(&db, &["acquire", "r", "--owner", "w2", "--ttl", "60"]);
+    sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "acquire must wait for the busy database, not give up"
+    );
+    holder.join().expect("holder thread");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(lock_view(&parse_line(&out.stdout)["lock"]).owner, "w2");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad stores → 74
+
+/// The SQLite sidecar files that may sit beside `path`.
+fn siblings(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+    ["-wal", "-shm", "-journal"]
+        .iter()
+        .map(|suffix| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            std::path::PathBuf::from(name)
+        })
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// The four lock commands, for stores that none of them may use.
+const ALL_FOUR: [&[&str]; 4] = [
+    &["acquire", "r", "--owner", "w1", "--ttl", "60"],
+    &["status", "r"],
+    &["release", "r", "--owner", "w1"],
+    &["renew", "r", "--owner", "w1", "--ttl", "60"],
+];
+
+fn with_db(db: &str, args: &[&str]) -> Output {
+    assert_cmd::Command::new(BIN)
+        .env_remove("DISTLOCK_DB")
+        .env_remove("DISTLOCK_OWNER")
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("run distlock")
+}
+
+#[test]
+fn db_that_is_a_directory_is_a_store_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().to_str().expect("utf-8");
+    for args in ALL_FOUR {
+        assert_store_error(&with_db(path, args), &args);
+    }
+}
+
+#[test]
+fn garbage_file_is_a_store_error_and_left_unchanged() {
+    let db = Db::sqlite();
+    // 4096 pseudo-random bytes (xorshift), reproducible.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let garbage: Vec<u8> = (0..4096)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state.to_le_bytes()[0]
+        })
+        .collect();
+    std::fs::write(db.path(), &garbage).expect("write garbage");
+    for args in ALL_FOUR {
+        assert_store_error(&db.run(args), &args);
+    }
+    assert!(
+        std::fs::read(db.path()).expect("read") == garbage,
+        "the garbage file must be left byte for byte as it was"
+    );
+    assert_eq!(siblings(db.path()), Vec::<std::path::PathBuf>::new());
+}
+
+#[test]
+fn unwritable_location_is_a_store_error() {
+    for args in ALL_FOUR {
+        assert_store_error(&with_db("/proc/distlock-test/locks.db", args), &args);
+    }
+    assert!(!std::path::Path::new("/proc/distlock-test").exists());
+}
+
+#[test]
+fn newer_schema_is_a_store_error() {
+    let db = Db::sqlite();
+    let held = acquire(&db, "r", "w1", "60");
+    Connection::open(db.path())
+        .expect("open")
+        .pragma_update(None, "user_version", 99)
+        .expect("user_version");
+    for args in ALL_FOUR {
+        let message = assert_store_error(&db.run(args), &args);
+        assert!(message.contains("newer"), "{message:?} must say newer");
+    }
+    let conn = Connection::open(db.path()).expect("open");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("user_version");
+    assert_eq!(version, 99, "the newer schema is left alone");
+    let fence: i64 = conn
+        .query_row("SELECT fence FROM locks WHERE resource = 'r'", [], |r| {
+            r.get(0)
+        })
+        .expect("the lock row is still there");
+    assert_eq!(fence, held.fence);
+}
+
+#[test]
+fn missing_parent_folders_are_created() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("a/b/c/locks.db");
+    let path = path.to_str().expect("utf-8");
+    let out = with_db(path, &["acquire", "r", "--owner", "w1", "--ttl", "60"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(std::path::Path::new(path).is_file());
+    let out = with_db(path, &["status", "r"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+#[test]
+fn sqlite_file_of_another_application_is_refused_and_unchanged() {
+    let db = Db::sqlite();
+    {
+        let conn = Connection::open(db.path()).expect("open");
+        conn.execute_batch(
+            "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
+             INSERT INTO notes (body) VALUES ('keep me');",
+        )
+        .expect("another application's schema");
+    }
+    let before = std::fs::read(db.path()).expect("read");
+    for args in ALL_FOUR {
+        assert_store_error(&db.run(args), &args);
+    }
+    assert!(
+        std::fs::read(db.path()).expect("read") == before,
+        "another application's database must be left byte for byte as it was"
+    );
+    assert_eq!(siblings(db.path()), Vec::<std::path::PathBuf>::new());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The default store location
+
+fn without_db(env: &[(&str, &std::path::Path)], args: &[&str]) -> Output {
+    let mut cmd = assert_cmd::Command::new(BIN);
+    cmd.env_remove("DISTLOCK_DB")
+        .env_remove("DISTLOCK_OWNER")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("HOME");
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    cmd.args(args).output().expect("run distlock")
+}
+
+#[test]
+fn default_db_is_under_xdg_state_home() {
+    let state = tempfile::tempdir().expect("temp dir");
+    let home = tempfile::tempdir().expect("temp dir");
+    let env = [("XDG_STATE_HOME", state.path()), ("HOME", home.path())];
+    let out = without_db(&env, &["acquire", "r", "--owner", "w1", "--ttl", "60"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let path = state.path().join("distlock/locks.db");
+    assert!(path.is_file(), "{} must exist", path.display());
+    assert!(!home.path().join(".local").exists(), "HOME is not used");
+    let out = with_db(path.to_str().expect("utf-8"), &["status", "r"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+#[test]
+fn default_db_falls_back_to_home_local_state() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let out = without_db(
+        &[("HOME", home.path())],
+        &["acquire", "r", "--owner", "w1", "--ttl", "60"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let path = home.path().join(".local/state/distlock/locks.db");
+    assert!(path.is_file(), "{} must exist", path.display());
+    let out = with_db(path.to_str().expect("utf-8"), &["status", "r"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// --format text
+
+#[test]
+fn text_format_prints_one_human_line_with_the_same_exit_codes() {
+    each_store(|db| {
+        let text = |args: &[&str], code: i32| {
+            let mut all = vec!["--format", "text"];
+            all.extend_from_slice(args);
+            let out = db.run(&all);
+            assert_eq!(out.status.code(), Some(code), "{all:?}: {}", describe(&out));
+            let stdout = String::from_utf8(out.stdout).expect("utf-8");
+            assert!(
+                stdout.ends_with('\n') && stdout.lines().count() == 1,
+                "{all:?}: one line, got {stdout:?}"
+            );
+            assert!(
+                serde_json::from_str::<Value>(&stdout).is_err(),
+                "{all:?}: a human line, not JSON: {stdout:?}"
+            );
+            assert!(stdout.contains("payment:42"), "{all:?}: {stdout:?}");
+            assert!(out.stderr.is_empty(), "{all:?}: {:?}", out.stderr);
+            stdout
+        };
+        let acquired = text(
+            &["acquire", "payment:42", "--owner", "w1", "--ttl", "60"],
+            0,
+        );
+        assert!(acquired.contains("w1"), "{acquired:?}");
+        let busy = text(
+            &["acquire", "payment:42", "--owner", "w2", "--ttl", "60"],
+            75,
+        );
+        assert!(busy.contains("w1"), "the holder is named: {busy:?}");
+        let held = text(&["status", "payment:42"], 0);
+        assert!(held.contains("w1"), "{held:?}");
+        text(&["renew", "payment:42", "--owner", "w1", "--ttl", "60"], 0);
+        text(&["renew", "payment:42", "--owner", "w2", "--ttl", "60"], 77);
+        text(&["release", "payment:42", "--owner", "w2"], 77);
+        text(&["release", "payment:42", "--owner", "w1"], 0);
+        text(&["release", "payment:42", "--owner", "w1"], 1);
+        text(&["renew", "payment:42", "--owner", "w1", "--ttl", "60"], 1);
+        text(&["status", "payment:42"], 1);
+        // --format is global: it may follow the subcommand too.
+        let out = db.run(&["status", "payment:42", "--format", "text"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(serde_json::from_str::<Value>(&String::from_utf8_lossy(&out.stdout)).is_err());
+    });
+}
