@@ -134,6 +134,12 @@ impl Ttl {
     ///
     /// A message for zero, negative, fractional, out-of-range or unreadable values.
     pub fn parse(raw: &str) -> Result<Ttl, String> {
+        // Fractions are for waits (`--wait 0.5`); a TTL is whole seconds, even as `60.0`.
+        if raw.contains('.') {
+            return Err(format!(
+                "ttl must be a whole number of seconds, got {raw:?}"
+            ));
+        }
         let duration = parse_duration(raw)?;
         if duration.subsec_nanos() != 0 {
             return Err(format!(

@@ -1,0 +1,191 @@
+//! In-process cost of the SQLite store's operations, on an empty file and on a file holding
+//! 100,000 live locks and 1,000,000 history rows, against raw rusqlite running the same SQL.
+//!
+//! `cargo bench --bench store`. Every operation commits with `synchronous=FULL`, so on most
+//! disks the fsync dominates; compare the ratios, not the absolute times.
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use distlock::lock::{Owner, Resource, Ttl};
+use distlock::store::{LockStore, SqliteStore, SystemClock};
+use rusqlite::{Connection, TransactionBehavior, params};
+
+const LIVE_LOCKS: i64 = 100_000;
+const HISTORY_ROWS: i64 = 1_000_000;
+
+fn open(path: &Path) -> SqliteStore {
+    SqliteStore::open(path, Box::new(SystemClock)).expect("open store")
+}
+
+/// A distlock database with `LIVE_LOCKS` live locks and `HISTORY_ROWS` history rows.
+fn large_file(path: &Path) {
+    drop(open(path));
+    let mut conn = Connection::open(path).expect("open");
+    let tx = conn.transaction().expect("tx");
+    let far = 4_102_444_800_000_i64; // 2100-01-01
+    {
+        let mut lock = tx
+            .prepare("INSERT INTO locks VALUES (?1, ?2, ?3, 0, ?4)")
+            .expect("prepare");
+        for i in 0..LIVE_LOCKS {
+            lock.execute(params![
+                format!("resource:{i:06}"),
+                format!("owner-{i}"),
+                i + 1,
+                far
+            ])
+            .expect("insert lock");
+        }
+        let mut event = tx
+            .prepare(
+                "INSERT INTO history (at, resource, owner, fence, event) \
+                 VALUES (?1, ?2, ?3, ?4, 'renewed')",
+            )
+            .expect("prepare");
+        for i in 0..HISTORY_ROWS {
+            let r = i % LIVE_LOCKS;
+            event
+                .execute(params![
+                    i,
+                    format!("resource:{r:06}"),
+                    format!("owner-{r}"),
+                    r + 1
+                ])
+                .expect("insert event");
+        }
+        tx.execute("UPDATE fence_counter SET last = ?1", [LIVE_LOCKS])
+            .expect("counter");
+    }
+    tx.commit().expect("commit");
+}
+
+fn store_operations(c: &mut Criterion) {
+    let owner = Owner::parse("bench").expect("owner");
+    let ttl = Ttl::from_secs(60).expect("ttl");
+    for (label, large) in [("empty", false), ("large", true)] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("locks.db");
+        if large {
+            large_file(&path);
+        }
+        let mut store = open(&path);
+        let resource = Resource::parse("bench:resource").expect("resource");
+        let mut group = c.benchmark_group(format!("store/{label}"));
+        group.bench_function("acquire+release", |b| {
+            b.iter(|| {
+                store.acquire(&resource, &owner, ttl).expect("acquire");
+                store.release(&resource, &owner, None).expect("release");
+            });
+        });
+        store.acquire(&resource, &owner, ttl).expect("acquire");
+        group.bench_function("renew", |b| {
+            b.iter(|| store.renew(&resource, &owner, ttl, None).expect("renew"));
+        });
+        group.bench_function("status", |b| {
+            b.iter(|| store.status(&resource).expect("status"));
+        });
+        group.bench_function("open", |b| {
+            b.iter_batched(|| (), |()| open(&path), BatchSize::PerIteration);
+        });
+        group.finish();
+    }
+}
+
+/// The same statements as the store's acquire and release, through rusqlite directly: the
+/// ceiling for the store's own overhead.
+fn raw_rusqlite(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("locks.db");
+    drop(open(&path));
+    let mut conn = Connection::open(&path).expect("open");
+    conn.pragma_update(None, "synchronous", "FULL")
+        .expect("pragma");
+    conn.busy_timeout(Duration::from_secs(5)).expect("busy");
+    let mut group = c.benchmark_group("raw-rusqlite");
+    group.bench_function("acquire+release", |b| {
+        b.iter(|| {
+            let now = 1_000_i64;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .expect("begin");
+            let held: Option<i64> = tx
+                .prepare_cached("SELECT fence FROM locks WHERE resource = ?1")
+                .expect("prepare")
+                .query_row(["bench:resource"], |r| r.get(0))
+                .ok();
+            assert!(held.is_none());
+            let fence: i64 = tx
+                .prepare_cached(
+                    "UPDATE fence_counter SET last = last + 1 WHERE id = 0 RETURNING last",
+                )
+                .expect("prepare")
+                .query_row([], |r| r.get(0))
+                .expect("fence");
+            tx.prepare_cached(
+                "INSERT INTO locks (resource, owner, fence, acquired_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (resource) DO UPDATE SET
+                     owner = excluded.owner, fence = excluded.fence,
+                     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+            )
+            .expect("prepare")
+            .execute(params!["bench:resource", "bench", fence, now, now + 60_000])
+            .expect("insert");
+            tx.prepare_cached(
+                "INSERT INTO history (at, resource, owner, fence, event, previous_owner)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .expect("prepare")
+            .execute(params![
+                now,
+                "bench:resource",
+                "bench",
+                fence,
+                "acquired",
+                None::<String>
+            ])
+            .expect("history");
+            tx.commit().expect("commit");
+
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .expect("begin");
+            tx.prepare_cached("SELECT fence FROM locks WHERE resource = ?1")
+                .expect("prepare")
+                .query_row(["bench:resource"], |r| r.get::<_, i64>(0))
+                .expect("held");
+            tx.prepare_cached("DELETE FROM locks WHERE resource = ?1")
+                .expect("prepare")
+                .execute(["bench:resource"])
+                .expect("delete");
+            tx.prepare_cached(
+                "INSERT INTO history (at, resource, owner, fence, event, previous_owner)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .expect("prepare")
+            .execute(params![
+                now,
+                "bench:resource",
+                "bench",
+                fence,
+                "released",
+                None::<String>
+            ])
+            .expect("history");
+            tx.commit().expect("commit");
+        });
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    targets = store_operations, raw_rusqlite
+}
+criterion_main!(benches);
