@@ -1,0 +1,7 @@
+//! distlock's integration suite: real binaries, real SQLite files (and a real PostgreSQL server
+//! when `DISTLOCK_TEST_PG_URL` is set), real processes and signals. One binary, one module per
+//! area, helpers in `common`.
+
+mod common;
+mod core;
+mod postgres;

@@ -1,0 +1,1224 @@
+//! What only the PostgreSQL store has to prove: many processes racing over the network (and on
+//! a database whose schema does not exist yet), the server's clock deciding (clients under
+//! `faketime` an hour ahead or behind), bounded waiting when the server is unreachable, dies or
+//! hangs (a TCP proxy in front of the real server injects the fault), passwords kept out of
+//! every message, `PGPASSWORD`, and fences that keep increasing after `gc`.
+//!
+//! Every test starts with `Db::postgres()`: without `DISTLOCK_TEST_PG_URL` it says it was
+//! skipped (or fails, when `DISTLOCK_TEST_REQUIRE_PG` is set, as in CI). Spawned processes
+//! write to files, never to pipes, and are killed if they outlive their time limit, so a hang
+//! fails the test instead of blocking the suite. Timing checks are upper bounds with generous
+//! slack, or lower bounds that follow from causality.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use crate::common::{BIN, Db, assert_store_error, now_millis, parse_line, timestamp_millis};
+
+/// A distinctive password that must never show up in anything distlock prints.
+const SECRET: &str = "hunter2-Pa55";
+
+// ---------------------------------------------------------------------------------------------
+// Helpers: URLs, processes, the server's clock.
+
+/// A `postgres://` URL taken apart just enough to swap its server or password.
+#[derive(Clone)]
+struct PgUrl {
+    scheme: String,
+    user: String,
+    password: Option<String>,
+    /// `host:port` as written.
+    server: String,
+    /// `/db?query`, as written.
+    rest: String,
+}
+
+impl PgUrl {
+    fn parse(url: &str) -> PgUrl {
+        let (scheme, after) = url.split_once("://").expect("a URL with a scheme");
+        let end = after.find(['/', '?']).unwrap_or(after.len());
+        let (authority, rest) = after.split_at(end);
+        let (userinfo, server) = match authority.rsplit_once('@') {
+            Some((userinfo, server)) => (userinfo, server),
+            None => ("", authority),
+        };
+        let (user, password) = match userinfo.split_once(':') {
+            Some((user, password)) => (user, Some(password.to_owned())),
+            None => (userinfo, None),
+        };
+        PgUrl {
+            scheme: scheme.to_owned(),
+            user: user.to_owned(),
+            password,
+            server: server.to_owned(),
+            rest: rest.to_owned(),
+        }
+    }
+
+    fn with_server(&self, server: &str) -> PgUrl {
+        PgUrl {
+            server: server.to_owned(),
+            ..self.clone()
+        }
+    }
+
+    fn with_password(&self, password: Option<&str>) -> PgUrl {
+        PgUrl {
+            password: password.map(str::to_owned),
+            ..self.clone()
+        }
+    }
+
+    /// The URL with the query setting `key` set to `value` (replacing any earlier one).
+    fn with_setting(&self, key: &str, value: &str) -> PgUrl {
+        let (path, query) = self.rest.split_once('?').unwrap_or((&self.rest, ""));
+        let mut settings: Vec<String> = query
+            .split('&')
+            .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(key))
+            .map(str::to_owned)
+            .collect();
+        settings.push(format!("{key}={value}"));
+        PgUrl {
+            rest: format!("{path}?{}", settings.join("&")),
+            ..self.clone()
+        }
+    }
+}
+
+impl std::fmt::Display for PgUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://", self.scheme)?;
+        match (&self.password, self.user.is_empty()) {
+            (Some(password), _) => write!(f, "{}:{password}@", self.user)?,
+            (None, false) => write!(f, "{}@", self.user)?,
+            (None, true) => {}
+        }
+        write!(f, "{}{}", self.server, self.rest)
+    }
+}
+
+/// The address of the suite's PostgreSQL server, from `DISTLOCK_TEST_PG_URL`.
+fn server_addr() -> SocketAddr {
+    let admin = std::env::var("DISTLOCK_TEST_PG_URL").expect("DISTLOCK_TEST_PG_URL");
+    let server = PgUrl::parse(&admin).server;
+    let server = if server
+        .rsplit_once(':')
+        .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        server
+    } else {
+        format!("{server}:5432")
+    };
+    server
+        .to_socket_addrs()
+        .unwrap_or_else(|e| panic!("cannot resolve the test server {server}: {e}"))
+        .next()
+        .expect("an address for the test server")
+}
+
+/// A local port nothing listens on (bound, then released).
+fn dead_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// The server's `now()` in milliseconds since the Unix epoch.
+fn server_now_millis(db: &Db) -> i64 {
+    let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls)
+        .expect("connect to the test database");
+    client
+        .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
+        .expect("read the server's clock")
+        .get(0)
+}
+
+/// A spawned process whose stdout and stderr go to files; killed if dropped while it runs.
+struct Spawned {
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    started: Instant,
+}
+
+/// How a spawned process ended: its output, how long it took, and whether it had to be killed
+/// for taking longer than its limit.
+struct Finished {
+    output: Output,
+    elapsed: Duration,
+    timed_out: bool,
+}
+
+impl Finished {
+    fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "exit {:?} after {:?}{}\nstdout: {}\nstderr: {}",
+            self.code(),
+            self.elapsed,
+            if self.timed_out {
+                " (killed: it took too long)"
+            } else {
+                ""
+            },
+            self.stdout(),
+            self.stderr()
+        )
+    }
+}
+
+impl Spawned {
+    fn new(mut cmd: Command, dir: &Path, name: &str) -> Spawned {
+        let stdout = dir.join(format!("{name}.stdout"));
+        let stderr = dir.join(format!("{name}.stderr"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(File::create(&stdout).expect("stdout file"))
+            .stderr(File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("spawn");
+        Spawned {
+            child,
+            stdout,
+            stderr,
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits for the process, killing it once it has run for `limit`.
+    fn finish(self, limit: Duration) -> Finished {
+        let deadline = self.started + limit;
+        self.finish_by(deadline)
+    }
+
+    /// Waits for the process, killing it if it still runs at `deadline`.
+    fn finish_by(mut self, deadline: Instant) -> Finished {
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                timed_out = true;
+                let _ = self.child.kill();
+                break self.child.wait().expect("wait after kill");
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        Finished {
+            elapsed: self.started.elapsed(),
+            timed_out,
+            output: Output {
+                status,
+                stdout: fs::read(&self.stdout).unwrap_or_default(),
+                stderr: fs::read(&self.stderr).unwrap_or_default(),
+            },
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `cmd` to completion (killed after `limit`).
+fn finish(cmd: Command, dir: &Path, name: &str, limit: Duration) -> Finished {
+    Spawned::new(cmd, dir, name).finish(limit)
+}
+
+/// `distlock ARGS…` against the database at `url`, with no `DISTLOCK_DB` or owner inherited.
+fn distlock_at(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--db")
+        .arg(url)
+        .args(args)
+        .env_remove("DISTLOCK_DB")
+        .env_remove("DISTLOCK_OWNER")
+        .env_remove("PGPASSWORD");
+    cmd
+}
+
+fn wait_for_file(path: &Path, limit: Duration) -> bool {
+    let start = Instant::now();
+    while !path.exists() {
+        if start.elapsed() > limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+fn sleep_until_millis(target: i64) {
+    let left = target - now_millis();
+    if left > 0 {
+        thread::sleep(Duration::from_millis(left.unsigned_abs()));
+    }
+}
+
+/// `acquired_at` and `expires_at` of a lock object, in milliseconds.
+fn lock_times(lock: &Value) -> (i64, i64) {
+    (
+        timestamp_millis(lock["acquired_at"].as_str().expect("acquired_at")),
+        timestamp_millis(lock["expires_at"].as_str().expect("expires_at")),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// A starting gate: many processes released at the same instant.
+
+/// Processes wait on a FIFO, each for one byte; writing N newlines releases N of them at once.
+/// The test holds the FIFO open for reading and writing, so no `open` ever blocks.
+struct Gate {
+    fifo: PathBuf,
+    ready: PathBuf,
+    writer: File,
+}
+
+impl Gate {
+    fn new(dir: &Path, name: &str) -> Gate {
+        let fifo = dir.join(name);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let writer = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .expect("open the FIFO");
+        let ready = dir.join(format!("{name}.ready"));
+        fs::create_dir(&ready).expect("ready folder");
+        Gate {
+            fifo,
+            ready,
+            writer,
+        }
+    }
+
+    /// `distlock ARGS…` against `db` that starts only when the gate opens.
+    fn distlock(&self, db: &Db, args: &[&str]) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", r#": > "$1/$$"; read go < "$0"; shift; exec "$@""#])
+            .arg(&self.fifo)
+            .arg(&self.ready)
+            .arg(BIN)
+            .args(args)
+            .env("DISTLOCK_DB", &db.url)
+            .env_remove("DISTLOCK_OWNER")
+            .env_remove("PGPASSWORD");
+        cmd
+    }
+
+    /// Waits until `n` processes sit at the gate (at most a few seconds), then lets them all go.
+    fn open(mut self, n: usize) {
+        let start = Instant::now();
+        while fs::read_dir(&self.ready).map_or(0, Iterator::count) < n
+            && start.elapsed() < Duration::from_secs(10)
+        {
+            thread::sleep(Duration::from_millis(10));
+        }
+        // Let the last ones reach `read`.
+        thread::sleep(Duration::from_millis(50));
+        self.writer
+            .write_all(&vec![b'\n'; n])
+            .expect("open the gate");
+    }
+}
+
+/// `n` processes acquiring `resource` at the same instant; returns each one's result.
+fn race(db: &Db, resource: &str, n: usize, round: &str) -> Vec<(String, Finished)> {
+    let gate = Gate::new(db.dir.path(), &format!("gate-{round}"));
+    let racers: Vec<(String, Spawned)> = (0..n)
+        .map(|i| {
+            let owner = format!("w{i}");
+            let cmd = gate.distlock(db, &["acquire", resource, "--owner", &owner, "--ttl", "60"]);
+            let spawned = Spawned::new(cmd, db.dir.path(), &format!("{round}-{owner}"));
+            (owner, spawned)
+        })
+        .collect();
+    gate.open(n);
+    racers
+        .into_iter()
+        .map(|(owner, spawned)| (owner, spawned.finish(Duration::from_secs(30))))
+        .collect()
+}
+
+/// Checks a race: no errors leaked (every exit 0 or 75, nothing on stderr), exactly one winner,
+/// every loser names the winner as the holder, and `status` agrees.
+fn assert_one_winner(db: &Db, resource: &str, results: &[(String, Finished)]) {
+    for (owner, finished) in results {
+        assert!(
+            matches!(finished.code(), Some(0 | 75)) && finished.stderr().is_empty(),
+            "{owner} on {resource}: {}",
+            finished.describe()
+        );
+    }
+    let winners: Vec<&(String, Finished)> = results
+        .iter()
+        .filter(|(_, f)| f.code() == Some(0))
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one of {} racers must win {resource}; winners: {:?}",
+        results.len(),
+        winners.iter().map(|(o, _)| o).collect::<Vec<_>>()
+    );
+    let (winner, won) = winners[0];
+    let lock = parse_line(&won.output.stdout)["lock"].clone();
+    assert_eq!(lock["owner"], winner.as_str(), "{lock}");
+    for (owner, finished) in results.iter().filter(|(o, _)| o != winner) {
+        let busy = parse_line(&finished.output.stdout);
+        assert_eq!(busy["acquired"], false, "{owner}: {busy}");
+        assert_eq!(busy["holder"]["owner"], winner.as_str(), "{owner}: {busy}");
+    }
+    let status = db.json(&["status", resource], 0);
+    assert_eq!(status["lock"], lock, "status must show the winner's lock");
+}
+
+#[test]
+fn twenty_processes_racing_over_postgres_have_exactly_one_winner() {
+    let Some(db) = Db::postgres() else { return };
+    for round in 0..5 {
+        let resource = format!("race-{round}");
+        let results = race(&db, &resource, 20, &format!("round{round}"));
+        assert_one_winner(&db, &resource, &results);
+        let log = db.run(&["log", &resource]);
+        let events = String::from_utf8_lossy(&log.stdout).lines().count();
+        assert_eq!(events, 1, "one tenure, one history event: {log:?}");
+    }
+}
+
+#[test]
+fn sixteen_processes_on_a_brand_new_database_create_the_schema_once_and_one_wins() {
+    let Some(db) = Db::postgres() else { return };
+    // Nothing has touched this database yet: the racers create the schema between them.
+    let results = race(&db, "first", 16, "fresh");
+    assert_one_winner(&db, "first", &results);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clock skew: the server's clock decides.
+
+/// Whether `faketime` works here. Missing, it fails the test when the PostgreSQL variants are
+/// required (CI), and skips it with a note otherwise.
+fn faketime_works() -> bool {
+    let shifted = Command::new("faketime")
+        .args(["-f", "+1h", "date", "+%s"])
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<i64>()
+                .ok()
+        });
+    let works = shifted.is_some_and(|secs| (secs - now_millis() / 1000 - 3600).abs() < 60);
+    if works {
+        return true;
+    }
+    assert!(
+        std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
+        "the clock-skew tests need `faketime` (Debian package faketime), and \
+         `faketime -f +1h date +%s` did not print a time an hour ahead; \
+         DISTLOCK_TEST_REQUIRE_PG is set, so this fails instead of skipping"
+    );
+    eprintln!("note: clock-skew test skipped: faketime is missing (apt-get install faketime)");
+    false
+}
+
+/// `distlock ARGS…` against `db` with the client's wall clock shifted by `offset` (`+1h`).
+/// The monotonic clock is left alone, as a skewed host's would be.
+fn skewed(db: &Db, offset: &str, args: &[&str]) -> Command {
+    skewed_at(&db.url, offset, args)
+}
+
+fn skewed_at(url: &str, offset: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new("faketime");
+    cmd.args(["-f", offset, BIN])
+        .args(args)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("DISTLOCK_DB", url)
+        .env_remove("DISTLOCK_OWNER")
+        .env_remove("PGPASSWORD");
+    cmd
+}
+
+/// Runs a skewed command and returns its JSON line, checking its exit code.
+fn skewed_json(db: &Db, offset: &str, args: &[&str], code: i32) -> Value {
+    let name = format!("skewed-{}", fastrand::u32(..));
+    let finished = finish(
+        skewed(db, offset, args),
+        db.dir.path(),
+        &name,
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        finished.code(),
+        Some(code),
+        "faketime {offset} distlock {args:?}: {}",
+        finished.describe()
+    );
+    parse_line(&finished.output.stdout)
+}
+
+const OFFSETS: [&str; 2] = ["+1h", "-1h"];
+
+#[test]
+fn skewed_clients_get_the_servers_time_and_exactly_their_ttl() {
+    let Some(db) = Db::postgres() else { return };
+    if !faketime_works() {
+        return;
+    }
+    // faketime reaches the binary: on SQLite, which uses the host's clock, the same skewed
+    // client stamps its own (shifted) time.
+    let sqlite = db.file("skew.db");
+    let sqlite = sqlite.to_str().expect("utf-8 path");
+    for (offset, shift) in [("+1h", 3_600_000), ("-1h", -3_600_000)] {
+        let out = finish(
+            skewed_at(
+                sqlite,
+                offset,
+                &[
+                    "acquire",
+                    &format!("sqlite{offset}"),
+                    "--owner",
+                    "s",
+                    "--ttl",
+                    "60",
+                ],
+            ),
+            db.dir.path(),
+            "sqlite-skew",
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.code(), Some(0), "{}", out.describe());
+        let (acquired, _) = lock_times(&parse_line(&out.output.stdout)["lock"]);
+        assert!(
+            (acquired - now_millis() - shift).abs() < 60_000,
+            "faketime {offset} does not reach distlock: SQLite stamped {acquired}, now {}",
+            now_millis()
+        );
+    }
+
+    for offset in OFFSETS {
+        let resource = format!("skew{offset}");
+        let server_before = server_now_millis(&db);
+        let test_before = now_millis();
+        let acquired = skewed_json(
+            &db,
+            offset,
+            &["acquire", &resource, "--owner", "s", "--ttl", "60"],
+            0,
+        );
+        let test_after = now_millis();
+        let server_after = server_now_millis(&db);
+        let lock = &acquired["lock"];
+        let (acquired_at, expires_at) = lock_times(lock);
+        assert!(
+            server_before - 1000 <= acquired_at && acquired_at <= server_after + 1000,
+            "{offset}: acquired_at {acquired_at} is not the server's now() \
+             ({server_before}..={server_after})"
+        );
+        assert!(
+            test_before - 5000 <= acquired_at && acquired_at <= test_after + 5000,
+            "{offset}: acquired_at {acquired_at} is far from the real now \
+             ({test_before}..={test_after})"
+        );
+        assert_eq!(expires_at - acquired_at, 60_000, "{offset}: {lock}");
+
+        // The skewed client sees its own lock as live (a client-side check would call it
+        // expired an hour ago, or live for an hour too long), and so does `list`.
+        let status = skewed_json(&db, offset, &["status", &resource], 0);
+        assert_eq!(&status["lock"], lock, "{offset}");
+        let list = skewed_json(&db, offset, &["list", "--prefix", &resource], 0);
+        assert_eq!(list["locks"], serde_json::json!([lock]), "{offset}");
+
+        // Re-acquire and renew: still the server's now, still exactly the TTL.
+        let again = skewed_json(
+            &db,
+            offset,
+            &["acquire", &resource, "--owner", "s", "--ttl", "45"],
+            0,
+        );
+        let (re_acquired, re_expires) = lock_times(&again["lock"]);
+        assert_eq!(again["lock"]["fence"], lock["fence"], "{offset}: {again}");
+        assert!(re_acquired >= acquired_at, "{offset}: {again}");
+        assert_eq!(re_expires - re_acquired, 45_000, "{offset}: {again}");
+        let server_before = server_now_millis(&db);
+        let renewed = skewed_json(
+            &db,
+            offset,
+            &["renew", &resource, "--owner", "s", "--ttl", "90"],
+            0,
+        );
+        let server_after = server_now_millis(&db);
+        let (_, renewed_expires) = lock_times(&renewed["lock"]);
+        assert!(
+            server_before + 90_000 - 1000 <= renewed_expires
+                && renewed_expires <= server_after + 90_000 + 1000,
+            "{offset}: renew must set expires_at to the server's now + 90 s: {renewed} \
+             (server now {server_before}..={server_after})"
+        );
+
+        // `log --since` counts back from the server's now too.
+        let out = finish(
+            skewed(&db, offset, &["log", &resource, "--since", "10m"]),
+            db.dir.path(),
+            "skewed-log",
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.code(), Some(0), "{}", out.describe());
+        assert_eq!(
+            out.stdout().lines().count(),
+            3,
+            "{offset}: log --since 10m must show the acquire, extend and renew: {}",
+            out.describe()
+        );
+    }
+}
+
+#[test]
+fn skewed_clients_leases_expire_by_the_servers_clock() {
+    let Some(db) = Db::postgres() else { return };
+    if !faketime_works() {
+        return;
+    }
+    let locks: Vec<(String, i64)> = OFFSETS
+        .iter()
+        .map(|&offset| {
+            let resource = format!("short{offset}");
+            let acquired = skewed_json(
+                &db,
+                offset,
+                &["acquire", &resource, "--owner", "s", "--ttl", "2"],
+                0,
+            );
+            let (acquired_at, expires_at) = lock_times(&acquired["lock"]);
+            assert_eq!(expires_at - acquired_at, 2000, "{offset}: {acquired}");
+            // A client skewed the other way sees it live too.
+            let other = if offset == "+1h" { "-1h" } else { "+1h" };
+            skewed_json(&db, other, &["status", &resource], 0);
+            (resource, acquired_at)
+        })
+        .collect();
+
+    for (resource, acquired_at) in &locks {
+        // Still held after 1 s, by the server's clock.
+        sleep_until_millis(acquired_at + 1000);
+        let out = db.run(&["status", resource]);
+        let answered = now_millis();
+        match out.status.code() {
+            Some(0) => {}
+            // Not held is right only if the answer came after the 2 s were up (a slow machine).
+            Some(1) if answered >= acquired_at + 2000 => {
+                eprintln!("note: {resource}: status was too slow to see the lock live");
+            }
+            _ => panic!(
+                "{resource}: a 2 s lease taken by a skewed client must be held 1 s later: {out:?}"
+            ),
+        }
+    }
+    let latest = locks.iter().map(|l| l.1).max().expect("two locks");
+    sleep_until_millis(latest + 2500);
+    for (resource, _) in &locks {
+        // Gone after 2.5 s, for an unskewed reader and for readers an hour ahead and behind.
+        let status = db.json(&["status", resource], 1);
+        assert_eq!(status["held"], false, "{resource}: {status}");
+        for offset in OFFSETS {
+            skewed_json(&db, offset, &["status", resource], 1);
+        }
+    }
+}
+
+#[test]
+fn skewed_clients_cannot_take_a_live_lock() {
+    let Some(db) = Db::postgres() else { return };
+    if !faketime_works() {
+        return;
+    }
+    // Held by an unskewed client: neither skewed client may take it over.
+    let held = db.json(&["acquire", "live", "--owner", "holder", "--ttl", "30"], 0);
+    for offset in OFFSETS {
+        let busy = skewed_json(
+            &db,
+            offset,
+            &["acquire", "live", "--owner", "intruder", "--ttl", "30"],
+            75,
+        );
+        assert_eq!(busy["holder"]["owner"], "holder", "{offset}: {busy}");
+        skewed_json(
+            &db,
+            offset,
+            &["renew", "live", "--owner", "intruder", "--ttl", "30"],
+            77,
+        );
+        skewed_json(&db, offset, &["release", "live", "--owner", "intruder"], 77);
+    }
+    assert_eq!(db.json(&["status", "live"], 0)["lock"], held["lock"]);
+
+    // Taken by a client an hour behind (a client-side clock would have written an expiry an
+    // hour in the past): a client an hour ahead cannot take it early, nor can an unskewed one.
+    let behind = skewed_json(
+        &db,
+        "-1h",
+        &["acquire", "behind", "--owner", "slow", "--ttl", "30"],
+        0,
+    );
+    let busy = skewed_json(
+        &db,
+        "+1h",
+        &["acquire", "behind", "--owner", "fast", "--ttl", "30"],
+        75,
+    );
+    assert_eq!(busy["holder"]["owner"], "slow", "{busy}");
+    db.json(
+        &["acquire", "behind", "--owner", "plain", "--ttl", "30"],
+        75,
+    );
+
+    // Taken by a client an hour ahead: a client an hour behind cannot take it either.
+    skewed_json(
+        &db,
+        "+1h",
+        &["acquire", "ahead", "--owner", "fast", "--ttl", "30"],
+        0,
+    );
+    let busy = skewed_json(
+        &db,
+        "-1h",
+        &["acquire", "ahead", "--owner", "slow", "--ttl", "30"],
+        75,
+    );
+    assert_eq!(busy["holder"]["owner"], "fast", "{busy}");
+    assert_eq!(db.json(&["status", "behind"], 0)["lock"], behind["lock"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// An unreachable or hung server: exit 74 in bounded time, and `run` never starts the command.
+
+#[test]
+fn unreachable_server_is_a_quick_store_error_for_every_command() {
+    let Some(db) = Db::postgres() else { return };
+    let url = format!(
+        "postgres://postgres:{SECRET}@127.0.0.1:{}/db?sslmode=disable",
+        dead_port()
+    );
+    let commands: [&[&str]; 9] = [
+        &["acquire", "r", "--owner", "a", "--ttl", "10"],
+        &[
+            "acquire", "r", "--owner", "a", "--ttl", "10", "--wait", "30s",
+        ],
+        &["status", "r"],
+        &["release", "r", "--owner", "a"],
+        &["renew", "r", "--owner", "a", "--ttl", "10"],
+        &["list"],
+        &["log"],
+        &["gc"],
+        &["--format", "text", "status", "r"],
+    ];
+    for args in commands {
+        let out = finish(
+            distlock_at(&url, args),
+            db.dir.path(),
+            "unreachable",
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.elapsed < Duration::from_secs(15),
+            "{args:?} took too long: {}",
+            out.describe()
+        );
+        let line = assert_store_error(&out.output, &args);
+        assert!(!line.contains(SECRET), "{args:?}: {line}");
+    }
+}
+
+#[test]
+fn unreachable_server_makes_run_exit_74_without_starting_the_command() {
+    let Some(db) = Db::postgres() else { return };
+    let url = format!(
+        "postgres://postgres:{SECRET}@127.0.0.1:{}/db?sslmode=disable",
+        dead_port()
+    );
+    let mut cmd = db.std_cmd();
+    cmd.env("DISTLOCK_DB", &url)
+        .env_remove("PGPASSWORD")
+        .current_dir(db.dir.path())
+        .args([
+            "run",
+            "--resource",
+            "r",
+            "--",
+            "sh",
+            "-c",
+            "echo ran > started",
+        ]);
+    let out = finish(cmd, db.dir.path(), "run", Duration::from_secs(30));
+    assert!(
+        out.elapsed < Duration::from_secs(15),
+        "run took too long: {}",
+        out.describe()
+    );
+    let line = assert_store_error(&out.output, &"run with an unreachable server");
+    assert!(!line.contains(SECRET), "{line}");
+    assert!(
+        !db.file("started").exists(),
+        "the command must never start when the store is unreachable"
+    );
+}
+
+#[test]
+fn server_that_accepts_but_never_answers_is_a_store_error_in_bounded_time() {
+    let Some(db) = Db::postgres() else { return };
+    // A hung server: the connection is accepted, and nothing ever comes back.
+    let proxy = Proxy::start(server_addr());
+    proxy.black_hole();
+    let url = PgUrl::parse(db.pg_url())
+        .with_server(&proxy.addr.to_string())
+        .to_string();
+    let status = Spawned::new(distlock_at(&url, &["status", "r"]), db.dir.path(), "status");
+    let mut run = distlock_at(&url, &["run", "--resource", "r", "--", "sh", "-c"]);
+    run.arg("echo ran > started").current_dir(db.dir.path());
+    let run = Spawned::new(run, db.dir.path(), "run");
+    for (what, spawned) in [("status", status), ("run", run)] {
+        let out = spawned.finish(Duration::from_secs(20));
+        assert!(
+            !out.timed_out && out.elapsed < Duration::from_secs(15),
+            "{what} against a server that never answers must end in exit 74 within 15 s \
+             (connect and statement timeouts): {}",
+            out.describe()
+        );
+        assert_store_error(&out.output, &what);
+    }
+    assert!(
+        !db.file("started").exists(),
+        "the command must never start when the store does not answer"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server dies or hangs while `run` holds the lock: the command is stopped before the lease
+// can expire.
+
+const FORWARD: u8 = 0;
+const BLACK_HOLE: u8 = 1;
+const DEAD: u8 = 2;
+
+/// A TCP proxy in front of the real server, as a fault injector: it forwards bytes both ways
+/// until told to play a dead server (close every connection, refuse new ones) or a hung one
+/// (keep connections open, swallow every byte). Dropping it stops and joins all its threads.
+struct Proxy {
+    addr: SocketAddr,
+    mode: Arc<AtomicU8>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let addr = listener.local_addr().expect("proxy address");
+        let mode = Arc::new(AtomicU8::new(FORWARD));
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let acceptor = {
+            let (mode, threads) = (Arc::clone(&mode), Arc::clone(&threads));
+            thread::spawn(move || {
+                // Polling lets the thread notice DEAD; the listener is dropped on the way
+                // out, so later connections are refused.
+                while mode.load(Ordering::SeqCst) != DEAD {
+                    match listener.accept() {
+                        Ok((client, _)) => {
+                            let pumps = connect(client, upstream, &mode);
+                            threads.lock().expect("proxy threads").extend(pumps);
+                        }
+                        Err(_) => thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            })
+        };
+        threads.lock().expect("proxy threads").push(acceptor);
+        Proxy {
+            addr,
+            mode,
+            threads,
+        }
+    }
+
+    /// A hung server: connections stay open, nothing gets through either way.
+    fn black_hole(&self) {
+        self.mode.store(BLACK_HOLE, Ordering::SeqCst);
+    }
+
+    /// A dead server: every connection is closed, new ones are refused.
+    fn kill(&self) {
+        self.mode.store(DEAD, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.kill();
+        loop {
+            let threads = std::mem::take(&mut *self.threads.lock().expect("proxy threads"));
+            if threads.is_empty() {
+                break;
+            }
+            for thread in threads {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// Connects `client` to the server and starts one pump per direction.
+fn connect(client: TcpStream, upstream: SocketAddr, mode: &Arc<AtomicU8>) -> Vec<JoinHandle<()>> {
+    let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else {
+        return Vec::new();
+    };
+    let streams = [&client, &server].map(|s| {
+        s.set_nonblocking(false).is_ok()
+            && s.set_nodelay(true).is_ok()
+            && s.set_read_timeout(Some(Duration::from_millis(50))).is_ok()
+            && s.set_write_timeout(Some(Duration::from_secs(2))).is_ok()
+    });
+    if streams.contains(&false) {
+        return Vec::new();
+    }
+    let mut pumps = Vec::new();
+    for (from, to) in [(&client, &server), (&server, &client)] {
+        let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
+            continue;
+        };
+        let mode = Arc::clone(mode);
+        pumps.push(thread::spawn(move || pump(from, to, &mode)));
+    }
+    pumps
+}
+
+/// Copies bytes from `from` to `to` while forwarding, swallows them while a black hole, and
+/// closes both ends when dead or when either end closes.
+fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8) {
+    let mut buf = [0u8; 16 * 1024];
+    while mode.load(Ordering::SeqCst) != DEAD {
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if mode.load(Ordering::SeqCst) == FORWARD && to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// The guarded command: records when SIGTERM reached it (ms since the epoch) and exits.
+const STOPPABLE: &str = r#"echo $$ > pid.tmp && mv pid.tmp pid
+trap 'date +%s%3N > stopped.tmp && mv stopped.tmp stopped; exit 0' TERM
+echo go > started
+while :; do sleep 0.1; done"#;
+
+/// `run --ttl 3 --kill-after 1` through a proxy; the proxy then fails as `fault` says, and the
+/// command must be stopped before the lease recorded on the server ends, with exit 124.
+fn server_fault_mid_run(fault: fn(&Proxy)) {
+    let Some(db) = Db::postgres() else { return };
+    let ttl = Duration::from_secs(3);
+    let proxy = Proxy::start(server_addr());
+    let via_proxy = PgUrl::parse(db.pg_url())
+        .with_server(&proxy.addr.to_string())
+        .to_string();
+    let mut cmd = db.std_cmd();
+    cmd.env("DISTLOCK_DB", &via_proxy)
+        .env_remove("PGPASSWORD")
+        .current_dir(db.dir.path())
+        .args([
+            "run",
+            "--resource",
+            "job",
+            "--ttl",
+            "3",
+            "--kill-after",
+            "1",
+        ])
+        .args(["--", "sh", "-c", STOPPABLE]);
+    let guard = Spawned::new(cmd, db.dir.path(), "guard");
+    // Make sure nothing the guard started outlives the test, whatever happens.
+    let cleanup = KillGroupOnDrop(db.file("pid"));
+
+    if !wait_for_file(&db.file("started"), Duration::from_secs(15)) {
+        let out = guard.finish(Duration::ZERO);
+        panic!("the command did not start: {}", out.describe());
+    }
+    // The lock through the direct URL, right after the start …
+    let first = db.json(&["status", "job"], 0)["lock"].clone();
+    let (_, first_expires) = lock_times(&first);
+    // … and once a renewal has gone through the proxy, so the fault hits a working heartbeat.
+    let renewed_by = Instant::now() + Duration::from_secs(5);
+    while lock_times(&db.json(&["status", "job"], 0)["lock"]).1 == first_expires {
+        assert!(
+            Instant::now() < renewed_by,
+            "no renewal went through the proxy"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+
+    fault(&proxy);
+    let faulted = Instant::now();
+    // The lease as the server records it: read after the fault, so it includes any renewal
+    // that reached the server but whose answer was lost. Nothing can extend it after this.
+    thread::sleep(Duration::from_millis(300));
+    let last = db.json(&["status", "job"], 0)["lock"].clone();
+    assert_eq!(last["fence"], first["fence"], "{last}");
+    let (_, expires_at) = lock_times(&last);
+
+    let out = guard.finish_by(faulted + ttl + Duration::from_secs(15));
+    drop(cleanup);
+    // First the safety property: the command was stopped while the lease still held.
+    let stopped = db.file("stopped");
+    assert!(
+        stopped.exists(),
+        "the command was never sent SIGTERM: {}",
+        out.describe()
+    );
+    let stopped_at: i64 = fs::read_to_string(&stopped)
+        .expect("stopped")
+        .trim()
+        .parse()
+        .expect("a time in ms");
+    assert!(
+        stopped_at < expires_at,
+        "the command was stopped at {stopped_at}, {} ms after the lease ended at {expires_at}",
+        stopped_at - expires_at
+    );
+    // Then the guard's own end: bounded, and 124.
+    assert!(
+        !out.timed_out,
+        "the command was stopped in time, but the guard did not exit within ttl + 15 s of \
+         the server failing: {}",
+        out.describe()
+    );
+    assert_eq!(out.code(), Some(124), "{}", out.describe());
+    assert!(out.output.stdout.is_empty(), "{}", out.describe());
+    let password = PgUrl::parse(db.pg_url()).password.unwrap_or_default();
+    assert!(
+        password.is_empty() || !out.stderr().contains(&password),
+        "the guard's messages must not show the password: {}",
+        out.describe()
+    );
+}
+
+/// Kills the process group whose leader's pid is in the file, if it still runs.
+struct KillGroupOnDrop(PathBuf);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+        {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn server_dying_mid_run_stops_the_command_before_the_lease_ends() {
+    server_fault_mid_run(Proxy::kill);
+}
+
+#[test]
+fn server_hanging_mid_run_stops_the_command_before_the_lease_ends() {
+    server_fault_mid_run(Proxy::black_hole);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Passwords and PGPASSWORD.
+
+#[test]
+fn the_password_never_appears_in_any_message() {
+    let Some(db) = Db::postgres() else { return };
+    let real = PgUrl::parse(db.pg_url());
+    let wrong = real.with_password(Some(SECRET));
+    let refused = wrong.with_server(&format!("127.0.0.1:{}", dead_port()));
+    let encoded = refused.with_password(Some("hunter2%2DPa55"));
+    let in_query = real.with_password(None).with_setting("password", SECRET);
+    let cases: [(&str, PgUrl, i32); 8] = [
+        ("a refused port", refused, 74),
+        ("a percent-encoded password", encoded, 74),
+        ("a wrong password", wrong.clone(), 74),
+        ("a wrong password given as a setting", in_query, 74),
+        (
+            "sslmode=require against a server without TLS",
+            wrong.with_setting("sslmode", "require"),
+            74,
+        ),
+        (
+            "a port that is not a number",
+            wrong.with_server("127.0.0.1:notaport"),
+            64,
+        ),
+        ("sslmode=bogus", wrong.with_setting("sslmode", "bogus"), 64),
+        (
+            "an unknown setting",
+            wrong.with_setting("no_such_setting", "1"),
+            64,
+        ),
+    ];
+    for (what, url, code) in cases {
+        let url = url.to_string();
+        assert!(url.contains("hunter2"), "{what}: {url}");
+        for (how, cmd) in [
+            ("--db", distlock_at(&url, &["status", "r"])),
+            ("DISTLOCK_DB", {
+                let mut cmd = db.std_cmd();
+                cmd.env("DISTLOCK_DB", &url)
+                    .env_remove("PGPASSWORD")
+                    .args(["acquire", "r", "--owner", "a", "--ttl", "10"]);
+                cmd
+            }),
+            ("run", {
+                let mut cmd = distlock_at(&url, &["run", "--resource", "r", "--", "true"]);
+                cmd.current_dir(db.dir.path());
+                cmd
+            }),
+        ] {
+            let out = finish(cmd, db.dir.path(), "secret", Duration::from_secs(30));
+            let shown = format!("{}{}", out.stdout(), out.stderr());
+            // Every password here contains `hunter2`, percent-encoded or not.
+            assert!(
+                !shown.contains("hunter2"),
+                "{what} ({how}): the password leaked: {}",
+                out.describe()
+            );
+            assert_eq!(out.code(), Some(code), "{what} ({how}): {}", out.describe());
+            if code == 74 {
+                assert_store_error(&out.output, &format!("{what} ({how})"));
+            } else {
+                assert!(out.output.stdout.is_empty(), "{what} ({how})");
+                assert!(!out.stderr().trim().is_empty(), "{what} ({how})");
+            }
+        }
+    }
+}
+
+#[test]
+fn pgpassword_supplies_a_password_the_url_leaves_out() {
+    let Some(db) = Db::postgres() else { return };
+    let real = PgUrl::parse(db.pg_url());
+    let password = real.password.clone().expect("the test URL has a password");
+    let bare = real.with_password(None).to_string();
+
+    let mut with_env = distlock_at(&bare, &["acquire", "r", "--owner", "a", "--ttl", "30"]);
+    with_env.env("PGPASSWORD", &password);
+    let out = finish(
+        with_env,
+        db.dir.path(),
+        "pgpassword",
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    assert_eq!(parse_line(&out.output.stdout)["lock"]["owner"], "a");
+    db.json(&["status", "r"], 0);
+
+    // Without it, the login fails: a store error, without the password in it.
+    let out = finish(
+        distlock_at(&bare, &["status", "r"]),
+        db.dir.path(),
+        "no-pgpassword",
+        Duration::from_secs(30),
+    );
+    let line = assert_store_error(&out.output, &"no password anywhere");
+    assert!(!line.contains(&password), "{line}");
+
+    // A password in the URL wins over PGPASSWORD, as with libpq.
+    let mut both = distlock_at(db.pg_url(), &["status", "r"]);
+    both.env("PGPASSWORD", SECRET);
+    let out = finish(both, db.dir.path(), "url-wins", Duration::from_secs(30));
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+
+    // `run` (and its heartbeat's own connection) work with PGPASSWORD too.
+    let mut run = distlock_at(
+        &bare,
+        &[
+            "run",
+            "--resource",
+            "job",
+            "--ttl",
+            "3",
+            "--",
+            "sleep",
+            "1.5",
+        ],
+    );
+    run.env("PGPASSWORD", &password);
+    let out = finish(
+        run,
+        db.dir.path(),
+        "run-pgpassword",
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    assert!(out.stderr().is_empty(), "{}", out.describe());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fences after gc.
+
+#[test]
+fn fences_keep_increasing_after_gc_drops_every_row() {
+    let Some(db) = Db::postgres() else { return };
+    let fence = |value: &Value| value["lock"]["fence"].as_i64().expect("a fence");
+    let first = fence(&db.json(&["acquire", "r", "--owner", "a", "--ttl", "60"], 0));
+    db.json(&["release", "r", "--owner", "a"], 0);
+    let second = fence(&db.json(&["acquire", "r", "--owner", "b", "--ttl", "1"], 0));
+    assert!(second > first, "{second} after {first}");
+    thread::sleep(Duration::from_millis(1300));
+    db.json(&["status", "r"], 1);
+
+    let report = db.json(&["gc", "--keep-history", "0"], 0);
+    assert!(report["expired_locks"].as_u64() >= Some(1), "{report}");
+    assert!(report["history_events"].as_u64() >= Some(3), "{report}");
+    let log = db.run(&["log", "r"]);
+    assert!(
+        log.stdout.is_empty(),
+        "gc --keep-history 0 leaves no history: {log:?}"
+    );
+
+    let third = db.json(&["acquire", "r", "--owner", "c", "--ttl", "60"], 0);
+    assert!(fence(&third) > second, "{third} after fence {second}");
+    let other = db.json(&["acquire", "other", "--owner", "c", "--ttl", "60"], 0);
+    assert!(fence(&other) > fence(&third), "{other} after {third}");
+}
