@@ -31,7 +31,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
     let mut store = store::open(&location)?;
     let store = store.as_mut();
     match cli.command {
-        Command::Acquire(args) => acquire(store, printer, args),
+        Command::Acquire(args) => acquire(store, &location, printer, args),
         Command::Status(args) => status(store, printer, &args.resource),
         Command::Release(args) => release(store, printer, args),
         Command::Renew(args) => renew(store, printer, args),
@@ -42,10 +42,19 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
     }
 }
 
-fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
+fn acquire(
+    store: &mut dyn LockStore,
+    location: &Location,
+    printer: Printer,
+    args: AcquireArgs,
+) -> Result<Exit> {
     let owner = &args.owner.owner;
-    let (outcome, _) = wait::acquire(store, &args.resource, owner, args.ttl, args.wait)?;
-    Ok(match outcome {
+    let turnstile = args
+        .wait
+        .filter(|wait| !wait.is_zero())
+        .and_then(|_| location.turnstile(&args.resource));
+    let attempt = wait::acquire(store, &args.resource, owner, args.ttl, args.wait, turnstile)?;
+    Ok(match attempt.outcome {
         Acquire::Acquired { lock, .. } => {
             printer.emit(&output::acquired(&lock), || {
                 output::lock_text("acquired", &lock)

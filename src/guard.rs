@@ -51,9 +51,18 @@ const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 pub fn run(location: &Location, args: RunArgs) -> Result<Exit> {
     let owner = args.owner.clone().unwrap_or_else(Owner::unique_for_process);
     let mut store = store::open(location)?;
-    let (outcome, attempt) =
-        wait::acquire(store.as_mut(), &args.resource, &owner, args.ttl, args.wait)?;
-    let (lock, tenure) = match outcome {
+    let turnstile = location.turnstile(&args.resource);
+    let attempt = wait::acquire(
+        store.as_mut(),
+        &args.resource,
+        &owner,
+        args.ttl,
+        args.wait,
+        turnstile,
+    )?;
+    // Held until this function returns, after the release: waiters wake as the tenure ends.
+    let _turnstile = attempt.turnstile;
+    let (lock, tenure) = match attempt.outcome {
         Acquire::Acquired { lock, tenure } => (lock, tenure),
         Acquire::Busy { holder } => {
             return Ok(match args.conflict_exit_code {
@@ -78,7 +87,7 @@ pub fn run(location: &Location, args: RunArgs) -> Result<Exit> {
         ttl: args.ttl,
         fence: lock.fence,
         kill_after: args.kill_after,
-        lease_end: attempt + args.ttl.as_duration(),
+        lease_end: attempt.started + args.ttl.as_duration(),
     };
     let exit = guard.supervise(&lock, &args.command)?;
     // Releasing only this tenure (owner and fence) is harmless after a lost lease: the store

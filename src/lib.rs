@@ -11,4 +11,5 @@ mod guard;
 pub mod lock;
 pub mod output;
 pub mod store;
+mod turnstile;
 mod wait;

@@ -122,6 +122,15 @@ impl Location {
         }
     }
 
+    /// The turnstile that lets waiters for `resource` sleep until its holder exits (SQLite
+    /// only; see [`crate::turnstile`]).
+    pub fn turnstile(&self, resource: &Resource) -> Option<crate::turnstile::Turnstile> {
+        match self {
+            Location::Sqlite(path) => crate::turnstile::Turnstile::open(path, resource),
+            Location::Postgres(_) => None,
+        }
+    }
+
     /// The value `run` exports to its command as `DISTLOCK_DB`.
     pub fn to_env_value(&self) -> std::ffi::OsString {
         match self {

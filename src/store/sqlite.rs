@@ -121,10 +121,18 @@ impl SqliteStore {
             clock,
             wal: wal.into(),
         };
-        store
-            .prepare()
-            .with_context(|| format!("cannot use database {shown}"))?;
-        Ok(store)
+        // Opening races with other processes' WAL recovery and truncation, which SQLite
+        // reports as SQLITE_BUSY without consulting the busy handler: wait those out too.
+        let start = std::time::Instant::now();
+        loop {
+            match store.prepare() {
+                Ok(()) => return Ok(store),
+                Err(err) if is_busy(&err) && start.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(1 + fastrand::u64(..10)));
+                }
+                Err(err) => return Err(err.context(format!("cannot use database {shown}"))),
+            }
+        }
     }
 
     /// Settings every connection needs, then the schema check. Reads the header before anything
@@ -216,6 +224,17 @@ impl SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .context("cannot start a write transaction")
     }
+}
+
+fn is_busy(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<rusqlite::Error>()
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|code| {
+            matches!(
+                code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            )
+        })
 }
 
 /// Refuses databases this build must not touch: a newer schema, or another application's.
