@@ -203,9 +203,12 @@ impl Guard<'_> {
         };
 
         let status = self.watch_events(group, inbox);
+        // The heartbeat ends at its next wake-up. It is not joined: it may be inside a renewal
+        // that an unresponsive store holds up, and a renewal that lands after the release
+        // below finds no lock of this tenure and changes nothing.
         drop(stop_heartbeat);
+        drop(heartbeat);
         let _ = waiter.join();
-        let _ = heartbeat.join();
         terminal.restore();
         status
     }
@@ -367,6 +370,8 @@ impl Heartbeat {
                 Ok(Renew::NotFound) => Event::Lost("it expired or was released"),
                 Ok(Renew::Forbidden) => Event::Lost("another owner holds it"),
                 Err(err) => {
+                    // Reconnect for the next try: the connection itself may be what failed.
+                    store = None;
                     next = Instant::now() + retry;
                     Event::Trouble(format!("{err:#}").replace('\n', " "))
                 }

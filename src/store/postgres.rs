@@ -16,6 +16,7 @@
 //! - The password never appears in a message: errors name the host, port, database and user only.
 
 use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -31,6 +32,11 @@ use crate::lock::{
 /// How long connecting may take, and how long one statement may run on the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const STATEMENT_TIMEOUT_MS: u32 = 5_000;
+
+/// How long this client waits for connecting and logging in, and for each operation: a little
+/// over the server-side limits, so a slow server's own error arrives first.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+const CALL_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// Attempts per operation when the server reports a serialization failure or deadlock.
 const ATTEMPTS: usize = 5;
@@ -72,7 +78,21 @@ const NOW: &str = "date_trunc('milliseconds', now())";
 const LOCK_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \
                             (extract(epoch FROM expires_at) * 1000)::bigint";
 
+/// A PostgreSQL store: a connection on a worker thread of its own, so that every call can be
+/// given up on after [`CALL_TIMEOUT`] even when the server accepts bytes and never answers
+/// (the driver itself only bounds the TCP connect).
 pub struct PostgresStore {
+    jobs: Sender<Job>,
+    /// `user@host:port/db`, for messages.
+    shown: String,
+    /// A call timed out: the worker may still be stuck in it, so later calls fail at once.
+    stuck: bool,
+}
+
+type Job = Box<dyn FnOnce(&mut Session) + Send>;
+
+/// The connection, owned by the worker thread.
+struct Session {
     client: Client,
 }
 
@@ -145,11 +165,14 @@ impl Target {
             .keepalives_idle(Duration::from_secs(5))
             .keepalives_interval(Duration::from_secs(1))
             .keepalives_retries(3)
-            .tcp_user_timeout(Duration::from_secs(10))
-            .options(&format!(
-                "-c statement_timeout={STATEMENT_TIMEOUT_MS} -c lock_timeout={STATEMENT_TIMEOUT_MS} \
-                 -c idle_in_transaction_session_timeout=30000"
-            ));
+            .tcp_user_timeout(Duration::from_secs(10));
+        // The URL's own `options` come last, so a user's setting wins over these defaults.
+        let options = format!(
+            "-c statement_timeout={STATEMENT_TIMEOUT_MS} -c lock_timeout={STATEMENT_TIMEOUT_MS} \
+             -c idle_in_transaction_session_timeout=30000 {}",
+            config.get_options().unwrap_or("")
+        );
+        config.options(options.trim_end());
         Ok(Target {
             config,
             ssl,
@@ -232,23 +255,87 @@ fn percent_decode(value: &str) -> String {
 }
 
 impl PostgresStore {
-    /// Connects and brings the schema up.
+    /// Connects and brings the schema up, on a new worker thread.
     ///
     /// # Errors
     ///
-    /// When the server cannot be reached or refuses the login, the schema is newer than this
-    /// build understands, or a statement fails.
+    /// When the server cannot be reached, refuses the login or does not answer within
+    /// [`OPEN_TIMEOUT`], the schema is newer than this build understands, or a statement fails.
     pub fn open(url: &str) -> Result<PostgresStore> {
         let target = Target::parse(url).map_err(|e| anyhow!(e))?;
         let shown = target.describe();
-        let result = target.connect().and_then(|client| {
-            let mut store = PostgresStore { client };
-            store.prepare()?;
-            Ok(store)
+        let (ready_tx, ready) = mpsc::channel();
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            let session = target.connect().and_then(|client| {
+                let mut session = Session { client };
+                session.prepare()?;
+                Ok(session)
+            });
+            match session {
+                Ok(mut session) => {
+                    if ready_tx.send(Ok(())).is_ok() {
+                        for job in job_rx {
+                            job(&mut session);
+                        }
+                    }
+                }
+                Err(err) => {
+                    let _ = ready_tx.send(Err(err));
+                }
+            }
         });
-        result.map_err(|err| anyhow!(scrub(format!("PostgreSQL {shown}: {err:#}"), url)))
+        let opened = match ready.recv_timeout(OPEN_TIMEOUT) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(format!("{err:#}")),
+            Err(_) => Err(format!("no answer within {} s", OPEN_TIMEOUT.as_secs())),
+        };
+        match opened {
+            Ok(()) => Ok(PostgresStore {
+                jobs,
+                shown,
+                stuck: false,
+            }),
+            Err(message) => Err(anyhow!(scrub(
+                format!("PostgreSQL {shown}: {message}"),
+                url
+            ))),
+        }
     }
 
+    /// Runs `op` on the worker's connection and waits at most [`CALL_TIMEOUT`] for it.
+    fn call<T: Send + 'static>(
+        &mut self,
+        op: impl FnOnce(&mut Session) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        if self.stuck {
+            bail!(
+                "PostgreSQL {}: the connection is unusable after an earlier timeout",
+                self.shown
+            );
+        }
+        let (done, result) = mpsc::channel();
+        let job: Job = Box::new(move |session| {
+            let _ = done.send(op(session));
+        });
+        if self.jobs.send(job).is_err() {
+            bail!("PostgreSQL {}: the connection is gone", self.shown);
+        }
+        match result.recv_timeout(CALL_TIMEOUT) {
+            Ok(outcome) => outcome.with_context(|| format!("PostgreSQL {}", self.shown)),
+            Err(_) => {
+                self.stuck = true;
+                bail!(
+                    "PostgreSQL {}: no answer within {} s",
+                    self.shown,
+                    CALL_TIMEOUT.as_secs()
+                )
+            }
+        }
+    }
+}
+
+impl Session {
     fn prepare(&mut self) -> Result<()> {
         let version = match self
             .client
@@ -363,7 +450,7 @@ fn lock_of(resource: &Resource, row: &Row) -> Lock {
     }
 }
 
-impl LockStore for PostgresStore {
+impl LockStore for Session {
     fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire> {
         let ttl_ms = ttl.as_millis();
         let (res, who) = (resource.as_str(), owner.as_str());
@@ -562,6 +649,53 @@ impl LockStore for PostgresStore {
             }
         }
         Ok(report)
+    }
+}
+
+impl LockStore for PostgresStore {
+    fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.acquire(&resource, &owner, ttl))
+    }
+
+    fn status(&mut self, resource: &Resource) -> Result<Option<Lock>> {
+        let resource = resource.clone();
+        self.call(move |s| s.status(&resource))
+    }
+
+    fn renew(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        fence: Option<Fence>,
+    ) -> Result<Renew> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.renew(&resource, &owner, ttl, fence))
+    }
+
+    fn release(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Option<Fence>,
+    ) -> Result<Release> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.release(&resource, &owner, fence))
+    }
+
+    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+        let prefix = prefix.to_owned();
+        self.call(move |s| s.list(&prefix))
+    }
+
+    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+        let query = query.clone();
+        self.call(move |s| s.log(&query))
+    }
+
+    fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
+        self.call(move |s| s.gc(keep_history))
     }
 }
 
