@@ -1,0 +1,1409 @@
+//! The README's recipes are files in `examples/`, and these tests keep them honest: the README
+//! must show each file byte for byte (a `<!-- recipe: examples/NAME -->` line before its code
+//! block), and every recipe is run for real against a scratch SQLite store, with only the job
+//! paths (`/usr/local/bin/backup.sh`, `./deploy.sh`, `/srv/ledger`, …) pointed at test scripts.
+//! The checks are about behaviour — who held the lock while the job ran, whether two deploys
+//! overlapped, which writes the guarded resource accepted — not only exit codes.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The binary under test; its folder goes first in every recipe's `PATH`.
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// The README's command for the fenced-write recipe, run by [`fenced_write_readme_command`].
+const FENCED_USAGE: &str =
+    r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
+
+/// Every recipe file, in README order.
+const RECIPES: [&str; 5] = [
+    "examples/crontab",
+    "examples/distlock-backup.service",
+    "examples/ci-deploy.yml",
+    "examples/deploy.sh",
+    "examples/fenced-write",
+];
+
+/// systemd's default `PATH` for services.
+const SYSTEMD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Held while a script is written and while a process is spawned. A fork in another test
+/// thread while a script is open for writing would inherit that descriptor, and exec'ing the
+/// script would then fail with ETXTBSY ("Text file busy").
+static SPAWN: Mutex<()> = Mutex::new(());
+
+fn spawn_lock() -> std::sync::MutexGuard<'static, ()> {
+    SPAWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn example(name: &str) -> String {
+    read(&root().join("examples").join(name))
+}
+
+fn bin_dir() -> &'static Path {
+    Path::new(BIN).parent().expect("the binary's folder")
+}
+
+/// `PATH` with the binary under test first.
+fn path_with_bin(rest: &str) -> String {
+    format!("{}:{rest}", bin_dir().display())
+}
+
+/// Replaces each site path in `text` with a test path, insisting that it is there: a recipe
+/// that renamed its job must fail here rather than run something else.
+fn substitute(text: &str, paths: &[(&str, &Path)]) -> String {
+    let mut text = text.to_owned();
+    for (from, to) in paths {
+        assert!(text.contains(from), "{from} not found in {text:?}");
+        text = text.replace(from, to.to_str().expect("utf-8 path"));
+    }
+    text
+}
+
+/// Polls `done` until it holds, or fails the test after `limit`.
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out after {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `cmd` to completion and captures its output; spawned under [`SPAWN`], like every
+/// process these tests start.
+fn output(cmd: &mut Command) -> std::io::Result<Output> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = {
+        let _guard = spawn_lock();
+        cmd.spawn()?
+    };
+    child.wait_with_output()
+}
+
+fn host_name() -> String {
+    let out = output(&mut Command::new("hostname")).expect("run hostname");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A scratch folder with its own store, and processes with a time limit.
+
+struct Scratch {
+    dir: TempDir,
+    db: PathBuf,
+    names: AtomicU32,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("locks.db");
+        Scratch {
+            dir,
+            db,
+            names: AtomicU32::new(0),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A scratch path as a string, for baking into scripts.
+    fn p(&self, name: &str) -> String {
+        self.path(name).to_str().expect("utf-8 path").to_owned()
+    }
+
+    /// `program` with this store, the binary first in `PATH`, nothing of distlock's inherited
+    /// from the test's environment, and no terminal.
+    fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env(
+            "PATH",
+            path_with_bin(&std::env::var("PATH").unwrap_or_default()),
+        )
+        .env("DISTLOCK_DB", &self.db)
+        .env_remove("DISTLOCK_OWNER")
+        .env_remove("DISTLOCK_FENCE")
+        .env_remove("DISTLOCK_RESOURCE")
+        .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Writes an executable `/bin/sh` script.
+    fn script(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.path(name);
+        let _guard = spawn_lock();
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    /// Starts `cmd` with stdout and stderr going to scratch files.
+    fn spawn(&self, cmd: &mut Command) -> Proc {
+        let n = self.names.fetch_add(1, Ordering::Relaxed);
+        let out = self.path(&format!("proc-{n}.stdout"));
+        let err = self.path(&format!("proc-{n}.stderr"));
+        cmd.stdout(std::fs::File::create(&out).expect("stdout file"))
+            .stderr(std::fs::File::create(&err).expect("stderr file"));
+        let child = {
+            let _guard = spawn_lock();
+            cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"))
+        };
+        Proc {
+            child,
+            what: format!("{cmd:?}"),
+            out,
+            err,
+        }
+    }
+
+    /// Runs `distlock ARGS…` to completion.
+    fn distlock(&self, args: &[&str]) -> Output {
+        output(self.cmd(BIN).args(args)).expect("run distlock")
+    }
+
+    /// Runs `distlock ARGS…`, checks its exit code, and parses its one JSON line.
+    fn json(&self, args: &[&str], code: i32) -> Value {
+        let out = self.distlock(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "distlock {args:?}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    }
+
+    /// The live lock on `resource`, or `None` when nobody holds it.
+    fn holder(&self, resource: &str) -> Option<Value> {
+        let out = self.distlock(&["status", resource]);
+        let value: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
+        match out.status.code() {
+            Some(0) => Some(value["lock"].clone()),
+            Some(1) => None,
+            other => panic!(
+                "status {resource}: exit {other:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
+    /// Takes `resource` for `owner`; returns the lock.
+    fn hold(&self, resource: &str, owner: &str, ttl: &str) -> Value {
+        self.json(&["acquire", resource, "--owner", owner, "--ttl", ttl], 0)["lock"].clone()
+    }
+
+    fn release(&self, resource: &str, owner: &str) {
+        self.json(&["release", resource, "--owner", owner], 0);
+    }
+
+    /// The history of `resource`, oldest first.
+    fn log(&self, resource: &str) -> Vec<Value> {
+        let out = self.distlock(&["log", resource]);
+        assert!(out.status.success(), "log {resource}");
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect()
+    }
+}
+
+/// A started process, killed if the test ends before it does.
+struct Proc {
+    child: Child,
+    what: String,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+#[derive(Debug)]
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+impl Proc {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).expect("a pid"))
+    }
+
+    /// Waits for the process to exit, failing the test (and killing it) after `limit`.
+    fn wait(&mut self, limit: Duration) -> Finished {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} still running after {limit:?}\nstderr: {}",
+                    self.what,
+                    read(&self.err)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Finished {
+            status,
+            stdout: read(&self.out),
+            stderr: read(&self.err),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The README shows each recipe file exactly, and every kind of recipe is there.
+
+/// The `<!-- recipe: PATH -->` blocks of README.md: each path and its code block's content.
+fn readme_recipes() -> Vec<(String, String)> {
+    let readme = read(&root().join("README.md"));
+    let mut lines = readme.lines();
+    let mut found = Vec::new();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix("<!-- recipe: ") else {
+            assert!(
+                !line.contains("<!-- recipe"),
+                "malformed recipe marker {line:?}"
+            );
+            continue;
+        };
+        let path = rest
+            .strip_suffix(" -->")
+            .unwrap_or_else(|| panic!("malformed recipe marker {line:?}"));
+        let open = lines.next().unwrap_or_default();
+        assert!(
+            open.starts_with("```"),
+            "the marker for {path} must be followed by a code block, not {open:?}"
+        );
+        let mut body = String::new();
+        loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("the code block for {path} never ends"));
+            if line == "```" {
+                break;
+            }
+            body.push_str(line);
+            body.push('\n');
+        }
+        found.push((path.to_owned(), body));
+    }
+    found
+}
+
+#[test]
+fn readme_shows_each_recipe_file_byte_for_byte() {
+    let recipes = readme_recipes();
+    let paths: Vec<&str> = recipes.iter().map(|(path, _)| path.as_str()).collect();
+    assert_eq!(paths, RECIPES, "the README's recipe markers");
+    for (path, shown) in &recipes {
+        let file = read(&root().join(path));
+        assert!(
+            *shown == file,
+            "README.md's block for {path} differs from the file; copy the file into the README\n\
+             --- README\n{shown}--- {path}\n{file}"
+        );
+    }
+    // No recipe file that the README does not show.
+    let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
+        .expect("examples/")
+        .map(|entry| {
+            format!(
+                "examples/{}",
+                entry.expect("entry").file_name().to_string_lossy()
+            )
+        })
+        .collect();
+    files.sort();
+    let mut shown: Vec<String> = RECIPES.iter().map(|p| (*p).to_owned()).collect();
+    shown.sort();
+    assert_eq!(files, shown, "every file in examples/ is a README recipe");
+}
+
+#[test]
+fn readme_has_all_six_kinds_of_recipe() {
+    let cron = Crontab::parse();
+    let skip = cron.job("--conflict-exit-code 0");
+    assert_eq!(
+        skip.0, "*/5 * * * *",
+        "cron skip-if-running runs every 5 minutes"
+    );
+    assert!(skip.1.starts_with("distlock run --resource backup "));
+    let wait = cron.job("--wait 10m");
+    assert_eq!(wait.0, "0 * * * *", "cron wait-up-to runs hourly");
+    assert!(wait.1.starts_with("distlock run --resource backup "));
+
+    let unit = Unit::parse();
+    assert!(
+        unit.exec_start.starts_with("/usr/local/bin/distlock run "),
+        "systemd service: {}",
+        unit.exec_start
+    );
+
+    assert_eq!(
+        ci_run_line(),
+        "distlock run --resource deploy-production --ttl 5m --wait 30m -- ./deploy.sh",
+        "CI step"
+    );
+
+    let deploy = example("deploy.sh");
+    for needle in [
+        "distlock acquire",
+        "distlock renew",
+        "distlock release",
+        r#"distlock run --resource "$resource" --owner "$owner""#,
+        r#"owner="$(hostname):$$""#,
+        "sed -n",
+        "trap ",
+        "75)",
+    ] {
+        assert!(deploy.contains(needle), "deploy.sh lacks {needle}");
+    }
+
+    let fenced = example("fenced-write");
+    assert!(fenced.contains("DISTLOCK_FENCE") && fenced.contains("flock"));
+    let readme = read(&root().join("README.md"));
+    assert!(
+        readme.lines().any(|line| line == FENCED_USAGE),
+        "README.md must show `{FENCED_USAGE}` on a line of its own"
+    );
+    assert!(readme.contains("## Recipes"));
+}
+
+#[test]
+fn recipe_scripts_are_executable_and_parse() {
+    for name in ["deploy.sh", "fenced-write"] {
+        let path = root().join("examples").join(name);
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "{name} must be executable");
+        assert!(read(&path).starts_with("#!/bin/sh\n"), "{name}: POSIX sh");
+        for shell in ["sh", "bash"] {
+            let out = output(Command::new(shell).arg("-n").arg(&path)).expect("run a shell");
+            assert!(
+                out.status.success(),
+                "{shell} -n {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn readme_says_where_every_completion_and_man_page_goes() {
+    let readme = read(&root().join("README.md"));
+    let start = readme
+        .find("## Installing completions and man pages")
+        .expect("an install section");
+    let section = &readme[start..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    for entry in std::fs::read_dir(root().join("completions")).expect("completions/") {
+        let name = entry.expect("entry").file_name();
+        let name = format!("completions/{}", name.to_string_lossy());
+        assert!(section.contains(&name), "the install section misses {name}");
+    }
+    for destination in [
+        "/usr/share/bash-completion/completions/distlock",
+        "fpath",
+        "~/.config/fish/completions/",
+        "/usr/local/share/man/man1",
+        "mandb",
+        "$PROFILE",
+        "rc.elv",
+    ] {
+        assert!(
+            section.contains(destination),
+            "the install section misses {destination}"
+        );
+    }
+    let pages: Vec<String> = std::fs::read_dir(root().join("man"))
+        .expect("man/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(pages.iter().any(|p| p == "distlock.1"));
+    assert!(
+        pages.iter().all(|p| p.ends_with(".1")),
+        "man/*.1 installs every page: {pages:?}"
+    );
+    // Every `completions/…` or `man/…` file the section names exists.
+    for word in section.split(|c: char| c.is_whitespace() || c == '`') {
+        if (word.starts_with("completions/") || word.starts_with("man/"))
+            && !word.contains('*')
+            && !word.ends_with('/')
+        {
+            assert!(root().join(word).is_file(), "the section names {word}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cron
+
+struct Crontab {
+    env: Vec<(String, String)>,
+    /// (schedule, command)
+    jobs: Vec<(String, String)>,
+}
+
+impl Crontab {
+    fn parse() -> Crontab {
+        let mut env = Vec::new();
+        let mut jobs = Vec::new();
+        for line in example("crontab").lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if let Some((name, value)) = line.split_once('=').filter(|(name, _)| {
+                !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+            }) {
+                env.push((name.to_owned(), value.to_owned()));
+                continue;
+            }
+            let mut rest = line;
+            let mut fields = Vec::new();
+            for _ in 0..5 {
+                rest = rest.trim_start();
+                let end = rest
+                    .find(char::is_whitespace)
+                    .unwrap_or_else(|| panic!("a cron line has five time fields: {line}"));
+                fields.push(&rest[..end]);
+                rest = &rest[end..];
+            }
+            let command = rest.trim().to_owned();
+            assert!(
+                !command.contains('%'),
+                "cron turns % into a newline: {command}"
+            );
+            jobs.push((fields.join(" "), command));
+        }
+        Crontab { env, jobs }
+    }
+
+    /// The one job whose command contains `needle`.
+    fn job(&self, needle: &str) -> (String, String) {
+        let found: Vec<_> = self.jobs.iter().filter(|j| j.1.contains(needle)).collect();
+        assert_eq!(found.len(), 1, "one crontab line with {needle}");
+        found[0].clone()
+    }
+
+    /// `/bin/sh -c COMMAND` in cron's sparse environment plus the crontab's variables; of
+    /// those, the store and `PATH` point at the scratch store and the binary under test.
+    fn command(&self, scratch: &Scratch, command: &str) -> Command {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(command)
+            .env_clear()
+            .env("HOME", scratch.dir.path())
+            .env("LOGNAME", "root")
+            .env("SHELL", "/bin/sh")
+            .stdin(Stdio::null());
+        let names: Vec<&str> = self.env.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(
+            names.contains(&"DISTLOCK_DB") && names.contains(&"PATH"),
+            "the crontab sets DISTLOCK_DB and PATH: {names:?}"
+        );
+        for (name, value) in &self.env {
+            match name.as_str() {
+                "DISTLOCK_DB" => cmd.env(name, &scratch.db),
+                "PATH" => cmd.env(name, path_with_bin(value)),
+                _ => cmd.env(name, value),
+            };
+        }
+        cmd
+    }
+}
+
+/// A job that records who held `backup` while it ran, and that it ran.
+fn backup_job(s: &Scratch, name: &str) -> PathBuf {
+    s.script(
+        name,
+        &format!(
+            "distlock status backup >'{status}'\necho ran >>'{runs}'\n",
+            status = s.p(&format!("{name}.status")),
+            runs = s.p(&format!("{name}.runs"))
+        ),
+    )
+}
+
+fn runs(s: &Scratch, name: &str) -> usize {
+    std::fs::read_to_string(s.path(&format!("{name}.runs")))
+        .map(|text| text.lines().count())
+        .unwrap_or(0)
+}
+
+/// The lock a job saw while it ran (from its `distlock status backup`).
+fn seen_by(s: &Scratch, name: &str) -> Value {
+    let status: Value =
+        serde_json::from_str(&read(&s.path(&format!("{name}.status")))).expect("status JSON");
+    assert_eq!(
+        status["held"], true,
+        "{name} ran without the lock: {status}"
+    );
+    status["lock"].clone()
+}
+
+#[test]
+fn cron_skip_line_skips_quietly_while_held_and_runs_when_free() {
+    let s = Scratch::new();
+    let cron = Crontab::parse();
+    let job = backup_job(&s, "backup.sh");
+    let line = substitute(
+        &cron.job("--conflict-exit-code 0").1,
+        &[("/usr/local/bin/backup.sh", &job)],
+    );
+
+    let previous = s.hold("backup", "previous-backup", "60s");
+    let done = s
+        .spawn(&mut cron.command(&s, &line))
+        .wait(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "a skipped run succeeds: {done:?}");
+    assert!(
+        done.stdout.is_empty() && done.stderr.is_empty(),
+        "a skipped run says nothing (cron would mail it): {done:?}"
+    );
+    assert_eq!(
+        runs(&s, "backup.sh"),
+        0,
+        "the job must not start while held"
+    );
+    assert_eq!(
+        s.holder("backup"),
+        Some(previous.clone()),
+        "the holder's lock is untouched"
+    );
+
+    s.release("backup", "previous-backup");
+    let done = s
+        .spawn(&mut cron.command(&s, &line))
+        .wait(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{done:?}");
+    assert_eq!(
+        runs(&s, "backup.sh"),
+        1,
+        "the job runs when the lock is free"
+    );
+    let lock = seen_by(&s, "backup.sh");
+    assert_eq!(lock["resource"], "backup");
+    assert_ne!(lock["owner"], "previous-backup");
+    assert!(lock["fence"].as_i64() > previous["fence"].as_i64());
+    assert_eq!(s.holder("backup"), None, "released after the job");
+}
+
+#[test]
+fn cron_wait_line_runs_once_the_holder_releases() {
+    let s = Scratch::new();
+    let cron = Crontab::parse();
+    let job = backup_job(&s, "prune.sh");
+    let line = substitute(
+        &cron.job("--wait 10m").1,
+        &[("/usr/local/bin/prune-backups.sh", &job)],
+    );
+
+    s.hold("backup", "nightly-backup", "60s");
+    let start = Instant::now();
+    let mut waiting = s.spawn(&mut cron.command(&s, &line));
+    let ran_while_held = std::thread::scope(|scope| {
+        let releaser = scope.spawn(|| {
+            std::thread::sleep(Duration::from_secs(1));
+            let ran = runs(&s, "prune.sh") > 0;
+            s.release("backup", "nightly-backup");
+            ran
+        });
+        let done = waiting.wait(Duration::from_secs(30));
+        assert_eq!(done.code(), Some(0), "{done:?}");
+        releaser.join().expect("releaser")
+    });
+    assert!(
+        !ran_while_held,
+        "the job ran while another owner held the lock"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "it must have waited for the release"
+    );
+    assert_eq!(runs(&s, "prune.sh"), 1);
+    assert_ne!(seen_by(&s, "prune.sh")["owner"], "nightly-backup");
+    assert_eq!(s.holder("backup"), None, "released after the job");
+}
+
+#[test]
+fn cron_gc_line_drops_expired_locks_and_keeps_recent_history() {
+    let s = Scratch::new();
+    let cron = Crontab::parse();
+    let line = cron.job("distlock gc").1;
+    assert_eq!(cron.job("distlock gc").0, "17 3 * * *");
+
+    s.hold("expired", "w1", "1");
+    s.hold("live", "w1", "60s");
+    wait_until(Duration::from_secs(10), "the 1 s lock expires", || {
+        s.holder("expired").is_none()
+    });
+    let done = s
+        .spawn(&mut cron.command(&s, &line))
+        .wait(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{done:?}");
+    assert!(done.stdout.is_empty() && done.stderr.is_empty(), "{done:?}");
+
+    let conn = rusqlite::Connection::open(&s.db).expect("open the store");
+    let mut rows = conn
+        .prepare("SELECT resource FROM locks ORDER BY resource")
+        .expect("query");
+    let left: Vec<String> = rows
+        .query_map([], |row| row.get(0))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect();
+    assert_eq!(left, ["live"], "gc drops the expired row only");
+    assert_eq!(s.log("expired").len(), 1, "a week of history is kept");
+    assert_eq!(s.holder("live").expect("still held")["owner"], "w1");
+}
+
+// ---------------------------------------------------------------------------------------------
+// systemd
+
+struct Unit {
+    exec_start: String,
+    env: Vec<(String, String)>,
+    settings: Vec<(String, String)>,
+}
+
+impl Unit {
+    fn parse() -> Unit {
+        let mut unit = Unit {
+            exec_start: String::new(),
+            env: Vec::new(),
+            settings: Vec::new(),
+        };
+        for line in example("distlock-backup.service").lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with(['#', ';', '[']) {
+                continue;
+            }
+            let (key, value) = line
+                .split_once('=')
+                .unwrap_or_else(|| panic!("not a setting: {line}"));
+            match key {
+                "ExecStart" => {
+                    assert!(unit.exec_start.is_empty(), "one ExecStart");
+                    unit.exec_start = value.to_owned();
+                }
+                "Environment" => {
+                    assert!(!value.contains(['"', '\'']), "unquoted: {value}");
+                    let (name, value) = value.split_once('=').expect("NAME=value");
+                    unit.env.push((name.to_owned(), value.to_owned()));
+                }
+                _ => {}
+            }
+            unit.settings.push((key.to_owned(), value.to_owned()));
+        }
+        assert!(!unit.exec_start.is_empty(), "an ExecStart line");
+        unit
+    }
+
+    fn setting(&self, key: &str) -> &str {
+        self.settings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
+    /// ExecStart's words with the job and distlock paths replaced (systemd splits on spaces;
+    /// this line has no quotes).
+    fn argv(&self, job: &Path) -> Vec<String> {
+        assert!(!self.exec_start.contains(['"', '\'', '$', '%']));
+        substitute(
+            &self.exec_start,
+            &[
+                ("/usr/local/bin/distlock", Path::new(BIN)),
+                ("/usr/local/bin/backup.sh", job),
+            ],
+        )
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+    }
+
+    /// ExecStart as systemd starts it: no shell, systemd's `PATH`, the unit's `Environment=`
+    /// (with the store pointed at the scratch one).
+    fn command(&self, s: &Scratch, job: &Path) -> Command {
+        let argv = self.argv(job);
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .env("PATH", path_with_bin(SYSTEMD_PATH))
+            .stdin(Stdio::null());
+        assert!(
+            self.env.iter().any(|(name, _)| name == "DISTLOCK_DB"),
+            "the unit names its store"
+        );
+        for (name, value) in &self.env {
+            if name == "DISTLOCK_DB" {
+                cmd.env(name, &s.db);
+            } else {
+                cmd.env(name, value);
+            }
+        }
+        cmd
+    }
+}
+
+#[test]
+fn systemd_exec_start_runs_the_backup_under_the_lock() {
+    let s = Scratch::new();
+    let unit = Unit::parse();
+    let job = backup_job(&s, "backup.sh");
+
+    let mut service = s.spawn(&mut unit.command(&s, &job));
+    let pid = service.pid();
+    let done = service.wait(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{done:?}");
+    assert_eq!(runs(&s, "backup.sh"), 1);
+    let lock = seen_by(&s, "backup.sh");
+    assert_eq!(lock["resource"], "backup");
+    let owner = lock["owner"].as_str().expect("owner");
+    assert!(
+        owner.contains(&format!(":{pid}:")),
+        "the default owner is <host>:<distlock's pid>:<random>, got {owner}"
+    );
+    assert_eq!(s.holder("backup"), None, "released after the backup");
+    let log = s.log("backup");
+    let events: Vec<&str> = log
+        .iter()
+        .map(|e| e["event"].as_str().expect("event"))
+        .collect();
+    assert_eq!(events, ["acquired", "released"]);
+
+    // Busy: the unit says 75 is success, and the backup does not start.
+    assert!(
+        unit.setting("SuccessExitStatus")
+            .split_whitespace()
+            .any(|c| c == "75")
+    );
+    s.hold("backup", "cron-backup", "60s");
+    let done = s
+        .spawn(&mut unit.command(&s, &job))
+        .wait(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(75), "{done:?}");
+    assert!(
+        done.stderr.contains("cron-backup"),
+        "names the holder: {done:?}"
+    );
+    assert_eq!(runs(&s, "backup.sh"), 1, "no second backup while held");
+
+    // Where systemd-analyze exists, it accepts the unit without a warning (with the paths
+    // made real).
+    if output(Command::new("systemd-analyze").arg("--version")).is_ok() {
+        let argv = unit.argv(&job).join(" ");
+        let text = example("distlock-backup.service").replace(&unit.exec_start, &argv);
+        let copy = s.path("distlock-backup.service");
+        std::fs::write(&copy, text).expect("write unit");
+        let out = output(Command::new("systemd-analyze").arg("verify").arg(&copy))
+            .expect("systemd-analyze");
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "systemd-analyze verify (warnings count): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        eprintln!("note: systemd-analyze not installed; unit syntax not verified");
+    }
+}
+
+#[test]
+fn systemd_stop_lets_the_backup_finish_and_then_releases() {
+    let s = Scratch::new();
+    let unit = Unit::parse();
+    assert_eq!(unit.setting("KillMode"), "control-group");
+    assert!(!unit.setting("TimeoutStopSec").is_empty());
+    // A backup that takes a second to shut down after SIGTERM, and ignores the repeat that
+    // arrives while it cleans up.
+    let job = s.script(
+        "backup.sh",
+        &format!(
+            "stopping=\ntrap 'stopping=1' TERM\necho $$ >'{started}'\n\
+             while [ -z \"$stopping\" ]; do sleep 0.1; done\n\
+             trap '' TERM\n\
+             sleep 1\n\
+             distlock status backup >'{during}'\n\
+             echo clean >'{stopped}'\n",
+            started = s.p("started"),
+            during = s.p("during-stop.json"),
+            stopped = s.p("stopped"),
+        ),
+    );
+
+    let mut service = s.spawn(&mut unit.command(&s, &job));
+    wait_until(Duration::from_secs(10), "the backup starts", || {
+        s.path("started").exists()
+    });
+    let group: i32 = read(&s.path("started")).trim().parse().expect("a pid");
+    let before = s.holder("backup").expect("held while the backup runs");
+
+    // KillMode=control-group: SIGTERM to every process of the unit.
+    let stop = Instant::now();
+    kill(service.pid(), Signal::SIGTERM).expect("signal distlock");
+    let _ = killpg(Pid::from_raw(group), Signal::SIGTERM);
+    let done = service.wait(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "the backup's own status: {done:?}");
+    assert!(
+        stop.elapsed() >= Duration::from_millis(900),
+        "distlock must wait for the backup's clean-up"
+    );
+    assert_eq!(read(&s.path("stopped")), "clean\n");
+    let during: Value = serde_json::from_str(&read(&s.path("during-stop.json"))).expect("JSON");
+    assert_eq!(during["held"], true, "the lock is held during the clean-up");
+    assert_eq!(during["lock"]["fence"], before["fence"]);
+    assert_eq!(s.holder("backup"), None, "released once the backup exited");
+}
+
+// ---------------------------------------------------------------------------------------------
+// CI
+
+/// The command of the CI job's `run:` step.
+fn ci_run_line() -> String {
+    let found: Vec<String> = example("ci-deploy.yml")
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("run: "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(found.len(), 1, "one run: step");
+    found[0].clone()
+}
+
+#[test]
+fn ci_step_serialises_concurrent_deploys() {
+    let s = Scratch::new();
+    assert!(
+        example("ci-deploy.yml").contains("DISTLOCK_DB:"),
+        "the step names its store"
+    );
+    let events = s.p("events");
+    let deploy = s.script(
+        "deploy.sh",
+        &format!(
+            "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+             sleep 1\n\
+             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+             rmdir '{critical}'\n",
+            critical = s.p("critical"),
+            overlaps = s.p("overlaps"),
+        ),
+    );
+    let line = substitute(&ci_run_line(), &[("./deploy.sh", &deploy)]);
+    // Create the store first: two processes opening a brand-new SQLite file at once can fail
+    // with exit 74 ("a SQLite database of another application" or "database is locked"), a
+    // distlock bug of its own that this test is not about.
+    assert_eq!(s.holder("deploy-production"), None);
+    // GitHub Actions runs `run:` with `bash --noprofile --norc -eo pipefail`.
+    let step = || {
+        let mut cmd = s.cmd("bash");
+        cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &line]);
+        s.spawn(&mut cmd)
+    };
+    let (mut first, mut second) = (step(), step());
+    for pipeline in [&mut first, &mut second] {
+        let done = pipeline.wait(Duration::from_secs(40));
+        assert_eq!(done.code(), Some(0), "{done:?}");
+    }
+    assert!(
+        !s.path("overlaps").exists(),
+        "two deploys overlapped: {}",
+        read(&s.path("overlaps"))
+    );
+    let log = read(&s.path("events"));
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 4, "{log}");
+    let fence = |line: &str| line.split(' ').nth(1).expect("a fence").to_owned();
+    assert!(
+        lines[0].starts_with("start ")
+            && lines[1].starts_with("end ")
+            && lines[2].starts_with("start ")
+            && lines[3].starts_with("end "),
+        "one deploy after the other: {log}"
+    );
+    assert_eq!(fence(lines[0]), fence(lines[1]));
+    assert_eq!(fence(lines[2]), fence(lines[3]));
+    assert_ne!(fence(lines[0]), fence(lines[2]), "two tenures");
+    assert_eq!(s.holder("deploy-production"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The deploy script
+
+/// A working folder with the deploy script's steps: each records its arguments, the fence in
+/// its environment, and who held the lock while it ran.
+fn deploy_steps(s: &Scratch) -> PathBuf {
+    let work = s.path("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    for step in ["migrate", "switch-traffic"] {
+        s.script(
+            &format!("work/{step}.sh"),
+            &format!(
+                "if [ -e '{block}' ]; then echo $$ >'{started}'; while :; do sleep 0.1; done; fi\n\
+                 [ ! -e '{fail}' ] || exit 3\n\
+                 printf '%s %s\\n' \"$*\" \"${{DISTLOCK_FENCE:-none}}\" >'{seen}'\n\
+                 distlock status deploy-production >'{status}'\n",
+                block = s.p(&format!("block-{step}")),
+                started = s.p(&format!("{step}.started")),
+                fail = s.p(&format!("fail-{step}")),
+                seen = s.p(&format!("{step}.seen")),
+                status = s.p(&format!("{step}.status")),
+            ),
+        );
+    }
+    work
+}
+
+fn deploy(s: &Scratch, work: &Path) -> Proc {
+    let mut cmd = s.cmd(root().join("examples/deploy.sh"));
+    cmd.current_dir(work).process_group(0);
+    s.spawn(&mut cmd)
+}
+
+#[test]
+fn deploy_script_holds_one_tenure_across_its_steps() {
+    let s = Scratch::new();
+    let work = deploy_steps(&s);
+    // Another tenure first, so the deploy's fence is not simply 1.
+    s.hold("warm-up", "w", "60s");
+    s.release("warm-up", "w");
+
+    let mut script = deploy(&s, &work);
+    let owner = format!("{}:{}", host_name(), script.pid());
+    let done = script.wait(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(0), "{done:?}");
+
+    let log = s.log("deploy-production");
+    let fence = log[0]["fence"].as_i64().expect("fence");
+    assert!(fence >= 2);
+    assert!(
+        done.stderr.contains(&format!("done (fence {fence})")),
+        "{done:?}"
+    );
+    let events: Vec<&str> = log
+        .iter()
+        .map(|e| e["event"].as_str().expect("event"))
+        .collect();
+    assert_eq!(
+        events,
+        ["acquired", "extended", "renewed", "released"],
+        "acquire, the joined run step, renew, release: one tenure"
+    );
+    for event in &log {
+        assert_eq!(event["owner"], owner.as_str(), "owner is $(hostname):$$");
+        assert_eq!(event["fence"], fence);
+    }
+    assert_eq!(
+        read(&s.path("migrate.seen")),
+        format!("{fence} {fence}\n"),
+        "migrate gets the fence as its argument and in DISTLOCK_FENCE"
+    );
+    assert_eq!(
+        read(&s.path("switch-traffic.seen")),
+        format!("{fence} none\n"),
+        "switch-traffic gets the fence as its argument"
+    );
+    for step in ["migrate", "switch-traffic"] {
+        let status: Value =
+            serde_json::from_str(&read(&s.path(&format!("{step}.status")))).expect("JSON");
+        assert_eq!(status["held"], true, "{step} ran under the lock");
+        assert_eq!(status["lock"]["owner"], owner.as_str());
+        assert_eq!(status["lock"]["fence"], fence);
+    }
+    assert_eq!(s.holder("deploy-production"), None, "released at the end");
+}
+
+#[test]
+fn deploy_script_exits_75_and_touches_nothing_while_another_deploy_runs() {
+    let s = Scratch::new();
+    let work = deploy_steps(&s);
+    let running = s.hold("deploy-production", "ci-runner-7", "60s");
+
+    let done = deploy(&s, &work).wait(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(75), "{done:?}");
+    assert!(
+        done.stderr.contains("another deploy holds the lock")
+            && done.stderr.contains("ci-runner-7"),
+        "{done:?}"
+    );
+    assert!(!s.path("migrate.seen").exists() && !s.path("switch-traffic.seen").exists());
+    assert_eq!(s.holder("deploy-production"), Some(running));
+}
+
+#[test]
+fn deploy_script_releases_the_lock_when_a_step_fails() {
+    let s = Scratch::new();
+    let work = deploy_steps(&s);
+    std::fs::write(s.path("fail-migrate"), "").expect("flag");
+
+    let done = deploy(&s, &work).wait(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(3), "the failed step's status: {done:?}");
+    assert!(
+        !s.path("switch-traffic.seen").exists(),
+        "no step after a failure"
+    );
+    assert_eq!(s.holder("deploy-production"), None, "the trap released it");
+    let log = s.log("deploy-production");
+    assert_eq!(log.last().expect("events")["event"], "released");
+}
+
+/// True if `signal` is ignored in this process, and so (POSIX) cannot be trapped by the shells
+/// it starts: a test run started in the background by a non-interactive shell ignores SIGINT.
+fn ignored(signal: Signal) -> bool {
+    let status = read(Path::new("/proc/self/status"));
+    let mask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    mask & (1 << (signal as i32 - 1)) != 0
+}
+
+#[test]
+fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
+    // ^C in a terminal sends SIGINT to the foreground job, a cancelled CI job SIGTERM to its
+    // processes: the script and `distlock run`, which forwards it to the step's own group.
+    for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
+        if ignored(signal) {
+            eprintln!("note: {signal} is ignored in this test run; not tested");
+            continue;
+        }
+        let s = Scratch::new();
+        let work = deploy_steps(&s);
+        std::fs::write(s.path("block-migrate"), "").expect("flag");
+
+        let mut script = deploy(&s, &work);
+        wait_until(Duration::from_secs(10), "migrate starts", || {
+            s.path("migrate.started").exists()
+        });
+        assert!(s.holder("deploy-production").is_some());
+        killpg(script.pid(), signal).expect("signal the script's group");
+        let done = script.wait(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(code), "{signal}: {done:?}");
+        assert!(!s.path("switch-traffic.seen").exists());
+        assert_eq!(
+            s.holder("deploy-production"),
+            None,
+            "{signal}: the trap released it"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guarding a write with DISTLOCK_FENCE
+
+fn fenced_write() -> PathBuf {
+    root().join("examples/fenced-write")
+}
+
+/// The ledger's entries as (fence, value).
+fn ledger(dir: &Path) -> Vec<(i64, String)> {
+    std::fs::read_to_string(dir.join("data"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let (fence, value) = line.split_once(' ').expect("FENCE VALUE");
+            (fence.parse().expect("a fence"), value.to_owned())
+        })
+        .collect()
+}
+
+fn assert_fence_order(entries: &[(i64, String)]) {
+    assert!(
+        entries.windows(2).all(|w| w[0].0 <= w[1].0),
+        "writes out of fence order: {entries:?}"
+    );
+}
+
+#[test]
+fn fenced_write_accepts_newer_fences_and_rejects_older_ones() {
+    let s = Scratch::new();
+    let dir = s.path("ledger");
+    let write = |fence: Option<&str>, env: Option<&str>, value: &str| {
+        let mut cmd = s.cmd(fenced_write());
+        if let Some(fence) = fence {
+            cmd.args(["--fence", fence]);
+        }
+        if let Some(env) = env {
+            cmd.env("DISTLOCK_FENCE", env);
+        }
+        cmd.arg(&dir).arg(value);
+        s.spawn(&mut cmd).wait(Duration::from_secs(10))
+    };
+    for (fence, env, value) in [
+        (Some("5"), None, "a"),
+        (None, Some("7"), "b"),
+        (Some("7"), None, "c"),
+        (Some("9"), Some("3"), "d"),
+    ] {
+        let done = write(fence, env, value);
+        assert_eq!(done.code(), Some(0), "{value}: {done:?}");
+    }
+    let accepted = vec![
+        (5, "a".to_owned()),
+        (7, "b".to_owned()),
+        (7, "c".to_owned()),
+        (9, "d".to_owned()),
+    ];
+    assert_eq!(ledger(&dir), accepted, "--fence wins over DISTLOCK_FENCE");
+
+    let stale = write(Some("8"), None, "stale");
+    assert_eq!(stale.code(), Some(1), "{stale:?}");
+    assert!(stale.stderr.contains("rejected"), "{stale:?}");
+    let unfenced = write(None, None, "no fence");
+    assert_eq!(unfenced.code(), Some(64), "{unfenced:?}");
+    assert_eq!(ledger(&dir), accepted, "rejected writes change nothing");
+    assert_eq!(read(&dir.join("fence")), "9\n");
+}
+
+#[test]
+fn fenced_write_is_atomic_against_concurrent_writers() {
+    let s = Scratch::new();
+    let dir = s.path("ledger");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let mut fences: Vec<u32> = (1..=24).collect();
+    fastrand::shuffle(&mut fences);
+    let mut writers: Vec<(u32, Proc)> = fences
+        .iter()
+        .map(|&fence| {
+            let mut cmd = s.cmd(fenced_write());
+            cmd.env("DISTLOCK_FENCE", fence.to_string())
+                .arg(&dir)
+                .arg(format!("w{fence}"));
+            (fence, s.spawn(&mut cmd))
+        })
+        .collect();
+    let mut accepted = 0;
+    for (fence, writer) in &mut writers {
+        let done = writer.wait(Duration::from_secs(30));
+        match done.code() {
+            Some(0) => accepted += 1,
+            Some(1) => assert!(done.stderr.contains("rejected"), "{done:?}"),
+            _ => panic!("writer {fence}: {done:?}"),
+        }
+    }
+    let entries = ledger(&dir);
+    assert_fence_order(&entries);
+    assert_eq!(
+        entries.len(),
+        accepted,
+        "every accepted write is in the ledger"
+    );
+    assert_eq!(
+        entries.last().expect("a write").0,
+        24,
+        "the newest fence always wins"
+    );
+}
+
+#[test]
+fn fenced_write_readme_command() {
+    let s = Scratch::new();
+    let dir = s.path("ledger");
+    let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
+    for _ in 0..2 {
+        let mut cmd = s.cmd("/bin/sh");
+        cmd.arg("-c").arg(&line).current_dir(root());
+        let done = s.spawn(&mut cmd).wait(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(0), "{done:?}");
+    }
+    let tenures: Vec<i64> = s
+        .log("ledger")
+        .iter()
+        .filter(|e| e["event"] == "acquired")
+        .map(|e| e["fence"].as_i64().expect("fence"))
+        .collect();
+    let entries = ledger(&dir);
+    assert_eq!(
+        entries,
+        tenures
+            .iter()
+            .map(|&f| (f, "entry".to_owned()))
+            .collect::<Vec<_>>(),
+        "each run wrote once, with its tenure's fence"
+    );
+    assert!(tenures.len() == 2 && tenures[0] < tenures[1]);
+    assert_eq!(s.holder("ledger"), None);
+}
+
+/// Stopped processes, continued and killed if the test fails before it resumes them.
+struct Paused {
+    run: Pid,
+    group: Pid,
+    armed: bool,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = killpg(self.group, Signal::SIGKILL);
+            let _ = kill(self.run, Signal::SIGKILL);
+        }
+    }
+}
+
+/// True if a writer could take the store's write lock right now.
+fn store_writable(db: &Path) -> bool {
+    let conn = rusqlite::Connection::open(db).expect("open the store");
+    conn.busy_timeout(Duration::from_millis(300))
+        .expect("busy timeout");
+    conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok()
+}
+
+#[test]
+fn fenced_write_rejects_a_stale_holders_late_write() {
+    let s = Scratch::new();
+    let dir = s.path("ledger");
+    // A: writes once, says it is ready to be paused, then (once continued) writes again and
+    // lingers until its guard stops it.
+    let step = s.script(
+        "a-step.sh",
+        &format!(
+            "'{fw}' '{dir}' A:early || exit 9\n\
+             echo $$ >'{pid}'\n\
+             while [ ! -e '{go}' ]; do sleep 0.1; done\n\
+             '{fw}' '{dir}' A:late\n\
+             echo $? >'{late}'\n\
+             sleep 30\n",
+            fw = fenced_write().display(),
+            dir = dir.display(),
+            pid = s.p("a.pid"),
+            go = s.p("go"),
+            late = s.p("a.late"),
+        ),
+    );
+    let mut a = s.spawn(
+        s.cmd(BIN)
+            .args(["run", "--resource", "ledger", "--ttl", "2", "--"])
+            .arg(&step),
+    );
+    wait_until(Duration::from_secs(10), "A writes and is ready", || {
+        s.path("a.pid").exists()
+    });
+    let group = Pid::from_raw(read(&s.path("a.pid")).trim().parse().expect("a pid"));
+    let mut paused = Paused {
+        run: a.pid(),
+        group,
+        armed: true,
+    };
+
+    // Pause A, its guard and its command alike, past its 2 s lease. (Not in the middle of a
+    // renewal: a process stopped inside a SQLite write would block every other writer.)
+    let mut tries = 0;
+    loop {
+        kill(paused.run, Signal::SIGSTOP).expect("stop A's distlock");
+        killpg(group, Signal::SIGSTOP).expect("stop A's command");
+        if store_writable(&s.db) {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 20, "A keeps the store's write lock");
+        kill(paused.run, Signal::SIGCONT).expect("continue");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a_fence = ledger(&dir)[0].0;
+    wait_until(Duration::from_secs(15), "A's lease runs out", || {
+        s.holder("ledger").is_none()
+    });
+
+    // B: the README's command takes the expired lock and writes with a newer fence.
+    let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
+    let mut cmd = s.cmd("/bin/sh");
+    cmd.arg("-c").arg(&line).current_dir(root());
+    let b = s.spawn(&mut cmd).wait(Duration::from_secs(20));
+    assert_eq!(b.code(), Some(0), "{b:?}");
+
+    // A resumes: its command first, so the late write is attempted before the guard can
+    // stop it, as when a write is already under way.
+    std::fs::write(s.path("go"), "").expect("go");
+    killpg(group, Signal::SIGCONT).expect("continue A's command");
+    wait_until(Duration::from_secs(10), "A's late write", || {
+        read_or_empty(&s.path("a.late")).ends_with('\n')
+    });
+    assert_eq!(
+        read(&s.path("a.late")),
+        "1\n",
+        "fenced-write must reject A's late write"
+    );
+    kill(paused.run, Signal::SIGCONT).expect("continue A's distlock");
+    paused.armed = false;
+    let a_done = a.wait(Duration::from_secs(20));
+    assert_eq!(
+        a_done.code(),
+        Some(124),
+        "A's guard notices the lost lease: {a_done:?}"
+    );
+    assert!(
+        a_done.stderr.contains("fenced-write: rejected"),
+        "{a_done:?}"
+    );
+
+    let entries = ledger(&dir);
+    assert_fence_order(&entries);
+    let values: Vec<&str> = entries.iter().map(|(_, v)| v.as_str()).collect();
+    assert_eq!(values, ["A:early", "entry"], "never A's late write");
+    assert!(entries[1].0 > a_fence, "B's tenure has the larger fence");
+    let taken = s
+        .log("ledger")
+        .into_iter()
+        .find(|e| e["event"] == "taken_over")
+        .expect("B took over A's expired lock");
+    assert_eq!(taken["fence"], entries[1].0);
+}
+
+fn read_or_empty(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
