@@ -1,0 +1,1179 @@
+//! `run`, the exec guard: exit statuses, the busy path, the command's environment and stdout,
+//! the heartbeat, stopping the command (and everything it started) when the lease is lost,
+//! signal forwarding, `--wait` hand-over, exec failures, joining a tenure, and usage errors.
+//!
+//! Commands are `sh -c` scripts that leave marker files in the test's scratch folder (`$D`);
+//! `$DL` is the binary under test, for scripts that look at the lock from inside. Files other
+//! processes wait for are written to a temporary name and renamed, so they are never read half
+//! written. Timing checks are upper bounds with generous slack, or lower bounds that follow
+//! from causality.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use crate::common::{BIN, Db, Kind, each_store, now_millis, parse_line, timestamp_millis};
+
+/// `distlock run ARGS…` with the scratch folder in `$D` and the binary in `$DL`.
+fn run_cmd(db: &Db, args: &[&str]) -> Command {
+    let mut cmd = db.std_cmd();
+    cmd.arg("run")
+        .args(args)
+        .env("D", db.dir.path())
+        .env("DL", BIN)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// A spawned `distlock`, killed if the test ends (or fails) while it still runs. Its stdout
+/// and stderr go to files, never to pipes: a pipe would keep a test waiting on any stray
+/// grandchild that inherited it.
+struct Proc {
+    child: Child,
+    stdout: std::path::PathBuf,
+    stderr: std::path::PathBuf,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, db: &Db, name: &str) -> Proc {
+        let stdout = db.file(&format!("{name}.stdout"));
+        let stderr = db.file(&format!("{name}.stderr"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&stdout).expect("stdout file"))
+            .stderr(fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("spawn distlock");
+        Proc {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits i32"))
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).expect("signal distlock");
+    }
+
+    /// Waits for the process to exit, failing the test if it takes longer than `limit`.
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "distlock still running after {limit:?}; stderr so far: {}",
+                self.stderr_text()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The exit code, failing the test if distlock itself died of a signal.
+    fn code(&mut self, limit: Duration) -> i32 {
+        let status = self.wait(limit);
+        status.code().unwrap_or_else(|| {
+            panic!(
+                "distlock died of a signal: {status:?}; stderr: {}",
+                self.stderr_text()
+            )
+        })
+    }
+
+    fn stdout_bytes(&self) -> Vec<u8> {
+        fs::read(&self.stdout).unwrap_or_default()
+    }
+
+    fn stderr_text(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Waits until `path` exists, failing the test after `limit`.
+fn wait_for_file(path: &Path, limit: Duration) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < limit,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn read_trimmed(path: &Path) -> String {
+    fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("read {}: {err}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+fn read_number(path: &Path) -> i64 {
+    let text = read_trimmed(path);
+    text.parse()
+        .unwrap_or_else(|err| panic!("{} holds {text:?}, not a number: {err}", path.display()))
+}
+
+/// A process no longer runs: it does not exist, or is a zombie waiting to be reaped (an
+/// orphaned grandchild is reaped by init, whenever init gets to it).
+fn is_gone(pid: i32) -> bool {
+    match kill(Pid::from_raw(pid), None) {
+        Err(Errno::ESRCH) => true,
+        _ => fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        }),
+    }
+}
+
+/// Polls until every process in `pids` is gone; returns whether they all went within `limit`.
+fn all_gone_within(pids: &[i32], limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if pids.iter().all(|&pid| is_gone(pid)) {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `status RESOURCE`: its exit code and its JSON line.
+fn status(db: &Db, resource: &str) -> (i32, Value) {
+    let out = db.run(&["status", resource]);
+    let code = out.status.code().expect("status exited");
+    assert!(
+        code == 0 || code == 1,
+        "status {resource}: exit {code}, stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (code, parse_line(&out.stdout))
+}
+
+/// Asserts that `resource` is free.
+fn assert_free(db: &Db, resource: &str) {
+    let (code, json) = status(db, resource);
+    assert_eq!(code, 1, "{resource} should be free, status says {json}");
+    assert_eq!(json["held"], false);
+}
+
+/// Asserts that `resource` is held by `owner`, and returns the lock object.
+fn assert_held_by(db: &Db, resource: &str, owner: &str) -> Value {
+    let (code, json) = status(db, resource);
+    assert_eq!(
+        code, 0,
+        "{resource} should be held by {owner}, status says {json}"
+    );
+    assert_eq!(json["lock"]["owner"], owner, "{json}");
+    json["lock"].clone()
+}
+
+/// `log RESOURCE`: the history of one resource, oldest first.
+fn log_events(db: &Db, resource: &str) -> Vec<Value> {
+    let out = db.run(&["log", resource]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "log {resource}: stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8 log");
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("log line is JSON"))
+        .collect()
+}
+
+fn event_names(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|e| e["event"].as_str().expect("event name"))
+        .collect()
+}
+
+/// Holds SQLite's write lock on `path` from another connection for `hold`, as a stuck writer
+/// would; returns once the lock is taken. Readers still get through (WAL mode); writers wait
+/// for their busy timeout and fail.
+fn hold_write_lock(path: &Path, hold: Duration) -> thread::JoinHandle<()> {
+    let (taken, is_taken) = mpsc::channel();
+    let path = path.to_owned();
+    let holder = thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&path).expect("open the database");
+        conn.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        conn.execute_batch("BEGIN EXCLUSIVE")
+            .expect("take the write lock");
+        taken.send(()).expect("report the lock");
+        thread::sleep(hold);
+        conn.execute_batch("ROLLBACK").expect("give the lock back");
+    });
+    is_taken
+        .recv_timeout(Duration::from_secs(15))
+        .expect("took the database's write lock");
+    holder
+}
+
+const LONG: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------------------------------------
+// Exit statuses, busy, environment, output
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn exit_status_passes_through_and_signal_deaths_become_128_plus_n() {
+    each_store(|db| {
+        for (script, expected) in [
+            ("exit 0", 0),
+            ("exit 3", 3),
+            ("exit 42", 42),
+            ("exit 255", 255),
+            ("kill -TERM $$", 143),
+            ("kill -KILL $$", 137),
+        ] {
+            let out = run_cmd(db, &["--resource", "pass", "--", "sh", "-c", script])
+                .output()
+                .expect("run distlock");
+            assert_eq!(
+                out.status.code(),
+                Some(expected),
+                "sh -c {script:?}: stderr {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.stdout.is_empty(), "{script}: stdout {:?}", out.stdout);
+            // Whatever the command's status, the lock is given back.
+            assert_free(db, "pass");
+        }
+    });
+}
+
+#[test]
+fn busy_lock_exits_75_or_the_conflict_code_and_never_starts_the_command() {
+    each_store(|db| {
+        let held = db.json(&["acquire", "busy", "--owner", "other", "--ttl", "60"], 0);
+        let ran = db.file("ran");
+        for (extra, expected) in [
+            (&[][..], 75),
+            (&["--conflict-exit-code", "0"][..], 0),
+            (&["--conflict-exit-code", "9"][..], 9),
+            (&["--conflict-exit-code", "75"][..], 75),
+        ] {
+            let mut args = vec!["--resource", "busy"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", "sh", "-c", r#"echo ran > "$D/ran""#]);
+            let out = run_cmd(db, &args).output().expect("run distlock");
+            assert_eq!(
+                out.status.code(),
+                Some(expected),
+                "{args:?}: stderr {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.stdout.is_empty(), "{args:?}: stdout {:?}", out.stdout);
+            assert!(!ran.exists(), "{args:?}: the command ran on a busy lock");
+        }
+
+        // --wait that runs out is busy too, after waiting.
+        let start = Instant::now();
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "busy",
+                "--wait",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                r#"echo ran > "$D/ran""#,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(75));
+        assert!(
+            start.elapsed() >= Duration::from_millis(900),
+            "did not wait"
+        );
+        assert!(out.stdout.is_empty());
+        assert!(!ran.exists(), "the command ran after --wait ran out");
+
+        // The holder's lock is untouched.
+        let lock = assert_held_by(db, "busy", "other");
+        assert_eq!(lock["fence"], held["lock"]["fence"]);
+        assert_eq!(lock["expires_at"], held["lock"]["expires_at"]);
+    });
+}
+
+#[test]
+fn command_gets_the_four_variables_and_its_fence_is_the_one_status_reports() {
+    each_store(|db| {
+        let script = r#"printf '%s\n' "$DISTLOCK_RESOURCE" "$DISTLOCK_OWNER" "$DISTLOCK_FENCE" "$DISTLOCK_DB" > "$D/env"
+            "$DL" status "$DISTLOCK_RESOURCE" > "$D/status""#;
+        // The store comes from --db here, not from the environment: the command gets it anyway.
+        let mut cmd = db.std_cmd();
+        cmd.env_remove("DISTLOCK_DB")
+            .env("D", db.dir.path())
+            .env("DL", BIN)
+            .args(["--db", &db.url, "run", "--resource", "env: r 1"])
+            .args(["--", "sh", "-c", script]);
+        let mut proc = Proc::spawn(cmd, db, "run");
+        let pid = proc.pid().as_raw();
+        assert_eq!(proc.code(LONG), 0, "stderr: {}", proc.stderr_text());
+
+        let env = fs::read_to_string(db.file("env")).expect("env file");
+        let lines: Vec<&str> = env.lines().collect();
+        assert_eq!(lines.len(), 4, "{env:?}");
+        let (resource, owner, fence, store) = (lines[0], lines[1], lines[2], lines[3]);
+        assert_eq!(resource, "env: r 1");
+        assert_eq!(store, db.url);
+
+        // The default owner: <hostname>:<pid of this distlock>:<8 hex digits>.
+        let parts: Vec<&str> = owner.rsplitn(3, ':').collect();
+        assert_eq!(parts.len(), 3, "owner {owner:?}");
+        let (hex, owner_pid, host) = (parts[0], parts[1], parts[2]);
+        assert!(
+            hex.len() == 8 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+            "owner {owner:?}: suffix is not 8 hex digits"
+        );
+        assert_eq!(owner_pid, pid.to_string(), "owner {owner:?}: not run's pid");
+        let hostname = nix::unistd::gethostname()
+            .expect("hostname")
+            .into_string()
+            .expect("utf-8 hostname");
+        assert!(
+            !host.is_empty() && hostname.starts_with(host),
+            "owner {owner:?}: host part is not this host ({hostname})"
+        );
+
+        // What the command saw matches what the store says while it runs.
+        let seen = parse_line(&fs::read(db.file("status")).expect("status file"));
+        assert_eq!(seen["held"], true, "{seen}");
+        assert_eq!(seen["lock"]["resource"], resource);
+        assert_eq!(seen["lock"]["owner"], owner);
+        let fence: i64 = fence.parse().expect("DISTLOCK_FENCE is a number");
+        assert_eq!(seen["lock"]["fence"], fence);
+
+        // The default owner is unique per process.
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "env: r 1",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$DISTLOCK_OWNER" > "$D/owner2""#,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0));
+        assert_ne!(read_trimmed(&db.file("owner2")), owner);
+        assert_free(db, "env: r 1");
+    });
+}
+
+#[test]
+fn stdout_is_exactly_the_commands_own() {
+    each_store(|db| {
+        for format in ["json", "text"] {
+            let out = run_cmd(
+                db,
+                &[
+                    "--format",
+                    format,
+                    "--resource",
+                    "out",
+                    "--",
+                    "sh",
+                    "-c",
+                    r"printf 'a\nb'; printf 'to-stderr' >&2",
+                ],
+            )
+            .output()
+            .expect("run distlock");
+            assert_eq!(out.status.code(), Some(0));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "a\nb",
+                "--format {format}: stdout must be the command's, byte for byte"
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("to-stderr"),
+                "the command's stderr is inherited"
+            );
+        }
+    });
+}
+
+#[test]
+fn run_never_takes_its_owner_from_distlock_owner_but_does_from_the_flag() {
+    each_store(|db| {
+        let held = db.json(
+            &["acquire", "shared", "--owner", "shared", "--ttl", "60"],
+            0,
+        );
+        let ran = db.file("ran");
+
+        // An owner inherited through the environment must not join someone else's lock.
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "shared",
+                "--",
+                "sh",
+                "-c",
+                r#"echo ran > "$D/ran""#,
+            ],
+        )
+        .env("DISTLOCK_OWNER", "shared")
+        .output()
+        .expect("run distlock");
+        assert_eq!(
+            out.status.code(),
+            Some(75),
+            "run joined a lock through DISTLOCK_OWNER; stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!ran.exists(), "the command ran");
+
+        // On a free lock the environment's owner is ignored as well: the command sees the
+        // default, per-process owner.
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "free",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$DISTLOCK_OWNER" > "$D/owner""#,
+            ],
+        )
+        .env("DISTLOCK_OWNER", "shared")
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0));
+        let owner = read_trimmed(&db.file("owner"));
+        assert_ne!(owner, "shared");
+        assert_eq!(owner.split(':').count(), 3, "owner {owner:?}");
+
+        // --owner given explicitly is the owner.
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "shared",
+                "--owner",
+                "shared",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$DISTLOCK_OWNER" > "$D/ran""#,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(read_trimmed(&ran), "shared");
+        let lock = assert_held_by(db, "shared", "shared");
+        assert_eq!(lock["fence"], held["lock"]["fence"]);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Release, history, heartbeat
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn lock_is_released_when_the_command_exits_and_the_log_shows_one_tenure() {
+    each_store(|db| {
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "tenure",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$DISTLOCK_FENCE" > "$D/fence"; echo "$DISTLOCK_OWNER" > "$D/owner""#,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0));
+        assert_free(db, "tenure");
+
+        let fence = read_number(&db.file("fence"));
+        let owner = read_trimmed(&db.file("owner"));
+        let events = log_events(db, "tenure");
+        assert_eq!(event_names(&events), ["acquired", "released"], "{events:?}");
+        for event in &events {
+            assert_eq!(event["fence"], fence, "{event}");
+            assert_eq!(event["owner"], owner.as_str(), "{event}");
+            assert_eq!(event["resource"], "tenure", "{event}");
+        }
+    });
+}
+
+#[test]
+fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
+    each_store(|db| {
+        let mut proc = Proc::spawn(
+            run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "hb",
+                    "--ttl",
+                    "2s",
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"echo "$DISTLOCK_FENCE" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"; sleep 5"#,
+                ],
+            ),
+            db,
+            "run",
+        );
+        wait_for_file(&db.file("ready"), LONG);
+        let ready = Instant::now();
+        let fence = read_number(&db.file("ready"));
+
+        // The lock was taken before the command started; without renewals it would be gone
+        // 2 s later.
+        thread::sleep(Duration::from_millis(3500).saturating_sub(ready.elapsed()));
+        let busy = db.json(&["acquire", "hb", "--owner", "other", "--ttl", "10"], 75);
+        assert_eq!(busy["acquired"], false);
+        let (code, seen) = status(db, "hb");
+        assert_eq!(code, 0, "the lease ran out while the command ran: {seen}");
+        assert_eq!(seen["lock"]["fence"], fence);
+
+        assert_eq!(proc.code(LONG), 0, "stderr: {}", proc.stderr_text());
+        assert_free(db, "hb");
+        let renewals = log_events(db, "hb")
+            .iter()
+            .filter(|e| e["event"] == "renewed" && e["fence"] == fence)
+            .count();
+        assert!(
+            renewals >= 2,
+            "only {renewals} renewals in 5 s with --ttl 2s"
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lease lost
+// ---------------------------------------------------------------------------------------------
+
+/// Script lines for a shell that records its own pid (`sh.pid`) and that of the background job
+/// it just started (`$!`, into `gc.pid`).
+const FAMILY: &str = r#"echo $! > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc.pid"
+    echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid""#;
+
+/// The pids in `sh.pid` and `gc.pid`, once both are written; both must be running.
+fn family_pids(db: &Db) -> (i32, i32) {
+    wait_for_file(&db.file("sh.pid"), LONG);
+    wait_for_file(&db.file("gc.pid"), LONG);
+    let shell = i32::try_from(read_number(&db.file("sh.pid"))).expect("pid");
+    let grandchild = i32::try_from(read_number(&db.file("gc.pid"))).expect("pid");
+    assert!(
+        !is_gone(shell) && !is_gone(grandchild),
+        "the command is not running"
+    );
+    (shell, grandchild)
+}
+
+#[test]
+fn lease_lost_to_a_release_stops_the_command_and_everything_it_started() {
+    each_store(|db| {
+        let script = format!("sleep 60 &\n{FAMILY}\nsleep 60");
+        let mut proc = Proc::spawn(
+            run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "lost",
+                    "--owner",
+                    "X",
+                    "--ttl",
+                    "3",
+                    "--kill-after",
+                    "1",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            ),
+            db,
+            "run",
+        );
+        let (shell, grandchild) = family_pids(db);
+
+        let start = Instant::now();
+        db.json(&["release", "lost", "--owner", "X"], 0);
+        assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+        assert!(proc.stdout_bytes().is_empty());
+
+        assert!(
+            all_gone_within(&[shell], Duration::from_secs(5)),
+            "the command (pid {shell}) outlived the lost lease"
+        );
+        assert!(
+            all_gone_within(&[grandchild], Duration::from_secs(5)),
+            "the command's child (pid {grandchild}) outlived the lost lease"
+        );
+        assert_free(db, "lost");
+    });
+}
+
+#[test]
+fn lease_lost_gives_what_the_command_started_kill_after_to_clean_up() {
+    each_store(|db| {
+        // A typical wrapper: the shell itself dies of SIGTERM at once, while the worker it
+        // started cleans up for half a second on SIGTERM. --kill-after 2 leaves it the time.
+        let script = r#"sh -c 'trap "sleep 0.5; echo cleaned > \"\$D/gc.cleaned\"; exit 0" TERM
+                echo $$ > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc.pid"
+                for i in $(seq 600); do sleep 0.1; done' &
+            echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
+            sleep 60"#;
+        let mut proc = Proc::spawn(
+            run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "cleanup",
+                    "--owner",
+                    "X",
+                    "--ttl",
+                    "3",
+                    "--kill-after",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ],
+            ),
+            db,
+            "run",
+        );
+        let (shell, worker) = family_pids(db);
+        db.json(&["release", "cleanup", "--owner", "X"], 0);
+        assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+        assert!(
+            all_gone_within(&[shell, worker], LONG),
+            "the command (pid {shell}) or its worker (pid {worker}) outlived the lost lease"
+        );
+        let cleaned = db.file("gc.cleaned");
+        let start = Instant::now();
+        while !cleaned.exists() && start.elapsed() < Duration::from_secs(3) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            cleaned.exists(),
+            "the worker was SIGKILLed before --kill-after 2 ran out, in the middle of its \
+             SIGTERM clean-up (as soon as the shell it belongs to exited?)"
+        );
+    });
+}
+
+#[test]
+fn lease_lost_to_another_owner_kills_a_command_that_survives_sigterm() {
+    each_store(|db| {
+        // The shell catches SIGTERM and carries on; its background child ignores it.
+        let script = format!(
+            r#"trap 'echo term > "$D/term"' TERM
+            sh -c 'trap "" TERM; exec sleep 60' &
+            {FAMILY}
+            for i in $(seq 600); do sleep 0.1; done"#
+        );
+        let mut proc = Proc::spawn(
+            run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "taken",
+                    "--owner",
+                    "X",
+                    "--ttl",
+                    "3",
+                    "--kill-after",
+                    "1",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            ),
+            db,
+            "run",
+        );
+        let (shell, grandchild) = family_pids(db);
+
+        let start = Instant::now();
+        db.json(&["release", "taken", "--owner", "X"], 0);
+        let taker = db.json(&["acquire", "taken", "--owner", "Y", "--ttl", "30"], 0);
+        wait_for_file(&db.file("term"), LONG);
+        let term_seen = Instant::now();
+        assert!(
+            all_gone_within(&[shell, grandchild], LONG),
+            "the command (pid {shell}) or its child (pid {grandchild}) outlived the lost lease"
+        );
+        // The marker appears right after SIGTERM, the deaths right after SIGKILL: allow half
+        // of --kill-after for the lag of noticing either.
+        let grace = term_seen.elapsed();
+        assert!(
+            grace >= Duration::from_millis(500),
+            "SIGKILL followed SIGTERM after {grace:?}, not after --kill-after 1"
+        );
+        assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+        let took = start.elapsed();
+        // SIGTERM cannot have been sent before the release; SIGKILL waits --kill-after.
+        assert!(
+            took >= Duration::from_millis(950),
+            "SIGKILL came {took:?} after the release, sooner than --kill-after 1"
+        );
+        assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+        // The guard's clean-up must not release the new owner's lock.
+        let lock = assert_held_by(db, "taken", "Y");
+        assert_eq!(lock["fence"], taker["lock"]["fence"]);
+    });
+}
+
+#[test]
+fn unreachable_store_stops_the_command_before_the_lease_can_expire() {
+    let db = Db::sqlite();
+    let script = r#"trap 'date +%s%3N > "$D/term.tmp"; mv "$D/term.tmp" "$D/term"; exit 0' TERM
+        echo started > "$D/m.tmp"; mv "$D/m.tmp" "$D/m"
+        for i in $(seq 600); do sleep 0.1; done"#;
+    let mut proc = Proc::spawn(
+        run_cmd(
+            &db,
+            &["--resource", "cut", "--ttl", "3", "--", "sh", "-c", script],
+        ),
+        &db,
+        "run",
+    );
+    wait_for_file(&db.file("m"), LONG);
+    let (code, before) = status(&db, "cut");
+    assert_eq!(code, 0, "{before}");
+
+    let locker = hold_write_lock(db.path(), Duration::from_secs(7));
+    // No renewal can commit now, so the lease's end is final; status only reads.
+    let (code, after) = status(&db, "cut");
+    assert_eq!(code, 0, "{after}");
+    let expires_at = timestamp_millis(after["lock"]["expires_at"].as_str().expect("expires_at"));
+    assert!(
+        expires_at >= timestamp_millis(before["lock"]["expires_at"].as_str().expect("expires_at")),
+        "expires_at went backwards: {before} then {after}"
+    );
+
+    assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+    let stopped_at = read_number(&db.file("term"));
+    assert!(
+        stopped_at < expires_at,
+        "the command got SIGTERM at {stopped_at}, {} ms after its lease expired at {expires_at}",
+        stopped_at - expires_at
+    );
+    locker.join().expect("lock holder thread");
+    assert_free(&db, "cut");
+}
+
+#[test]
+fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expire() {
+    let db = Db::sqlite();
+    // --kill-after is far longer than the lease: the guard must not wait that long.
+    let script = format!(
+        r#"trap '' TERM
+        sleep 60 &
+        {FAMILY}
+        for i in $(seq 600); do sleep 0.1; done"#
+    );
+    let mut proc = Proc::spawn(
+        run_cmd(
+            &db,
+            &[
+                "--resource",
+                "cut",
+                "--ttl",
+                "6",
+                "--kill-after",
+                "30",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        ),
+        &db,
+        "run",
+    );
+    let (shell, grandchild) = family_pids(&db);
+
+    let locker = hold_write_lock(db.path(), Duration::from_secs(8));
+    let (code, after) = status(&db, "cut");
+    assert_eq!(code, 0, "{after}");
+    let expires_at = timestamp_millis(after["lock"]["expires_at"].as_str().expect("expires_at"));
+
+    assert!(
+        all_gone_within(&[shell, grandchild], LONG),
+        "the command (pid {shell}) or its child (pid {grandchild}) was never killed"
+    );
+    // Polling only notices the death later than it happened: this errs on the strict side.
+    let gone_at = now_millis();
+    assert!(
+        gone_at < expires_at,
+        "the command was still running {} ms after its lease expired at {expires_at}",
+        gone_at - expires_at
+    );
+    assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+    locker.join().expect("lock holder thread");
+}
+
+#[test]
+fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
+    each_store(|db| {
+        let script = format!("sleep 30 &\n{FAMILY}\nsleep 30");
+        let mut proc = Proc::spawn(
+            run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "orphan",
+                    "--ttl",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            ),
+            db,
+            "run",
+        );
+        let (shell, _) = family_pids(db);
+        proc.signal(Signal::SIGKILL);
+        proc.wait(LONG);
+
+        let (code, seen) = status(db, "orphan");
+        assert_eq!(code, 0, "the lock vanished with the guard: {seen}");
+        let expires_at = timestamp_millis(seen["lock"]["expires_at"].as_str().expect("expires_at"));
+        let wait = u64::try_from(expires_at + 300 - now_millis()).unwrap_or(0);
+        assert!(wait < 3000, "lease ends too late: {seen}");
+        thread::sleep(Duration::from_millis(wait));
+        assert_free(db, "orphan");
+        // The command was left behind with the guard; clean it up.
+        let _ = killpg(Pid::from_raw(shell), Signal::SIGKILL);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn sigterm_sigint_sighup_and_sigquit_are_forwarded_to_the_command() {
+    each_store(|db| {
+        for (signal, name) in [
+            (Signal::SIGTERM, "TERM"),
+            (Signal::SIGINT, "INT"),
+            (Signal::SIGHUP, "HUP"),
+            (Signal::SIGQUIT, "QUIT"),
+        ] {
+            let script = format!(
+                r#"trap 'echo got > "$D/{name}.got"; exit 0' {name}
+                echo ready > "$D/{name}.tmp"; mv "$D/{name}.tmp" "$D/{name}.ready"
+                for i in $(seq 600); do sleep 0.1; done"#
+            );
+            let resource = format!("sig:{name}");
+            let mut proc = Proc::spawn(
+                run_cmd(db, &["--resource", &resource, "--", "sh", "-c", &script]),
+                db,
+                name,
+            );
+            wait_for_file(&db.file(&format!("{name}.ready")), LONG);
+            proc.signal(signal);
+            assert_eq!(
+                proc.code(LONG),
+                0,
+                "SIG{name}: stderr {}",
+                proc.stderr_text()
+            );
+            assert!(
+                db.file(&format!("{name}.got")).exists(),
+                "SIG{name} never reached the command"
+            );
+            assert_free(db, &resource);
+        }
+    });
+}
+
+#[test]
+fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
+    each_store(|db| {
+        let script = r#"trap 'echo got > "$D/got"; sleep 3; exit 5' TERM
+            echo "$DISTLOCK_OWNER" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"
+            for i in $(seq 600); do sleep 0.1; done"#;
+        let mut proc = Proc::spawn(
+            run_cmd(
+                db,
+                &["--resource", "slow", "--ttl", "2", "--", "sh", "-c", script],
+            ),
+            db,
+            "run",
+        );
+        wait_for_file(&db.file("ready"), LONG);
+        let owner = read_trimmed(&db.file("ready"));
+        proc.signal(Signal::SIGTERM);
+        wait_for_file(&db.file("got"), LONG);
+        let got = Instant::now();
+        // Without renewals after the signal the 2 s lease would be over by now.
+        thread::sleep(Duration::from_millis(2500).saturating_sub(got.elapsed()));
+        assert_held_by(db, "slow", &owner);
+        assert_eq!(proc.code(LONG), 5, "stderr: {}", proc.stderr_text());
+        assert_free(db, "slow");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// --wait, exec failures, joining, usage
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn wait_hands_the_lock_from_one_run_to_the_next() {
+    each_store(|db| {
+        // mkdir fails if the other critical section is still inside.
+        let script = r#"mkdir "$D/inside" || exit 99
+            date +%s%3N > "$D/$N.start"; echo "$DISTLOCK_FENCE" > "$D/$N.fence"
+            echo ready > "$D/$N.tmp"; mv "$D/$N.tmp" "$D/$N.ready"
+            sleep 1
+            date +%s%3N > "$D/$N.end"; rmdir "$D/inside""#;
+        let args = ["--resource", "handoff", "--", "sh", "-c", script];
+        let mut first = run_cmd(db, &args);
+        first.env("N", "a");
+        let mut first = Proc::spawn(first, db, "a");
+        wait_for_file(&db.file("a.ready"), LONG);
+
+        let mut second = run_cmd(db, &["--wait", "10s"]);
+        second.args(args).env("N", "b");
+        let mut second = Proc::spawn(second, db, "b");
+        assert!(
+            !db.file("a.end").exists(),
+            "the second run should start while the first holds the lock"
+        );
+
+        assert_eq!(first.code(LONG), 0, "a: {}", first.stderr_text());
+        assert_eq!(second.code(LONG), 0, "b: {}", second.stderr_text());
+        let (a_fence, b_fence) = (
+            read_number(&db.file("a.fence")),
+            read_number(&db.file("b.fence")),
+        );
+        assert!(b_fence > a_fence, "fences {a_fence} then {b_fence}");
+        let (a_end, b_start) = (
+            read_number(&db.file("a.end")),
+            read_number(&db.file("b.start")),
+        );
+        assert!(
+            b_start >= a_end,
+            "b started at {b_start}, a ended at {a_end}"
+        );
+        assert_free(db, "handoff");
+    });
+}
+
+#[test]
+fn command_not_found_is_127_and_not_executable_is_126_and_the_lock_is_released() {
+    each_store(|db| {
+        let script = db.file("script.sh");
+        fs::write(&script, "#!/bin/sh\necho ran > \"$D/ran\"\n").expect("write script");
+        let mut perms = fs::metadata(&script).expect("metadata").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+        fs::set_permissions(&script, perms).expect("chmod 644");
+        let folder = db.file("folder");
+        fs::create_dir(&folder).expect("mkdir");
+
+        let missing = db.file("no-such-command");
+        for (command, expected) in [
+            (missing.to_str().expect("utf-8"), 127),
+            ("distlock-test-no-such-command-on-path", 127),
+            (script.to_str().expect("utf-8"), 126),
+            (folder.to_str().expect("utf-8"), 126),
+        ] {
+            let out = run_cmd(db, &["--resource", "exec", "--", command, "arg"])
+                .output()
+                .expect("run distlock");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(expected), "{command}: {stderr}");
+            assert!(out.stdout.is_empty(), "{command}: stdout {:?}", out.stdout);
+            assert_eq!(
+                stderr.lines().count(),
+                1,
+                "{command}: expected a one-line message, got {stderr:?}"
+            );
+            assert!(!stderr.trim().is_empty());
+            assert_free(db, "exec");
+        }
+        assert!(!db.file("ran").exists(), "the non-executable script ran");
+    });
+}
+
+#[test]
+fn run_as_the_holder_joins_the_tenure_and_leaves_the_lock_held() {
+    each_store(|db| {
+        let held = db.json(&["acquire", "join", "--owner", "X", "--ttl", "30"], 0);
+        let fence = held["lock"]["fence"].as_i64().expect("fence");
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "join",
+                "--owner",
+                "X",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$DISTLOCK_FENCE" > "$D/f""#,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(read_number(&db.file("f")), fence);
+        let lock = assert_held_by(db, "join", "X");
+        assert_eq!(lock["fence"], fence, "the join started a new tenure");
+        let events = log_events(db, "join");
+        assert!(
+            !event_names(&events).contains(&"released"),
+            "a joined run released the script's lock: {events:?}"
+        );
+
+        db.json(&["release", "join", "--owner", "X"], 0);
+        assert_free(db, "join");
+    });
+}
+
+#[test]
+fn joined_step_is_kept_alive_by_the_heartbeat() {
+    each_store(|db| {
+        let held = db.json(&["acquire", "step", "--owner", "X", "--ttl", "2"], 0);
+        let fence = &held["lock"]["fence"];
+        let mut proc = Proc::spawn(
+            run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "step",
+                    "--owner",
+                    "X",
+                    "--ttl",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"echo ready > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"; sleep 4"#,
+                ],
+            ),
+            db,
+            "run",
+        );
+        wait_for_file(&db.file("ready"), LONG);
+        let ready = Instant::now();
+        thread::sleep(Duration::from_millis(3000).saturating_sub(ready.elapsed()));
+        let lock = assert_held_by(db, "step", "X");
+        assert_eq!(&lock["fence"], fence);
+
+        assert_eq!(proc.code(LONG), 0, "stderr: {}", proc.stderr_text());
+        let lock = assert_held_by(db, "step", "X");
+        assert_eq!(&lock["fence"], fence);
+        db.json(&["release", "step", "--owner", "X"], 0);
+    });
+}
+
+#[test]
+fn usage_errors_exit_64_and_start_nothing() {
+    each_store(|db| {
+        let touch = ["sh", "-c", r#"echo ran > "$D/ran""#];
+        let with_command = |flags: &[&'static str]| -> Vec<&'static str> {
+            let mut args = flags.to_vec();
+            args.push("--");
+            args.extend_from_slice(&touch);
+            args
+        };
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["--resource", "u"],
+            vec!["--resource", "u", "--"],
+            [&["--resource", "u"][..], &touch[..]].concat(),
+            with_command(&["--resource", "u", "--conflict-exit-code", "256"]),
+            with_command(&["--resource", "u", "--conflict-exit-code", "-1"]),
+            with_command(&["--resource", "u", "--conflict-exit-code", "x"]),
+            with_command(&["--resource", "u", "--kill-after", "-1"]),
+            with_command(&["--resource", "u", "--kill-after=-1"]),
+            with_command(&["--resource", "u", "--kill-after", "soon"]),
+            with_command(&["--resource", "u", "--wait=-1"]),
+            with_command(&["--resource", "u", "--ttl", "0"]),
+            with_command(&["--resource", "u", "--ttl", "1500ms"]),
+            with_command(&["--resource", "u", "--owner", "   "]),
+            with_command(&["--resource", ""]),
+            with_command(&["--resource", "u", "--bogus"]),
+            with_command(&[]),
+        ];
+        for args in &cases {
+            let out = run_cmd(db, args).output().expect("run distlock");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "run {args:?}: stderr {stderr}");
+            assert!(
+                out.stdout.is_empty(),
+                "run {args:?}: stdout {:?}",
+                out.stdout
+            );
+            assert!(!stderr.trim().is_empty(), "run {args:?}: no message");
+            assert!(!db.file("ran").exists(), "run {args:?} started the command");
+        }
+        if db.kind == Kind::Sqlite {
+            assert!(!db.path().exists(), "a usage error touched the store");
+        }
+        assert!(
+            log_events(db, "u").is_empty(),
+            "a usage error wrote history"
+        );
+    });
+}
