@@ -105,7 +105,8 @@ struct Guard<'a> {
     ttl: Ttl,
     fence: Fence,
     kill_after: Duration,
-    /// The latest the lease can end, on the monotonic clock.
+    /// When the lease ends at the earliest, on the monotonic clock: the TTL counted from just
+    /// before the request that granted (or last renewed) it was sent.
     lease_end: Instant,
 }
 
@@ -221,6 +222,8 @@ impl Guard<'_> {
         let mut lease_end = self.lease_end;
         let mut phase = Phase::Running;
         let mut lost = false;
+        // Whether renewals are failing: said once per outage, not once per retry.
+        let mut troubled = false;
         loop {
             let deadline = match phase {
                 Phase::Running => lease_end
@@ -244,7 +247,12 @@ impl Guard<'_> {
                         let _ = killpg(group, signal);
                     }
                 }
-                Ok(Event::Renewed(until)) => lease_end = lease_end.max(until),
+                Ok(Event::Renewed(until)) => {
+                    lease_end = lease_end.max(until);
+                    if std::mem::take(&mut troubled) && matches!(phase, Phase::Running) {
+                        warn(format_args!("renewing the lock on {} again", self.resource));
+                    }
+                }
                 Ok(Event::Lost(reason)) => {
                     if matches!(phase, Phase::Running) {
                         warn(format_args!(
@@ -257,7 +265,7 @@ impl Guard<'_> {
                     }
                 }
                 Ok(Event::Trouble(message)) => {
-                    if matches!(phase, Phase::Running) {
+                    if matches!(phase, Phase::Running) && !std::mem::replace(&mut troubled, true) {
                         warn(format_args!(
                             "cannot renew the lock on {} (retrying): {message}",
                             self.resource
