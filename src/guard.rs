@@ -236,7 +236,13 @@ impl Guard<'_> {
             match inbox.recv_timeout(wait) {
                 Ok(Event::Exited(status)) => {
                     if lost {
-                        // Nothing the command started may outlive a lost lease.
+                        // The command's workers get the rest of their grace to clean up, but
+                        // nothing it started may outlive a lost lease.
+                        if let Phase::Stopping(kill_at) = phase {
+                            while Instant::now() < kill_at && killpg(group, None).is_ok() {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                        }
                         let _ = killpg(group, Signal::SIGKILL);
                         return Exit::LeaseLost;
                     }
