@@ -177,20 +177,73 @@ impl Ttl {
 /// A message for negative, non-finite, unreadable or absurdly large values.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     let value = raw;
+    let too_long = || format!("duration {raw:?} is too long");
     let duration = if value.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !value.is_empty() {
         let secs: f64 = value
             .parse()
             .map_err(|_| format!("invalid duration {raw:?}"))?;
         Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {raw:?}"))?
     } else {
-        humantime::parse_duration(value).map_err(|e| {
-            format!("invalid duration {raw:?} ({e}); use forms like 30, 90s, 5m or 1h30m")
-        })?
+        let unreadable = |detail: &str| {
+            format!("invalid duration {raw:?} ({detail}); use forms like 30, 90s, 5m or 1h30m")
+        };
+        // humantime 2.4 panics when a sum lands exactly on u64::MAX seconds with a carry of
+        // nanoseconds, so anything beyond our own bound is refused before it gets there.
+        if humantime_nanos(value).map_err(|e| unreadable(&e))? > MAX_DURATION.as_nanos() {
+            return Err(too_long());
+        }
+        humantime::parse_duration(value).map_err(|e| unreadable(&e.to_string()))?
     };
     if duration > MAX_DURATION {
-        return Err(format!("duration {raw:?} is too long"));
+        return Err(too_long());
     }
     Ok(duration)
+}
+
+/// An upper bound of a humantime duration (`1h 30m`, `90s`, `2days`, `1.5h`) in nanoseconds,
+/// saturating instead of overflowing, with humantime's units; exact without fractions.
+fn humantime_nanos(text: &str) -> Result<u128, String> {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    let mut total: u128 = 0;
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return Err("expected a number".into());
+        }
+        let mut number = rest[..digits].bytes().fold(0u128, |n, d| {
+            n.saturating_mul(10).saturating_add(u128::from(d - b'0'))
+        });
+        rest = &rest[digits..];
+        // A fraction (`1.5h`) adds less than one more of its unit.
+        if let Some(fraction) = rest.strip_prefix('.') {
+            let digits = fraction.len()
+                - fraction
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .len();
+            number = number.saturating_add(1);
+            rest = &fraction[digits..];
+        }
+        rest = rest.trim_start();
+        let letters = rest.len() - rest.trim_start_matches(|c: char| c.is_alphabetic()).len();
+        let unit = match &rest[..letters] {
+            "nanos" | "nsec" | "ns" => 1,
+            "usec" | "us" | "µs" => 1_000,
+            "millis" | "msec" | "ms" => 1_000_000,
+            "seconds" | "second" | "secs" | "sec" | "s" => NANOS_PER_SEC,
+            "minutes" | "minute" | "mins" | "min" | "m" => 60 * NANOS_PER_SEC,
+            "hours" | "hour" | "hrs" | "hr" | "h" => 3_600 * NANOS_PER_SEC,
+            "days" | "day" | "d" => 86_400 * NANOS_PER_SEC,
+            "weeks" | "week" | "wks" | "wk" | "w" => 604_800 * NANOS_PER_SEC,
+            "months" | "month" | "M" => 2_630_016 * NANOS_PER_SEC,
+            "years" | "year" | "yrs" | "yr" | "y" => 31_557_600 * NANOS_PER_SEC,
+            "" => return Err("a unit is missing".into()),
+            other => return Err(format!("unknown unit {other:?}")),
+        };
+        total = total.saturating_add(number.saturating_mul(unit));
+        rest = rest[letters..].trim_start();
+    }
+    Ok(total)
 }
 
 /// A fencing token: strictly increases with every new tenure of a resource, never reused.
@@ -408,7 +461,31 @@ mod tests {
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        for bad in ["-1", "x", "", "1..2", "1e400", "2000y", "NaN", "inf"] {
+        assert_eq!(
+            parse_duration("1h 30m").unwrap(),
+            Duration::from_secs(5_400)
+        );
+        assert_eq!(
+            parse_duration("2days").unwrap(),
+            Duration::from_secs(172_800)
+        );
+        assert_eq!(
+            parse_duration("10000000000000ns").unwrap(),
+            Duration::from_secs(10_000)
+        );
+        for bad in [
+            "-1",
+            "x",
+            "",
+            "1..2",
+            "1e400",
+            "2000y",
+            "NaN",
+            "inf",
+            // humantime 2.4 would panic on these: its carry check is off by one.
+            "18446744073709551615s 1000ms",
+            "18446744073709551615s 1000000us",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
         }
     }

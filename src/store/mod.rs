@@ -173,6 +173,19 @@ fn open_sqlite(path: &Path) -> Result<SqliteStore> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("cannot create folder {}", parent.display()))?;
     }
+    // SQLite would create the file 0644 whatever the umask, and gives its -wal and -shm files
+    // the database's mode; created here (0666 less the umask), a store made under umask 002 can
+    // be shared by a group. An empty file is a valid empty database.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        // Let SQLite report whatever is wrong (a directory, a missing permission) its own way.
+        Err(_) => {}
+    }
     SqliteStore::open(path, Box::new(SystemClock))
 }
 

@@ -71,6 +71,9 @@ pub struct SqliteStore {
     clock: Box<dyn Clock>,
     /// The `-wal` file beside the database.
     wal: PathBuf,
+    /// The database's path and the file it named when opened (device, inode).
+    path: PathBuf,
+    identity: Option<(u64, u64)>,
 }
 
 impl Drop for SqliteStore {
@@ -120,6 +123,8 @@ impl SqliteStore {
             conn,
             clock,
             wal: wal.into(),
+            path: path.to_owned(),
+            identity: identity(path),
         };
         // Opening races with other processes' WAL recovery and truncation, which SQLite
         // reports as SQLITE_BUSY without consulting the busy handler: wait those out too.
@@ -220,10 +225,25 @@ impl SqliteStore {
     }
 
     fn write_tx(&mut self) -> Result<Transaction<'_>> {
+        // A connection held open (by `run`) keeps writing to its file even after the file is
+        // deleted or replaced, while a new store appears at the path: refuse, so `run` treats
+        // it as a store failure and stops its command before the lease could be doubled.
+        if identity(&self.path) != self.identity {
+            bail!(
+                "the database {} was removed or replaced while in use",
+                self.path.display()
+            );
+        }
         self.conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .context("cannot start a write transaction")
     }
+}
+
+/// The (device, inode) of the file at `path`, if there is one.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn is_busy(err: &anyhow::Error) -> bool {
