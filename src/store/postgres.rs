@@ -25,8 +25,8 @@ use postgres::{Client, Config, NoTls, Row, Transaction};
 
 use super::{GcReport, LockStore, SCHEMA_VERSION};
 use crate::lock::{
-    Acquire, Event, EventKind, Fence, Holder, Lock, LogQuery, Owner, Release, Renew, Resource,
-    Tenure, Timestamp, Ttl,
+    Acquire, Event, EventKind, Fence, Holder, Lock, LogQuery, Owner, Refusal, Release, Renew,
+    Resource, Tenure, Timestamp, Ttl,
 };
 
 /// How long connecting may take, and how long one statement may run on the server.
@@ -532,11 +532,8 @@ impl LockStore for Session {
                 Some(held) if held.live => held,
                 _ => return Ok(Some(Renew::NotFound)),
             };
-            if held.owner != who {
-                return Ok(Some(Renew::Forbidden));
-            }
-            if fence.is_some_and(|f| f.0 != held.fence) {
-                return Ok(Some(Renew::NotFound));
+            if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
+                return Ok(Some(refusal.into()));
             }
             let sql = format!(
                 "UPDATE distlock.locks SET expires_at = {NOW} + $2::bigint * interval '1 ms'
@@ -562,11 +559,8 @@ impl LockStore for Session {
                 Some(held) if held.live => held,
                 _ => return Ok(Some(Release::NotFound)),
             };
-            if held.owner != who {
-                return Ok(Some(Release::Forbidden));
-            }
-            if fence.is_some_and(|f| f.0 != held.fence) {
-                return Ok(Some(Release::NotFound));
+            if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
+                return Ok(Some(refusal.into()));
             }
             tx.execute("DELETE FROM distlock.locks WHERE resource = $1", &[&res])?;
             record(tx, res, who, held.fence, EventKind::Released, None)?;

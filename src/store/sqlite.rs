@@ -22,8 +22,8 @@ use rusqlite::{
 
 use super::{Clock, GcReport, LockStore, SCHEMA_VERSION};
 use crate::lock::{
-    Acquire, Event, EventKind, Fence, Holder, Lock, LogQuery, Owner, Release, Renew, Resource,
-    Tenure, Timestamp, Ttl,
+    Acquire, Event, EventKind, Fence, Holder, Lock, LogQuery, Owner, Refusal, Release, Renew,
+    Resource, Tenure, Timestamp, Ttl,
 };
 
 /// How long an operation waits for another process's write to finish before it gives up.
@@ -203,11 +203,8 @@ impl SqliteStore {
             Some(held) if held.expires_at > now.0 => held,
             _ => return Ok(Release::NotFound),
         };
-        if held.owner != owner.as_str() {
-            return Ok(Release::Forbidden);
-        }
-        if fence.is_some_and(|f| f.0 != held.fence) {
-            return Ok(Release::NotFound);
+        if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
+            return Ok(refusal.into());
         }
         tx.prepare_cached("DELETE FROM locks WHERE resource = ?1")?
             .execute([resource.as_str()])?;
@@ -429,11 +426,8 @@ impl LockStore for SqliteStore {
             Some(held) if held.expires_at > now.0 => held,
             _ => return Ok(Renew::NotFound),
         };
-        if held.owner != owner.as_str() {
-            return Ok(Renew::Forbidden);
-        }
-        if fence.is_some_and(|f| f.0 != held.fence) {
-            return Ok(Renew::NotFound);
+        if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
+            return Ok(refusal.into());
         }
         let expires_at = now.0.saturating_add(ttl.as_millis());
         tx.prepare_cached("UPDATE locks SET expires_at = ?2 WHERE resource = ?1")?
