@@ -2,7 +2,8 @@
 //! a database whose schema does not exist yet), the server's clock deciding (clients under
 //! `faketime` an hour ahead or behind), bounded waiting when the server is unreachable, dies or
 //! hangs (a TCP proxy in front of the real server injects the fault), passwords kept out of
-//! every message, `PGPASSWORD`, and fences that keep increasing after `gc`.
+//! every message, `PGPASSWORD`, fences that keep increasing after `gc`, and TLS: what each
+//! `sslmode` does against a server that takes TLS and plain connections alike.
 //!
 //! Every test starts with `Db::postgres()`: without `DISTLOCK_TEST_PG_URL` it says it was
 //! skipped (or fails, when `DISTLOCK_TEST_REQUIRE_PG` is set, as in CI). Spawned processes
@@ -91,6 +92,24 @@ impl PgUrl {
         settings.push(format!("{key}={value}"));
         PgUrl {
             rest: format!("{path}?{}", settings.join("&")),
+            ..self.clone()
+        }
+    }
+
+    /// The URL without the query setting `key`.
+    fn without_setting(&self, key: &str) -> PgUrl {
+        let (path, query) = self.rest.split_once('?').unwrap_or((&self.rest, ""));
+        let settings: Vec<&str> = query
+            .split('&')
+            .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(key))
+            .collect();
+        let rest = if settings.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}?{}", settings.join("&"))
+        };
+        PgUrl {
+            rest,
             ..self.clone()
         }
     }
@@ -842,7 +861,12 @@ struct Proxy {
 
 impl Proxy {
     fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        Proxy::start_on("127.0.0.1", upstream)
+    }
+
+    /// The same, listening on the address `ip` (on Linux, every 127.x.y.z reaches this host).
+    fn start_on(ip: &str, upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind((ip, 0)).expect("bind the proxy");
         listener
             .set_nonblocking(true)
             .expect("non-blocking listener");
@@ -1081,7 +1105,7 @@ fn the_password_never_appears_in_any_message() {
         ("a wrong password", wrong.clone(), 74),
         ("a wrong password given as a setting", in_query, 74),
         (
-            "sslmode=require against a server without TLS",
+            "sslmode=require with a wrong password",
             wrong.with_setting("sslmode", "require"),
             74,
         ),
@@ -1221,4 +1245,412 @@ fn fences_keep_increasing_after_gc_drops_every_row() {
     assert!(fence(&third) > second, "{third} after fence {second}");
     let other = db.json(&["acquire", "other", "--owner", "c", "--ttl", "60"], 0);
     assert!(fence(&other) > fence(&third), "{other} after {third}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS: each sslmode against the test server, which takes TLS and plain connections alike
+// (`scripts/pg-test-server` gives it a certificate for localhost and 127.0.0.1, signed by a
+// throwaway CA whose certificate is `DISTLOCK_TEST_PG_CA`).
+
+/// The CA that signed the test server's certificate. Unset, the test says it was skipped, or
+/// fails when the PostgreSQL variants are required (CI).
+fn test_ca() -> Option<PathBuf> {
+    if let Some(ca) = std::env::var_os("DISTLOCK_TEST_PG_CA") {
+        return Some(PathBuf::from(ca));
+    }
+    assert!(
+        std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
+        "DISTLOCK_TEST_REQUIRE_PG is set but DISTLOCK_TEST_PG_CA is not \
+         (scripts/pg-test-server start prints both variables)"
+    );
+    eprintln!(
+        "note: TLS test skipped: DISTLOCK_TEST_PG_CA is not set (the CA of a TLS test server, \
+         as scripts/pg-test-server start prints it)"
+    );
+    None
+}
+
+/// `host:port` of the test server, with the host written as `host`.
+fn server_as(host: &str) -> String {
+    format!("{host}:{}", server_addr().port())
+}
+
+/// `path` percent-encoded for a URL's query (distlock decodes `sslrootcert`).
+fn query_value(path: &Path) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// The test database's URL through `server` (`host:port`), with `sslmode=MODE` and, when
+/// given, `sslrootcert=ROOT`.
+fn tls_url(db: &Db, server: &str, mode: &str, root: Option<&Path>) -> String {
+    let mut url = PgUrl::parse(db.pg_url())
+        .with_server(server)
+        .with_setting("sslmode", mode);
+    if let Some(root) = root {
+        url = url.with_setting("sslrootcert", &query_value(root));
+    }
+    url.to_string()
+}
+
+/// `distlock --db URL ARGS…` without the environment's trusted-roots overrides.
+fn distlock_tls(url: &str, args: &[&str]) -> Command {
+    let mut cmd = distlock_at(url, args);
+    cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    cmd
+}
+
+/// `acquire`, `status` and `release` of `resource` through `distlock` (a command against some
+/// URL), each exit 0 with nothing on stderr; the test's own plain connection sees the same
+/// lock in between, and none after.
+fn assert_lock_cycle(db: &Db, distlock: &dyn Fn(&[&str]) -> Command, resource: &str, what: &str) {
+    let step = |args: &[&str], name: &str| {
+        let out = finish(
+            distlock(args),
+            db.dir.path(),
+            &format!("{resource}-{name}"),
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.code(), Some(0), "{what}: {args:?}: {}", out.describe());
+        assert!(
+            out.stderr().is_empty(),
+            "{what}: {args:?}: {}",
+            out.describe()
+        );
+        out
+    };
+    let acquired = step(
+        &["acquire", resource, "--owner", "tls", "--ttl", "60"],
+        "acquire",
+    );
+    let lock = parse_line(&acquired.output.stdout)["lock"].clone();
+    assert_eq!(lock["owner"], "tls", "{what}: {lock}");
+    let status = step(&["status", resource], "status");
+    assert_eq!(parse_line(&status.output.stdout)["lock"], lock, "{what}");
+    assert_eq!(db.json(&["status", resource], 0)["lock"], lock, "{what}");
+    step(&["release", resource, "--owner", "tls"], "release");
+    db.json(&["status", resource], 1);
+}
+
+/// Runs `cmd` and checks it fails as a store error (exit 74, one line `distlock: …`) without
+/// showing the password; returns that line.
+fn assert_tls_refused(db: &Db, cmd: Command, name: &str, what: &str) -> String {
+    let out = finish(cmd, db.dir.path(), name, Duration::from_secs(30));
+    let password = PgUrl::parse(db.pg_url())
+        .password
+        .expect("the test URL has a password");
+    assert!(
+        !format!("{}{}", out.stdout(), out.stderr()).contains(&password),
+        "{what}: the password leaked: {}",
+        out.describe()
+    );
+    assert_store_error(&out.output, &what)
+}
+
+/// Holds `run`'s connection open until the test writes `release-hold` (or 15 s pass).
+const HOLD: &str = r#": > holding
+i=0
+while [ ! -e release-hold ] && [ "$i" -lt 300 ]; do sleep 0.05; i=$((i + 1)); done"#;
+
+/// Runs `look` on a plain connection to the test database while `run` through `url` holds a
+/// lock (and its connection); checks that `run` then exits 0 without a word on stderr. `tag`
+/// names the lock and the folder for the run's files.
+fn while_run_holds<T>(
+    db: &Db,
+    url: &str,
+    tag: &str,
+    look: impl FnOnce(&mut postgres::Client) -> T,
+) -> T {
+    let dir = db.file(tag);
+    fs::create_dir(&dir).expect("a folder for the run");
+    let mut cmd = distlock_tls(url, &["run", "--resource", tag, "--", "sh", "-c", HOLD]);
+    cmd.current_dir(&dir);
+    let run = Spawned::new(cmd, &dir, "run");
+    if !wait_for_file(&dir.join("holding"), Duration::from_secs(15)) {
+        let out = run.finish(Duration::ZERO);
+        panic!("{tag}: the command did not start: {}", out.describe());
+    }
+    let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls)
+        .expect("connect to the test database");
+    let seen = look(&mut client);
+    fs::write(dir.join("release-hold"), "").expect("release-hold");
+    let out = run.finish(Duration::from_secs(30));
+    assert_eq!(out.code(), Some(0), "{tag}: {}", out.describe());
+    assert!(out.stderr().is_empty(), "{tag}: {}", out.describe());
+    seen
+}
+
+/// While `run` through `url` holds a lock, asks the server whether distlock's connections to
+/// this test's database use TLS; each must say `encrypted`.
+fn assert_encryption(db: &Db, url: &str, encrypted: bool, tag: &str) {
+    let ssl: Vec<bool> = while_run_holds(db, url, tag, |client| {
+        client
+            .query(
+                "SELECT ssl FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+                 WHERE application_name = 'distlock' AND datname = current_database()",
+                &[],
+            )
+            .expect("read pg_stat_ssl")
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    });
+    assert!(
+        !ssl.is_empty(),
+        "{tag}: no connection named distlock while run held the lock"
+    );
+    assert!(
+        ssl.iter().all(|&s| s == encrypted),
+        "{tag}: distlock's connections use TLS: {ssl:?}, expected {encrypted}"
+    );
+}
+
+/// A CA that did not sign the server's certificate, though it has the same name as the one
+/// that did: only its key differs.
+fn impostor_ca(dir: &Path) -> PathBuf {
+    let conf = dir.join("impostor.cnf");
+    fs::write(
+        &conf,
+        "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = distlock test CA\n\
+         [ca]\nbasicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign\n\
+         subjectKeyIdentifier = hash\n",
+    )
+    .expect("impostor.cnf");
+    let cert = dir.join("impostor-ca.crt");
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-config"])
+        .arg(&conf)
+        .args(["-extensions", "ca", "-newkey", "ec"])
+        .args([
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+        ])
+        .arg(dir.join("impostor-ca.key"))
+        .arg("-out")
+        .arg(&cert)
+        .args(["-days", "1", "-subj", "/CN=distlock test CA"])
+        .output()
+        .expect("run openssl (Debian package openssl)");
+    assert!(out.status.success(), "openssl: {out:?}");
+    cert
+}
+
+#[test]
+fn tls_require_and_prefer_acquire_status_and_release() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    for mode in ["require", "prefer"] {
+        let url = tls_url(&db, &server_as("127.0.0.1"), mode, None);
+        let distlock = |args: &[&str]| distlock_tls(&url, args);
+        assert_lock_cycle(&db, &distlock, mode, &format!("sslmode={mode}"));
+    }
+}
+
+#[test]
+fn tls_sslmode_require_encrypts_the_connection() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    let url = tls_url(&db, &server_as("127.0.0.1"), "require", None);
+    assert_encryption(&db, &url, true, "require");
+}
+
+#[test]
+fn tls_sslmode_prefer_encrypts_when_the_server_offers_tls() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    let url = tls_url(&db, &server_as("127.0.0.1"), "prefer", None);
+    assert_encryption(&db, &url, true, "prefer");
+    // prefer is the default.
+    let url = PgUrl::parse(&url).without_setting("sslmode").to_string();
+    assert_encryption(&db, &url, true, "no-sslmode");
+}
+
+#[test]
+fn tls_sslmode_disable_does_not_encrypt() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    let url = tls_url(&db, &server_as("127.0.0.1"), "disable", None);
+    assert_encryption(&db, &url, false, "disable");
+}
+
+#[test]
+fn tls_verify_full_with_the_servers_ca_works_for_localhost_and_127_0_0_1() {
+    let Some(db) = Db::postgres() else { return };
+    let Some(ca) = test_ca() else { return };
+    for host in ["localhost", "127.0.0.1"] {
+        let url = tls_url(&db, &server_as(host), "verify-full", Some(&ca));
+        let distlock = |args: &[&str]| distlock_tls(&url, args);
+        let what = format!("sslmode=verify-full, host {host}");
+        assert_lock_cycle(&db, &distlock, &format!("vf-{host}"), &what);
+    }
+    let url = tls_url(&db, &server_as("localhost"), "verify-full", Some(&ca));
+    assert_encryption(&db, &url, true, "verify-full");
+}
+
+#[test]
+fn tls_verify_full_without_sslrootcert_trusts_the_system_roots_only() {
+    let Some(db) = Db::postgres() else { return };
+    let Some(ca) = test_ca() else { return };
+    let url = tls_url(&db, &server_as("localhost"), "verify-full", None);
+    // The throwaway CA is not among the system's trusted roots.
+    assert_tls_refused(
+        &db,
+        distlock_tls(&url, &["status", "r"]),
+        "system-roots",
+        "verify-full against the system roots",
+    );
+    // Where the system's roots come from is rustls-native-certs' business: SSL_CERT_FILE
+    // replaces them, so with the test CA there the server is trusted.
+    let distlock = |args: &[&str]| {
+        let mut cmd = distlock_tls(&url, args);
+        cmd.env("SSL_CERT_FILE", &ca);
+        cmd
+    };
+    assert_lock_cycle(
+        &db,
+        &distlock,
+        "roots",
+        "verify-full with the CA as SSL_CERT_FILE",
+    );
+}
+
+#[test]
+fn tls_verify_full_refuses_a_server_its_ca_did_not_sign() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    let impostor = impostor_ca(db.dir.path());
+    for host in ["localhost", "127.0.0.1"] {
+        let url = tls_url(&db, &server_as(host), "verify-full", Some(&impostor));
+        for (how, args) in [
+            ("status", &["status", "r"][..]),
+            (
+                "acquire",
+                &["acquire", "r", "--owner", "a", "--ttl", "10"][..],
+            ),
+        ] {
+            assert_tls_refused(
+                &db,
+                distlock_tls(&url, args),
+                &format!("impostor-{host}-{how}"),
+                &format!("verify-full with another CA, host {host} ({how})"),
+            );
+        }
+        // `run` refuses before its command starts.
+        let mut run = distlock_tls(&url, &["run", "--resource", "r", "--", "touch", "ran"]);
+        run.current_dir(db.dir.path());
+        assert_tls_refused(
+            &db,
+            run,
+            &format!("impostor-{host}-run"),
+            &format!("verify-full with another CA, host {host} (run)"),
+        );
+        assert!(!db.file("ran").exists(), "run started its command");
+    }
+    db.json(&["status", "r"], 1);
+}
+
+#[test]
+fn tls_verify_full_refuses_a_certificate_for_another_host_and_require_does_not_care() {
+    let Some(db) = Db::postgres() else { return };
+    let Some(ca) = test_ca() else { return };
+    // 127.0.0.2 reaches the same server through a proxy, but the certificate names only
+    // localhost and 127.0.0.1.
+    let proxy = Proxy::start_on("127.0.0.2", server_addr());
+    let elsewhere = proxy.addr.to_string();
+    let url = tls_url(&db, &elsewhere, "verify-full", Some(&ca));
+    assert_tls_refused(
+        &db,
+        distlock_tls(&url, &["status", "r"]),
+        "other-host",
+        "verify-full, host 127.0.0.2",
+    );
+    // require encrypts without authenticating the server, as libpq does.
+    let url = tls_url(&db, &elsewhere, "require", None);
+    let distlock = |args: &[&str]| distlock_tls(&url, args);
+    assert_lock_cycle(&db, &distlock, "other-host", "require, host 127.0.0.2");
+}
+
+#[test]
+fn tls_unreadable_sslrootcert_is_a_store_error() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    let garbage = db.file("garbage.pem");
+    fs::write(&garbage, "not a certificate\n").expect("garbage.pem");
+    let cases = [
+        ("a missing file", db.file("no-such-ca.pem")),
+        ("a folder", db.dir.path().to_path_buf()),
+        ("a file with no certificate", garbage),
+    ];
+    for (i, (what, root)) in cases.iter().enumerate() {
+        let url = tls_url(&db, &server_as("localhost"), "verify-full", Some(root));
+        assert_tls_refused(
+            &db,
+            distlock_tls(&url, &["status", "r"]),
+            &format!("root-{i}-status"),
+            &format!("sslrootcert is {what}"),
+        );
+        let mut run = distlock_tls(&url, &["run", "--resource", "r", "--", "touch", "ran"]);
+        run.current_dir(db.dir.path());
+        assert_tls_refused(
+            &db,
+            run,
+            &format!("root-{i}-run"),
+            &format!("sslrootcert is {what} (run)"),
+        );
+        assert!(!db.file("ran").exists(), "{what}: run started its command");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// URL settings.
+
+/// The README ("URL forms") lists `application_name` among the query settings a URL may carry,
+/// and `Target::parse` promises that every setting but sslmode and sslrootcert "goes to the
+/// driver as it is": "distlock" may be the default name, not a replacement for the user's.
+#[test]
+fn a_urls_application_name_reaches_the_server() {
+    let Some(db) = Db::postgres() else { return };
+    let url = PgUrl::parse(db.pg_url())
+        .with_setting("application_name", "nightly-report")
+        .to_string();
+    let names: Vec<String> = while_run_holds(&db, &url, "app-name", |client| {
+        client
+            .query(
+                "SELECT application_name FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND backend_type = 'client backend'",
+                &[],
+            )
+            .expect("read pg_stat_activity")
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    });
+    assert!(!names.is_empty(), "no connection while run held the lock");
+    assert!(
+        names.iter().all(|name| name == "nightly-report"),
+        "the URL's application_name must reach the server; the server saw {names:?}"
+    );
 }
