@@ -158,9 +158,14 @@ impl Target {
                 config.password(password.as_encoded_bytes());
             }
         }
+        // distlock's defaults; a name or connect timeout given in the URL wins.
+        if config.get_application_name().is_none() {
+            config.application_name("distlock");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         config
-            .application_name("distlock")
-            .connect_timeout(CONNECT_TIMEOUT)
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(5))
             .keepalives_interval(Duration::from_secs(1))
