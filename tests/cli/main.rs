@@ -4,6 +4,7 @@
 
 mod common;
 mod core;
+mod history;
 mod postgres;
 mod reliability;
 mod run;
