@@ -426,6 +426,22 @@ fn current(tx: &mut Transaction<'_>, resource: &str) -> Result<Option<Current>, 
     }))
 }
 
+/// The live lock of `owner`'s tenure on `resource`, locked for this transaction, or why not.
+fn own_tenure(
+    tx: &mut Transaction<'_>,
+    resource: &str,
+    owner: &Owner,
+    fence: Option<Fence>,
+) -> Result<Result<Current, Refusal>, postgres::Error> {
+    Ok(match current(tx, resource)? {
+        Some(held) if held.live => match Refusal::check(&held.owner, held.fence, owner, fence) {
+            Some(refusal) => Err(refusal),
+            None => Ok(held),
+        },
+        _ => Err(Refusal::NotFound),
+    })
+}
+
 fn record(
     tx: &mut Transaction<'_>,
     resource: &str,
@@ -533,13 +549,10 @@ impl LockStore for Session {
         let ttl_ms = ttl.as_millis();
         let (res, who) = (resource.as_str(), owner.as_str());
         self.in_transaction(|tx| {
-            let held = match current(tx, res)? {
-                Some(held) if held.live => held,
-                _ => return Ok(Some(Renew::NotFound)),
+            let held = match own_tenure(tx, res, owner, fence)? {
+                Ok(held) => held,
+                Err(refusal) => return Ok(Some(refusal.into())),
             };
-            if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
-                return Ok(Some(refusal.into()));
-            }
             let sql = format!(
                 "UPDATE distlock.locks SET expires_at = {NOW} + $2::bigint * interval '1 ms'
                  WHERE resource = $1 RETURNING {LOCK_COLUMNS}"
@@ -560,13 +573,10 @@ impl LockStore for Session {
     ) -> Result<Release> {
         let (res, who) = (resource.as_str(), owner.as_str());
         self.in_transaction(|tx| {
-            let held = match current(tx, res)? {
-                Some(held) if held.live => held,
-                _ => return Ok(Some(Release::NotFound)),
+            let held = match own_tenure(tx, res, owner, fence)? {
+                Ok(held) => held,
+                Err(refusal) => return Ok(Some(refusal.into())),
             };
-            if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
-                return Ok(Some(refusal.into()));
-            }
             tx.execute("DELETE FROM distlock.locks WHERE resource = $1", &[&res])?;
             record(tx, res, who, held.fence, EventKind::Released, None)?;
             Ok(Some(Release::Released))

@@ -199,13 +199,10 @@ impl SqliteStore {
     ) -> Result<Release> {
         let now = self.clock.now();
         let tx = self.write_tx()?;
-        let held = match current(&tx, resource)? {
-            Some(held) if held.expires_at > now.0 => held,
-            _ => return Ok(Release::NotFound),
+        let held = match own_tenure(&tx, now, resource, owner, fence)? {
+            Ok(held) => held,
+            Err(refusal) => return Ok(refusal.into()),
         };
-        if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
-            return Ok(refusal.into());
-        }
         tx.prepare_cached("DELETE FROM locks WHERE resource = ?1")?
             .execute([resource.as_str()])?;
         record(
@@ -281,6 +278,26 @@ fn current(tx: &Transaction<'_>, resource: &Resource) -> rusqlite::Result<Option
         })
     })
     .optional()
+}
+
+/// The live lock of `owner`'s tenure on `resource` (this transaction holds the write lock), or
+/// why not.
+fn own_tenure(
+    tx: &Transaction<'_>,
+    now: Timestamp,
+    resource: &Resource,
+    owner: &Owner,
+    fence: Option<Fence>,
+) -> rusqlite::Result<Result<Row, Refusal>> {
+    Ok(match current(tx, resource)? {
+        Some(held) if held.expires_at > now.0 => {
+            match Refusal::check(&held.owner, held.fence, owner, fence) {
+                Some(refusal) => Err(refusal),
+                None => Ok(held),
+            }
+        }
+        _ => Err(Refusal::NotFound),
+    })
 }
 
 fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
@@ -422,13 +439,10 @@ impl LockStore for SqliteStore {
     ) -> Result<Renew> {
         let now = self.clock.now();
         let tx = self.write_tx()?;
-        let held = match current(&tx, resource)? {
-            Some(held) if held.expires_at > now.0 => held,
-            _ => return Ok(Renew::NotFound),
+        let held = match own_tenure(&tx, now, resource, owner, fence)? {
+            Ok(held) => held,
+            Err(refusal) => return Ok(refusal.into()),
         };
-        if let Some(refusal) = Refusal::check(&held.owner, held.fence, owner, fence) {
-            return Ok(refusal.into());
-        }
         let expires_at = now.0.saturating_add(ttl.as_millis());
         tx.prepare_cached("UPDATE locks SET expires_at = ?2 WHERE resource = ?1")?
             .execute(params![resource.as_str(), expires_at])?;
