@@ -16,7 +16,7 @@
 //! - The password never appears in a message: errors name the host, port, database and user only.
 
 use std::sync::Arc;
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -82,7 +82,10 @@ const LOCK_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 100
 /// given up on after [`CALL_TIMEOUT`] even when the server accepts bytes and never answers
 /// (the driver itself only bounds the TCP connect).
 pub struct PostgresStore {
-    jobs: Sender<Job>,
+    /// `None` once dropped, which ends the worker.
+    jobs: Option<Sender<Job>>,
+    /// Hears from the worker when it has closed the connection.
+    closed: Receiver<()>,
     /// `user@host:port/db`, for messages.
     shown: String,
     /// A call timed out: the worker may still be stuck in it, so later calls fail at once.
@@ -271,6 +274,7 @@ impl PostgresStore {
         let shown = target.describe();
         let (ready_tx, ready) = mpsc::channel();
         let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (closed_tx, closed) = mpsc::channel();
         std::thread::spawn(move || {
             let session = target.connect().and_then(|client| {
                 let mut session = Session { client };
@@ -284,6 +288,9 @@ impl PostgresStore {
                             job(&mut session);
                         }
                     }
+                    // Dropping the client says goodbye to the server (a Terminate message).
+                    drop(session);
+                    let _ = closed_tx.send(());
                 }
                 Err(err) => {
                     let _ = ready_tx.send(Err(err));
@@ -297,7 +304,8 @@ impl PostgresStore {
         };
         match opened {
             Ok(()) => Ok(PostgresStore {
-                jobs,
+                jobs: Some(jobs),
+                closed,
                 shown,
                 stuck: false,
             }),
@@ -323,7 +331,11 @@ impl PostgresStore {
         let job: Job = Box::new(move |session| {
             let _ = done.send(op(session));
         });
-        if self.jobs.send(job).is_err() {
+        if self
+            .jobs
+            .as_ref()
+            .is_none_or(|jobs| jobs.send(job).is_err())
+        {
             bail!("PostgreSQL {}: the connection is gone", self.shown);
         }
         match result.recv_timeout(CALL_TIMEOUT) {
@@ -336,6 +348,18 @@ impl PostgresStore {
                     CALL_TIMEOUT.as_secs()
                 )
             }
+        }
+    }
+}
+
+impl Drop for PostgresStore {
+    /// Lets the worker close the connection politely before the process exits, so the server
+    /// does not log a reset connection for every call; bounded, and skipped for a connection
+    /// that already stopped answering.
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if !self.stuck {
+            let _ = self.closed.recv_timeout(Duration::from_secs(1));
         }
     }
 }
