@@ -314,9 +314,8 @@ impl Guard<'_> {
         match store.release(self.resource, self.owner, Some(self.fence)) {
             Ok(Release::Released | Release::NotFound | Release::Forbidden) => {}
             Err(err) => warn(format_args!(
-                "cannot release the lock on {}: {}",
-                self.resource,
-                format!("{err:#}").replace('\n', " ")
+                "cannot release the lock on {}: {err:#}",
+                self.resource
             )),
         }
     }
@@ -387,7 +386,7 @@ impl Heartbeat {
                     // Reconnect for the next try: the connection itself may be what failed.
                     store = None;
                     next = Instant::now() + retry;
-                    Event::Trouble(format!("{err:#}").replace('\n', " "))
+                    Event::Trouble(format!("{err:#}"))
                 }
             };
             let lost = matches!(event, Event::Lost(_));

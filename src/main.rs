@@ -35,14 +35,8 @@ fn main() -> ExitCode {
     match commands::dispatch(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
-            output::warn(format_args!("{}", one_line(&format!("{err:#}"))));
+            output::warn(format_args!("{err:#}"));
             Exit::Store.into()
         }
     }
-}
-
-/// Store errors are promised as one line on stderr; SQLite and PostgreSQL messages can carry
-/// newlines of their own.
-fn one_line(message: &str) -> String {
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }

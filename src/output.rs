@@ -75,9 +75,12 @@ pub fn event_text(event: &Event) -> String {
     line
 }
 
-/// Writes a one-line message on stderr, ignoring failures (see the module note).
+/// Writes a one-line message on stderr, ignoring failures (see the module note). Messages are
+/// promised as one line, and store errors (SQLite's, PostgreSQL's) can carry newlines of their
+/// own, so those become spaces here.
 pub fn warn(message: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr().lock(), "distlock: {message}");
+    let line = message.to_string().replace(['\n', '\r'], " ");
+    let _ = writeln!(std::io::stderr().lock(), "distlock: {line}");
 }
 
 /// A one-line status on stderr, redrawn in place while distlock waits for a lock, and cleared

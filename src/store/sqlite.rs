@@ -97,6 +97,18 @@ struct Row {
     expires_at: i64,
 }
 
+impl Row {
+    /// Reads `owner, fence, acquired_at, expires_at` from the result columns starting at `first`.
+    fn read(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Row> {
+        Ok(Row {
+            owner: r.get(first)?,
+            fence: r.get(first + 1)?,
+            acquired_at: r.get(first + 2)?,
+            expires_at: r.get(first + 3)?,
+        })
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up.
     ///
@@ -269,14 +281,7 @@ fn current(tx: &Transaction<'_>, resource: &Resource) -> rusqlite::Result<Option
     tx.prepare_cached(
         "SELECT owner, fence, acquired_at, expires_at FROM locks WHERE resource = ?1",
     )?
-    .query_row([resource.as_str()], |r| {
-        Ok(Row {
-            owner: r.get(0)?,
-            fence: r.get(1)?,
-            acquired_at: r.get(2)?,
-            expires_at: r.get(3)?,
-        })
-    })
+    .query_row([resource.as_str()], |r| Row::read(r, 0))
     .optional()
 }
 
@@ -418,14 +423,7 @@ impl LockStore for SqliteStore {
                 "SELECT owner, fence, acquired_at, expires_at FROM locks
                  WHERE resource = ?1 AND expires_at > ?2",
             )?
-            .query_row(params![resource.as_str(), now.0], |r| {
-                Ok(Row {
-                    owner: r.get(0)?,
-                    fence: r.get(1)?,
-                    acquired_at: r.get(2)?,
-                    expires_at: r.get(3)?,
-                })
-            })
+            .query_row(params![resource.as_str(), now.0], |r| Row::read(r, 0))
             .optional()?;
         Ok(row.map(|row| lock_from(resource, &row)))
     }
@@ -492,12 +490,7 @@ impl LockStore for SqliteStore {
             if !resource.starts_with(prefix) {
                 break;
             }
-            let row = Row {
-                owner: r.get(1)?,
-                fence: r.get(2)?,
-                acquired_at: r.get(3)?,
-                expires_at: r.get(4)?,
-            };
+            let row = Row::read(r, 1)?;
             if row.expires_at > now.0 {
                 locks.push(lock_from(&Resource::from_store(&resource), &row));
             }
