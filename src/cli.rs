@@ -35,19 +35,29 @@ pub struct Cli {
     pub db: Option<String>,
 
     /// Output format of lock commands
-    #[arg(long, global = true, value_enum, default_value_t = Format::Json)]
-    pub format: Format,
+    #[arg(long, global = true, value_enum, default_value_t = FormatArg::Json)]
+    pub format: FormatArg,
 
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+#[value(rename_all = "lower")]
+pub enum FormatArg {
     /// One JSON object per line
     Json,
     /// One human-readable line per result
     Text,
+}
+
+impl From<FormatArg> for crate::output::Format {
+    fn from(format: FormatArg) -> Self {
+        match format {
+            FormatArg::Json => crate::output::Format::Json,
+            FormatArg::Text => crate::output::Format::Text,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

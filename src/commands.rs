@@ -1,11 +1,13 @@
 //! One function per subcommand: call the store, print the result, return the exit code.
 
-use anyhow::Result;
 use serde_json::json;
 
-use crate::cli::{AcquireArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs};
+use crate::cli::{
+    AcquireArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs, RunArgs,
+};
+use crate::error::{Error, Result};
 use crate::exit::Exit;
-use crate::guard;
+use crate::guard::{self, RunSpec};
 use crate::lock::{Acquire, LogQuery, Release, Renew, Resource};
 use crate::output::{self, Printer};
 use crate::store::{self, Location, LockStore};
@@ -15,30 +17,33 @@ use crate::wait;
 ///
 /// # Errors
 ///
-/// Store failures (exit 74); every expected "no" is an [`Exit`] value.
+/// Failures that keep a command from an answer, each with its exit code ([`Error::exit`]);
+/// every expected "no" is an [`Exit`] value.
 pub fn dispatch(cli: Cli) -> Result<Exit> {
-    let printer = Printer::new(cli.format);
-    let location = match Location::resolve(cli.db.as_deref()) {
-        Ok(location) => location,
-        Err(message) => {
-            output::warn(format_args!("{message}"));
-            return Ok(Exit::Usage);
-        }
-    };
-    if let Command::Run(args) = cli.command {
-        return guard::run(&location, args);
-    }
-    let mut store = store::open(&location)?;
-    let store = store.as_mut();
+    let printer = Printer::new(cli.format.into());
+    let location = Location::resolve(cli.db.as_deref()).map_err(Error::Usage)?;
+    let open = || store::open(&location).map_err(Error::Store);
     match cli.command {
-        Command::Acquire(args) => acquire(store, &location, printer, args),
-        Command::Status(args) => status(store, printer, &args.resource),
-        Command::Release(args) => release(store, printer, args),
-        Command::Renew(args) => renew(store, printer, args),
-        Command::List(args) => list(store, printer, args),
-        Command::Log(args) => log(store, printer, args),
-        Command::Gc(args) => gc(store, printer, args),
-        Command::Run(_) => unreachable!("run is dispatched above"),
+        Command::Run(args) => guard::run(&location, run_spec(args)),
+        Command::Acquire(args) => acquire(open()?.as_mut(), &location, printer, args),
+        Command::Status(args) => status(open()?.as_mut(), printer, &args.resource),
+        Command::Release(args) => release(open()?.as_mut(), printer, args),
+        Command::Renew(args) => renew(open()?.as_mut(), printer, args),
+        Command::List(args) => list(open()?.as_mut(), printer, args),
+        Command::Log(args) => log(open()?.as_mut(), printer, args),
+        Command::Gc(args) => gc(open()?.as_mut(), printer, args),
+    }
+}
+
+fn run_spec(args: RunArgs) -> RunSpec {
+    RunSpec {
+        resource: args.resource,
+        owner: args.owner,
+        ttl: args.ttl,
+        wait: args.wait,
+        conflict_exit_code: args.conflict_exit_code,
+        kill_after: args.kill_after,
+        command: args.command,
     }
 }
 

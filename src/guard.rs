@@ -26,13 +26,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::{Error, Result};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::lock::{Acquire, Fence, Lock, Owner, Release, Renew, Resource, Tenure, Ttl};
 use crate::output::warn;
@@ -42,13 +41,29 @@ use crate::wait;
 /// The signals `run` forwards to its command.
 const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 
+/// What to run, under which lock: the command line's `run`, as plain values.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub resource: Resource,
+    /// `None`: a name unique to this process.
+    pub owner: Option<Owner>,
+    pub ttl: Ttl,
+    pub wait: Option<Duration>,
+    /// Exit with this instead of 75 when the lock is busy.
+    pub conflict_exit_code: Option<u8>,
+    /// Between SIGTERM and SIGKILL when the command must be stopped.
+    pub kill_after: Duration,
+    /// The program and its arguments; never empty.
+    pub command: Vec<OsString>,
+}
+
 /// Runs `args.command` under the lock `args.resource`.
 ///
 /// # Errors
 ///
 /// Store failures before the command starts (exit 74). Once it runs, store trouble is handled
 /// here: renewals retry, and the command is stopped before the lease could expire.
-pub fn run(location: &Location, args: RunArgs) -> Result<Exit> {
+pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     let owner = args.owner.clone().unwrap_or_else(Owner::unique_for_process);
     let mut store = store::open(location)?;
     let turnstile = location.turnstile(&args.resource);
@@ -135,7 +150,8 @@ impl Guard<'_> {
     /// [`Exit::LeaseLost`] if it had to be stopped.
     fn supervise(&self, lock: &Lock, command: &[OsString]) -> Result<Exit> {
         let (events, inbox) = mpsc::channel();
-        let mut signals = Signals::new(FORWARDED)?;
+        let mut signals = Signals::new(FORWARDED)
+            .map_err(|e| Error::system("cannot set up signal forwarding", e))?;
         let signal_handle = signals.handle();
         let signal_thread = {
             let events = events.clone();

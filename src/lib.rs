@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod error;
 pub mod exit;
 mod guard;
 pub mod lock;

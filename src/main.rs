@@ -35,8 +35,8 @@ fn main() -> ExitCode {
     match commands::dispatch(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
-            output::warn(format_args!("{err:#}"));
-            Exit::Store.into()
+            output::warn(format_args!("{err}"));
+            err.exit().into()
         }
     }
 }

@@ -7,8 +7,16 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
-use crate::cli::Format;
 use crate::lock::{Event, Holder, Lock, Resource, Timestamp};
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One JSON object per line, for scripts.
+    Json,
+    /// One human line per result.
+    Text,
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {

@@ -1,0 +1,73 @@
+//! The one error type below `main`: each failure knows the exit code the contract gives it, so
+//! nothing has to guess that "every `Err` is 74".
+//!
+//! An expected "no" (busy, not held, forbidden) is never an [`Error`]: it is an outcome value
+//! (see [`crate::lock`]). An `Error` is what stops a command from getting an answer at all.
+
+use std::fmt;
+
+use crate::exit::Exit;
+
+#[derive(Debug)]
+pub enum Error {
+    /// A value the command line cannot mean (exit 64). Mostly caught by clap at the edge; this
+    /// covers what can only be checked later, such as an unreadable `--db` URL.
+    Usage(String),
+    /// The store cannot be opened, read or written, is corrupt or newer, stayed busy, or the
+    /// server is unreachable (exit 74).
+    Store(anyhow::Error),
+    /// The operating system refused what distlock needs to guard a command — a thread, a signal
+    /// handler (exit 74, as the contract's "before the child starts" outcome; the message says
+    /// what was refused, so it is never mistaken for a store problem).
+    System(anyhow::Error),
+}
+
+impl Error {
+    /// The exit code this failure ends the process with.
+    pub fn exit(&self) -> Exit {
+        match self {
+            Error::Usage(_) => Exit::Usage,
+            Error::Store(_) | Error::System(_) => Exit::Store,
+        }
+    }
+
+    pub fn system(context: &str, err: impl Into<anyhow::Error>) -> Error {
+        Error::System(err.into().context(context.to_owned()))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(message) => f.write_str(message),
+            // `{:#}` prints anyhow's whole context chain as one sentence.
+            Error::Store(err) | Error::System(err) => write!(f, "{err:#}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Store code reports failures as `anyhow::Error` (SQLite's and PostgreSQL's errors, with
+/// context); at the command layer every one of them is a store failure.
+impl From<anyhow::Error> for Error {
+    fn from(err: anyhow::Error) -> Error {
+        Error::Store(err)
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_has_its_exit_code() {
+        assert_eq!(Error::Usage("bad".into()).exit(), Exit::Usage);
+        assert_eq!(Error::Store(anyhow::anyhow!("disk")).exit(), Exit::Store);
+        let system = Error::system("cannot start a thread", std::io::Error::other("EAGAIN"));
+        assert_eq!(system.exit(), Exit::Store);
+        assert_eq!(system.to_string(), "cannot start a thread: EAGAIN");
+    }
+}
