@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
 use crate::lock::{Acquire, LogQuery, Release, Renew, Resource};
-use crate::output::{self, Printer};
+use crate::output::{self, Printer, StatusLine};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
 
@@ -23,14 +23,16 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
     let printer = Printer::new(cli.format.into());
     let location = Location::resolve(cli.db.as_deref()).map_err(Error::Usage)?;
     let open = || store::open(&location).map_err(Error::Store);
+    // The read-only commands answer a SQLite store that does not exist as an empty one.
+    let existing = || store::open_existing(&location).map_err(Error::Store);
     match cli.command {
         Command::Run(args) => guard::run(&location, run_spec(args)),
-        Command::Acquire(args) => acquire(open()?.as_mut(), &location, printer, args),
-        Command::Status(args) => status(open()?.as_mut(), printer, &args.resource),
+        Command::Acquire(args) => acquire(open()?.as_mut(), printer, args),
+        Command::Status(args) => status(existing()?, printer, &args.resource),
         Command::Release(args) => release(open()?.as_mut(), printer, args),
         Command::Renew(args) => renew(open()?.as_mut(), printer, args),
-        Command::List(args) => list(open()?.as_mut(), printer, args),
-        Command::Log(args) => log(open()?.as_mut(), printer, args),
+        Command::List(args) => list(existing()?, printer, args),
+        Command::Log(args) => log(existing()?, printer, args),
         Command::Gc(args) => gc(open()?.as_mut(), printer, args),
     }
 }
@@ -47,18 +49,24 @@ fn run_spec(args: RunArgs) -> RunSpec {
     }
 }
 
-fn acquire(
-    store: &mut dyn LockStore,
-    location: &Location,
-    printer: Printer,
-    args: AcquireArgs,
-) -> Result<Exit> {
+fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
     let owner = &args.owner.owner;
-    let turnstile = args
+    // A waiter sleeps on the store's wake-up; one that does not wait needs none.
+    let wakeup = args
         .wait
         .filter(|wait| !wait.is_zero())
-        .and_then(|_| location.turnstile(&args.resource));
-    let attempt = wait::acquire(store, &args.resource, owner, args.ttl, args.wait, turnstile)?;
+        .and_then(|_| store.wakeup(&args.resource));
+    let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
+    let attempt = wait::acquire(
+        store,
+        &args.resource,
+        owner,
+        args.ttl,
+        args.wait,
+        wakeup,
+        &mut on_busy,
+    )?;
+    drop(on_busy);
     Ok(match attempt.outcome {
         Acquire::Acquired { lock, .. } => {
             printer.emit(&output::acquired(&lock), || {
@@ -75,8 +83,16 @@ fn acquire(
     })
 }
 
-fn status(store: &mut dyn LockStore, printer: Printer, resource: &Resource) -> Result<Exit> {
-    Ok(match store.status(resource)? {
+fn status(
+    store: Option<Box<dyn LockStore>>,
+    printer: Printer,
+    resource: &Resource,
+) -> Result<Exit> {
+    let held = match store {
+        Some(mut store) => store.status(resource)?,
+        None => None,
+    };
+    Ok(match held {
         Some(lock) => {
             printer.emit(&json!({ "held": true, "lock": lock }), || {
                 output::held_text(&lock)
@@ -138,8 +154,11 @@ fn refusal_text(verb: &str, resource: &Resource, exit: Exit) -> String {
     }
 }
 
-fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<Exit> {
-    let locks = store.list(&args.prefix)?;
+fn list(store: Option<Box<dyn LockStore>>, printer: Printer, args: ListArgs) -> Result<Exit> {
+    let locks = match store {
+        Some(mut store) => store.list(&args.prefix)?,
+        None => Vec::new(),
+    };
     printer.emit(&json!({ "locks": locks }), || {
         if locks.is_empty() {
             return "no live locks".to_owned();
@@ -150,7 +169,10 @@ fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<E
     Ok(Exit::Done)
 }
 
-fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exit> {
+fn log(store: Option<Box<dyn LockStore>>, printer: Printer, args: LogArgs) -> Result<Exit> {
+    let Some(mut store) = store else {
+        return Ok(Exit::Done);
+    };
     let query = LogQuery {
         resource: args.resource,
         since: args.since,

@@ -34,7 +34,7 @@ use signal_hook::iterator::Signals;
 
 use crate::exit::Exit;
 use crate::lock::{Acquire, Fence, Lock, Owner, Release, Renew, Resource, Tenure, Ttl};
-use crate::output::warn;
+use crate::output::{StatusLine, warn};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
 
@@ -66,17 +66,21 @@ pub struct RunSpec {
 pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     let owner = args.owner.clone().unwrap_or_else(Owner::unique_for_process);
     let mut store = store::open(location)?;
-    let turnstile = location.turnstile(&args.resource);
+    // Taken even without --wait: the holder's side of it is what wakes later waiters.
+    let wakeup = store.wakeup(&args.resource);
+    let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
     let attempt = wait::acquire(
         store.as_mut(),
         &args.resource,
         &owner,
         args.ttl,
         args.wait,
-        turnstile,
+        wakeup,
+        &mut on_busy,
     )?;
+    drop(on_busy);
     // Held until this function returns, after the release: waiters wake as the tenure ends.
-    let _turnstile = attempt.turnstile;
+    let _tenancy = attempt.tenancy;
     let (lock, tenure) = match attempt.outcome {
         Acquire::Acquired { lock, tenure } => (lock, tenure),
         Acquire::Busy { holder } => {

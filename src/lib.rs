@@ -6,11 +6,11 @@
 
 pub mod cli;
 pub mod commands;
+pub mod engine;
 pub mod error;
 pub mod exit;
 mod guard;
 pub mod lock;
 pub mod output;
 pub mod store;
-mod turnstile;
 mod wait;

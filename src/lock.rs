@@ -338,52 +338,6 @@ pub enum Renew {
     Forbidden,
 }
 
-/// Why a `renew` or `release` of a live lock changes nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// No live lock of this owner's tenure: missing, expired, or a later tenure.
-    NotFound,
-    /// A live lock held by another owner.
-    Forbidden,
-}
-
-impl Refusal {
-    /// The rule `renew` and `release` share for a live lock held by `holder` with `held_fence`:
-    /// only its owner may change it, and with `fence`, only that tenure.
-    pub fn check(
-        holder: &str,
-        held_fence: i64,
-        owner: &Owner,
-        fence: Option<Fence>,
-    ) -> Option<Refusal> {
-        if holder != owner.as_str() {
-            Some(Refusal::Forbidden)
-        } else if fence.is_some_and(|f| f.0 != held_fence) {
-            Some(Refusal::NotFound)
-        } else {
-            None
-        }
-    }
-}
-
-impl From<Refusal> for Release {
-    fn from(refusal: Refusal) -> Release {
-        match refusal {
-            Refusal::NotFound => Release::NotFound,
-            Refusal::Forbidden => Release::Forbidden,
-        }
-    }
-}
-
-impl From<Refusal> for Renew {
-    fn from(refusal: Refusal) -> Renew {
-        match refusal {
-            Refusal::NotFound => Renew::NotFound,
-            Refusal::Forbidden => Renew::Forbidden,
-        }
-    }
-}
-
 /// One recorded state change, as `log` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Event {

@@ -98,9 +98,27 @@ pub struct StatusLine {
 }
 
 impl StatusLine {
-    /// A status line, if stderr is a terminal.
-    pub fn on_terminal() -> Option<StatusLine> {
-        std::io::IsTerminal::is_terminal(&std::io::stderr()).then_some(StatusLine { shown: false })
+    /// A status line for a wait of `wait`, if there is one and stderr is a terminal.
+    pub fn for_wait(wait: Option<std::time::Duration>) -> Option<StatusLine> {
+        let waits = wait.is_some_and(|wait| !wait.is_zero());
+        (waits && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .then_some(StatusLine { shown: false })
+    }
+
+    /// What a wait loop calls after each busy attempt: redraws the line for a wait of `wait`
+    /// on `resource`, when there is one (see [`StatusLine::for_wait`]). The line is cleared
+    /// when the returned closure is dropped.
+    pub fn reporter(
+        wait: Option<std::time::Duration>,
+        resource: &Resource,
+    ) -> impl FnMut(&Holder) + use<> {
+        let mut line = StatusLine::for_wait(wait);
+        let resource = resource.clone();
+        move |holder| {
+            if let Some(line) = line.as_mut() {
+                line.waiting(&resource, holder);
+            }
+        }
     }
 
     /// Shows who holds the lock being waited for.

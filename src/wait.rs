@@ -1,19 +1,20 @@
 //! Acquiring with `--wait`: retry until the lock is taken or the wait runs out. Shared by
 //! `acquire` and `run`.
 //!
-//! On the SQLite store a waiter sleeps in the kernel on the holder's [`Turnstile`] byte and
-//! retries the moment a `run` holding the lock exits; otherwise (PostgreSQL, or a holder that
-//! is not a `run`) it polls with capped, jittered exponential backoff. Either way it also
-//! retries at least every [`MAX_DELAY`], so a lease that expires without a release is noticed.
+//! Between attempts a waiter sleeps on the store's own [`Wakeup`] when it has one (on SQLite,
+//! the holder's turnstile byte: it wakes the moment a `run` holding the lock exits); otherwise
+//! it polls with capped, jittered exponential backoff. Either way it also retries at least every
+//! [`MAX_DELAY`], so a lease that expires without a release is noticed.
+//!
+//! What the user sees while waiting is not drawn here: the caller passes `on_busy`, called with
+//! the holder after each busy attempt that will be retried.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::lock::{Acquire, Owner, Resource, Ttl};
-use crate::output::StatusLine;
-use crate::store::LockStore;
-use crate::turnstile::Turnstile;
+use crate::lock::{Acquire, Holder, Owner, Resource, Ttl};
+use crate::store::{LockStore, Tenancy, Wakeup};
 
 const FIRST_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_millis(500);
@@ -24,13 +25,14 @@ pub struct Attempt {
     /// The monotonic time just before the deciding attempt was sent: a lease it granted cannot
     /// have started earlier, so `started + ttl` is a safe local bound for its end.
     pub started: Instant,
-    /// The resource's turnstile byte, held, when the lock was taken and a turnstile was given.
-    pub turnstile: Option<Turnstile>,
+    /// What the holder keeps for its tenure so that later waiters wake when it ends.
+    pub tenancy: Option<Tenancy>,
 }
 
 /// Tries to acquire; while the lock is busy and `wait` has not run out, waits and tries again.
-/// A busy attempt writes nothing, so waiting never fills the history. While it waits and stderr
-/// is a terminal, a status line says who holds the lock.
+/// A busy attempt writes nothing, so waiting never fills the history. `wakeup` is the store's
+/// way of waking waiters (see [`LockStore::wakeup`]); `on_busy` hears of each busy attempt that
+/// will be retried.
 ///
 /// # Errors
 ///
@@ -41,26 +43,21 @@ pub fn acquire(
     owner: &Owner,
     ttl: Ttl,
     wait: Option<Duration>,
-    turnstile: Option<Turnstile>,
+    wakeup: Option<Box<dyn Wakeup>>,
+    on_busy: &mut dyn FnMut(&Holder),
 ) -> Result<Attempt> {
     let start = Instant::now();
     let wait = wait.unwrap_or(Duration::ZERO);
-    let mut status_line = (!wait.is_zero()).then(StatusLine::on_terminal).flatten();
-    let mut turnstile = turnstile;
-    let mut watch = None;
+    let mut wakeup = wakeup;
     let mut delay = FIRST_DELAY;
     loop {
         let started = Instant::now();
         let outcome = store.acquire(resource, owner, ttl)?;
         let Acquire::Busy { holder } = &outcome else {
-            let held = match watch {
-                Some(watch) => crate::turnstile::Watch::finish(watch),
-                None => turnstile.filter(Turnstile::try_hold),
-            };
             return Ok(Attempt {
                 outcome,
                 started,
-                turnstile: held,
+                tenancy: wakeup.and_then(Wakeup::taken),
             });
         };
         let left = wait.saturating_sub(start.elapsed());
@@ -68,28 +65,17 @@ pub fn acquire(
             return Ok(Attempt {
                 outcome,
                 started,
-                turnstile: None,
+                tenancy: None,
             });
         }
-        if let Some(line) = status_line.as_mut() {
-            line.waiting(resource, holder);
-        }
+        on_busy(holder);
         // Full jitter between half the delay and the delay spreads pollers that all saw the
         // same release, so they do not stampede the store together.
         let pause = delay.mul_f64(0.5 + fastrand::f64() * 0.5).min(left);
         delay = (delay * 2).min(MAX_DELAY);
-        if watch.is_none() {
-            watch = turnstile.take().map(Turnstile::watch);
-        }
-        let Some(active) = watch.as_mut() else {
-            std::thread::sleep(pause);
-            continue;
-        };
-        // The byte was free a moment ago, yet the lock is busy: its holder is not a `run`.
-        active.retry_after(pause);
-        if active.wait(left.min(MAX_DELAY)).is_err() {
-            watch = None;
-            std::thread::sleep(pause);
+        match wakeup.as_mut() {
+            Some(wakeup) => wakeup.wait(left.min(MAX_DELAY), pause),
+            None => std::thread::sleep(pause),
         }
     }
 }

@@ -15,7 +15,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::lock::{Acquire, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Ttl};
+use crate::engine::{self, Decision, State};
+use crate::lock::{
+    Acquire, Event, EventKind, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Timestamp,
+    Ttl,
+};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -23,8 +27,12 @@ pub use sqlite::SqliteStore;
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: i64 = 1;
 
+/// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
+const GC_BATCH: i64 = 1000;
+
 /// A lock store. Synchronous and object-safe, so commands hold a `Box<dyn LockStore>` and never
-/// know which backend is behind it.
+/// know which backend is behind it. Every backend gets it from [`Backend`]: the operations are
+/// written once, below, and their decisions are [`engine`]'s.
 pub trait LockStore: Send {
     /// Takes the lock if it is free or expired (a new tenure, with a new fence), or extends it if
     /// `owner` already holds it; otherwise reports the holder and changes nothing.
@@ -86,6 +94,169 @@ pub trait LockStore: Send {
     ///
     /// Only store failures.
     fn gc(&mut self, keep_history: Duration) -> Result<GcReport>;
+
+    /// How waiters for `resource` are woken on this store; `None`: they poll.
+    fn wakeup(&self, _resource: &Resource) -> Option<Box<dyn Wakeup>> {
+        None
+    }
+}
+
+/// How a waiter learns, without polling, that a busy resource may have come free. Each store
+/// has its own (SQLite: a byte lock beside the database that a holder keeps for its tenure).
+/// Only a hint: the store alone decides who holds a lock.
+pub trait Wakeup: Send {
+    /// Blocks until the resource may have come free, or `timeout` passes. `pause` is the
+    /// backoff the waiter would poll with: used when a hint fired but the lock was still busy.
+    fn wait(&mut self, timeout: Duration, pause: Duration);
+
+    /// The lock was taken: what must be kept for the tenure so that later waiters are woken
+    /// when it ends (dropping it wakes them).
+    fn taken(self: Box<Self>) -> Option<Tenancy>;
+}
+
+/// Whatever a holder keeps for its tenure so that waiters wake when it ends.
+pub type Tenancy = Box<dyn Send>;
+
+/// Hands out a fresh fence inside the deciding transaction.
+pub type FenceSource<'a> = dyn FnMut() -> Result<Fence> + 'a;
+
+/// What a backend provides: reading a resource's state and applying the core's changes in one
+/// transaction, plus the read-only queries, which are plain SQL of its own.
+pub trait Backend: Send {
+    /// One write transaction on `resource`: reads its rows and the store's "now" under the
+    /// store's per-resource serialisation, lets `decide` choose, writes the changes it returns in
+    /// order, and commits. `decide` may run again if the store retries the transaction.
+    /// `durable: false` lets the store skip flushing this commit to stable storage.
+    ///
+    /// # Errors
+    ///
+    /// Store failures, and whatever `decide` returns.
+    fn transact<T>(
+        &mut self,
+        resource: &Resource,
+        durable: bool,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T>;
+
+    /// The resource's rows and the store's "now", without writing.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn read(&mut self, resource: &Resource) -> Result<State>;
+
+    /// The live locks for [`LockStore::list`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>>;
+
+    /// The history for [`LockStore::log`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>>;
+
+    /// The deletions of [`LockStore::gc`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn prune(&mut self, keep_history: Duration) -> Result<GcReport>;
+
+    /// See [`LockStore::wakeup`].
+    fn wakeup(&self, _resource: &Resource) -> Option<Box<dyn Wakeup>> {
+        None
+    }
+}
+
+impl<B: Backend> LockStore for B {
+    fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire> {
+        self.transact(resource, true, &mut |state, fresh| {
+            engine::acquire(resource, state, owner, ttl, &mut *fresh)
+        })
+    }
+
+    fn status(&mut self, resource: &Resource) -> Result<Option<Lock>> {
+        Ok(engine::status(resource, &self.read(resource)?))
+    }
+
+    fn renew(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        fence: Option<Fence>,
+    ) -> Result<Renew> {
+        self.transact(resource, true, &mut |state, _| {
+            Ok(engine::renew(resource, state, owner, ttl, fence))
+        })
+    }
+
+    fn release(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Option<Fence>,
+    ) -> Result<Release> {
+        // A release need not survive power loss: rolled back, the lock merely stays until its
+        // TTL runs out. Acquires and renewals stay fully durable.
+        self.transact(resource, false, &mut |state, _| {
+            Ok(engine::release(state, owner, fence))
+        })
+    }
+
+    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+        self.scan(prefix)
+    }
+
+    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+        self.history(query)
+    }
+
+    fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
+        self.prune(keep_history)
+    }
+
+    fn wakeup(&self, resource: &Resource) -> Option<Box<dyn Wakeup>> {
+        Backend::wakeup(self, resource)
+    }
+}
+
+/// A history row as both stores read it back.
+///
+/// # Errors
+///
+/// An event kind this build does not know (the store was written by something else).
+fn event(
+    at: Timestamp,
+    resource: &str,
+    owner: &str,
+    fence: Fence,
+    kind: &str,
+    previous_owner: Option<&str>,
+) -> Result<Event> {
+    let Some(kind) = EventKind::parse(kind) else {
+        anyhow::bail!("the history holds an unknown event kind {kind:?}");
+    };
+    Ok(Event {
+        at,
+        resource: Resource::from_store(resource),
+        owner: Owner::from_store(owner),
+        fence,
+        event: kind,
+        previous_owner: previous_owner.map(Owner::from_store),
+    })
+}
+
+/// The message for a store written by a newer distlock, the same on every backend.
+fn newer_schema(version: i64) -> String {
+    format!(
+        "it was written by a newer distlock (schema version {version}; this one understands up \
+         to {SCHEMA_VERSION}): upgrade distlock"
+    )
 }
 
 /// What `gc` removed.
@@ -119,15 +290,6 @@ impl Location {
             Some("") => Err("--db must not be empty".to_owned()),
             Some(path) => Ok(Location::Sqlite(PathBuf::from(path))),
             None => default_path().map(Location::Sqlite),
-        }
-    }
-
-    /// The turnstile that lets waiters for `resource` sleep until its holder exits (SQLite
-    /// only; see [`crate::turnstile`]).
-    pub fn turnstile(&self, resource: &Resource) -> Option<crate::turnstile::Turnstile> {
-        match self {
-            Location::Sqlite(path) => crate::turnstile::Turnstile::open(path, resource),
-            Location::Postgres(_) => None,
         }
     }
 
@@ -165,6 +327,21 @@ pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(open_sqlite(path)?)),
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// Opens the store at `location` for a command that only reads (`status`, `list`, `log`):
+/// `None` for a SQLite file that does not exist, and then nothing is created — not the file,
+/// not its folders — so a mistyped `--db` cannot leave an empty store behind.
+///
+/// # Errors
+///
+/// As [`open`], for a store that exists.
+pub fn open_existing(location: &Location) -> Result<Option<Box<dyn LockStore>>> {
+    match location {
+        Location::Sqlite(path) => Ok(SqliteStore::open_existing(path, Box::new(SystemClock))?
+            .map(|store| Box::new(store) as Box<dyn LockStore>)),
+        Location::Postgres(url) => Ok(Some(Box::new(PostgresStore::open(url)?))),
     }
 }
 

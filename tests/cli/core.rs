@@ -1321,7 +1321,13 @@ fn garbage_file_is_a_store_error_and_left_unchanged() {
 #[test]
 fn unwritable_location_is_a_store_error() {
     for args in ALL_FOUR {
-        assert_store_error(&with_db("/proc/distlock-test/locks.db", args), &args);
+        let output = with_db("/proc/distlock-test/locks.db", args);
+        if args[0] == "status" {
+            // A read-only command on a store that does not exist answers as for an empty one.
+            assert_eq!(output.status.code(), Some(1), "{args:?}");
+        } else {
+            assert_store_error(&output, &args);
+        }
     }
     assert!(!std::path::Path::new("/proc/distlock-test").exists());
 }

@@ -22,6 +22,7 @@ use nix::fcntl::{FcntlArg, fcntl};
 use nix::libc;
 
 use crate::lock::Resource;
+use crate::store::{Tenancy, Wakeup};
 
 /// One resource's byte in the turnstile file.
 pub struct Turnstile {
@@ -144,6 +145,51 @@ fn wait_for_byte(file: &File, offset: i64, freed: &Sender<()>, control: &Receive
                 return;
             }
         }
+    }
+}
+
+/// A waiter's side of the turnstile, as the wait loop sees it: block on the byte, and once the
+/// lock is taken, keep the byte for the tenure.
+pub struct Bell {
+    /// Until the first wait.
+    idle: Option<Turnstile>,
+    watch: Option<Watch>,
+}
+
+impl Bell {
+    pub fn new(turnstile: Turnstile) -> Bell {
+        Bell {
+            idle: Some(turnstile),
+            watch: None,
+        }
+    }
+}
+
+impl Wakeup for Bell {
+    fn wait(&mut self, timeout: Duration, pause: Duration) {
+        if self.watch.is_none() {
+            self.watch = self.idle.take().map(Turnstile::watch);
+        }
+        let Some(watch) = self.watch.as_mut() else {
+            std::thread::sleep(pause);
+            return;
+        };
+        // Woken before, yet the lock was still busy: its holder is not a `run`. Block on the
+        // byte again after a pause.
+        watch.retry_after(pause);
+        if watch.wait(timeout).is_err() {
+            // The helper thread is gone: polling takes over.
+            self.watch = None;
+            std::thread::sleep(pause);
+        }
+    }
+
+    fn taken(self: Box<Self>) -> Option<Tenancy> {
+        let held = match self.watch {
+            Some(watch) => watch.finish(),
+            None => self.idle.filter(Turnstile::try_hold),
+        };
+        held.map(|turnstile| Box::new(turnstile) as Tenancy)
     }
 }
 

@@ -11,20 +11,22 @@
 //! - The schema version lives in `PRAGMA user_version`; a newer one is refused, and a SQLite file
 //!   that holds other tables is never written to.
 
+// Open-file-description locks are Linux's; elsewhere waiters poll (see the README).
+#[cfg(target_os = "linux")]
+mod turnstile;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rusqlite::config::DbConfig;
-use rusqlite::{
-    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
-};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 
-use super::{Clock, GcReport, LockStore, SCHEMA_VERSION};
-use crate::lock::{
-    Acquire, Event, EventKind, Fence, Holder, Lock, LogQuery, Owner, Refusal, Release, Renew,
-    Resource, Tenure, Timestamp, Ttl,
+use super::{
+    Backend, Clock, FenceSource, GC_BATCH, GcReport, SCHEMA_VERSION, Wakeup, event, newer_schema,
 };
+use crate::engine::{Change, Decision, Lease, State};
+use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 
 /// How long an operation waits for another process's write to finish before it gives up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,9 +37,6 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// the WAL must be truncated, not merely restarted; at this size that happens every ~20 commits
 /// and costs its two fsyncs there, instead of on every close.
 const WAL_TRUNCATE_BYTES: u64 = 100 * 4120;
-
-/// Rows deleted per `gc` transaction, so `gc` never holds the write lock for long.
-const GC_BATCH: i64 = 1000;
 
 const SCHEMA: &str = "
 CREATE TABLE locks (
@@ -89,24 +88,14 @@ impl Drop for SqliteStore {
     }
 }
 
-/// The lock row as it is, live or not.
-struct Row {
-    owner: String,
-    fence: i64,
-    acquired_at: i64,
-    expires_at: i64,
-}
-
-impl Row {
-    /// Reads `owner, fence, acquired_at, expires_at` from the result columns starting at `first`.
-    fn read(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Row> {
-        Ok(Row {
-            owner: r.get(first)?,
-            fence: r.get(first + 1)?,
-            acquired_at: r.get(first + 2)?,
-            expires_at: r.get(first + 3)?,
-        })
-    }
+/// Reads `owner, fence, acquired_at, expires_at` from the result columns starting at `first`.
+fn lease(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Lease> {
+    Ok(Lease {
+        owner: Owner::from_store(&r.get::<_, String>(first)?),
+        fence: Fence(r.get(first + 1)?),
+        acquired_at: Timestamp(r.get(first + 2)?),
+        expires_at: Timestamp(r.get(first + 3)?),
+    })
 }
 
 impl SqliteStore {
@@ -117,12 +106,40 @@ impl SqliteStore {
     /// When the file cannot be opened or created, is not a SQLite database, belongs to another
     /// application, or was written by a newer distlock.
     pub fn open(path: &Path, clock: Box<dyn Clock>) -> Result<SqliteStore> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+        let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_context(|| format!("cannot open database {}", path.display()))?;
+        SqliteStore::with_connection(conn, path, clock)
+    }
+
+    /// Opens the database at `path` only if the file exists: `None` when it does not, and then
+    /// nothing is created (the read-only commands answer as for an empty store).
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open`], for a file that exists.
+    pub fn open_existing(path: &Path, clock: Box<dyn Clock>) -> Result<Option<SqliteStore>> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        match Connection::open_with_flags(path, flags) {
+            Ok(conn) => SqliteStore::with_connection(conn, path, clock).map(Some),
+            Err(err)
+                if err.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen)
+                    && !path.exists() =>
+            {
+                Ok(None)
+            }
+            Err(err) => {
+                Err(err).with_context(|| format!("cannot open database {}", path.display()))
+            }
+        }
+    }
+
+    fn with_connection(
+        conn: Connection,
+        path: &Path,
+        clock: Box<dyn Clock>,
+    ) -> Result<SqliteStore> {
         let shown = path.display();
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)
-            .with_context(|| format!("cannot open database {shown}"))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // A distlock process makes one or two commits and exits. Checkpointing the WAL into the
         // database on every close would cost three or four extra fsyncs; instead the WAL stays
@@ -203,33 +220,6 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn release_tenure(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-    ) -> Result<Release> {
-        let now = self.clock.now();
-        let tx = self.write_tx()?;
-        let held = match own_tenure(&tx, now, resource, owner, fence)? {
-            Ok(held) => held,
-            Err(refusal) => return Ok(refusal.into()),
-        };
-        tx.prepare_cached("DELETE FROM locks WHERE resource = ?1")?
-            .execute([resource.as_str()])?;
-        record(
-            &tx,
-            now,
-            resource,
-            &held.owner,
-            held.fence,
-            EventKind::Released,
-            None,
-        )?;
-        tx.commit().context("cannot commit the release")?;
-        Ok(Release::Released)
-    }
-
     fn write_tx(&mut self) -> Result<Transaction<'_>> {
         // A connection held open (by `run`) keeps writing to its file even after the file is
         // deleted or replaced, while a new store appears at the path: refuse, so `run` treats
@@ -243,6 +233,30 @@ impl SqliteStore {
         self.conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .context("cannot start a write transaction")
+    }
+}
+
+impl SqliteStore {
+    fn decide_and_apply<T>(
+        &mut self,
+        resource: &Resource,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T> {
+        let now = self.clock.now();
+        let tx = self.write_tx()?;
+        let state = State {
+            now,
+            leases: leases(&tx, resource)?,
+        };
+        let mut fresh = || Ok(Fence(next_fence(&tx)?));
+        let decision = decide(&state, &mut fresh)?;
+        if decision.changes.is_empty() {
+            // A refusal: dropping the transaction rolls it back.
+            return Ok(decision.outcome);
+        }
+        apply(&tx, resource, &decision.changes)?;
+        tx.commit().context("cannot commit the change")?;
+        Ok(decision.outcome)
     }
 }
 
@@ -266,10 +280,7 @@ fn is_busy(err: &anyhow::Error) -> bool {
 /// Refuses databases this build must not touch: a newer schema, or another application's.
 fn check_version(version: i64, tables: i64) -> Result<()> {
     if version > SCHEMA_VERSION {
-        bail!(
-            "it was written by a newer distlock (schema version {version}; this one \
-             understands up to {SCHEMA_VERSION}): upgrade distlock"
-        );
+        bail!(newer_schema(version));
     }
     if version == 0 && tables > 0 {
         bail!("it is a SQLite database of another application, not a distlock database");
@@ -277,32 +288,13 @@ fn check_version(version: i64, tables: i64) -> Result<()> {
     Ok(())
 }
 
-fn current(tx: &Transaction<'_>, resource: &Resource) -> rusqlite::Result<Option<Row>> {
-    tx.prepare_cached(
+/// Every row of `resource`, live or not.
+fn leases(conn: &Connection, resource: &Resource) -> rusqlite::Result<Vec<Lease>> {
+    conn.prepare_cached(
         "SELECT owner, fence, acquired_at, expires_at FROM locks WHERE resource = ?1",
     )?
-    .query_row([resource.as_str()], |r| Row::read(r, 0))
-    .optional()
-}
-
-/// The live lock of `owner`'s tenure on `resource` (this transaction holds the write lock), or
-/// why not.
-fn own_tenure(
-    tx: &Transaction<'_>,
-    now: Timestamp,
-    resource: &Resource,
-    owner: &Owner,
-    fence: Option<Fence>,
-) -> rusqlite::Result<Result<Row, Refusal>> {
-    Ok(match current(tx, resource)? {
-        Some(held) if held.expires_at > now.0 => {
-            match Refusal::check(&held.owner, held.fence, owner, fence) {
-                Some(refusal) => Err(refusal),
-                None => Ok(held),
-            }
-        }
-        _ => Err(Refusal::NotFound),
-    })
+    .query_map([resource.as_str()], |r| lease(r, 0))?
+    .collect()
 }
 
 fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
@@ -310,172 +302,91 @@ fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
-fn record(
-    tx: &Transaction<'_>,
-    at: Timestamp,
-    resource: &Resource,
-    owner: &str,
-    fence: i64,
-    event: EventKind,
-    previous_owner: Option<&str>,
-) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO history (at, resource, owner, fence, event, previous_owner)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        at.0,
-        resource.as_str(),
-        owner,
-        fence,
-        event.as_str(),
-        previous_owner
-    ])?;
+/// Writes the core's changes, in order. A row that is not where the decision saw it means the
+/// transaction did not hold what it read: that is refused, never written around.
+fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Result<()> {
+    let res = resource.as_str();
+    for change in changes {
+        let rows = match change {
+            Change::Insert(lease) => tx
+                .prepare_cached(
+                    "INSERT INTO locks (resource, owner, fence, acquired_at, expires_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(params![
+                    res,
+                    lease.owner.as_str(),
+                    lease.fence.0,
+                    lease.acquired_at.0,
+                    lease.expires_at.0
+                ])?,
+            Change::Update {
+                fence,
+                acquired_at,
+                expires_at,
+            } => tx
+                .prepare_cached(
+                    "UPDATE locks SET acquired_at = ?3, expires_at = ?4
+                     WHERE resource = ?1 AND fence = ?2",
+                )?
+                .execute(params![res, fence.0, acquired_at.0, expires_at.0])?,
+            Change::Delete { fence } => tx
+                .prepare_cached("DELETE FROM locks WHERE resource = ?1 AND fence = ?2")?
+                .execute(params![res, fence.0])?,
+            Change::Record(record) => tx
+                .prepare_cached(
+                    "INSERT INTO history (at, resource, owner, fence, event, previous_owner)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    record.at.0,
+                    res,
+                    record.owner.as_str(),
+                    record.fence.0,
+                    record.event.as_str(),
+                    record.previous_owner.as_ref().map(Owner::as_str)
+                ])?,
+        };
+        if rows != 1 {
+            bail!("the lock row of {resource} changed during the transaction ({change:?})");
+        }
+    }
     Ok(())
 }
 
-fn lock_from(resource: &Resource, row: &Row) -> Lock {
-    Lock {
-        resource: resource.clone(),
-        owner: Owner::from_store(&row.owner),
-        fence: Fence(row.fence),
-        acquired_at: Timestamp(row.acquired_at),
-        expires_at: Timestamp(row.expires_at),
-    }
-}
-
-impl LockStore for SqliteStore {
-    fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire> {
-        let now = self.clock.now();
-        let expires_at = now.0.saturating_add(ttl.as_millis());
-        let tx = self.write_tx()?;
-        let (row, tenure, event, previous) = match current(&tx, resource)? {
-            Some(held) if held.expires_at > now.0 => {
-                if held.owner != owner.as_str() {
-                    // Nothing was written: dropping the transaction rolls it back.
-                    return Ok(Acquire::Busy {
-                        holder: Holder {
-                            owner: Owner::from_store(&held.owner),
-                            expires_at: Timestamp(held.expires_at),
-                        },
-                    });
-                }
-                tx.prepare_cached(
-                    "UPDATE locks SET acquired_at = ?2, expires_at = ?3 WHERE resource = ?1",
-                )?
-                .execute(params![resource.as_str(), now.0, expires_at])?;
-                let row = Row {
-                    acquired_at: now.0,
-                    expires_at,
-                    ..held
-                };
-                (row, Tenure::Extended, EventKind::Extended, None)
-            }
-            expired_or_missing => {
-                let fence = next_fence(&tx)?;
-                tx.prepare_cached(
-                    "INSERT INTO locks (resource, owner, fence, acquired_at, expires_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (resource) DO UPDATE SET
-                         owner = excluded.owner, fence = excluded.fence,
-                         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
-                )?
-                .execute(params![
-                    resource.as_str(),
-                    owner.as_str(),
-                    fence,
-                    now.0,
-                    expires_at
-                ])?;
-                let row = Row {
-                    owner: owner.as_str().to_owned(),
-                    fence,
-                    acquired_at: now.0,
-                    expires_at,
-                };
-                match expired_or_missing {
-                    Some(old) => (row, Tenure::New, EventKind::TakenOver, Some(old.owner)),
-                    None => (row, Tenure::New, EventKind::Acquired, None),
-                }
-            }
-        };
-        record(
-            &tx,
-            now,
-            resource,
-            owner.as_str(),
-            row.fence,
-            event,
-            previous.as_deref(),
-        )?;
-        tx.commit().context("cannot commit the acquire")?;
-        Ok(Acquire::Acquired {
-            lock: lock_from(resource, &row),
-            tenure,
-        })
-    }
-
-    fn status(&mut self, resource: &Resource) -> Result<Option<Lock>> {
-        let now = self.clock.now();
-        let row = self
-            .conn
-            .prepare_cached(
-                "SELECT owner, fence, acquired_at, expires_at FROM locks
-                 WHERE resource = ?1 AND expires_at > ?2",
-            )?
-            .query_row(params![resource.as_str(), now.0], |r| Row::read(r, 0))
-            .optional()?;
-        Ok(row.map(|row| lock_from(resource, &row)))
-    }
-
-    fn renew(
+impl Backend for SqliteStore {
+    fn transact<T>(
         &mut self,
         resource: &Resource,
-        owner: &Owner,
-        ttl: Ttl,
-        fence: Option<Fence>,
-    ) -> Result<Renew> {
-        let now = self.clock.now();
-        let tx = self.write_tx()?;
-        let held = match own_tenure(&tx, now, resource, owner, fence)? {
-            Ok(held) => held,
-            Err(refusal) => return Ok(refusal.into()),
-        };
-        let expires_at = now.0.saturating_add(ttl.as_millis());
-        tx.prepare_cached("UPDATE locks SET expires_at = ?2 WHERE resource = ?1")?
-            .execute(params![resource.as_str(), expires_at])?;
-        record(
-            &tx,
-            now,
-            resource,
-            &held.owner,
-            held.fence,
-            EventKind::Renewed,
-            None,
-        )?;
-        tx.commit().context("cannot commit the renewal")?;
-        let row = Row { expires_at, ..held };
-        Ok(Renew::Renewed {
-            lock: lock_from(resource, &row),
-        })
-    }
-
-    fn release(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-    ) -> Result<Release> {
-        // A release need not survive power loss: rolled back, the lock merely stays until its
-        // TTL runs out, and the next commit's fsync persists it anyway (the WAL is synced
-        // whole). Skipping its fsync halves the cost of `run`; acquires stay fully durable.
-        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let outcome = self.release_tenure(resource, owner, fence);
-        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        durable: bool,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T> {
+        // A commit that need not survive power loss skips its fsync; the next durable commit
+        // persists it anyway (the WAL is synced whole).
+        if !durable {
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        let outcome = self.decide_and_apply(resource, decide);
+        if !durable {
+            self.conn.pragma_update(None, "synchronous", "FULL")?;
+        }
         outcome
     }
 
-    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+    #[cfg(target_os = "linux")]
+    fn wakeup(&self, resource: &Resource) -> Option<Box<dyn Wakeup>> {
+        let turnstile = turnstile::Turnstile::open(&self.path, resource)?;
+        Some(Box::new(turnstile::Bell::new(turnstile)))
+    }
+
+    fn read(&mut self, resource: &Resource) -> Result<State> {
+        Ok(State {
+            now: self.clock.now(),
+            leases: leases(&self.conn, resource)?,
+        })
+    }
+
+    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
         let now = self.clock.now();
         // Resources sharing a prefix form one contiguous range of the primary key (BINARY
         // collation compares bytes), so the scan starts at the prefix and stops after it.
@@ -490,15 +401,15 @@ impl LockStore for SqliteStore {
             if !resource.starts_with(prefix) {
                 break;
             }
-            let row = Row::read(r, 1)?;
-            if row.expires_at > now.0 {
-                locks.push(lock_from(&Resource::from_store(&resource), &row));
+            let lease = lease(r, 1)?;
+            if lease.is_live(now) {
+                locks.push(lease.lock(&Resource::from_store(&resource)));
             }
         }
         Ok(locks)
     }
 
-    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
         let filter = if query.resource.is_some() {
             "resource = ?1 AND at >= ?2"
         } else {
@@ -521,24 +432,19 @@ impl LockStore for SqliteStore {
         let mut rows = stmt.query(params![resource, since, limit])?;
         let mut events = Vec::new();
         while let Some(r) = rows.next()? {
-            let kind: String = r.get(4)?;
-            let Some(event) = EventKind::parse(&kind) else {
-                bail!("the history holds an unknown event kind {kind:?}");
-            };
-            let previous: Option<String> = r.get(5)?;
-            events.push(Event {
-                at: Timestamp(r.get(0)?),
-                resource: Resource::from_store(&r.get::<_, String>(1)?),
-                owner: Owner::from_store(&r.get::<_, String>(2)?),
-                fence: Fence(r.get(3)?),
-                event,
-                previous_owner: previous.as_deref().map(Owner::from_store),
-            });
+            events.push(event(
+                Timestamp(r.get(0)?),
+                &r.get::<_, String>(1)?,
+                &r.get::<_, String>(2)?,
+                Fence(r.get(3)?),
+                &r.get::<_, String>(4)?,
+                r.get::<_, Option<String>>(5)?.as_deref(),
+            )?);
         }
         Ok(events)
     }
 
-    fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
+    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
         let now = self.clock.now();
         let keep = i64::try_from(keep_history.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now.0.saturating_sub(keep);
@@ -584,6 +490,11 @@ impl LockStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use rusqlite::Connection;
+
+    use super::super::LockStore;
+    use crate::lock::{Acquire, EventKind, Release, Renew, Tenure, Ttl};
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use super::*;

@@ -1,0 +1,911 @@
+//! The decision core: every rule of the contract's "Semantics" section, written once and used by
+//! every store.
+//!
+//! A store opens one write transaction, reads the resource's tenure rows and its own "now" under
+//! its per-resource serialisation (`BEGIN IMMEDIATE` on SQLite, an advisory transaction lock on
+//! PostgreSQL), and hands them here with the request. What comes back is a [`Decision`]: the
+//! outcome to report and the [`Change`]s to write, in order, before committing. Nothing here
+//! touches a store, a clock or the process, so each rule is a row in a table test below.
+//!
+//! Invariants the core keeps (and the tests pin):
+//! - a lease is live while `now < expires_at`; at `expires_at` it belongs to no one;
+//! - only a live lease's owner may extend, renew or release it; with a fence, only that tenure;
+//! - a new tenure always gets a fresh fence from the store (never reused, strictly increasing);
+//!   extending and renewing keep the fence;
+//! - a refusal (busy, not found, forbidden) changes nothing, so it writes no history;
+//! - every change of state is recorded in the history, in the same transaction.
+
+use crate::lock::{
+    Acquire, EventKind, Fence, Holder, Lock, Owner, Release, Renew, Resource, Tenure, Timestamp,
+    Ttl,
+};
+
+/// One tenure as a store holds it, live or expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub owner: Owner,
+    pub fence: Fence,
+    pub acquired_at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
+impl Lease {
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        now < self.expires_at
+    }
+
+    pub fn lock(&self, resource: &Resource) -> Lock {
+        Lock {
+            resource: resource.clone(),
+            owner: self.owner.clone(),
+            fence: self.fence,
+            acquired_at: self.acquired_at,
+            expires_at: self.expires_at,
+        }
+    }
+
+    fn holder(&self) -> Holder {
+        Holder {
+            owner: self.owner.clone(),
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+/// A resource's rows and the store's clock, read in the transaction that decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// The store's "now": the host clock on SQLite, the server's on PostgreSQL.
+    pub now: Timestamp,
+    /// Every tenure row of the resource, live or expired, in any order.
+    pub leases: Vec<Lease>,
+}
+
+impl State {
+    /// The live tenures, oldest (smallest fence) first.
+    pub fn live(&self) -> Vec<&Lease> {
+        let mut live: Vec<&Lease> = self.leases.iter().filter(|l| l.is_live(self.now)).collect();
+        live.sort_by_key(|l| l.fence);
+        live
+    }
+}
+
+/// One write the store applies, in order, inside the deciding transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A new tenure row.
+    Insert(Lease),
+    /// The tenure `fence` gets these times.
+    Update {
+        fence: Fence,
+        acquired_at: Timestamp,
+        expires_at: Timestamp,
+    },
+    /// The tenure `fence` is removed.
+    Delete { fence: Fence },
+    /// A history row.
+    Record(Record),
+}
+
+/// A history row to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub at: Timestamp,
+    pub owner: Owner,
+    pub fence: Fence,
+    pub event: EventKind,
+    pub previous_owner: Option<Owner>,
+}
+
+/// What to report, and what to write so that it becomes true.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision<T> {
+    pub outcome: T,
+    pub changes: Vec<Change>,
+}
+
+impl<T> Decision<T> {
+    /// A refusal or a read: nothing to write.
+    fn unchanged(outcome: T) -> Decision<T> {
+        Decision {
+            outcome,
+            changes: Vec::new(),
+        }
+    }
+}
+
+/// `acquire` by `owner`: a live tenure of its own is extended (same fence, both times move to
+/// now); another owner's live tenure makes it busy; otherwise a new tenure with a fresh fence
+/// from `fresh_fence`, which is asked only then (so a busy attempt costs the store no write).
+///
+/// # Errors
+///
+/// Only `fresh_fence`'s.
+pub fn acquire<E>(
+    resource: &Resource,
+    state: &State,
+    owner: &Owner,
+    ttl: Ttl,
+    fresh_fence: impl FnOnce() -> Result<Fence, E>,
+) -> Result<Decision<Acquire>, E> {
+    let now = state.now;
+    let expires_at = expiry(now, ttl);
+    let live = state.live();
+    if let Some(own) = live.iter().find(|l| l.owner == *owner) {
+        let lease = Lease {
+            acquired_at: now,
+            expires_at,
+            ..(*own).clone()
+        };
+        return Ok(Decision {
+            changes: vec![
+                Change::Update {
+                    fence: lease.fence,
+                    acquired_at: now,
+                    expires_at,
+                },
+                record(now, &lease, EventKind::Extended, None),
+            ],
+            outcome: Acquire::Acquired {
+                lock: lease.lock(resource),
+                tenure: Tenure::Extended,
+            },
+        });
+    }
+    if let Some(first) = live.iter().min_by_key(|l| (l.expires_at, l.fence)) {
+        return Ok(Decision::unchanged(Acquire::Busy {
+            holder: first.holder(),
+        }));
+    }
+    // Free: expired rows make way for the new tenure, whose history names the last holder.
+    let previous = state.leases.iter().max_by_key(|l| l.fence);
+    let lease = Lease {
+        owner: owner.clone(),
+        fence: fresh_fence()?,
+        acquired_at: now,
+        expires_at,
+    };
+    let mut changes: Vec<Change> = state
+        .leases
+        .iter()
+        .map(|l| Change::Delete { fence: l.fence })
+        .collect();
+    changes.push(Change::Insert(lease.clone()));
+    changes.push(match previous {
+        Some(old) => record(now, &lease, EventKind::TakenOver, Some(old.owner.clone())),
+        None => record(now, &lease, EventKind::Acquired, None),
+    });
+    Ok(Decision {
+        outcome: Acquire::Acquired {
+            lock: lease.lock(resource),
+            tenure: Tenure::New,
+        },
+        changes,
+    })
+}
+
+/// `renew` by `owner` (of tenure `fence`, when given): its live tenure's lease moves to
+/// now + `ttl`, keeping `acquired_at` and the fence.
+pub fn renew(
+    resource: &Resource,
+    state: &State,
+    owner: &Owner,
+    ttl: Ttl,
+    fence: Option<Fence>,
+) -> Decision<Renew> {
+    let own = match own_tenure(state, owner, fence) {
+        Ok(own) => own,
+        Err(Refusal::NotFound) => return Decision::unchanged(Renew::NotFound),
+        Err(Refusal::Forbidden) => return Decision::unchanged(Renew::Forbidden),
+    };
+    let lease = Lease {
+        expires_at: expiry(state.now, ttl),
+        ..own.clone()
+    };
+    Decision {
+        changes: vec![
+            Change::Update {
+                fence: lease.fence,
+                acquired_at: lease.acquired_at,
+                expires_at: lease.expires_at,
+            },
+            record(state.now, &lease, EventKind::Renewed, None),
+        ],
+        outcome: Renew::Renewed {
+            lock: lease.lock(resource),
+        },
+    }
+}
+
+/// `release` by `owner` (of tenure `fence`, when given): its live tenure is removed.
+pub fn release(state: &State, owner: &Owner, fence: Option<Fence>) -> Decision<Release> {
+    let own = match own_tenure(state, owner, fence) {
+        Ok(own) => own,
+        Err(Refusal::NotFound) => return Decision::unchanged(Release::NotFound),
+        Err(Refusal::Forbidden) => return Decision::unchanged(Release::Forbidden),
+    };
+    Decision {
+        changes: vec![
+            Change::Delete { fence: own.fence },
+            record(state.now, own, EventKind::Released, None),
+        ],
+        outcome: Release::Released,
+    }
+}
+
+/// `status`: the live tenure, if any; an expired one is never reported.
+pub fn status(resource: &Resource, state: &State) -> Option<Lock> {
+    state.live().first().map(|l| l.lock(resource))
+}
+
+/// Why a `renew` or `release` changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// No live tenure of this owner (missing, expired, or a different tenure than `fence`),
+    /// and nobody else holds the resource either.
+    NotFound,
+    /// Another owner holds the resource.
+    Forbidden,
+}
+
+/// The rule `renew` and `release` share: only the owner of a live tenure may change it, and with
+/// a fence, only that tenure. A later tenure of the same owner is "not found" for a stale fence,
+/// so a `run` whose lease lapsed can never renew or release its successor.
+fn own_tenure<'a>(
+    state: &'a State,
+    owner: &Owner,
+    fence: Option<Fence>,
+) -> Result<&'a Lease, Refusal> {
+    let live = state.live();
+    let mut own = live.iter().filter(|l| l.owner == *owner).peekable();
+    if own.peek().is_none() {
+        return Err(if live.is_empty() {
+            Refusal::NotFound
+        } else {
+            Refusal::Forbidden
+        });
+    }
+    own.find(|l| fence.is_none_or(|f| f == l.fence))
+        .copied()
+        .ok_or(Refusal::NotFound)
+}
+
+fn expiry(now: Timestamp, ttl: Ttl) -> Timestamp {
+    Timestamp(now.0.saturating_add(ttl.as_millis()))
+}
+
+fn record(at: Timestamp, lease: &Lease, event: EventKind, previous: Option<Owner>) -> Change {
+    Change::Record(Record {
+        at,
+        owner: lease.owner.clone(),
+        fence: lease.fence,
+        event,
+        previous_owner: previous,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::convert::Infallible;
+
+    use super::*;
+
+    const NOW: i64 = 1_000_000;
+
+    fn res() -> Resource {
+        Resource::parse("r").unwrap()
+    }
+
+    fn own(s: &str) -> Owner {
+        Owner::parse(s).unwrap()
+    }
+
+    fn ttl(secs: u64) -> Ttl {
+        Ttl::from_secs(secs).unwrap()
+    }
+
+    /// A tenure of `owner` with `fence`, acquired 1 s before now, expiring `left` ms from now
+    /// (zero or negative: expired).
+    fn lease(owner: &str, fence: i64, left: i64) -> Lease {
+        Lease {
+            owner: own(owner),
+            fence: Fence(fence),
+            acquired_at: Timestamp(NOW - 1_000),
+            expires_at: Timestamp(NOW + left),
+        }
+    }
+
+    fn state(leases: &[Lease]) -> State {
+        State {
+            now: Timestamp(NOW),
+            leases: leases.to_vec(),
+        }
+    }
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp(NOW + ms)
+    }
+
+    /// Acquire with a fence source that hands out 100 and counts how often it was asked.
+    fn acquire_with(leases: &[Lease], owner: &str, secs: u64) -> (Decision<Acquire>, u32) {
+        let asked = Cell::new(0);
+        let decision = acquire(&res(), &state(leases), &own(owner), ttl(secs), || {
+            asked.set(asked.get() + 1);
+            Ok::<_, Infallible>(Fence(100))
+        })
+        .unwrap();
+        (decision, asked.get())
+    }
+
+    fn kinds(changes: &[Change]) -> Vec<String> {
+        changes
+            .iter()
+            .map(|c| match c {
+                Change::Insert(l) => format!("insert {} {}", l.owner, l.fence),
+                Change::Update { fence, .. } => format!("update {fence}"),
+                Change::Delete { fence } => format!("delete {fence}"),
+                Change::Record(r) => match &r.previous_owner {
+                    Some(p) => format!(
+                        "record {} {} {} from {p}",
+                        r.event.as_str(),
+                        r.owner,
+                        r.fence
+                    ),
+                    None => format!("record {} {} {}", r.event.as_str(), r.owner, r.fence),
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn liveness_is_strictly_before_expires_at() {
+        let cases = [
+            (1, true),
+            (1_000, true),
+            (0, false),
+            (-1, false),
+            (-60_000, false),
+        ];
+        for (left, live) in cases {
+            assert_eq!(
+                lease("a", 1, left).is_live(Timestamp(NOW)),
+                live,
+                "left {left}"
+            );
+        }
+    }
+
+    #[test]
+    fn acquire_table() {
+        // (rows, requester, expected outcome, expected changes, fence source asked)
+        struct Case {
+            name: &'static str,
+            rows: Vec<Lease>,
+            who: &'static str,
+            outcome: &'static str,
+            changes: Vec<&'static str>,
+            asked: u32,
+        }
+        let cases = vec![
+            Case {
+                name: "free resource: a new tenure with a fresh fence",
+                rows: vec![],
+                who: "a",
+                outcome: "acquired a 100 new",
+                changes: vec!["insert a 100", "record acquired a 100"],
+                asked: 1,
+            },
+            Case {
+                name: "own live tenure: extended with the same fence",
+                rows: vec![lease("a", 7, 5_000)],
+                who: "a",
+                outcome: "acquired a 7 extended",
+                changes: vec!["update 7", "record extended a 7"],
+                asked: 0,
+            },
+            Case {
+                name: "another owner's live tenure: busy, nothing written",
+                rows: vec![lease("b", 7, 5_000)],
+                who: "a",
+                outcome: "busy b",
+                changes: vec![],
+                asked: 0,
+            },
+            Case {
+                name: "live by one millisecond: still busy",
+                rows: vec![lease("b", 7, 1)],
+                who: "a",
+                outcome: "busy b",
+                changes: vec![],
+                asked: 0,
+            },
+            Case {
+                name: "expired exactly now: taken over",
+                rows: vec![lease("b", 7, 0)],
+                who: "a",
+                outcome: "acquired a 100 new",
+                changes: vec!["delete 7", "insert a 100", "record taken_over a 100 from b"],
+                asked: 1,
+            },
+            Case {
+                name: "long expired: taken over",
+                rows: vec![lease("b", 7, -86_400_000)],
+                who: "a",
+                outcome: "acquired a 100 new",
+                changes: vec!["delete 7", "insert a 100", "record taken_over a 100 from b"],
+                asked: 1,
+            },
+            Case {
+                name: "own expired tenure: a new tenure, never the old fence",
+                rows: vec![lease("a", 7, -1)],
+                who: "a",
+                outcome: "acquired a 100 new",
+                changes: vec!["delete 7", "insert a 100", "record taken_over a 100 from a"],
+                asked: 1,
+            },
+            Case {
+                name: "several expired rows: all cleared, the last holder named",
+                rows: vec![lease("b", 3, -10), lease("c", 9, -5), lease("d", 5, -1)],
+                who: "a",
+                outcome: "acquired a 100 new",
+                changes: vec![
+                    "delete 3",
+                    "delete 9",
+                    "delete 5",
+                    "insert a 100",
+                    "record taken_over a 100 from c",
+                ],
+                asked: 1,
+            },
+            Case {
+                name: "an expired row beside a live one: busy with the live holder",
+                rows: vec![lease("b", 3, -10), lease("c", 4, 10)],
+                who: "a",
+                outcome: "busy c",
+                changes: vec![],
+                asked: 0,
+            },
+        ];
+        for case in cases {
+            let (decision, asked) = acquire_with(&case.rows, case.who, 30);
+            let outcome = match &decision.outcome {
+                Acquire::Acquired { lock, tenure } => format!(
+                    "acquired {} {} {}",
+                    lock.owner,
+                    lock.fence,
+                    if *tenure == Tenure::New {
+                        "new"
+                    } else {
+                        "extended"
+                    }
+                ),
+                Acquire::Busy { holder } => format!("busy {}", holder.owner),
+            };
+            assert_eq!(outcome, case.outcome, "{}", case.name);
+            assert_eq!(kinds(&decision.changes), case.changes, "{}", case.name);
+            assert_eq!(asked, case.asked, "{}: fence source asked", case.name);
+        }
+    }
+
+    #[test]
+    fn acquire_sets_both_times_from_the_store_clock() {
+        for secs in [1, 30, 3_600, 365 * 86_400] {
+            let (decision, _) = acquire_with(&[], "a", secs);
+            let Acquire::Acquired { lock, .. } = decision.outcome else {
+                panic!("free resource must be acquired")
+            };
+            assert_eq!(lock.acquired_at, Timestamp(NOW));
+            assert_eq!(lock.expires_at.0 - NOW, i64::try_from(secs * 1000).unwrap());
+            assert_eq!(
+                decision.changes[0],
+                Change::Insert(Lease {
+                    owner: own("a"),
+                    fence: Fence(100),
+                    acquired_at: Timestamp(NOW),
+                    expires_at: lock.expires_at,
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn extend_moves_both_times_and_keeps_the_fence() {
+        let (decision, _) = acquire_with(&[lease("a", 7, 2_000)], "a", 10);
+        let Acquire::Acquired { lock, tenure } = decision.outcome else {
+            panic!("own lock must be extended")
+        };
+        assert_eq!(tenure, Tenure::Extended);
+        assert_eq!(
+            (lock.fence, lock.acquired_at, lock.expires_at),
+            (Fence(7), at(0), at(10_000))
+        );
+        assert_eq!(
+            decision.changes[0],
+            Change::Update {
+                fence: Fence(7),
+                acquired_at: at(0),
+                expires_at: at(10_000),
+            }
+        );
+    }
+
+    #[test]
+    fn extend_may_shorten_a_lease() {
+        // The contract says the lease moves to now + ttl, not max(old, now + ttl).
+        let (decision, _) = acquire_with(&[lease("a", 7, 3_600_000)], "a", 1);
+        let Acquire::Acquired { lock, .. } = decision.outcome else {
+            panic!()
+        };
+        assert_eq!(lock.expires_at, at(1_000));
+    }
+
+    #[test]
+    fn busy_names_the_holder_and_its_expiry() {
+        let (decision, _) = acquire_with(&[lease("b", 7, 4_321)], "a", 10);
+        assert_eq!(
+            decision.outcome,
+            Acquire::Busy {
+                holder: Holder {
+                    owner: own("b"),
+                    expires_at: at(4_321)
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn owner_names_compare_exactly() {
+        // Owners are trimmed at the edge; past it, "a" and "A" are different owners.
+        for other in ["A", "a ", "aa", "b"] {
+            let rows = [Lease {
+                owner: Owner::from_store(other),
+                ..lease("x", 7, 5_000)
+            }];
+            let (decision, _) = acquire_with(&rows, "a", 10);
+            assert!(
+                matches!(decision.outcome, Acquire::Busy { .. }),
+                "{other:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fence_source_errors_abort_the_decision() {
+        let result = acquire(&res(), &state(&[]), &own("a"), ttl(5), || {
+            Err("sequence gone")
+        });
+        assert_eq!(result.err(), Some("sequence gone"));
+        // A decision that needs no fence never fails on the source.
+        let busy = acquire(
+            &res(),
+            &state(&[lease("b", 1, 9)]),
+            &own("a"),
+            ttl(5),
+            || Err("sequence gone"),
+        );
+        assert!(busy.is_ok());
+    }
+
+    #[test]
+    fn expiry_saturates_instead_of_overflowing() {
+        let state = State {
+            now: Timestamp(i64::MAX - 5),
+            leases: vec![],
+        };
+        let decision = acquire(&res(), &state, &own("a"), ttl(60), || {
+            Ok::<_, Infallible>(Fence(1))
+        })
+        .unwrap();
+        let Acquire::Acquired { lock, .. } = decision.outcome else {
+            panic!()
+        };
+        assert_eq!(lock.expires_at, Timestamp(i64::MAX));
+    }
+
+    /// (name, rows, requester, fence given, expected outcome).
+    type OwnershipCase = (
+        &'static str,
+        Vec<Lease>,
+        &'static str,
+        Option<i64>,
+        &'static str,
+    );
+
+    fn ownership_cases() -> Vec<OwnershipCase> {
+        vec![
+            ("missing", vec![], "a", None, "not_found"),
+            ("missing, with a fence", vec![], "a", Some(7), "not_found"),
+            ("own live", vec![lease("a", 7, 5_000)], "a", None, "ok"),
+            (
+                "own live, its fence",
+                vec![lease("a", 7, 5_000)],
+                "a",
+                Some(7),
+                "ok",
+            ),
+            (
+                "own live, a stale fence",
+                vec![lease("a", 7, 5_000)],
+                "a",
+                Some(6),
+                "not_found",
+            ),
+            (
+                "own live, a future fence",
+                vec![lease("a", 7, 5_000)],
+                "a",
+                Some(8),
+                "not_found",
+            ),
+            (
+                "own expired exactly now",
+                vec![lease("a", 7, 0)],
+                "a",
+                None,
+                "not_found",
+            ),
+            (
+                "own long expired",
+                vec![lease("a", 7, -9_000)],
+                "a",
+                Some(7),
+                "not_found",
+            ),
+            (
+                "another's live",
+                vec![lease("b", 7, 5_000)],
+                "a",
+                None,
+                "forbidden",
+            ),
+            (
+                "another's live, with its fence",
+                vec![lease("b", 7, 5_000)],
+                "a",
+                Some(7),
+                "forbidden",
+            ),
+            (
+                "another's expired",
+                vec![lease("b", 7, -1)],
+                "a",
+                None,
+                "not_found",
+            ),
+            (
+                "another's expired beside nothing live, with a fence",
+                vec![lease("b", 7, -1)],
+                "a",
+                Some(7),
+                "not_found",
+            ),
+        ]
+    }
+
+    #[test]
+    fn renew_table() {
+        for (name, rows, who, fence, expected) in ownership_cases() {
+            let decision = renew(&res(), &state(&rows), &own(who), ttl(10), fence.map(Fence));
+            let outcome = match &decision.outcome {
+                Renew::Renewed { .. } => "ok",
+                Renew::NotFound => "not_found",
+                Renew::Forbidden => "forbidden",
+            };
+            assert_eq!(outcome, expected, "renew: {name}");
+            let expected_changes: Vec<String> = if expected == "ok" {
+                vec!["update 7".into(), format!("record renewed {who} 7")]
+            } else {
+                vec![]
+            };
+            assert_eq!(kinds(&decision.changes), expected_changes, "renew: {name}");
+        }
+    }
+
+    #[test]
+    fn release_table() {
+        for (name, rows, who, fence, expected) in ownership_cases() {
+            let decision = release(&state(&rows), &own(who), fence.map(Fence));
+            let outcome = match &decision.outcome {
+                Release::Released => "ok",
+                Release::NotFound => "not_found",
+                Release::Forbidden => "forbidden",
+            };
+            assert_eq!(outcome, expected, "release: {name}");
+            let expected_changes: Vec<String> = if expected == "ok" {
+                vec!["delete 7".into(), format!("record released {who} 7")]
+            } else {
+                vec![]
+            };
+            assert_eq!(
+                kinds(&decision.changes),
+                expected_changes,
+                "release: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn renew_keeps_acquired_at_and_fence() {
+        let decision = renew(
+            &res(),
+            &state(&[lease("a", 7, 100)]),
+            &own("a"),
+            ttl(30),
+            None,
+        );
+        let Renew::Renewed { lock } = decision.outcome else {
+            panic!()
+        };
+        assert_eq!(
+            (lock.fence, lock.acquired_at, lock.expires_at),
+            (Fence(7), at(-1_000), at(30_000))
+        );
+        assert_eq!(
+            decision.changes[0],
+            Change::Update {
+                fence: Fence(7),
+                acquired_at: at(-1_000),
+                expires_at: at(30_000),
+            }
+        );
+    }
+
+    #[test]
+    fn history_rows_carry_the_store_time() {
+        let cases: Vec<(&str, Vec<Change>)> = vec![
+            ("acquire", acquire_with(&[], "a", 5).0.changes),
+            (
+                "extend",
+                acquire_with(&[lease("a", 1, 9)], "a", 5).0.changes,
+            ),
+            (
+                "take over",
+                acquire_with(&[lease("b", 1, -9)], "a", 5).0.changes,
+            ),
+            (
+                "renew",
+                renew(&res(), &state(&[lease("a", 1, 9)]), &own("a"), ttl(5), None).changes,
+            ),
+            (
+                "release",
+                release(&state(&[lease("a", 1, 9)]), &own("a"), None).changes,
+            ),
+        ];
+        for (name, changes) in cases {
+            let records: Vec<&Record> = changes
+                .iter()
+                .filter_map(|c| {
+                    if let Change::Record(r) = c {
+                        Some(r)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            assert_eq!(
+                records.len(),
+                1,
+                "{name}: one history row per change of state"
+            );
+            assert_eq!(records[0].at, Timestamp(NOW), "{name}");
+            assert!(
+                matches!(changes.last(), Some(Change::Record(_))),
+                "{name}: recorded last"
+            );
+        }
+    }
+
+    #[test]
+    fn status_reports_only_live_tenures() {
+        let cases = [
+            (vec![], None),
+            (vec![lease("a", 1, 1)], Some("a")),
+            (vec![lease("a", 1, 0)], None),
+            (vec![lease("a", 1, -5)], None),
+            (vec![lease("a", 1, -5), lease("b", 2, 5)], Some("b")),
+        ];
+        for (rows, expected) in cases {
+            let lock = status(&res(), &state(&rows));
+            assert_eq!(
+                lock.map(|l| l.owner.to_string()).as_deref(),
+                expected,
+                "{rows:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn live_tenures_come_oldest_first() {
+        let s = state(&[
+            lease("c", 9, 5),
+            lease("a", 2, 5),
+            lease("x", 1, -5),
+            lease("b", 4, 5),
+        ]);
+        let fences: Vec<i64> = s.live().iter().map(|l| l.fence.0).collect();
+        assert_eq!(fences, [2, 4, 9]);
+    }
+
+    /// A run of random operations against a model of the contract: the decisions, applied to the
+    /// rows, never hand out a fence twice, never let two owners hold at once, and a refusal never
+    /// writes.
+    #[test]
+    fn random_histories_keep_the_invariants() {
+        let owners = ["a", "b", "c"];
+        for seed in 0..200u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut rows: Vec<Lease> = Vec::new();
+            let mut now = NOW;
+            let mut next_fence = 1;
+            let mut last_new_fence = 0;
+            for _ in 0..60 {
+                now += rng.i64(0..4_000);
+                let s = State {
+                    now: Timestamp(now),
+                    leases: rows.clone(),
+                };
+                let who = own(owners[rng.usize(..owners.len())]);
+                let secs = rng.u64(1..5);
+                let changes = match rng.u8(..3) {
+                    0 => {
+                        let d = acquire(&res(), &s, &who, ttl(secs), || {
+                            next_fence += 1;
+                            Ok::<_, Infallible>(Fence(next_fence))
+                        })
+                        .unwrap();
+                        match &d.outcome {
+                            Acquire::Acquired {
+                                lock,
+                                tenure: Tenure::New,
+                            } => {
+                                assert!(lock.fence.0 > last_new_fence, "seed {seed}: fence reused");
+                                last_new_fence = lock.fence.0;
+                            }
+                            Acquire::Acquired { .. } => {}
+                            Acquire::Busy { .. } => assert!(d.changes.is_empty()),
+                        }
+                        d.changes
+                    }
+                    1 => {
+                        let d = renew(&res(), &s, &who, ttl(secs), None);
+                        assert_eq!(
+                            d.changes.is_empty(),
+                            !matches!(d.outcome, Renew::Renewed { .. })
+                        );
+                        d.changes
+                    }
+                    _ => {
+                        let d = release(&s, &who, None);
+                        assert_eq!(d.changes.is_empty(), d.outcome != Release::Released);
+                        d.changes
+                    }
+                };
+                for change in changes {
+                    match change {
+                        Change::Insert(l) => rows.push(l),
+                        Change::Update {
+                            fence,
+                            acquired_at,
+                            expires_at,
+                        } => {
+                            let row = rows.iter_mut().find(|l| l.fence == fence).unwrap();
+                            row.acquired_at = acquired_at;
+                            row.expires_at = expires_at;
+                        }
+                        Change::Delete { fence } => rows.retain(|l| l.fence != fence),
+                        Change::Record(_) => {}
+                    }
+                }
+                let live = State {
+                    now: Timestamp(now),
+                    leases: rows.clone(),
+                };
+                assert!(
+                    live.live().len() <= 1,
+                    "seed {seed}: two live exclusive tenures"
+                );
+            }
+        }
+    }
+}

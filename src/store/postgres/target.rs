@@ -1,0 +1,200 @@
+//! A `postgres://` URL, read and checked before anything connects: the driver's settings,
+//! distlock's connection defaults (timeouts, keepalives, server-side limits), TLS (`sslmode`,
+//! `sslrootcert`), and how the server is named in messages — never with its password.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use postgres::{Client, Config, NoTls};
+
+use super::tls;
+
+/// How long connecting may take, and how long one statement may run on the server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const STATEMENT_TIMEOUT_MS: u32 = 5_000;
+
+/// How to secure the connection: libpq's `sslmode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyFull,
+}
+
+/// A parsed `postgres://` URL, checked before anything connects.
+pub struct Target {
+    config: Config,
+    ssl: SslMode,
+    root_cert: Option<String>,
+}
+
+impl Target {
+    /// Parses `url`. `sslmode` (disable, prefer (the default), require, verify-full) and
+    /// `sslrootcert` are read here; every other setting goes to the driver as it is.
+    ///
+    /// # Errors
+    ///
+    /// A message (never containing the password) for an unreadable URL or setting.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut ssl = SslMode::Prefer;
+        let mut root_cert = None;
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "sslmode" => {
+                    ssl = match value {
+                        "disable" => SslMode::Disable,
+                        "prefer" => SslMode::Prefer,
+                        "require" => SslMode::Require,
+                        "verify-full" => SslMode::VerifyFull,
+                        other => {
+                            return Err(format!(
+                                "unsupported sslmode {other:?} in the PostgreSQL URL; use \
+                                 disable, prefer, require or verify-full"
+                            ));
+                        }
+                    }
+                }
+                "sslrootcert" => root_cert = Some(percent_decode(value)),
+                _ => rest.push(pair),
+            }
+        }
+        let stripped = if rest.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        let mut config: Config = stripped
+            .parse()
+            .map_err(|e| scrub(format!("invalid PostgreSQL URL: {e}"), url))?;
+        if config.get_password().is_none() {
+            if let Some(password) = std::env::var_os("PGPASSWORD") {
+                config.password(password.as_encoded_bytes());
+            }
+        }
+        // distlock's defaults; a name or connect timeout given in the URL wins.
+        if config.get_application_name().is_none() {
+            config.application_name("distlock");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(5))
+            .keepalives_interval(Duration::from_secs(1))
+            .keepalives_retries(3)
+            .tcp_user_timeout(Duration::from_secs(10));
+        // The URL's own `options` come last, so a user's setting wins over these defaults.
+        let options = format!(
+            "-c statement_timeout={STATEMENT_TIMEOUT_MS} -c lock_timeout={STATEMENT_TIMEOUT_MS} \
+             -c idle_in_transaction_session_timeout=30000 {}",
+            config.get_options().unwrap_or("")
+        );
+        config.options(options.trim_end());
+        Ok(Target {
+            config,
+            ssl,
+            root_cert,
+        })
+    }
+
+    /// `user@host:port/db`, for messages.
+    pub fn describe(&self) -> String {
+        let host = match self.config.get_hosts().first() {
+            Some(postgres::config::Host::Tcp(host)) => host.clone(),
+            Some(postgres::config::Host::Unix(path)) => path.display().to_string(),
+            None => "localhost".to_owned(),
+        };
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let user = self.config.get_user().unwrap_or("(default user)");
+        let db = self.config.get_dbname().unwrap_or(user);
+        format!("{user}@{host}:{port}/{db}")
+    }
+
+    pub fn connect(&self) -> Result<Client> {
+        let mut config = self.config.clone();
+        match self.ssl {
+            SslMode::Disable => {
+                config.ssl_mode(postgres::config::SslMode::Disable);
+                Ok(config.connect(NoTls)?)
+            }
+            SslMode::Prefer | SslMode::Require => {
+                config.ssl_mode(if self.ssl == SslMode::Prefer {
+                    postgres::config::SslMode::Prefer
+                } else {
+                    postgres::config::SslMode::Require
+                });
+                let tls = tls::unverified()?;
+                Ok(config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))?)
+            }
+            SslMode::VerifyFull => {
+                config.ssl_mode(postgres::config::SslMode::Require);
+                let tls = tls::verified(self.root_cert.as_deref())?;
+                Ok(config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))?)
+            }
+        }
+    }
+}
+
+/// Replaces the URL's password, wherever it appears in `message`, with `***`.
+pub fn scrub(message: String, url: &str) -> String {
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?']).next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|p| !p.is_empty());
+    match password {
+        Some(password) => message
+            .replace(password, "***")
+            .replace(&percent_decode(password), "***"),
+        None => message,
+    }
+}
+
+fn percent_decode(value: &str) -> String {
+    percent_encoding::percent_decode_str(value)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_scrubbed() {
+        let url = "postgres://user:s3cr%21t@db.example:5432/locks";
+        assert_eq!(
+            scrub("failed for s3cr%21t and s3cr!t".into(), url),
+            "failed for *** and ***"
+        );
+        assert_eq!(scrub("nothing".into(), "postgres://u@h/db"), "nothing");
+    }
+
+    #[test]
+    fn sslmode_is_read_here_and_the_rest_passes_through() {
+        let t = Target::parse("postgres://u:p@h:6543/d?sslmode=verify-full&sslrootcert=%2Fca.pem")
+            .unwrap();
+        assert_eq!(t.ssl, SslMode::VerifyFull);
+        assert_eq!(t.root_cert.as_deref(), Some("/ca.pem"));
+        assert_eq!(t.describe(), "u@h:6543/d");
+        assert_eq!(
+            Target::parse("postgresql://u@h/d").unwrap().ssl,
+            SslMode::Prefer
+        );
+        let err = Target::parse("postgres://u:hunter2@h/d?sslmode=bogus")
+            .err()
+            .unwrap();
+        assert!(err.contains("sslmode"), "{err}");
+        let err = Target::parse("postgres://u:hunter2@h:notaport/d")
+            .err()
+            .unwrap();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}

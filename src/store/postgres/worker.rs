@@ -1,0 +1,185 @@
+//! The connection's own thread. The driver bounds only the TCP connect; a server that accepts
+//! bytes and never answers would hang a caller forever. So the connection lives on a worker
+//! thread, every call is a job sent to it, and the caller gives up after [`CALL_TIMEOUT`].
+//! After a timeout the worker may still be stuck, so the handle refuses further calls.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::sql::Session;
+use super::target::{Target, scrub};
+use crate::lock::{Acquire, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Ttl};
+use crate::store::{GcReport, LockStore};
+
+/// How long this client waits for connecting and logging in, and for each operation: a little
+/// over the server-side limits, so a slow server's own error arrives first.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+const CALL_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// A PostgreSQL store: a connection on a worker thread of its own, so that every call can be
+/// given up on after [`CALL_TIMEOUT`] even when the server accepts bytes and never answers
+/// (the driver itself only bounds the TCP connect).
+pub struct PostgresStore {
+    /// `None` once dropped, which ends the worker.
+    jobs: Option<Sender<Job>>,
+    /// Hears from the worker when it has closed the connection.
+    closed: Receiver<()>,
+    /// `user@host:port/db`, for messages.
+    shown: String,
+    /// A call timed out: the worker may still be stuck in it, so later calls fail at once.
+    stuck: bool,
+}
+
+type Job = Box<dyn FnOnce(&mut Session) + Send>;
+
+impl PostgresStore {
+    /// Connects and brings the schema up, on a new worker thread.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached, refuses the login or does not answer within
+    /// [`OPEN_TIMEOUT`], the schema is newer than this build understands, or a statement fails.
+    pub fn open(url: &str) -> Result<PostgresStore> {
+        let target = Target::parse(url).map_err(|e| anyhow!(e))?;
+        let shown = target.describe();
+        let (ready_tx, ready) = mpsc::channel();
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (closed_tx, closed) = mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("postgres".into())
+            .spawn(move || {
+                let session = target.connect().and_then(Session::open);
+                match session {
+                    Ok(mut session) => {
+                        if ready_tx.send(Ok(())).is_ok() {
+                            for job in job_rx {
+                                job(&mut session);
+                            }
+                        }
+                        // Dropping the client says goodbye to the server (a Terminate message).
+                        drop(session);
+                        let _ = closed_tx.send(());
+                    }
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(err));
+                    }
+                }
+            });
+        if let Err(err) = spawned {
+            bail!("PostgreSQL {shown}: cannot start the connection's thread: {err}");
+        }
+        let opened = match ready.recv_timeout(OPEN_TIMEOUT) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(format!("{err:#}")),
+            Err(_) => Err(format!("no answer within {} s", OPEN_TIMEOUT.as_secs())),
+        };
+        match opened {
+            Ok(()) => Ok(PostgresStore {
+                jobs: Some(jobs),
+                closed,
+                shown,
+                stuck: false,
+            }),
+            Err(message) => Err(anyhow!(scrub(
+                format!("PostgreSQL {shown}: {message}"),
+                url
+            ))),
+        }
+    }
+
+    /// Runs `op` on the worker's connection and waits at most [`CALL_TIMEOUT`] for it.
+    fn call<T: Send + 'static>(
+        &mut self,
+        op: impl FnOnce(&mut Session) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        if self.stuck {
+            bail!(
+                "PostgreSQL {}: the connection is unusable after an earlier timeout",
+                self.shown
+            );
+        }
+        let (done, result) = mpsc::channel();
+        let job: Job = Box::new(move |session| {
+            let _ = done.send(op(session));
+        });
+        if self
+            .jobs
+            .as_ref()
+            .is_none_or(|jobs| jobs.send(job).is_err())
+        {
+            bail!("PostgreSQL {}: the connection is gone", self.shown);
+        }
+        match result.recv_timeout(CALL_TIMEOUT) {
+            Ok(outcome) => outcome.with_context(|| format!("PostgreSQL {}", self.shown)),
+            Err(_) => {
+                self.stuck = true;
+                bail!(
+                    "PostgreSQL {}: no answer within {} s",
+                    self.shown,
+                    CALL_TIMEOUT.as_secs()
+                )
+            }
+        }
+    }
+}
+
+impl Drop for PostgresStore {
+    /// Lets the worker close the connection politely before the process exits, so the server
+    /// does not log a reset connection for every call; bounded, and skipped for a connection
+    /// that already stopped answering.
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if !self.stuck {
+            let _ = self.closed.recv_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+impl LockStore for PostgresStore {
+    fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.acquire(&resource, &owner, ttl))
+    }
+
+    fn status(&mut self, resource: &Resource) -> Result<Option<Lock>> {
+        let resource = resource.clone();
+        self.call(move |s| s.status(&resource))
+    }
+
+    fn renew(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        fence: Option<Fence>,
+    ) -> Result<Renew> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.renew(&resource, &owner, ttl, fence))
+    }
+
+    fn release(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Option<Fence>,
+    ) -> Result<Release> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.release(&resource, &owner, fence))
+    }
+
+    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+        let prefix = prefix.to_owned();
+        self.call(move |s| s.list(&prefix))
+    }
+
+    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+        let query = query.clone();
+        self.call(move |s| s.log(&query))
+    }
+
+    fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
+        self.call(move |s| s.gc(keep_history))
+    }
+}
