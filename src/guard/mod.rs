@@ -11,7 +11,8 @@
 //! - [`runner`]: the threads, the process, the signals and the terminal that carry those
 //!   decisions out;
 //! - [`heartbeat`]: renewing every ttl/3 on a store connection of its own;
-//! - [`tree`]: "everything the command started", its process group.
+//! - [`tree`]: "everything the command started", its process group and (on Linux) every
+//!   descendant, found through `/proc` with `run` as their subreaper.
 //!
 //! Invariant: while renewals fail, the command is SIGKILLed no later than `lease_end - margin`,
 //! where `lease_end` is measured from *before* the last successful renewal (or the acquire) was

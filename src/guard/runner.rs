@@ -2,7 +2,7 @@
 //! [`Supervisor`] decides on.
 //!
 //! It owns:
-//! - the set-up before the command starts: signal forwarding and every helper
+//! - the set-up before the command starts: the subreaper, signal forwarding and every helper
 //!   thread. All of it happens *before* the command is spawned, so a failure there (an
 //!   [`Error::System`]) leaves no command running, and the caller can release the lock;
 //! - the threads: the signal thread turns SIGINT/SIGTERM/SIGHUP/SIGQUIT into events, the
@@ -39,7 +39,7 @@ use crate::store::Location;
 
 use super::heartbeat::Heartbeat;
 use super::supervisor::{Action, Ended, Event, Supervisor};
-use super::tree::Tree;
+use super::tree::{self, Tree};
 
 /// The signals `run` forwards to its command.
 const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
@@ -64,9 +64,11 @@ pub struct Job<'a> {
 ///
 /// # Errors
 ///
-/// [`Error::System`] when the operating system refuses what guarding needs (signal
-/// forwarding, a thread); the command was then never started.
+/// [`Error::System`] when the operating system refuses what guarding needs (the subreaper,
+/// signal forwarding, a thread); the command was then never started.
 pub fn supervise(job: &Job<'_>) -> Result<Exit> {
+    tree::adopt_orphans()
+        .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
     let (events, inbox) = mpsc::channel();
     // Takes the only sender: once every helper is gone, `inbox` says so.
     let mut helpers = Helpers::start(job, events)?;
@@ -89,6 +91,7 @@ pub fn supervise(job: &Job<'_>) -> Result<Exit> {
         let actions = supervisor.step(Event::Exited(ended), Instant::now());
         let exit = perform(actions, &tree);
         let _ = child.wait();
+        tree::reap_orphans();
         return Ok(exit.unwrap_or(Exit::LeaseLost));
     }
     Ok(watch(supervisor, &tree, &inbox, &mut helpers))
@@ -101,7 +104,7 @@ fn watch(
     inbox: &Receiver<Event>,
     helpers: &mut Helpers,
 ) -> Exit {
-    // The command's status is known (the waiter reported).
+    // The command's status is known (the waiter reported): orphans may be reaped.
     let mut exited = false;
     let mut disconnected = false;
     loop {
@@ -139,6 +142,9 @@ fn watch(
         }
         let actions = supervisor.step(event, Instant::now());
         if let Some(exit) = perform(actions, tree) {
+            if exited {
+                tree::reap_orphans();
+            }
             return exit;
         }
     }
