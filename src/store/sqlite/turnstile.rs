@@ -55,18 +55,25 @@ impl Turnstile {
     }
 
     /// Starts waiting for the byte in a helper thread.
-    pub fn watch(self) -> Watch {
+    /// Starts waiting for the byte in a helper thread; gives the turnstile back when no thread
+    /// can be started (the waiter polls instead).
+    pub fn watch(self) -> Result<Watch, Turnstile> {
         let (freed_tx, freed) = mpsc::channel();
         let (control, control_rx) = mpsc::channel();
         let file = Arc::clone(&self.file);
         let offset = self.offset;
-        std::thread::spawn(move || wait_for_byte(&file, offset, &freed_tx, &control_rx));
-        Watch {
+        let spawned = std::thread::Builder::new()
+            .name("turnstile".into())
+            .spawn(move || wait_for_byte(&file, offset, &freed_tx, &control_rx));
+        if spawned.is_err() {
+            return Err(self);
+        }
+        Ok(Watch {
             turnstile: self,
             freed,
             control,
             held: false,
-        }
+        })
     }
 }
 
@@ -168,7 +175,12 @@ impl Bell {
 impl Wakeup for Bell {
     fn wait(&mut self, timeout: Duration, pause: Duration) {
         if self.watch.is_none() {
-            self.watch = self.idle.take().map(Turnstile::watch);
+            if let Some(turnstile) = self.idle.take() {
+                match turnstile.watch() {
+                    Ok(watch) => self.watch = Some(watch),
+                    Err(turnstile) => self.idle = Some(turnstile),
+                }
+            }
         }
         let Some(watch) = self.watch.as_mut() else {
             std::thread::sleep(pause);
@@ -240,7 +252,7 @@ mod tests {
         // A second open file description conflicts, as another process would.
         let other = Turnstile::open(&db, &resource).unwrap();
         assert!(!other.try_hold());
-        let mut watch = other.watch();
+        let mut watch = other.watch().ok().expect("a helper thread");
         assert_eq!(watch.wait(Duration::from_millis(50)), Ok(false));
         drop(holder);
         assert_eq!(watch.wait(Duration::from_secs(10)), Ok(true));

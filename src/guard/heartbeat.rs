@@ -1,0 +1,72 @@
+//! The renewing side of `run`: its own store connection, its own thread.
+//!
+//! A slow or blocked renewal therefore never delays the supervisor's reaction: the deadline by
+//! which the command must be stopped is kept by the supervisor, not here. The heartbeat only
+//! reports what the store answered, as [`Event`]s, and stops when told or when the lock is gone.
+//!
+//! Each [`Event::Renewed`] carries the lease end counted from *before* the renewal was sent, so
+//! it never overstates the lease.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use crate::lock::{Fence, Owner, Renew, Resource, Ttl};
+use crate::store::{self, Location, LockStore};
+
+use super::supervisor::Event;
+
+/// What to keep renewing.
+pub struct Heartbeat {
+    pub location: Location,
+    pub resource: Resource,
+    pub owner: Owner,
+    pub ttl: Ttl,
+    pub fence: Fence,
+}
+
+impl Heartbeat {
+    /// Renews every ttl/3 (counted from this call) until `stop` is dropped or the store says
+    /// the lock is gone; after a store error, retries sooner and on a new connection.
+    pub fn beat(self, events: &Sender<Event>, stop: &Receiver<()>) {
+        let interval = self.ttl.as_duration() / 3;
+        let retry = interval.min(Duration::from_secs(1));
+        let mut store: Option<Box<dyn LockStore>> = None;
+        let mut next = Instant::now() + interval;
+        loop {
+            match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let attempt = Instant::now();
+            let renewed = match store.as_mut() {
+                Some(store) => store.renew(&self.resource, &self.owner, self.ttl, Some(self.fence)),
+                None => store::open(&self.location).and_then(|opened| {
+                    store.insert(opened).renew(
+                        &self.resource,
+                        &self.owner,
+                        self.ttl,
+                        Some(self.fence),
+                    )
+                }),
+            };
+            let event = match renewed {
+                Ok(Renew::Renewed { .. }) => {
+                    next = attempt + interval;
+                    Event::Renewed(attempt + self.ttl.as_duration())
+                }
+                Ok(Renew::NotFound) => Event::Lost("it expired or was released".to_owned()),
+                Ok(Renew::Forbidden) => Event::Lost("another owner holds it".to_owned()),
+                Err(err) => {
+                    // Reconnect for the next try: the connection itself may be what failed.
+                    store = None;
+                    next = Instant::now() + retry;
+                    Event::Trouble(format!("{err:#}"))
+                }
+            };
+            let lost = matches!(event, Event::Lost(_));
+            if events.send(event).is_err() || lost {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! `run`, the exec guard: acquire, run the command, keep the lease alive, stop the command if
+//! the lease is lost, forward signals, release, and pass the command's exit status through.
+//!
+//! Who owns what:
+//! - this module: the lock's tenure. It acquires, hands the command to the runner, and
+//!   releases this run's own tenure (owner and fence) on every path once the lock is taken —
+//!   also when guarding could not start ([`crate::error::Error::System`]) — except when it
+//!   joined a tenure the same owner already held;
+//! - [`supervisor`]: every decision once the command runs, as a pure state machine (events
+//!   and the current instant in, actions out);
+//! - [`runner`]: the threads, the process, the signals and the terminal that carry those
+//!   decisions out;
+//! - [`heartbeat`]: renewing every ttl/3 on a store connection of its own;
+//! - [`tree`]: "everything the command started", its process group and (on Linux) every
+//!   descendant, found through `/proc` with `run` as their subreaper.
+//!
+//! Invariant: while renewals fail, the command is SIGKILLed no later than `lease_end - margin`,
+//! where `lease_end` is measured from *before* the last successful renewal (or the acquire) was
+//! sent. The lease cannot have started earlier than that instant, so the command is gone
+//! before any other owner can take the lock, even while the store is unreachable.
+
+mod heartbeat;
+mod runner;
+mod supervisor;
+mod tree;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::exit::Exit;
+use crate::lock::{Acquire, Fence, Owner, Release, Resource, Tenure, Ttl};
+use crate::output::{StatusLine, warn};
+use crate::store::{self, Location, LockStore};
+use crate::wait;
+
+/// What to run, under which lock: the command line's `run`, as plain values.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub resource: Resource,
+    /// `None`: a name unique to this process.
+    pub owner: Option<Owner>,
+    pub ttl: Ttl,
+    pub wait: Option<Duration>,
+    /// Exit with this instead of 75 when the lock is busy.
+    pub conflict_exit_code: Option<u8>,
+    /// Between SIGTERM and SIGKILL when the command must be stopped.
+    pub kill_after: Duration,
+    /// The program and its arguments; never empty.
+    pub command: Vec<OsString>,
+}
+
+/// Runs `args.command` under the lock `args.resource`.
+///
+/// # Errors
+///
+/// Store failures before the command starts, and the operating system refusing what guarding
+/// needs (a thread, signal forwarding) — both exit 74, the lock released. Once the command
+/// runs, store trouble is handled here: renewals retry, and the command is stopped before the
+/// lease could expire.
+pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
+    let owner = args.owner.clone().unwrap_or_else(Owner::unique_for_process);
+    let mut store = store::open(location)?;
+    // Taken even without --wait: the holder's side of it is what wakes later waiters.
+    let wakeup = store.wakeup(&args.resource);
+    let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
+    let attempt = wait::acquire(
+        store.as_mut(),
+        &args.resource,
+        &owner,
+        args.ttl,
+        args.wait,
+        wakeup,
+        &mut on_busy,
+    )?;
+    drop(on_busy);
+    // Held until this function returns, after the release: waiters wake as the tenure ends.
+    let _tenancy = attempt.tenancy;
+    let (lock, tenure) = match attempt.outcome {
+        Acquire::Acquired { lock, tenure } => (lock, tenure),
+        Acquire::Busy { holder } => {
+            return Ok(match args.conflict_exit_code {
+                Some(code) => Exit::Child(code),
+                None => {
+                    warn(format_args!(
+                        "{} is held by {} until {}",
+                        args.resource, holder.owner, holder.expires_at
+                    ));
+                    Exit::Busy
+                }
+            });
+        }
+    };
+    // Joining a tenure this owner already held (a script's `acquire --owner X`, then steps with
+    // `run --owner X`): keep it alive while the step runs, and leave it held afterwards.
+    let joined = tenure == Tenure::Extended;
+    let supervised = runner::supervise(&runner::Job {
+        location,
+        lock: &lock,
+        ttl: args.ttl,
+        kill_after: args.kill_after,
+        lease_end: attempt.started + args.ttl.as_duration(),
+        command: &args.command,
+    });
+    // On every path, the command's end or a failure to start guarding it alike. Releasing
+    // only this tenure (owner and fence) is harmless after a lost lease: the store refuses if
+    // someone else holds it, and frees it early if renewals merely failed.
+    if !joined {
+        release(store.as_mut(), &args.resource, &owner, lock.fence);
+    }
+    supervised
+}
+
+/// Releases one tenure only (owner and fence), saying so on stderr if that fails.
+fn release(store: &mut dyn LockStore, resource: &Resource, owner: &Owner, fence: Fence) {
+    match store.release(resource, owner, Some(fence)) {
+        Ok(Release::Released | Release::NotFound | Release::Forbidden) => {}
+        Err(err) => warn(format_args!(
+            "cannot release the lock on {resource}: {err:#}"
+        )),
+    }
+}

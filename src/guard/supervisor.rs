@@ -1,0 +1,299 @@
+//! The supervisor of `run`: a pure state machine that decides and never does.
+//!
+//! It owns every rule about *when* `run` warns, signals and exits once the command runs. It is
+//! fed [`Event`]s together with the instant the caller read from the monotonic clock, and
+//! answers with [`Action`]s for the runner to perform, in order. It reads no clock, sends no
+//! signal and prints nothing, so each timing rule below is a unit test.
+//!
+//! The rules (contract, "`run`, the exec guard" and "Everything `run` started"):
+//! - The heartbeat renews every ttl/3. A renewal outage is reported once, when it starts, and
+//!   once more ("renewing the lock on R again") when a renewal succeeds again.
+//! - The store says the lock is gone or taken: SIGTERM to everything the command started,
+//!   SIGKILL `kill_after` later, exit 124.
+//! - Renewals keep failing: at `lease_end - margin - min(kill_after, ttl/4)` the command is
+//!   stopped as on a lost lease, and SIGKILLed at `lease_end - margin` at the latest.
+//! - Signals sent to `run` are forwarded to the command's process group, in every phase.
+//! - When the command exits after being stopped, what it started gets the rest of its grace
+//!   (or less, once nothing is left), then SIGKILL; `run` exits 124.
+//! - When the command exits on its own, `run` exits with its status at once.
+//!
+//! Invariant: while renewals fail, [`Action::SignalAll`]`(SIGKILL)` is emitted no later than
+//! `lease_end - margin`, where `lease_end` is the latest lease end a successful renewal (or the
+//! acquire) reported — each measured from before its request was sent — provided the caller
+//! delivers [`Event::Timer`] when [`Supervisor::deadline`] comes. `margin` covers the store's
+//! clock running a little faster than this host's and the runner's own lag.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::exit::Exit;
+use crate::lock::{Resource, Ttl};
+
+/// How the command ended, as the thread waiting for it saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this status.
+    Code(i32),
+    /// Signal N killed it.
+    Signal(i32),
+    /// Waiting for it failed: whether it still runs is unknown.
+    Unknown(String),
+}
+
+impl Ended {
+    /// What `wait` answered, as an [`Ended`].
+    pub fn from_wait(waited: std::io::Result<ExitStatus>) -> Ended {
+        match waited {
+            Ok(status) => match (status.code(), status.signal()) {
+                (Some(code), _) => Ended::Code(code),
+                (None, Some(signal)) => Ended::Signal(signal),
+                (None, None) => Ended::Code(0xff),
+            },
+            Err(err) => Ended::Unknown(err.to_string()),
+        }
+    }
+
+    /// The exit `run` passes on: the status, or 128+N for a death by signal N.
+    fn exit(&self) -> Exit {
+        match self {
+            Ended::Code(code) => Exit::Child(u8::try_from(code & 0xff).unwrap_or(u8::MAX)),
+            Ended::Signal(signal) => Exit::Child(u8::try_from(128 + signal).unwrap_or(u8::MAX)),
+            Ended::Unknown(_) => Exit::LeaseLost,
+        }
+    }
+}
+
+/// What the supervisor hears about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The command ended (its own process, not what it started).
+    Exited(Ended),
+    /// `run` received a signal to forward to the command.
+    Signal(Signal),
+    /// A renewal succeeded: the lease lasts at least until this instant.
+    Renewed(Instant),
+    /// The store answered that the lock is no longer this run's (why, in words).
+    Lost(String),
+    /// A renewal failed on a store error (the message); the heartbeat keeps retrying.
+    Trouble(String),
+    /// The instant [`Supervisor::deadline`] asked for has come (or a wake-up without news).
+    Timer,
+    /// Nothing the command started is still running. Meaningful only after [`Event::Exited`].
+    Emptied,
+}
+
+/// What the runner is to do, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send the signal to the command's process group (forwarding, as a terminal would).
+    SignalGroup(Signal),
+    /// Send the signal to the command's process group and to every process it started, also
+    /// those that left the group.
+    SignalAll(Signal),
+    /// Say this on stderr (one line).
+    Warn(String),
+    /// Supervision is over: `run` exits with this (after releasing the lock).
+    Exit(Exit),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The command runs and the lease is, as far as is known, this run's.
+    Running,
+    /// SIGTERM was sent (the lease is lost or may expire); SIGKILL follows at `kill_at`.
+    Stopping { kill_at: Instant },
+    /// SIGKILL was sent; only the command's status is awaited.
+    Killed,
+    /// The command exited after SIGTERM; what it started may clean up until `kill_at`.
+    Draining { kill_at: Instant },
+    /// [`Action::Exit`] was given; nothing happens any more.
+    Done,
+}
+
+/// The decisions of one `run`, from the command's start to `run`'s exit.
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    resource: Resource,
+    kill_after: Duration,
+    /// How much earlier than `lease_end` the command must be gone.
+    margin: Duration,
+    /// SIGTERM to SIGKILL when renewals fail: `kill_after`, but never more than ttl/4.
+    failing_grace: Duration,
+    /// The latest known lease end, on the monotonic clock, counted from before the request
+    /// that granted or renewed it was sent.
+    lease_end: Instant,
+    /// Renewals are failing: said once per outage, not once per retry.
+    troubled: bool,
+    phase: Phase,
+}
+
+/// How much earlier than the computed lease end the command must be gone: covers the store's
+/// clock running a little faster than this host's monotonic clock.
+pub fn safety_margin(ttl: Ttl) -> Duration {
+    (ttl.as_duration() / 10).max(Duration::from_millis(100))
+}
+
+impl Supervisor {
+    /// A supervisor for a command just started under a lease that lasts at least until
+    /// `lease_end`.
+    pub fn new(resource: Resource, ttl: Ttl, kill_after: Duration, lease_end: Instant) -> Self {
+        Supervisor {
+            resource,
+            kill_after,
+            margin: safety_margin(ttl),
+            failing_grace: kill_after.min(ttl.as_duration() / 4),
+            lease_end,
+            troubled: false,
+            phase: Phase::Running,
+        }
+    }
+
+    /// When [`Event::Timer`] must come at the latest, or `None` when only other events matter.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Running => Some(self.stop_at()),
+            Phase::Stopping { kill_at } | Phase::Draining { kill_at } => Some(kill_at),
+            Phase::Killed | Phase::Done => None,
+        }
+    }
+
+    /// Whether [`Action::Exit`] was given. (The runner stops at that action itself.)
+    #[cfg(test)]
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Takes `event`, which happened at `now`, and says what to do about it.
+    pub fn step(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        match event {
+            Event::Signal(signal) if self.phase != Phase::Done => {
+                vec![Action::SignalGroup(signal)]
+            }
+            Event::Signal(_) => Vec::new(),
+            Event::Exited(ended) => self.exited(ended, now),
+            Event::Renewed(until) => self.renewed(until),
+            Event::Lost(reason) => self.lost(&reason, now),
+            Event::Trouble(message) => self.trouble(&message),
+            Event::Timer => self.timer(now),
+            Event::Emptied => match self.phase {
+                Phase::Draining { .. } => self.finish_stopped(),
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    /// While renewals fail, when the command must get SIGTERM: its grace before
+    /// `lease_end - margin`.
+    fn stop_at(&self) -> Instant {
+        self.earlier(self.lease_end, self.margin + self.failing_grace)
+    }
+
+    /// `at - by`, or `at` when the monotonic clock has no instant that early (never, in
+    /// practice: the lease started after the boot).
+    fn earlier(&self, at: Instant, by: Duration) -> Instant {
+        at.checked_sub(by).unwrap_or(at)
+    }
+
+    fn exited(&mut self, ended: Ended, now: Instant) -> Vec<Action> {
+        match self.phase {
+            Phase::Running => {
+                let mut actions = Vec::new();
+                if let Ended::Unknown(err) = &ended {
+                    // It may still run: nothing may outlive the lock that is about to be released.
+                    actions.push(Action::Warn(format!("lost track of the command: {err}")));
+                    actions.push(Action::SignalAll(Signal::SIGKILL));
+                }
+                actions.push(Action::Exit(ended.exit()));
+                self.phase = Phase::Done;
+                actions
+            }
+            Phase::Stopping { kill_at } if now < kill_at => {
+                // The command's workers get the rest of their grace to clean up, but nothing
+                // it started may outlive a lost lease.
+                self.phase = Phase::Draining { kill_at };
+                Vec::new()
+            }
+            Phase::Stopping { .. } | Phase::Killed => self.finish_stopped(),
+            Phase::Draining { .. } | Phase::Done => Vec::new(),
+        }
+    }
+
+    /// The end of a stopped command: SIGKILL to whatever is left, exit 124.
+    fn finish_stopped(&mut self) -> Vec<Action> {
+        self.phase = Phase::Done;
+        vec![
+            Action::SignalAll(Signal::SIGKILL),
+            Action::Exit(Exit::LeaseLost),
+        ]
+    }
+
+    fn renewed(&mut self, until: Instant) -> Vec<Action> {
+        self.lease_end = self.lease_end.max(until);
+        let recovered = std::mem::take(&mut self.troubled);
+        if recovered && self.phase == Phase::Running {
+            vec![Action::Warn(format!(
+                "renewing the lock on {} again",
+                self.resource
+            ))]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn lost(&mut self, reason: &str, now: Instant) -> Vec<Action> {
+        if self.phase != Phase::Running {
+            return Vec::new();
+        }
+        self.phase = Phase::Stopping {
+            kill_at: now + self.kill_after,
+        };
+        vec![
+            Action::Warn(format!(
+                "lost the lock on {}: {reason}; stopping the command",
+                self.resource
+            )),
+            Action::SignalAll(Signal::SIGTERM),
+        ]
+    }
+
+    fn trouble(&mut self, message: &str) -> Vec<Action> {
+        if self.phase != Phase::Running || std::mem::replace(&mut self.troubled, true) {
+            return Vec::new();
+        }
+        vec![Action::Warn(format!(
+            "cannot renew the lock on {} (retrying): {message}",
+            self.resource
+        ))]
+    }
+
+    fn timer(&mut self, now: Instant) -> Vec<Action> {
+        match self.phase {
+            Phase::Running if now >= self.stop_at() => {
+                let kill_at = self
+                    .earlier(self.lease_end, self.margin)
+                    .min(now + self.kill_after);
+                self.phase = Phase::Stopping { kill_at };
+                vec![
+                    Action::Warn(format!(
+                        "the lock on {} could not be renewed and may expire; stopping the command",
+                        self.resource
+                    )),
+                    Action::SignalAll(Signal::SIGTERM),
+                ]
+            }
+            Phase::Stopping { kill_at } if now >= kill_at => {
+                self.phase = Phase::Killed;
+                vec![Action::SignalAll(Signal::SIGKILL)]
+            }
+            Phase::Draining { kill_at } if now >= kill_at => self.finish_stopped(),
+            // Early or spurious: nothing is due yet.
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

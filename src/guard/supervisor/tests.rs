@@ -1,0 +1,868 @@
+//! The supervisor's rules as tables: events at given offsets in, actions at given offsets out.
+//!
+//! [`Sim`] plays the runner: it delivers [`Event::Timer`] exactly when [`Supervisor::deadline`]
+//! comes, and can play a command that reacts to the signals it is sent.
+
+use std::collections::VecDeque;
+
+use super::*;
+
+const R: &str = "r";
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+fn secs(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}
+
+fn ttl(secs: u64) -> Ttl {
+    Ttl::from_secs(secs).expect("a valid ttl")
+}
+
+fn warn(text: &str) -> Action {
+    Action::Warn(text.to_owned())
+}
+
+const TERM_ALL: Action = Action::SignalAll(Signal::SIGTERM);
+const KILL_ALL: Action = Action::SignalAll(Signal::SIGKILL);
+const LOST: Action = Action::Exit(Exit::LeaseLost);
+
+fn stopping_for_renewals() -> Action {
+    warn("the lock on r could not be renewed and may expire; stopping the command")
+}
+
+fn lost_because(reason: &str) -> Action {
+    warn(&format!(
+        "lost the lock on r: {reason}; stopping the command"
+    ))
+}
+
+/// How the simulated command answers signals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Model {
+    /// It reacts to nothing; the test says when it exits.
+    Passive,
+    /// It survives SIGTERM, and dies 1 ms after SIGKILL.
+    IgnoresTerm,
+    /// It exits this long after SIGTERM, leaving workers behind that never finish (no
+    /// [`Event::Emptied`]); dies 1 ms after SIGKILL.
+    ExitsOnTerm(Duration),
+}
+
+/// A supervisor with a simulated runner and clock. Offsets are from the acquire, whose lease
+/// ends at `t0 + ttl`.
+struct Sim {
+    t0: Instant,
+    now: Instant,
+    supervisor: Supervisor,
+    model: Model,
+    command_alive: bool,
+    /// Events still to come, by time; in the order scheduled at equal times.
+    queue: VecDeque<(Instant, Event)>,
+    /// Every action, with the offset it was given at.
+    log: Vec<(Duration, Action)>,
+}
+
+impl Sim {
+    fn new(ttl_secs: u64, kill_after: Duration) -> Sim {
+        Sim::with(ttl_secs, kill_after, Model::Passive)
+    }
+
+    fn with(ttl_secs: u64, kill_after: Duration, model: Model) -> Sim {
+        let t0 = Instant::now();
+        let ttl = ttl(ttl_secs);
+        Sim {
+            t0,
+            now: t0,
+            supervisor: Supervisor::new(
+                Resource::parse(R).expect("a valid resource"),
+                ttl,
+                kill_after,
+                t0 + ttl.as_duration(),
+            ),
+            model,
+            command_alive: true,
+            queue: VecDeque::new(),
+            log: Vec::new(),
+        }
+    }
+
+    fn instant(&self, offset: Duration) -> Instant {
+        self.t0 + offset
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        self.supervisor.deadline().map(|at| at - self.t0)
+    }
+
+    /// Schedules `event` at `offset`, without letting time pass.
+    fn schedule(&mut self, offset: Duration, event: Event) {
+        let at = self.instant(offset);
+        self.push(at, event);
+    }
+
+    fn push(&mut self, at: Instant, event: Event) {
+        let index = self.queue.partition_point(|(queued, _)| *queued <= at);
+        self.queue.insert(index, (at, event));
+    }
+
+    /// Delivers `event` at `offset` (timers due before it first) and returns what it caused.
+    fn at(&mut self, offset: Duration, event: Event) -> Vec<Action> {
+        self.run_to(offset);
+        self.apply(event)
+    }
+
+    /// Lets time pass until `offset`, delivering scheduled events and due timers in order (a
+    /// scheduled event before a timer due at the same instant).
+    fn run_to(&mut self, offset: Duration) {
+        let end = self.instant(offset);
+        for _ in 0..10_000 {
+            let next_event = self.queue.front().map(|(at, _)| *at);
+            let next_timer = self.supervisor.deadline();
+            let (when, from_queue) = match (next_timer, next_event) {
+                (Some(timer), Some(at)) if timer < at => (timer, false),
+                (_, Some(at)) => (at, true),
+                (Some(timer), None) => (timer, false),
+                (None, None) => break,
+            };
+            if when > end {
+                break;
+            }
+            self.now = self.now.max(when);
+            let event = match from_queue {
+                true => self
+                    .queue
+                    .pop_front()
+                    .map_or(Event::Timer, |(_, event)| event),
+                false => Event::Timer,
+            };
+            self.apply(event);
+        }
+        assert!(
+            self.supervisor.deadline().is_none_or(|at| at > end)
+                && self.queue.iter().all(|(at, _)| *at > end),
+            "the simulation did not settle by {offset:?}"
+        );
+        self.now = self.now.max(end);
+    }
+
+    fn apply(&mut self, event: Event) -> Vec<Action> {
+        let actions = self.supervisor.step(event, self.now);
+        for action in &actions {
+            self.log.push((self.now - self.t0, action.clone()));
+            let dies_in = match (self.model, action) {
+                (Model::Passive, _) => None,
+                (_, Action::SignalAll(Signal::SIGKILL)) => Some((ms(1), 9)),
+                (Model::ExitsOnTerm(delay), Action::SignalAll(Signal::SIGTERM)) => {
+                    Some((delay, 15))
+                }
+                _ => None,
+            };
+            if let Some((delay, signal)) = dies_in.filter(|_| self.command_alive) {
+                self.command_alive = false;
+                let at = self.now + delay;
+                self.push(at, Event::Exited(Ended::Signal(signal)));
+            }
+        }
+        actions
+    }
+
+    /// The offsets at which `action` was given.
+    fn times_of(&self, action: &Action) -> Vec<Duration> {
+        self.log
+            .iter()
+            .filter(|(_, logged)| logged == action)
+            .map(|(at, _)| *at)
+            .collect()
+    }
+
+    fn warnings(&self) -> Vec<&str> {
+        self.log
+            .iter()
+            .filter_map(|(_, action)| match action {
+                Action::Warn(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command's own end, while the lease holds
+
+#[test]
+fn the_commands_status_passes_through_and_a_death_by_signal_n_is_128_plus_n() {
+    let table = [
+        (Ended::Code(0), 0),
+        (Ended::Code(1), 1),
+        (Ended::Code(42), 42),
+        (Ended::Code(255), 255),
+        (Ended::Code(256 + 7), 7),
+        (Ended::Code(-1), 255),
+        (Ended::Signal(2), 130),
+        (Ended::Signal(9), 137),
+        (Ended::Signal(15), 143),
+        (Ended::Signal(127), 255),
+        (Ended::Signal(200), 255),
+    ];
+    for (ended, code) in table {
+        let mut sim = Sim::new(30, secs(5));
+        let actions = sim.at(secs(1), Event::Exited(ended.clone()));
+        assert_eq!(actions, [Action::Exit(Exit::Child(code))], "{ended:?}");
+        assert!(sim.supervisor.is_done(), "{ended:?}");
+    }
+}
+
+#[test]
+fn wait_results_become_ends() {
+    use std::os::unix::process::ExitStatusExt;
+    let table = [
+        (Ok(ExitStatus::from_raw(0)), Ended::Code(0)),
+        (Ok(ExitStatus::from_raw(3 << 8)), Ended::Code(3)),
+        (Ok(ExitStatus::from_raw(9)), Ended::Signal(9)),
+        (Ok(ExitStatus::from_raw(15 | 0x80)), Ended::Signal(15)), // with a core dump
+        (
+            Err(std::io::Error::other("ECHILD")),
+            Ended::Unknown("ECHILD".to_owned()),
+        ),
+    ];
+    for (waited, ended) in table {
+        let shown = format!("{waited:?}");
+        assert_eq!(Ended::from_wait(waited), ended, "{shown}");
+    }
+}
+
+#[test]
+fn a_command_that_exits_on_its_own_ends_supervision_at_once_without_signals() {
+    let mut sim = Sim::new(3, secs(5));
+    sim.at(ms(500), Event::Renewed(sim.instant(ms(400)) + secs(3)));
+    sim.at(ms(700), Event::Exited(Ended::Code(0)));
+    assert_eq!(sim.log, [(ms(700), Action::Exit(Exit::Child(0)))]);
+    assert_eq!(sim.deadline(), None);
+}
+
+#[test]
+fn a_command_whose_end_is_unknown_is_killed_with_all_it_started_and_run_exits_124() {
+    let mut sim = Sim::new(30, secs(5));
+    let actions = sim.at(
+        secs(2),
+        Event::Exited(Ended::Unknown("no child process".into())),
+    );
+    assert_eq!(
+        actions,
+        [
+            warn("lost track of the command: no child process"),
+            KILL_ALL,
+            LOST
+        ]
+    );
+}
+
+#[test]
+fn a_command_exiting_just_before_the_stop_deadline_keeps_its_own_status() {
+    // ttl 30: renewals failing from the start stop the command at 22 s.
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(10), Event::Trouble("database is locked".into()));
+    let actions = sim.at(ms(21_999), Event::Exited(Ended::Code(3)));
+    assert_eq!(actions, [Action::Exit(Exit::Child(3))]);
+    assert_eq!(sim.times_of(&TERM_ALL), []);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forwarded signals
+
+#[test]
+fn signals_are_forwarded_to_the_process_group_only() {
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        let mut sim = Sim::new(30, secs(5));
+        assert_eq!(
+            sim.at(secs(1), Event::Signal(signal)),
+            [Action::SignalGroup(signal)],
+            "{signal}"
+        );
+        // Forwarding changes nothing else: the command keeps running under a held lease.
+        assert_eq!(sim.deadline(), Some(secs(22)), "{signal}");
+        assert!(!sim.supervisor.is_done());
+    }
+}
+
+#[test]
+fn signals_are_forwarded_in_every_phase_until_the_exit() {
+    // (what happens first, the phase it leads to)
+    let mut stopping = Sim::new(30, secs(5));
+    stopping.at(secs(1), Event::Lost("gone".into()));
+    let mut killed = Sim::new(30, secs(5));
+    killed.at(secs(1), Event::Lost("gone".into()));
+    killed.run_to(secs(6));
+    let mut draining = Sim::new(30, secs(5));
+    draining.at(secs(1), Event::Lost("gone".into()));
+    draining.at(secs(2), Event::Exited(Ended::Signal(15)));
+    for (name, mut sim) in [
+        ("stopping", stopping),
+        ("killed", killed),
+        ("draining", draining),
+    ] {
+        let now = sim.now - sim.t0;
+        assert_eq!(
+            sim.at(now, Event::Signal(Signal::SIGINT)),
+            [Action::SignalGroup(Signal::SIGINT)],
+            "{name}"
+        );
+    }
+    let mut done = Sim::new(30, secs(5));
+    done.at(secs(1), Event::Exited(Ended::Code(0)));
+    assert_eq!(done.at(secs(2), Event::Signal(Signal::SIGINT)), []);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Renewals: the heartbeat's news
+
+#[test]
+fn successful_renewals_say_nothing_and_move_the_stop_deadline() {
+    let mut sim = Sim::new(30, secs(5));
+    assert_eq!(
+        sim.deadline(),
+        Some(secs(22)),
+        "30 - 3 - 5 from the acquire"
+    );
+    assert_eq!(
+        sim.at(secs(10), Event::Renewed(sim.instant(ms(9_990)) + secs(30))),
+        []
+    );
+    assert_eq!(sim.deadline(), Some(ms(9_990 + 22_000)));
+}
+
+#[test]
+fn an_older_renewal_never_shortens_the_lease() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(10), Event::Renewed(sim.instant(secs(10)) + secs(30)));
+    // A renewal that was slow to answer reports an earlier lease end than the last one.
+    sim.at(secs(11), Event::Renewed(sim.instant(secs(5)) + secs(30)));
+    assert_eq!(sim.deadline(), Some(secs(32)));
+}
+
+#[test]
+fn healthy_renewals_never_stop_the_command() {
+    for ttl_secs in [1, 2, 3, 10, 30] {
+        let ttl_d = secs(ttl_secs);
+        let mut sim = Sim::new(ttl_secs, secs(5));
+        // 300 renewals, each sent every ttl/3 and answered 50 ms later.
+        for k in 1..=300u32 {
+            let sent = ttl_d / 3 * k;
+            sim.at(sent + ms(50), Event::Renewed(sim.instant(sent) + ttl_d));
+        }
+        assert_eq!(sim.log, [], "ttl {ttl_secs}");
+    }
+}
+
+#[test]
+fn a_renewal_outage_is_reported_once_however_many_retries_fail() {
+    let mut sim = Sim::new(30, secs(5));
+    let first = sim.at(secs(10), Event::Trouble("disk I/O error".into()));
+    assert_eq!(
+        first,
+        [warn(
+            "cannot renew the lock on r (retrying): disk I/O error"
+        )]
+    );
+    for retry in 11..20 {
+        assert_eq!(
+            sim.at(secs(retry), Event::Trouble("disk I/O error".into())),
+            []
+        );
+    }
+    assert_eq!(sim.warnings().len(), 1);
+}
+
+#[test]
+fn the_end_of_an_outage_is_reported_once() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(10), Event::Trouble("timeout".into()));
+    let back = sim.at(secs(11), Event::Renewed(sim.instant(secs(11)) + secs(30)));
+    assert_eq!(back, [warn("renewing the lock on r again")]);
+    let quiet = sim.at(secs(21), Event::Renewed(sim.instant(secs(21)) + secs(30)));
+    assert_eq!(quiet, []);
+}
+
+#[test]
+fn each_new_outage_is_reported_again() {
+    let mut sim = Sim::new(30, secs(5));
+    for start in [10, 20, 30] {
+        sim.at(secs(start), Event::Trouble(format!("outage at {start}")));
+        sim.at(secs(start + 1), Event::Trouble("retry".into()));
+        sim.at(
+            secs(start + 2),
+            Event::Renewed(sim.instant(secs(start + 2)) + secs(30)),
+        );
+    }
+    assert_eq!(
+        sim.warnings(),
+        [
+            "cannot renew the lock on r (retrying): outage at 10",
+            "renewing the lock on r again",
+            "cannot renew the lock on r (retrying): outage at 20",
+            "renewing the lock on r again",
+            "cannot renew the lock on r (retrying): outage at 30",
+            "renewing the lock on r again",
+        ]
+    );
+    assert_eq!(sim.times_of(&TERM_ALL), []);
+}
+
+#[test]
+fn a_renewal_that_succeeds_late_in_an_outage_pushes_the_stop_back() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(10), Event::Trouble("timeout".into()));
+    sim.at(secs(21), Event::Renewed(sim.instant(secs(20)) + secs(30)));
+    sim.run_to(secs(41));
+    assert_eq!(sim.times_of(&TERM_ALL), [], "not at 22 s any more");
+    sim.run_to(secs(42));
+    assert_eq!(sim.times_of(&TERM_ALL), [secs(42)], "20 + 30 - 3 - 5");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lease lost: the store says the lock is gone or taken
+
+#[test]
+fn a_lost_lease_sends_sigterm_to_everything_and_sigkill_kill_after_later() {
+    let mut sim = Sim::new(3, secs(1));
+    sim.at(secs(1), Event::Renewed(sim.instant(secs(1)) + secs(3)));
+    let actions = sim.at(ms(2_000), Event::Lost("it expired or was released".into()));
+    assert_eq!(
+        actions,
+        [lost_because("it expired or was released"), TERM_ALL]
+    );
+    assert_eq!(sim.deadline(), Some(secs(3)));
+    sim.run_to(ms(2_999));
+    assert_eq!(sim.times_of(&KILL_ALL), [], "not before --kill-after");
+    sim.run_to(secs(3));
+    assert_eq!(sim.times_of(&KILL_ALL), [secs(3)]);
+    assert_eq!(sim.deadline(), None, "only the command's end is awaited");
+    let end = sim.at(ms(3_010), Event::Exited(Ended::Signal(9)));
+    assert_eq!(end, [KILL_ALL, LOST], "what it forked meanwhile goes too");
+}
+
+#[test]
+fn a_lost_lease_gives_the_full_kill_after_even_beyond_the_ttl() {
+    // The lease is gone already: there is no lease end left to respect, so the user's grace
+    // holds, unlike with failing renewals.
+    let mut sim = Sim::new(2, secs(30));
+    sim.at(secs(1), Event::Lost("another owner holds it".into()));
+    assert_eq!(sim.deadline(), Some(secs(31)));
+}
+
+#[test]
+fn a_lost_lease_with_no_grace_kills_at_once() {
+    let mut sim = Sim::new(3, Duration::ZERO);
+    sim.at(secs(1), Event::Lost("another owner holds it".into()));
+    sim.run_to(secs(1));
+    assert_eq!(
+        sim.log,
+        [
+            (secs(1), lost_because("another owner holds it")),
+            (secs(1), TERM_ALL),
+            (secs(1), KILL_ALL),
+        ]
+    );
+}
+
+#[test]
+fn news_after_the_stop_changes_nothing_and_says_nothing() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(1), Event::Lost("it expired or was released".into()));
+    for (offset, event) in [
+        (ms(1_100), Event::Lost("another owner holds it".into())),
+        (ms(1_200), Event::Trouble("timeout".into())),
+        (ms(1_300), Event::Renewed(sim.instant(ms(1_300)) + secs(30))),
+        (ms(1_400), Event::Emptied),
+        (ms(1_500), Event::Timer),
+    ] {
+        let shown = format!("{event:?}");
+        assert_eq!(sim.at(offset, event), [], "{shown}");
+        assert_eq!(sim.deadline(), Some(secs(6)), "{shown}");
+    }
+}
+
+#[test]
+fn a_stop_for_failing_renewals_is_not_undone_by_a_late_renewal() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(10), Event::Trouble("timeout".into()));
+    sim.run_to(secs(22));
+    let back = sim.at(secs(23), Event::Renewed(sim.instant(secs(9)) + secs(30)));
+    assert_eq!(back, [], "no \"again\": the command is being stopped");
+    sim.run_to(secs(27));
+    assert_eq!(sim.times_of(&KILL_ALL), [secs(27)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// After the stop: the command exits, what it started gets the rest of its grace
+
+#[test]
+fn after_a_stop_the_commands_exit_leaves_its_workers_the_rest_of_their_grace() {
+    let mut sim = Sim::new(30, secs(2));
+    sim.at(secs(1), Event::Lost("it expired or was released".into()));
+    assert_eq!(sim.at(ms(1_050), Event::Exited(Ended::Signal(15))), []);
+    assert_eq!(sim.deadline(), Some(secs(3)));
+    sim.run_to(ms(2_999));
+    assert_eq!(sim.times_of(&KILL_ALL), []);
+    sim.run_to(secs(3));
+    assert_eq!(
+        sim.log[2..],
+        [(secs(3), KILL_ALL), (secs(3), LOST)],
+        "{:?}",
+        sim.log
+    );
+    assert!(sim.supervisor.is_done());
+}
+
+#[test]
+fn after_a_stop_run_exits_as_soon_as_nothing_is_left() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(1), Event::Lost("it expired or was released".into()));
+    sim.at(ms(1_050), Event::Exited(Ended::Code(0)));
+    assert_eq!(
+        sim.at(ms(1_500), Event::Timer),
+        [],
+        "a probe: workers remain"
+    );
+    assert_eq!(sim.at(ms(1_600), Event::Emptied), [KILL_ALL, LOST]);
+    assert_eq!(sim.deadline(), None);
+}
+
+#[test]
+fn a_command_exiting_after_its_kill_time_ends_supervision_at_once() {
+    // The runner may hear of the exit before its own timer: SIGKILL is due, so it goes now.
+    let mut sim = Sim::new(30, secs(1));
+    sim.at(secs(1), Event::Lost("it expired or was released".into()));
+    let now = sim.instant(secs(5));
+    assert_eq!(
+        sim.supervisor.step(Event::Exited(Ended::Code(0)), now),
+        [KILL_ALL, LOST]
+    );
+}
+
+#[test]
+fn an_unknown_end_after_the_stop_is_treated_like_any_end() {
+    let mut sim = Sim::new(30, secs(2));
+    sim.at(secs(1), Event::Lost("it expired or was released".into()));
+    assert_eq!(
+        sim.at(ms(1_500), Event::Exited(Ended::Unknown("ECHILD".into()))),
+        [],
+        "no second message: the lease is lost anyway"
+    );
+    sim.run_to(secs(3));
+    assert_eq!(sim.times_of(&LOST), [secs(3)]);
+}
+
+#[test]
+fn emptied_means_nothing_before_the_command_exited_after_a_stop() {
+    let mut running = Sim::new(30, secs(5));
+    assert_eq!(running.at(secs(1), Event::Emptied), []);
+    assert_eq!(running.deadline(), Some(secs(22)));
+    let mut stopping = Sim::new(30, secs(5));
+    stopping.at(secs(1), Event::Lost("gone".into()));
+    assert_eq!(stopping.at(secs(2), Event::Emptied), []);
+    assert_eq!(stopping.deadline(), Some(secs(6)));
+}
+
+#[test]
+fn once_done_every_event_is_ignored() {
+    let mut sim = Sim::new(3, secs(1));
+    sim.at(secs(1), Event::Exited(Ended::Code(0)));
+    for event in [
+        Event::Exited(Ended::Code(1)),
+        Event::Signal(Signal::SIGTERM),
+        Event::Renewed(sim.instant(secs(1)) + secs(3)),
+        Event::Lost("gone".into()),
+        Event::Trouble("timeout".into()),
+        Event::Timer,
+        Event::Emptied,
+    ] {
+        let shown = format!("{event:?}");
+        assert_eq!(sim.at(secs(10), event), [], "{shown}");
+    }
+    assert_eq!(sim.deadline(), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failing renewals: stop before the lease can expire
+
+#[test]
+fn failing_renewals_stop_the_command_at_its_grace_before_lease_end_minus_margin() {
+    // (ttl s, --kill-after, SIGTERM at, SIGKILL at), renewals failing from the acquire on.
+    let table = [
+        // margin 3 s, grace min(5 s, 7.5 s)
+        (30, secs(5), ms(22_000), ms(27_000)),
+        // margin 3 s, grace 1 s
+        (30, secs(1), ms(26_000), ms(27_000)),
+        // margin 400 ms, grace capped at ttl/4 = 1 s
+        (4, secs(30), ms(2_600), ms(3_600)),
+        // margin at least 100 ms, grace ttl/4 = 250 ms
+        (1, secs(5), ms(650), ms(900)),
+        // margin 100 ms (ttl/10 = 100 ms), grace 200 ms
+        (1, ms(200), ms(700), ms(900)),
+        // margin 6 min, grace 5 s
+        (3_600, secs(5), ms(3_235_000), ms(3_240_000)),
+        // no grace: both at once
+        (10, Duration::ZERO, ms(9_000), ms(9_000)),
+    ];
+    for (ttl_secs, kill_after, term_at, kill_at) in table {
+        let mut sim = Sim::new(ttl_secs, kill_after);
+        sim.at(ms(10), Event::Trouble("unreachable".into()));
+        sim.run_to(secs(ttl_secs));
+        let case = format!("ttl {ttl_secs}, kill-after {kill_after:?}");
+        assert_eq!(sim.times_of(&stopping_for_renewals()), [term_at], "{case}");
+        assert_eq!(sim.times_of(&TERM_ALL), [term_at], "{case}");
+        assert_eq!(sim.times_of(&KILL_ALL), [kill_at], "{case}");
+    }
+}
+
+#[test]
+fn failing_renewals_warn_then_signal_in_that_order() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(10), Event::Trouble("disk I/O error".into()));
+    sim.run_to(secs(28));
+    assert_eq!(
+        sim.log,
+        [
+            (
+                secs(10),
+                warn("cannot renew the lock on r (retrying): disk I/O error")
+            ),
+            (secs(22), stopping_for_renewals()),
+            (secs(22), TERM_ALL),
+            (secs(27), KILL_ALL),
+        ]
+    );
+}
+
+#[test]
+fn the_stop_comes_even_when_the_heartbeat_never_reports() {
+    // A renewal blocked inside the store reports nothing at all: the deadline alone decides.
+    let mut sim = Sim::new(6, secs(5));
+    sim.at(secs(2), Event::Renewed(sim.instant(secs(2)) + secs(6)));
+    sim.run_to(secs(8));
+    // lease end 8 s, margin 600 ms, grace min(5 s, 1.5 s)
+    assert_eq!(sim.times_of(&TERM_ALL), [ms(5_900)]);
+    assert_eq!(sim.times_of(&KILL_ALL), [ms(7_400)]);
+    assert_eq!(sim.warnings(), [stopping_for_renewals_text()]);
+}
+
+fn stopping_for_renewals_text() -> &'static str {
+    "the lock on r could not be renewed and may expire; stopping the command"
+}
+
+#[test]
+fn a_timer_before_its_deadline_does_nothing() {
+    let mut sim = Sim::new(30, secs(5));
+    for offset in [ms(0), secs(10), ms(21_999)] {
+        assert_eq!(sim.at(offset, Event::Timer), [], "{offset:?}");
+    }
+    sim.at(secs(22), Event::Timer); // due now (delivered by run_to first)
+    assert_eq!(sim.times_of(&TERM_ALL), [secs(22)]);
+    assert_eq!(
+        sim.at(ms(26_999), Event::Timer),
+        [],
+        "SIGKILL is due at 27 s"
+    );
+}
+
+#[test]
+fn a_late_timer_stops_at_once_and_kills_no_later_than_lease_end_minus_margin() {
+    // The runner woke up late (a stalled host): SIGTERM now, SIGKILL right away since
+    // lease_end - margin has passed too.
+    let mut sim = Sim::new(30, secs(5));
+    let now = sim.instant(ms(27_500));
+    assert_eq!(
+        sim.supervisor.step(Event::Timer, now),
+        [stopping_for_renewals(), TERM_ALL]
+    );
+    assert_eq!(sim.deadline(), Some(secs(27)), "already due");
+    assert_eq!(sim.supervisor.step(Event::Timer, now), [KILL_ALL]);
+}
+
+#[test]
+fn the_deadline_in_each_phase() {
+    let mut sim = Sim::new(30, secs(2));
+    assert_eq!(
+        sim.deadline(),
+        Some(secs(25)),
+        "running: 30 - 3 - min(2, 7.5)"
+    );
+    sim.at(secs(1), Event::Lost("gone".into()));
+    assert_eq!(sim.deadline(), Some(secs(3)), "stopping: SIGKILL at 1 + 2");
+    sim.at(secs(2), Event::Exited(Ended::Code(0)));
+    assert_eq!(
+        sim.deadline(),
+        Some(secs(3)),
+        "draining: the same SIGKILL time"
+    );
+    sim.run_to(secs(3));
+    assert_eq!(sim.deadline(), None, "done");
+    let mut killed = Sim::new(30, secs(2));
+    killed.at(secs(1), Event::Lost("gone".into()));
+    killed.run_to(secs(3));
+    assert_eq!(killed.deadline(), None, "killed: only the exit is awaited");
+}
+
+#[test]
+fn the_safety_margin_is_a_tenth_of_the_ttl_but_at_least_100_ms() {
+    for (ttl_secs, margin) in [
+        (1, ms(100)),
+        (2, ms(200)),
+        (3, ms(300)),
+        (30, secs(3)),
+        (86_400, secs(8_640)),
+    ] {
+        assert_eq!(safety_margin(ttl(ttl_secs)), margin, "ttl {ttl_secs}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The invariant, over many combinations
+
+/// How renewals fail once they start failing.
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    /// Every retry reports a store error (each `retry` apart).
+    Reported,
+    /// The renewal in flight blocks: nothing is heard at all.
+    Silent,
+    /// Errors, then one renewal (sent before the stop) succeeds after the stop began.
+    LateSuccess,
+}
+
+/// One run: renewals succeed `good` times (answered `latency` after being sent, every
+/// ttl/3), then fail. Returns the simulation after `ttl * (good + 3)` and the lease end the
+/// successful renewals established before the stop.
+fn failing_run(
+    ttl_secs: u64,
+    kill_after: Duration,
+    good: u32,
+    latency: Duration,
+    failure: Failure,
+    model: Model,
+) -> (Sim, Duration) {
+    let ttl_d = secs(ttl_secs);
+    let interval = ttl_d / 3;
+    let retry = interval.min(secs(1));
+    let mut sim = Sim::with(ttl_secs, kill_after, model);
+    let mut lease_end = ttl_d;
+    for k in 1..=good {
+        let sent = interval * k;
+        sim.schedule(sent + latency, Event::Renewed(sim.instant(sent) + ttl_d));
+        lease_end = sent + ttl_d;
+    }
+    let first_failure = interval * (good + 1);
+    match failure {
+        Failure::Reported | Failure::LateSuccess => {
+            let mut sent = first_failure;
+            while sent < lease_end + ttl_d {
+                sim.schedule(sent + latency, Event::Trouble("unreachable".into()));
+                sent += retry;
+            }
+        }
+        Failure::Silent => {}
+    }
+    if let Failure::LateSuccess = failure {
+        // Sent just before the stop was due, answered just after it.
+        let stop = lease_end - safety_margin(ttl(ttl_secs)) - kill_after.min(ttl_d / 4);
+        let sent = stop.saturating_sub(ms(1)).max(first_failure);
+        sim.schedule(stop + ms(1), Event::Renewed(sim.instant(sent) + ttl_d));
+    }
+    sim.run_to(lease_end + ttl_d * 3);
+    (sim, lease_end)
+}
+
+fn combinations() -> Vec<(u64, Duration, u32, Duration, Failure)> {
+    let mut all = Vec::new();
+    for ttl_secs in [1, 2, 3, 4, 5, 7, 10, 30, 61, 600] {
+        for kill_after in [
+            Duration::ZERO,
+            ms(1),
+            ms(100),
+            ms(333),
+            secs(1),
+            secs(5),
+            secs(60),
+            secs(3_600),
+        ] {
+            for good in [0, 1, 2, 7] {
+                for latency in [Duration::ZERO, ms(7), ms(90)] {
+                    for failure in [Failure::Reported, Failure::Silent, Failure::LateSuccess] {
+                        all.push((ttl_secs, kill_after, good, latency, failure));
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+fn check_invariant(model: Model) {
+    let combinations = combinations();
+    assert!(combinations.len() > 2_000);
+    for (ttl_secs, kill_after, good, latency, failure) in combinations {
+        let (sim, lease_end) = failing_run(ttl_secs, kill_after, good, latency, failure, model);
+        let case = format!(
+            "ttl {ttl_secs}s, kill-after {kill_after:?}, {good} renewals, latency {latency:?}, \
+             {failure:?}, {model:?}: {:?}",
+            sim.log
+        );
+        let margin = safety_margin(ttl(ttl_secs));
+        let grace = kill_after.min(secs(ttl_secs) / 4);
+        let kills = sim.times_of(&KILL_ALL);
+        let first_kill = *kills
+            .first()
+            .unwrap_or_else(|| panic!("no SIGKILL: {case}"));
+        // The invariant itself.
+        assert!(first_kill <= lease_end - margin, "SIGKILL too late: {case}");
+        // And the schedule that keeps it, exactly.
+        let terms = sim.times_of(&TERM_ALL);
+        assert_eq!(terms, [lease_end - margin - grace], "SIGTERM: {case}");
+        assert_eq!(
+            first_kill,
+            (lease_end - margin).min(terms[0] + kill_after),
+            "SIGKILL: {case}"
+        );
+        assert_eq!(sim.times_of(&LOST).len(), 1, "exit 124 once: {case}");
+        assert!(sim.supervisor.is_done(), "{case}");
+        let warnings = sim.warnings();
+        assert_eq!(
+            warnings
+                .iter()
+                .filter(|w| **w == stopping_for_renewals_text())
+                .count(),
+            1,
+            "{case}"
+        );
+        assert!(warnings.iter().all(|w| !w.ends_with("again")), "{case}");
+        assert!(
+            warnings
+                .iter()
+                .filter(|w| w.starts_with("cannot renew"))
+                .count()
+                <= 1,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn invariant_a_command_ignoring_sigterm_is_killed_no_later_than_lease_end_minus_margin() {
+    check_invariant(Model::IgnoresTerm);
+}
+
+#[test]
+fn invariant_workers_left_by_a_command_that_exits_on_sigterm_are_killed_in_time() {
+    for delay in [Duration::ZERO, ms(50), ms(400)] {
+        check_invariant(Model::ExitsOnTerm(delay));
+    }
+}

@@ -1,0 +1,138 @@
+//! Everything the command started: its process group and, on Linux, every descendant of `run`,
+//! also those that left the group (`setsid`, double-forked daemons).
+//!
+//! On Linux `run` makes itself the *child subreaper* of its command before starting it, so an
+//! orphaned descendant is reparented to `run` instead of init: every process the command
+//! started keeps a parent chain that leads to `run`, and can be found by walking `/proc`. The
+//! zombies of those orphans are `run`'s to reap.
+//!
+//! Invariants:
+//! - `run` starts no process other than its command, so every descendant of `run` is
+//!   something the command started;
+//! - orphans are reaped only with [`reap_orphans`], called only once the command's own status
+//!   is known, so the thread waiting for the command never has its status stolen.
+//!
+//! Elsewhere (other Unix systems) "everything" is the command's process group, as before.
+//!
+//! A pid read from `/proc` may be gone, and in theory reused, by the time it is signalled; a
+//! descendant that `run` itself reparented stays a zombie until reaped, so its pid cannot be
+//! reused meanwhile.
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+#[cfg(target_os = "linux")]
+mod procfs;
+
+/// How many times the descendants are looked up again for processes forked meanwhile.
+const ROUNDS: usize = 8;
+
+/// Makes `run` the subreaper of what it starts from now on.
+///
+/// # Errors
+///
+/// The kernel refused (`prctl`).
+#[cfg(target_os = "linux")]
+pub fn adopt_orphans() -> Result<(), Errno> {
+    nix::sys::prctl::set_child_subreaper(true)
+}
+
+/// Without a subreaper, orphans go to init; [`Tree`] then reaches the process group only.
+///
+/// # Errors
+///
+/// None: the signature is the Linux one's.
+#[cfg(not(target_os = "linux"))]
+pub fn adopt_orphans() -> Result<(), Errno> {
+    Ok(())
+}
+
+/// Reaps every zombie child of `run`, without waiting. Only once the command's own status is
+/// known (see the module note).
+pub fn reap_orphans() {
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// The command's process group and what else it started.
+pub struct Tree {
+    /// The command's process group (its pid: it leads the group).
+    group: Pid,
+    /// `run` itself, the root of the parent chains.
+    root: Pid,
+}
+
+impl Tree {
+    pub fn new(group: Pid) -> Tree {
+        Tree {
+            group,
+            root: nix::unistd::getpid(),
+        }
+    }
+
+    /// Sends `signal` to the command's process group only.
+    pub fn signal_group(&self, signal: Signal) {
+        let _ = killpg(self.group, signal);
+    }
+
+    /// Sends `signal` to the process group and to every live descendant of `run` outside it,
+    /// looking again while new ones appear. SIGKILL goes to every descendant, in the group
+    /// or not, round after round, so nothing forked meanwhile is missed; other signals reach
+    /// each process once (the group through `killpg`).
+    pub fn signal_all(&self, signal: Signal) {
+        let _ = killpg(self.group, signal);
+        let mut sent = std::collections::HashSet::new();
+        for _ in 0..ROUNDS {
+            let fresh: Vec<Pid> = descendants(self.root)
+                .into_iter()
+                .filter(|p| p.live && (signal == Signal::SIGKILL || p.group != self.group))
+                .map(|p| p.pid)
+                .filter(|&pid| sent.insert(pid))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for pid in fresh {
+                let _ = kill(pid, signal);
+            }
+            if signal == Signal::SIGKILL {
+                let _ = killpg(self.group, signal);
+            }
+        }
+    }
+
+    /// Whether anything the command started is still running (zombies do not count).
+    pub fn anything_left(&self) -> bool {
+        if cfg!(target_os = "linux") {
+            descendants(self.root).iter().any(|p| p.live)
+        } else {
+            killpg(self.group, None).is_ok()
+        }
+    }
+}
+
+/// One process, as far as the tree is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Process {
+    pid: Pid,
+    group: Pid,
+    /// Not a zombie.
+    live: bool,
+}
+
+/// The descendants of `root`, found through `/proc`.
+#[cfg(target_os = "linux")]
+fn descendants(root: Pid) -> Vec<Process> {
+    procfs::descendants(root)
+}
+
+/// Without `/proc` only the process group is known, and [`Tree`] signals it with `killpg`.
+#[cfg(not(target_os = "linux"))]
+fn descendants(_root: Pid) -> Vec<Process> {
+    Vec::new()
+}
