@@ -827,6 +827,230 @@ mod tests {
         assert_eq!(fences, [2, 4, 9]);
     }
 
+    /// Applies `changes` to `rows` as a store would, checking each write finds its row.
+    fn applied(mut rows: Vec<Lease>, changes: &[Change]) -> Vec<Lease> {
+        for change in changes {
+            match change {
+                Change::Insert(l) => {
+                    assert!(
+                        rows.iter().all(|r| r.fence != l.fence),
+                        "fence {} reused",
+                        l.fence
+                    );
+                    rows.push(l.clone());
+                }
+                Change::Update {
+                    fence,
+                    acquired_at,
+                    expires_at,
+                } => {
+                    let row = rows
+                        .iter_mut()
+                        .find(|l| l.fence == *fence)
+                        .expect("updated row");
+                    row.acquired_at = *acquired_at;
+                    row.expires_at = *expires_at;
+                }
+                Change::Delete { fence } => {
+                    let before = rows.len();
+                    rows.retain(|l| l.fence != *fence);
+                    assert_eq!(rows.len() + 1, before, "deleted row {fence} exists");
+                }
+                Change::Record(_) => {}
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn old_rows_are_deleted_before_the_new_one_is_inserted() {
+        // With one row per resource (UNIQUE(resource)), the insert must come after the deletes.
+        let (decision, _) = acquire_with(&[lease("b", 7, -1)], "a", 5);
+        let insert = decision
+            .changes
+            .iter()
+            .position(|c| matches!(c, Change::Insert(_)))
+            .unwrap();
+        let last_delete = decision
+            .changes
+            .iter()
+            .rposition(|c| matches!(c, Change::Delete { .. }))
+            .unwrap();
+        assert!(last_delete < insert);
+        let rows = applied(vec![lease("b", 7, -1)], &decision.changes);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].owner, own("a"));
+    }
+
+    #[test]
+    fn the_fence_source_is_asked_at_most_once() {
+        for rows in [
+            vec![],
+            vec![lease("b", 7, -1)],
+            vec![lease("b", 1, -1), lease("c", 2, -1)],
+        ] {
+            let (_, asked) = acquire_with(&rows, "a", 5);
+            assert_eq!(asked, 1, "{rows:?}");
+        }
+    }
+
+    #[test]
+    fn at_the_instant_of_expiry_every_operation_sees_no_lock() {
+        let rows = [lease("a", 7, 0)];
+        assert_eq!(status(&res(), &state(&rows)), None);
+        assert_eq!(
+            renew(&res(), &state(&rows), &own("a"), ttl(5), None).outcome,
+            Renew::NotFound
+        );
+        assert_eq!(
+            release(&state(&rows), &own("a"), None).outcome,
+            Release::NotFound
+        );
+        let (decision, _) = acquire_with(&rows, "b", 5);
+        assert!(matches!(
+            decision.outcome,
+            Acquire::Acquired {
+                tenure: Tenure::New,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn one_millisecond_before_expiry_the_lock_is_still_held() {
+        let rows = [lease("a", 7, 1)];
+        assert!(status(&res(), &state(&rows)).is_some());
+        assert!(matches!(
+            renew(&res(), &state(&rows), &own("a"), ttl(5), None).outcome,
+            Renew::Renewed { .. }
+        ));
+        assert_eq!(
+            release(&state(&rows), &own("b"), None).outcome,
+            Release::Forbidden
+        );
+    }
+
+    #[test]
+    fn a_released_lock_is_free_for_anyone_with_a_new_fence() {
+        let rows = vec![lease("a", 7, 5_000)];
+        let released = release(&state(&rows), &own("a"), Some(Fence(7)));
+        let rows = applied(rows, &released.changes);
+        assert!(rows.is_empty());
+        let (decision, _) = acquire_with(&rows, "b", 5);
+        let Acquire::Acquired { lock, tenure } = decision.outcome else {
+            panic!("a released lock must be free")
+        };
+        assert_eq!((lock.fence, tenure), (Fence(100), Tenure::New));
+        // Nothing expired was left behind, so the history says "acquired", not "taken over".
+        assert_eq!(
+            kinds(&decision.changes),
+            ["insert b 100", "record acquired b 100"]
+        );
+    }
+
+    #[test]
+    fn a_renewed_lease_outlives_its_original_expiry() {
+        let rows = vec![lease("a", 7, 1_000)];
+        let renewed = renew(&res(), &state(&rows), &own("a"), ttl(60), Some(Fence(7)));
+        let rows = applied(rows, &renewed.changes);
+        let later = State {
+            now: at(30_000),
+            leases: rows,
+        };
+        assert_eq!(status(&res(), &later).map(|l| l.fence), Some(Fence(7)));
+        let decision = acquire(&res(), &later, &own("b"), ttl(5), || {
+            Ok::<_, Infallible>(Fence(100))
+        })
+        .unwrap();
+        assert!(matches!(decision.outcome, Acquire::Busy { .. }));
+    }
+
+    #[test]
+    fn a_stale_tenure_cannot_renew_or_release_its_owners_next_tenure() {
+        // A `run` whose lease lapsed (fence 7) while the same owner took the lock again (fence
+        // 9) must not touch the new tenure.
+        let rows = [lease("a", 9, 5_000)];
+        assert_eq!(
+            renew(&res(), &state(&rows), &own("a"), ttl(5), Some(Fence(7))).outcome,
+            Renew::NotFound
+        );
+        assert_eq!(
+            release(&state(&rows), &own("a"), Some(Fence(7))).outcome,
+            Release::NotFound
+        );
+        // Without a fence (the `renew`/`release` commands) the owner's live tenure is meant.
+        assert_eq!(
+            release(&state(&rows), &own("a"), None).outcome,
+            Release::Released
+        );
+    }
+
+    #[test]
+    fn refusals_leave_the_rows_exactly_as_they_were() {
+        let rows = vec![lease("b", 7, 5_000), lease("c", 3, -5)];
+        let decisions: Vec<Vec<Change>> = vec![
+            acquire_with(&rows, "a", 5).0.changes,
+            renew(&res(), &state(&rows), &own("a"), ttl(5), None).changes,
+            release(&state(&rows), &own("a"), None).changes,
+            renew(&res(), &state(&rows), &own("b"), ttl(5), Some(Fence(6))).changes,
+            release(&state(&rows), &own("c"), None).changes,
+        ];
+        for changes in decisions {
+            assert_eq!(applied(rows.clone(), &changes), rows);
+        }
+    }
+
+    #[test]
+    fn the_longest_ttl_is_a_year_of_milliseconds() {
+        let (decision, _) = acquire_with(&[], "a", 365 * 86_400);
+        let Acquire::Acquired { lock, .. } = decision.outcome else {
+            panic!()
+        };
+        assert_eq!(lock.expires_at.0 - lock.acquired_at.0, 31_536_000_000);
+    }
+
+    #[test]
+    fn history_names_who_held_it_before_a_takeover() {
+        let cases = [
+            (vec![], None),
+            (vec![lease("b", 7, -1)], Some("b")),
+            (vec![lease("a", 7, -1)], Some("a")),
+        ];
+        for (rows, previous) in cases {
+            let (decision, _) = acquire_with(&rows, "a", 5);
+            let Some(Change::Record(record)) = decision.changes.last() else {
+                panic!("the history row comes last")
+            };
+            assert_eq!(
+                record.previous_owner.as_ref().map(Owner::as_str),
+                previous,
+                "{rows:?}"
+            );
+            let expected = if previous.is_some() {
+                EventKind::TakenOver
+            } else {
+                EventKind::Acquired
+            };
+            assert_eq!(record.event, expected);
+        }
+    }
+
+    #[test]
+    fn releasing_records_the_released_tenure_not_the_requester_input() {
+        let rows = [lease("a", 7, 5_000)];
+        let decision = release(&state(&rows), &own("a"), None);
+        assert_eq!(
+            decision.changes[1],
+            Change::Record(Record {
+                at: Timestamp(NOW),
+                owner: own("a"),
+                fence: Fence(7),
+                event: EventKind::Released,
+                previous_owner: None,
+            })
+        );
+    }
+
     /// A run of random operations against a model of the contract: the decisions, applied to the
     /// rows, never hand out a fence twice, never let two owners hold at once, and a refusal never
     /// writes.
