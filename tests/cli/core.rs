@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
-use crate::common::{
-    BIN, Db, Kind, assert_store_error, assert_usage_error, each_store, now_millis, parse_line,
-    timestamp_millis,
+use crate::common::output::{
+    assert_store_error, assert_usage_error, keys, now_millis, parse_line, timestamp_millis,
 };
+use crate::common::process::{BIN, describe};
+use crate::common::store::{Db, Kind, each_store};
 
 /// Long enough after a 1 s lease for it to have run out.
 const PAST_EXPIRY: Duration = Duration::from_millis(1200);
@@ -48,16 +49,6 @@ struct LockView {
     fence: i64,
     acquired_at: i64,
     expires_at: i64,
-}
-
-/// The sorted keys of a JSON object.
-fn keys(value: &Value) -> Vec<&str> {
-    let object = value
-        .as_object()
-        .unwrap_or_else(|| panic!("expected an object, got {value}"));
-    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    keys
 }
 
 /// Checks a lock object's exact key set and formats, and reads it.
@@ -106,24 +97,16 @@ fn acquire(db: &Db, resource: &str, owner: &str, ttl: &str) -> LockView {
 /// `status`, checking the exact shape of both outcomes: `Some` when held (exit 0), `None`
 /// when not (exit 1).
 fn status(db: &Db, resource: &str) -> Option<LockView> {
-    let out = db.run(&["status", resource]);
-    let value = parse_line(&out.stdout);
-    match out.status.code() {
-        Some(0) => {
-            assert_eq!(keys(&value), ["held", "lock"], "{value}");
-            assert_eq!(value["held"], json!(true), "{value}");
-            let lock = lock_view(&value["lock"]);
-            assert_eq!(lock.resource, resource);
-            Some(lock)
-        }
-        Some(1) => {
-            assert_eq!(value, json!({"held": false, "resource": resource}));
-            None
-        }
-        other => panic!(
-            "status {resource:?} exited {other:?}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    let (code, value) = db.status(resource);
+    if code == 0 {
+        assert_eq!(keys(&value), ["held", "lock"], "{value}");
+        assert_eq!(value["held"], json!(true), "{value}");
+        let lock = lock_view(&value["lock"]);
+        assert_eq!(lock.resource, resource);
+        Some(lock)
+    } else {
+        assert_eq!(value, json!({"held": false, "resource": resource}));
+        None
     }
 }
 
@@ -146,15 +129,6 @@ fn spawn(db: &Db, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn distlock")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 // ---------------------------------------------------------------------------------------------
