@@ -37,7 +37,7 @@ use rusqlite::Connection;
 
 use crate::common::fenced_write::{fenced_write, ledger};
 use crate::common::output::{assert_store_error, assert_usage_error, parse_line, parse_lines};
-use crate::common::pids::{all_gone_within, children_of, is_gone, stat_fields};
+use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
 use crate::common::process::{BIN, describe, pid_of, wait_for_file, wait_or_kill, wait_until};
 use crate::common::store::{Db, Kind, distlock_at, each_store};
 
@@ -191,7 +191,7 @@ impl Drop for Leftovers {
         let pids = fs::read_to_string(&self.0).unwrap_or_default();
         for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
             // Only a group this test started: the pid still leads its own process group.
-            if stat_fields(pid).is_some_and(|f| f.get(2).is_some_and(|g| *g == pid.to_string())) {
+            if ids_of(pid).is_some_and(|ids| ids.pgrp == pid) {
                 let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             }
         }
@@ -211,9 +211,9 @@ struct Crash {
 /// `run`'s command: the guard's child (checked to still be, so the pid was not reaped and
 /// reused).
 fn command_of(guard: Pid) -> Option<i32> {
-    children_of(guard).into_iter().find(|&c| {
-        stat_fields(c).is_some_and(|f| f.get(1).is_some_and(|p| *p == guard.to_string()))
-    })
+    children_of(guard)
+        .into_iter()
+        .find(|&c| ids_of(c).is_some_and(|ids| ids.ppid == guard.as_raw()))
 }
 
 /// One worker's own owner name and resource: its acquire, renew, release and `run --owner`

@@ -8,12 +8,32 @@ use nix::unistd::Pid;
 
 use super::process::wait_for;
 
-/// The fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, … (`None` when
-/// there is no such process). The name is skipped by its last `)`: it may hold anything.
-pub fn stat_fields(pid: i32) -> Option<Vec<String>> {
+/// The fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, session, …
+/// (`None` when there is no such process). The name is skipped by its last `)`: it may hold
+/// anything.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Where a process stands: its parent, its process group and its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ids {
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+}
+
+/// The [`Ids`] of `pid`, or `None` when there is no such process.
+pub fn ids_of(pid: i32) -> Option<Ids> {
+    let fields = stat_fields(pid)?;
+    let field = |i: usize| fields.get(i)?.parse().ok();
+    Some(Ids {
+        ppid: field(1)?,
+        pgrp: field(2)?,
+        session: field(3)?,
+    })
 }
 
 /// A process no longer runs: it does not exist, or it is a zombie (`Z`, or `X` on its way
