@@ -36,7 +36,7 @@ use crate::common::output::{
     assert_store_error, assert_usage_error, keys, now_millis, parse_line, timestamp_millis,
 };
 use crate::common::process::{BIN, describe};
-use crate::common::store::{Db, Kind, each_store};
+use crate::common::store::{Db, Kind, distlock_at, each_store};
 
 /// Long enough after a 1 s lease for it to have run out.
 const PAST_EXPIRY: Duration = Duration::from_millis(1200);
@@ -1249,14 +1249,7 @@ const ALL_FOUR: [&[&str]; 4] = [
 ];
 
 fn with_db(db: &str, args: &[&str]) -> Output {
-    assert_cmd::Command::new(BIN)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("run distlock")
+    distlock_at(db).args(args).output().expect("run distlock")
 }
 
 #[test]
@@ -1335,6 +1328,60 @@ fn missing_parent_folders_are_created() {
     assert!(std::path::Path::new(path).is_file());
     let out = with_db(path, &["status", "r"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+/// The contract: the read-only commands on a SQLite store that does not exist answer as for an
+/// empty store and create nothing — no folder, no database, no `-wal`/`-shm`/`-turnstile`.
+/// (SQLite only: a PostgreSQL database either exists or the server says it does not.)
+#[test]
+fn read_only_commands_on_a_missing_store_answer_empty_and_create_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (path, first_missing) in [
+        (
+            dir.path().join("missing/folder/locks.db"),
+            dir.path().join("missing"),
+        ),
+        (dir.path().join("locks.db"), dir.path().join("locks.db")),
+    ] {
+        let db = path.to_str().expect("utf-8 path");
+        let out = with_db(db, &["status", "R"]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "status on {db}: {}",
+            describe(&out)
+        );
+        assert_eq!(
+            out.stdout,
+            b"{\"held\":false,\"resource\":\"R\"}\n",
+            "{}",
+            describe(&out)
+        );
+        let out = with_db(db, &["list"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "list on {db}: {}",
+            describe(&out)
+        );
+        assert_eq!(out.stdout, b"{\"locks\":[]}\n", "{}", describe(&out));
+        let out = with_db(db, &["log"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "log on {db}: {}",
+            describe(&out)
+        );
+        assert!(out.stdout.is_empty(), "log on {db}: {}", describe(&out));
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("read the temp dir")
+            .map(|entry| entry.expect("an entry").file_name())
+            .collect();
+        assert!(
+            !first_missing.exists() && left.is_empty(),
+            "status, list and log on {db} must create nothing, left {left:?}"
+        );
+    }
 }
 
 #[test]
