@@ -15,12 +15,12 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::common::output::{now_millis, parse_line, timestamp_millis};
-use crate::common::pids::{all_gone_within, is_gone};
+use crate::common::pids::{all_gone_within, ids_of, is_gone};
 use crate::common::process::{BIN, Proc, wait_for_file};
 use crate::common::store::{Db, Kind, each_store};
 
@@ -764,6 +764,165 @@ fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
         assert_free(db, "orphan");
         // The command was left behind with the guard; clean it up.
         let _ = killpg(Pid::from_raw(shell), Signal::SIGKILL);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Everything run started: descendants that left the process group
+// ---------------------------------------------------------------------------------------------
+
+/// Kills the listed processes when dropped, so that a failing test leaves no `sleep 300`
+/// behind. Each pid is one the test saw running (and, for the sleeps here, outliving them is
+/// the failure being reported).
+struct KillOnDrop(Vec<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if !is_gone(pid) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The first two numbers in `path`, once it has been written.
+fn read_pair(path: &Path) -> (i32, i32) {
+    wait_for_file(path, LONG);
+    let text = read_trimmed(path);
+    let pair: Vec<i32> = text
+        .split_whitespace()
+        .map(|n| n.parse().expect("a pid"))
+        .collect();
+    assert_eq!(pair.len(), 2, "{} holds {text:?}", path.display());
+    (pair[0], pair[1])
+}
+
+/// A command that leaves three descendants behind, each with a `sleep 300` that outlives it:
+/// - `setsid.pid`: a grandchild in its own session (`setsid`), so out of the command's process
+///   group, still the command's child;
+/// - `daemon.pid` (`PID MIDDLE`): a classic daemon — forked, `setsid`, forked again, its
+///   parent (MIDDLE) gone — out of the group and reparented;
+/// - `orphan.pid` (`PID MIDDLE`): forked twice, its parent gone: reparented but still in the
+///   command's process group.
+///
+/// Then the shell records itself (`sh.pid`) and waits.
+const ESCAPERS: &str = r#"setsid sh -c 'echo $$ > "$D/setsid.tmp"; mv "$D/setsid.tmp" "$D/setsid.pid"; exec sleep 300' &
+    setsid sh -c 'sleep 300 & echo "$! $$" > "$D/daemon.tmp"; mv "$D/daemon.tmp" "$D/daemon.pid"' &
+    sh -c 'sleep 300 & echo "$! $$" > "$D/orphan.tmp"; mv "$D/orphan.tmp" "$D/orphan.pid"' &
+    echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
+    for i in $(seq 600); do sleep 0.1; done"#;
+
+#[test]
+fn lease_lost_stops_descendants_that_left_the_process_group() {
+    each_store(|db| {
+        let proc = Proc::spawn(
+            &mut run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "escape",
+                    "--owner",
+                    "X",
+                    "--ttl",
+                    "3",
+                    "--kill-after",
+                    "1",
+                    "--",
+                    "sh",
+                    "-c",
+                    ESCAPERS,
+                ],
+            ),
+            db.dir.path(),
+            "run",
+        );
+        wait_for_file(&db.file("sh.pid"), LONG);
+        let shell = i32::try_from(read_number(&db.file("sh.pid"))).expect("pid");
+        wait_for_file(&db.file("setsid.pid"), LONG);
+        let setsid = i32::try_from(read_number(&db.file("setsid.pid"))).expect("pid");
+        let (daemon, daemon_parent) = read_pair(&db.file("daemon.pid"));
+        let (orphan, orphan_parent) = read_pair(&db.file("orphan.pid"));
+        let _cleanup = KillOnDrop(vec![setsid, daemon, orphan]);
+
+        // The premises: each one runs, and has escaped as described.
+        assert!(
+            all_gone_within(&[daemon_parent, orphan_parent], LONG),
+            "the daemon's and the orphan's parents never exited"
+        );
+        let ids = |pid: i32, what: &str| {
+            ids_of(pid)
+                .filter(|_| !is_gone(pid))
+                .unwrap_or_else(|| panic!("the {what} (pid {pid}) is not running"))
+        };
+        let command = ids(shell, "command");
+        let setsid_ids = ids(setsid, "setsid grandchild");
+        let daemon_ids = ids(daemon, "daemon");
+        let orphan_ids = ids(orphan, "orphan");
+        assert_eq!(setsid_ids.session, setsid, "{setsid_ids:?}");
+        assert_eq!(setsid_ids.ppid, shell, "{setsid_ids:?}");
+        assert!(
+            daemon_ids.session != command.session && daemon_ids.ppid != daemon_parent,
+            "the daemon left the session and was reparented: {daemon_ids:?}, command {command:?}"
+        );
+        assert!(
+            orphan_ids.pgrp == command.pgrp && orphan_ids.ppid != orphan_parent,
+            "the orphan stayed in the group and was reparented: {orphan_ids:?}, command \
+             {command:?}"
+        );
+
+        db.json(&["release", "escape", "--owner", "X"], 0);
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(124), "{}", proc.describe());
+        let started = [
+            (shell, "the command"),
+            (setsid, "the setsid grandchild"),
+            (daemon, "the double-forked daemon"),
+            (orphan, "the orphaned grandchild"),
+        ];
+        all_gone_within(&started.map(|(pid, _)| pid), Duration::from_secs(10));
+        let survivors: Vec<String> = started
+            .iter()
+            .filter(|&&(pid, _)| !is_gone(pid))
+            .map(|&(pid, what)| format!("{what} (pid {pid}, {:?})", ids_of(pid)))
+            .collect();
+        assert!(
+            survivors.is_empty(),
+            "{:?}: outlived the lost lease: {survivors:?}",
+            db.kind
+        );
+        assert_free(db, "escape");
+    });
+}
+
+#[test]
+fn normal_exit_does_not_wait_for_escaped_descendants() {
+    each_store(|db| {
+        // The command starts a 30 s sleep in a session of its own and exits 0 once it runs.
+        let script = r#"setsid sh -c 'echo $$ > "$D/escaped.tmp"; mv "$D/escaped.tmp" "$D/escaped.pid"; exec sleep 30' &
+            while [ ! -e "$D/escaped.pid" ]; do sleep 0.05; done
+            exit 0"#;
+        let escaped_pid = db.file("escaped.pid");
+        let mut cleanup = KillOnDrop(Vec::new());
+        let proc = Proc::spawn(
+            &mut run_cmd(db, &["--resource", "left", "--", "sh", "-c", script]),
+            db.dir.path(),
+            "run",
+        );
+        let done = proc.finish(Duration::from_secs(40));
+        if escaped_pid.exists() {
+            cleanup
+                .0
+                .push(i32::try_from(read_number(&escaped_pid)).expect("pid"));
+        }
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        assert!(
+            done.elapsed < Duration::from_secs(15),
+            "run waited for the escaped sleep 30 (or nearly): {}",
+            done.describe()
+        );
+        assert!(escaped_pid.exists(), "the command never started its sleep");
+        assert_free(db, "left");
     });
 }
 
