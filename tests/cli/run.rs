@@ -9,7 +9,7 @@
 //! from causality.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::common::output::{now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{all_gone_within, ids_of, is_gone};
-use crate::common::process::{BIN, Proc, wait_for_file};
+use crate::common::process::{BIN, Proc, wait_for, wait_for_file};
 use crate::common::store::{Db, Kind, each_store};
 
 /// `distlock run ARGS…` with the scratch folder in `$D` and the binary in `$DL`.
@@ -923,6 +923,171 @@ fn normal_exit_does_not_wait_for_escaped_descendants() {
         );
         assert!(escaped_pid.exists(), "the command never started its sleep");
         assert_free(db, "left");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// When run cannot start guarding
+// ---------------------------------------------------------------------------------------------
+
+/// A cgroup of the `pids` controller with a task limit (`pids.max`), removed when dropped
+/// (after killing whatever still runs in it). Threads count as tasks, so a process in it can
+/// create only so many threads and children.
+struct PidsCgroup {
+    path: PathBuf,
+}
+
+impl PidsCgroup {
+    /// A fresh cgroup allowing `max` tasks, or `None` when this machine has no `pids` hierarchy
+    /// the test can write (cgroup v1 at `/sys/fs/cgroup/pids`, or v2 with `pids` enabled for
+    /// the root's children; normally root only).
+    fn create(max: u32) -> Option<PidsCgroup> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let v1 = Path::new("/sys/fs/cgroup/pids");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let parent = if v1.join("cgroup.procs").exists() {
+            v1
+        } else if fs::read_to_string(v2.join("cgroup.subtree_control"))
+            .is_ok_and(|controllers| controllers.split_whitespace().any(|c| c == "pids"))
+        {
+            v2
+        } else {
+            return None;
+        };
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = parent.join(format!("distlock-test-{}-{n}", std::process::id()));
+        fs::create_dir(&path).ok()?;
+        let cgroup = PidsCgroup { path };
+        fs::write(cgroup.path.join("pids.max"), max.to_string()).ok()?;
+        Some(cgroup)
+    }
+
+    /// `distlock ARGS…` (with `db`'s store) started inside the cgroup: a shell joins it, then
+    /// execs distlock. Exit 99 means the shell could not join.
+    fn distlock(&self, db: &Db, args: &[&str]) -> Command {
+        let mut cmd = db.env_cmd("sh");
+        cmd.args(["-c", r#"echo $$ > "$0" || exit 99; exec "$@""#])
+            .arg(self.path.join("cgroup.procs"))
+            .arg(BIN)
+            .args(args)
+            .env("D", db.dir.path());
+        cmd
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let procs = self.path.join("cgroup.procs");
+        let emptied = wait_for(Duration::from_secs(5), || {
+            let pids = fs::read_to_string(&procs).unwrap_or_default();
+            for pid in pids.split_whitespace().filter_map(|p| p.parse().ok()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            fs::remove_dir(&self.path).is_ok()
+        });
+        if !emptied {
+            eprintln!("note: could not remove {}", self.path.display());
+        }
+    }
+}
+
+/// The most tasks tried before giving up on seeing `run` succeed.
+const MOST_TASKS: u32 = 32;
+
+#[test]
+fn run_releases_the_lock_when_it_cannot_start_guarding() {
+    // Each round allows distlock one more task (thread or child) than the last, until `run`
+    // succeeds. Wherever it fails, it must fail cleanly: 74 with one `distlock:` line, the lock
+    // free, nothing it started left running. 126 is accepted only when the lock was taken but
+    // the command never ran (a fork that failed: "the command cannot be executed"). At least
+    // one round must take the lock and then fail: the path under test.
+    if PidsCgroup::create(1).is_none() {
+        eprintln!(
+            "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
+        );
+        return;
+    }
+    each_store(|db| {
+        let mut failed_after_taking = Vec::new();
+        let mut succeeded = false;
+        for max in 1..=MOST_TASKS {
+            let cgroup = PidsCgroup::create(max).expect("a pids cgroup, as a moment ago");
+            let resource = format!("limited-{max}");
+            let pid_file = db.file(&format!("command-{max}.pid"));
+            let pid_path = pid_file.to_str().expect("utf-8 path");
+            // Builtins and exec only: the command needs no task of its own beyond its process.
+            let mut cmd = cgroup.distlock(
+                db,
+                &[
+                    "run",
+                    "--resource",
+                    &resource,
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"echo $$ > "$0"; exec sleep 5"#,
+                    pid_path,
+                ],
+            );
+            let done = Proc::spawn(&mut cmd, db.dir.path(), &resource).finish(LONG);
+            let what = format!("{:?}, pids.max {max}", db.kind);
+            assert_ne!(done.code(), Some(99), "{what}: could not join the cgroup");
+            let taken = db
+                .log(&[resource.as_str()])
+                .iter()
+                .any(|e| e["event"] == "acquired");
+            let ran = pid_file.exists();
+            if done.code() == Some(0) {
+                assert!(taken && ran, "{what}: {}", done.describe());
+                assert_free(db, &resource);
+                succeeded = true;
+                break;
+            }
+            // Before the lock is taken (PostgreSQL's connection has a thread of its own), the
+            // limit leaves the store unusable: a store error, never a panic.
+            let allowed: &[i32] = if taken && !ran { &[74, 126] } else { &[74] };
+            assert!(
+                done.code().is_some_and(|code| allowed.contains(&code)),
+                "{what}: a run that cannot {} must exit {allowed:?} (lock taken: {taken}, \
+                 command started: {ran}): {}",
+                if taken {
+                    "start guarding"
+                } else {
+                    "open its store, before taking the lock,"
+                },
+                done.describe()
+            );
+            let stderr = done.stderr();
+            assert!(
+                stderr.starts_with("distlock: ") && stderr.lines().count() == 1,
+                "{what}: one line `distlock: …` on stderr: {}",
+                done.describe()
+            );
+            assert!(done.output.stdout.is_empty(), "{what}: {}", done.describe());
+            let (code, seen) = db.status(&resource);
+            assert_eq!(code, 1, "{what}: the lock must be free afterwards: {seen}");
+            if ran {
+                let command = i32::try_from(read_number(&pid_file)).expect("pid");
+                assert!(
+                    all_gone_within(&[command], Duration::from_secs(2)),
+                    "{what}: the command (pid {command}) outlived its guard"
+                );
+            }
+            if taken {
+                failed_after_taking.push(max);
+            }
+            drop(cgroup);
+        }
+        assert!(
+            succeeded,
+            "{:?}: run never succeeded with up to {MOST_TASKS} tasks",
+            db.kind
+        );
+        assert!(
+            !failed_after_taking.is_empty(),
+            "{:?}: no task limit made run fail after taking the lock: nothing was tested",
+            db.kind
+        );
     });
 }
 

@@ -97,7 +97,13 @@ impl Db {
 
     /// The same, as a `std::process::Command` for tests that spawn and signal processes.
     pub fn std_cmd(&self) -> std::process::Command {
-        let mut cmd = std::process::Command::new(BIN);
+        self.env_cmd(BIN)
+    }
+
+    /// `program` (a wrapper that ends up running distlock) with this store in `DISTLOCK_DB` and
+    /// no owner inherited.
+    pub fn env_cmd(&self, program: impl AsRef<OsStr>) -> std::process::Command {
+        let mut cmd = std::process::Command::new(program);
         cmd.env("DISTLOCK_DB", &self.url)
             .env_remove("DISTLOCK_OWNER");
         cmd
