@@ -1344,35 +1344,23 @@ fn read_only_commands_on_a_missing_store_answer_empty_and_create_nothing() {
         (dir.path().join("locks.db"), dir.path().join("locks.db")),
     ] {
         let db = path.to_str().expect("utf-8 path");
-        let out = with_db(db, &["status", "R"]);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "status on {db}: {}",
-            describe(&out)
-        );
-        assert_eq!(
-            out.stdout,
-            b"{\"held\":false,\"resource\":\"R\"}\n",
-            "{}",
-            describe(&out)
-        );
-        let out = with_db(db, &["list"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "list on {db}: {}",
-            describe(&out)
-        );
-        assert_eq!(out.stdout, b"{\"locks\":[]}\n", "{}", describe(&out));
-        let out = with_db(db, &["log"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "log on {db}: {}",
-            describe(&out)
-        );
-        assert!(out.stdout.is_empty(), "log on {db}: {}", describe(&out));
+        for (args, code, stdout) in [
+            (
+                &["status", "R"][..],
+                1,
+                "{\"held\":false,\"resource\":\"R\"}\n",
+            ),
+            (&["list"], 0, "{\"locks\":[]}\n"),
+            (&["log"], 0, ""),
+        ] {
+            let out = with_db(db, args);
+            assert_eq!(
+                (out.status.code(), out.stdout.as_slice()),
+                (Some(code), stdout.as_bytes()),
+                "{args:?} on {db}: {}",
+                describe(&out)
+            );
+        }
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .expect("read the temp dir")
             .map(|entry| entry.expect("an entry").file_name())

@@ -456,6 +456,26 @@ fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
 // Lease lost
 // ---------------------------------------------------------------------------------------------
 
+/// `run --resource RESOURCE --owner X --ttl 3 --kill-after KILL_AFTER -- sh -c SCRIPT`, spawned:
+/// a command whose lease the test can take away (`release --owner X`).
+fn spawn_as_x(db: &Db, resource: &str, kill_after: &str, script: &str) -> Proc {
+    let args = [
+        "--resource",
+        resource,
+        "--owner",
+        "X",
+        "--ttl",
+        "3",
+        "--kill-after",
+        kill_after,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ];
+    Proc::spawn(&mut run_cmd(db, &args), db.dir.path(), "run")
+}
+
 /// Script lines for a shell that records its own pid (`sh.pid`) and that of the background job
 /// it just started (`$!`, into `gc.pid`).
 const FAMILY: &str = r#"echo $! > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc.pid"
@@ -478,27 +498,7 @@ fn family_pids(db: &Db) -> (i32, i32) {
 fn lease_lost_to_a_release_stops_the_command_and_everything_it_started() {
     each_store(|db| {
         let script = format!("sleep 60 &\n{FAMILY}\nsleep 60");
-        let proc = Proc::spawn(
-            &mut run_cmd(
-                db,
-                &[
-                    "--resource",
-                    "lost",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "3",
-                    "--kill-after",
-                    "1",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
-            ),
-            db.dir.path(),
-            "run",
-        );
+        let proc = spawn_as_x(db, "lost", "1", &script);
         let (shell, grandchild) = family_pids(db);
 
         let start = Instant::now();
@@ -531,27 +531,7 @@ fn lease_lost_gives_what_the_command_started_kill_after_to_clean_up() {
                 for i in $(seq 600); do sleep 0.1; done' &
             echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
             sleep 60"#;
-        let proc = Proc::spawn(
-            &mut run_cmd(
-                db,
-                &[
-                    "--resource",
-                    "cleanup",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "3",
-                    "--kill-after",
-                    "2",
-                    "--",
-                    "sh",
-                    "-c",
-                    script,
-                ],
-            ),
-            db.dir.path(),
-            "run",
-        );
+        let proc = spawn_as_x(db, "cleanup", "2", script);
         let (shell, worker) = family_pids(db);
         db.json(&["release", "cleanup", "--owner", "X"], 0);
         let proc = proc.finish(LONG);
@@ -583,27 +563,7 @@ fn lease_lost_to_another_owner_kills_a_command_that_survives_sigterm() {
             {FAMILY}
             for i in $(seq 600); do sleep 0.1; done"#
         );
-        let proc = Proc::spawn(
-            &mut run_cmd(
-                db,
-                &[
-                    "--resource",
-                    "taken",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "3",
-                    "--kill-after",
-                    "1",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
-            ),
-            db.dir.path(),
-            "run",
-        );
+        let proc = spawn_as_x(db, "taken", "1", &script);
         let (shell, grandchild) = family_pids(db);
 
         let start = Instant::now();
@@ -816,27 +776,7 @@ const ESCAPERS: &str = r#"setsid sh -c 'echo $$ > "$D/setsid.tmp"; mv "$D/setsid
 #[test]
 fn lease_lost_stops_descendants_that_left_the_process_group() {
     each_store(|db| {
-        let proc = Proc::spawn(
-            &mut run_cmd(
-                db,
-                &[
-                    "--resource",
-                    "escape",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "3",
-                    "--kill-after",
-                    "1",
-                    "--",
-                    "sh",
-                    "-c",
-                    ESCAPERS,
-                ],
-            ),
-            db.dir.path(),
-            "run",
-        );
+        let proc = spawn_as_x(db, "escape", "1", ESCAPERS);
         wait_for_file(&db.file("sh.pid"), LONG);
         let shell = i32::try_from(read_number(&db.file("sh.pid"))).expect("pid");
         wait_for_file(&db.file("setsid.pid"), LONG);
