@@ -4,13 +4,20 @@
 //! paths (`/usr/local/bin/backup.sh`, `./deploy.sh`, `/srv/ledger`, …) pointed at test scripts.
 //! The checks are about behaviour — who held the lock while the job ran, whether two deploys
 //! overlapped, which writes the guarded resource accepted — not only exit codes.
+//!
+//! Processes, deadlines and waits come from the integration suite's `common::process`, and the
+//! guarded resource from its `common::fenced_write`: the same files, compiled into this crate too.
+
+#[path = "cli/common/fenced_write.rs"]
+mod fenced_write;
+#[path = "cli/common/process.rs"]
+mod process;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,8 +26,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tempfile::TempDir;
 
-/// The binary under test; its folder goes first in every recipe's `PATH`.
-const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+use fenced_write::{fenced_write, ledger};
+use process::{BIN, Proc, describe, spawn_lock, wait_for_file, wait_until};
 
 /// The README's command for the fenced-write recipe, run by [`fenced_write_readme_command`].
 const FENCED_USAGE: &str =
@@ -37,17 +44,6 @@ const RECIPES: [&str; 5] = [
 
 /// systemd's default `PATH` for services.
 const SYSTEMD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// Held while a script is written and while a process is spawned. A fork in another test
-/// thread while a script is open for writing would inherit that descriptor, and exec'ing the
-/// script would then fail with ETXTBSY ("Text file busy").
-static SPAWN: Mutex<()> = Mutex::new(());
-
-fn spawn_lock() -> std::sync::MutexGuard<'static, ()> {
-    SPAWN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -79,15 +75,6 @@ fn substitute(text: &str, paths: &[(&str, &Path)]) -> String {
         text = text.replace(from, to.to_str().expect("utf-8 path"));
     }
     text
-}
-
-/// Polls `done` until it holds, or fails the test after `limit`.
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Runs `cmd` to completion and captures its output; spawned under [`SPAWN`], like every
@@ -169,20 +156,7 @@ impl Scratch {
     /// Starts `cmd` with stdout and stderr going to scratch files.
     fn spawn(&self, cmd: &mut Command) -> Proc {
         let n = self.names.fetch_add(1, Ordering::Relaxed);
-        let out = self.path(&format!("proc-{n}.stdout"));
-        let err = self.path(&format!("proc-{n}.stderr"));
-        cmd.stdout(std::fs::File::create(&out).expect("stdout file"))
-            .stderr(std::fs::File::create(&err).expect("stderr file"));
-        let child = {
-            let _guard = spawn_lock();
-            cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"))
-        };
-        Proc {
-            child,
-            what: format!("{cmd:?}"),
-            out,
-            err,
-        }
+        Proc::spawn(cmd, self.dir.path(), &format!("proc-{n}"))
     }
 
     /// Runs `distlock ARGS…` to completion.
@@ -196,9 +170,8 @@ impl Scratch {
         assert_eq!(
             out.status.code(),
             Some(code),
-            "distlock {args:?}\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            "distlock {args:?}: {}",
+            describe(&out)
         );
         serde_json::from_slice(&out.stdout).expect("one JSON object")
     }
@@ -235,67 +208,6 @@ impl Scratch {
             .lines()
             .map(|line| serde_json::from_str(line).expect("a JSON line"))
             .collect()
-    }
-}
-
-/// A started process, killed if the test ends before it does.
-struct Proc {
-    child: Child,
-    what: String,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-#[derive(Debug)]
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Finished {
-    fn code(&self) -> Option<i32> {
-        self.status.code()
-    }
-}
-
-impl Proc {
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id()).expect("a pid"))
-    }
-
-    /// Waits for the process to exit, failing the test (and killing it) after `limit`.
-    fn wait(&mut self, limit: Duration) -> Finished {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            if start.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "{} still running after {limit:?}\nstderr: {}",
-                    self.what,
-                    read(&self.err)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Finished {
-            status,
-            stdout: read(&self.out),
-            stderr: read(&self.err),
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -607,11 +519,17 @@ fn cron_skip_line_skips_quietly_while_held_and_runs_when_free() {
     let previous = s.hold("backup", "previous-backup", "60s");
     let done = s
         .spawn(&mut cron.command(&s, &line))
-        .wait(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "a skipped run succeeds: {done:?}");
+        .finish(Duration::from_secs(20));
+    assert_eq!(
+        done.code(),
+        Some(0),
+        "a skipped run succeeds: {}",
+        done.describe()
+    );
     assert!(
-        done.stdout.is_empty() && done.stderr.is_empty(),
-        "a skipped run says nothing (cron would mail it): {done:?}"
+        done.stdout().is_empty() && done.stderr().is_empty(),
+        "a skipped run says nothing (cron would mail it): {}",
+        done.describe()
     );
     assert_eq!(
         runs(&s, "backup.sh"),
@@ -627,8 +545,8 @@ fn cron_skip_line_skips_quietly_while_held_and_runs_when_free() {
     s.release("backup", "previous-backup");
     let done = s
         .spawn(&mut cron.command(&s, &line))
-        .wait(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "{done:?}");
+        .finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
     assert_eq!(
         runs(&s, "backup.sh"),
         1,
@@ -653,7 +571,7 @@ fn cron_wait_line_runs_once_the_holder_releases() {
 
     s.hold("backup", "nightly-backup", "60s");
     let start = Instant::now();
-    let mut waiting = s.spawn(&mut cron.command(&s, &line));
+    let waiting = s.spawn(&mut cron.command(&s, &line));
     let ran_while_held = std::thread::scope(|scope| {
         let releaser = scope.spawn(|| {
             std::thread::sleep(Duration::from_secs(1));
@@ -661,8 +579,8 @@ fn cron_wait_line_runs_once_the_holder_releases() {
             s.release("backup", "nightly-backup");
             ran
         });
-        let done = waiting.wait(Duration::from_secs(30));
-        assert_eq!(done.code(), Some(0), "{done:?}");
+        let done = waiting.finish(Duration::from_secs(30));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
         releaser.join().expect("releaser")
     });
     assert!(
@@ -692,9 +610,13 @@ fn cron_gc_line_drops_expired_locks_and_keeps_recent_history() {
     });
     let done = s
         .spawn(&mut cron.command(&s, &line))
-        .wait(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "{done:?}");
-    assert!(done.stdout.is_empty() && done.stderr.is_empty(), "{done:?}");
+        .finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    assert!(
+        done.stdout().is_empty() && done.stderr().is_empty(),
+        "{}",
+        done.describe()
+    );
 
     let conn = rusqlite::Connection::open(&s.db).expect("open the store");
     let mut rows = conn
@@ -805,10 +727,10 @@ fn systemd_exec_start_runs_the_backup_under_the_lock() {
     let unit = Unit::parse();
     let job = backup_job(&s, "backup.sh");
 
-    let mut service = s.spawn(&mut unit.command(&s, &job));
+    let service = s.spawn(&mut unit.command(&s, &job));
     let pid = service.pid();
-    let done = service.wait(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "{done:?}");
+    let done = service.finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
     assert_eq!(runs(&s, "backup.sh"), 1);
     let lock = seen_by(&s, "backup.sh");
     assert_eq!(lock["resource"], "backup");
@@ -834,11 +756,12 @@ fn systemd_exec_start_runs_the_backup_under_the_lock() {
     s.hold("backup", "cron-backup", "60s");
     let done = s
         .spawn(&mut unit.command(&s, &job))
-        .wait(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(75), "{done:?}");
+        .finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(75), "{}", done.describe());
     assert!(
-        done.stderr.contains("cron-backup"),
-        "names the holder: {done:?}"
+        done.stderr().contains("cron-backup"),
+        "names the holder: {}",
+        done.describe()
     );
     assert_eq!(runs(&s, "backup.sh"), 1, "no second backup while held");
 
@@ -884,19 +807,22 @@ fn systemd_stop_lets_the_backup_finish_and_then_releases() {
         ),
     );
 
-    let mut service = s.spawn(&mut unit.command(&s, &job));
-    wait_until(Duration::from_secs(10), "the backup starts", || {
-        s.path("started").exists()
-    });
+    let service = s.spawn(&mut unit.command(&s, &job));
+    wait_for_file(&s.path("started"), Duration::from_secs(10));
     let group: i32 = read(&s.path("started")).trim().parse().expect("a pid");
     let before = s.holder("backup").expect("held while the backup runs");
 
     // KillMode=control-group: SIGTERM to every process of the unit.
     let stop = Instant::now();
-    kill(service.pid(), Signal::SIGTERM).expect("signal distlock");
+    service.signal(Signal::SIGTERM);
     let _ = killpg(Pid::from_raw(group), Signal::SIGTERM);
-    let done = service.wait(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "the backup's own status: {done:?}");
+    let done = service.finish(Duration::from_secs(20));
+    assert_eq!(
+        done.code(),
+        Some(0),
+        "the backup's own status: {}",
+        done.describe()
+    );
     assert!(
         stop.elapsed() >= Duration::from_millis(900),
         "distlock must wait for the backup's clean-up"
@@ -953,10 +879,9 @@ fn ci_step_serialises_concurrent_deploys() {
         cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &line]);
         s.spawn(&mut cmd)
     };
-    let (mut first, mut second) = (step(), step());
-    for pipeline in [&mut first, &mut second] {
-        let done = pipeline.wait(Duration::from_secs(40));
-        assert_eq!(done.code(), Some(0), "{done:?}");
+    for pipeline in [step(), step()] {
+        let done = pipeline.finish(Duration::from_secs(40));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
     }
     assert!(
         !s.path("overlaps").exists(),
@@ -1021,17 +946,18 @@ fn deploy_script_holds_one_tenure_across_its_steps() {
     s.hold("warm-up", "w", "60s");
     s.release("warm-up", "w");
 
-    let mut script = deploy(&s, &work);
+    let script = deploy(&s, &work);
     let owner = format!("{}:{}", host_name(), script.pid());
-    let done = script.wait(Duration::from_secs(30));
-    assert_eq!(done.code(), Some(0), "{done:?}");
+    let done = script.finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
 
     let log = s.log("deploy-production");
     let fence = log[0]["fence"].as_i64().expect("fence");
     assert!(fence >= 2);
     assert!(
-        done.stderr.contains(&format!("done (fence {fence})")),
-        "{done:?}"
+        done.stderr().contains(&format!("done (fence {fence})")),
+        "{}",
+        done.describe()
     );
     let events: Vec<&str> = log
         .iter()
@@ -1072,12 +998,13 @@ fn deploy_script_exits_75_and_touches_nothing_while_another_deploy_runs() {
     let work = deploy_steps(&s);
     let running = s.hold("deploy-production", "ci-runner-7", "60s");
 
-    let done = deploy(&s, &work).wait(Duration::from_secs(30));
-    assert_eq!(done.code(), Some(75), "{done:?}");
+    let done = deploy(&s, &work).finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(75), "{}", done.describe());
     assert!(
-        done.stderr.contains("another deploy holds the lock")
-            && done.stderr.contains("ci-runner-7"),
-        "{done:?}"
+        done.stderr().contains("another deploy holds the lock")
+            && done.stderr().contains("ci-runner-7"),
+        "{}",
+        done.describe()
     );
     assert!(!s.path("migrate.seen").exists() && !s.path("switch-traffic.seen").exists());
     assert_eq!(s.holder("deploy-production"), Some(running));
@@ -1089,8 +1016,13 @@ fn deploy_script_releases_the_lock_when_a_step_fails() {
     let work = deploy_steps(&s);
     std::fs::write(s.path("fail-migrate"), "").expect("flag");
 
-    let done = deploy(&s, &work).wait(Duration::from_secs(30));
-    assert_eq!(done.code(), Some(3), "the failed step's status: {done:?}");
+    let done = deploy(&s, &work).finish(Duration::from_secs(30));
+    assert_eq!(
+        done.code(),
+        Some(3),
+        "the failed step's status: {}",
+        done.describe()
+    );
     assert!(
         !s.path("switch-traffic.seen").exists(),
         "no step after a failure"
@@ -1125,14 +1057,12 @@ fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
         let work = deploy_steps(&s);
         std::fs::write(s.path("block-migrate"), "").expect("flag");
 
-        let mut script = deploy(&s, &work);
-        wait_until(Duration::from_secs(10), "migrate starts", || {
-            s.path("migrate.started").exists()
-        });
+        let script = deploy(&s, &work);
+        wait_for_file(&s.path("migrate.started"), Duration::from_secs(10));
         assert!(s.holder("deploy-production").is_some());
         killpg(script.pid(), signal).expect("signal the script's group");
-        let done = script.wait(Duration::from_secs(20));
-        assert_eq!(done.code(), Some(code), "{signal}: {done:?}");
+        let done = script.finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(code), "{signal}: {}", done.describe());
         assert!(!s.path("switch-traffic.seen").exists());
         assert_eq!(
             s.holder("deploy-production"),
@@ -1144,22 +1074,6 @@ fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
 
 // ---------------------------------------------------------------------------------------------
 // Guarding a write with DISTLOCK_FENCE
-
-fn fenced_write() -> PathBuf {
-    root().join("examples/fenced-write")
-}
-
-/// The ledger's entries as (fence, value).
-fn ledger(dir: &Path) -> Vec<(i64, String)> {
-    std::fs::read_to_string(dir.join("data"))
-        .unwrap_or_default()
-        .lines()
-        .map(|line| {
-            let (fence, value) = line.split_once(' ').expect("FENCE VALUE");
-            (fence.parse().expect("a fence"), value.to_owned())
-        })
-        .collect()
-}
 
 fn assert_fence_order(entries: &[(i64, String)]) {
     assert!(
@@ -1181,7 +1095,7 @@ fn fenced_write_accepts_newer_fences_and_rejects_older_ones() {
             cmd.env("DISTLOCK_FENCE", env);
         }
         cmd.arg(&dir).arg(value);
-        s.spawn(&mut cmd).wait(Duration::from_secs(10))
+        s.spawn(&mut cmd).finish(Duration::from_secs(10))
     };
     for (fence, env, value) in [
         (Some("5"), None, "a"),
@@ -1190,7 +1104,7 @@ fn fenced_write_accepts_newer_fences_and_rejects_older_ones() {
         (Some("9"), Some("3"), "d"),
     ] {
         let done = write(fence, env, value);
-        assert_eq!(done.code(), Some(0), "{value}: {done:?}");
+        assert_eq!(done.code(), Some(0), "{value}: {}", done.describe());
     }
     let accepted = vec![
         (5, "a".to_owned()),
@@ -1201,10 +1115,10 @@ fn fenced_write_accepts_newer_fences_and_rejects_older_ones() {
     assert_eq!(ledger(&dir), accepted, "--fence wins over DISTLOCK_FENCE");
 
     let stale = write(Some("8"), None, "stale");
-    assert_eq!(stale.code(), Some(1), "{stale:?}");
-    assert!(stale.stderr.contains("rejected"), "{stale:?}");
+    assert_eq!(stale.code(), Some(1), "{}", stale.describe());
+    assert!(stale.stderr().contains("rejected"), "{}", stale.describe());
     let unfenced = write(None, None, "no fence");
-    assert_eq!(unfenced.code(), Some(64), "{unfenced:?}");
+    assert_eq!(unfenced.code(), Some(64), "{}", unfenced.describe());
     assert_eq!(ledger(&dir), accepted, "rejected writes change nothing");
     assert_eq!(read(&dir.join("fence")), "9\n");
 }
@@ -1216,7 +1130,7 @@ fn fenced_write_is_atomic_against_concurrent_writers() {
     std::fs::create_dir(&dir).expect("mkdir");
     let mut fences: Vec<u32> = (1..=24).collect();
     fastrand::shuffle(&mut fences);
-    let mut writers: Vec<(u32, Proc)> = fences
+    let writers: Vec<(u32, Proc)> = fences
         .iter()
         .map(|&fence| {
             let mut cmd = s.cmd(fenced_write());
@@ -1227,12 +1141,12 @@ fn fenced_write_is_atomic_against_concurrent_writers() {
         })
         .collect();
     let mut accepted = 0;
-    for (fence, writer) in &mut writers {
-        let done = writer.wait(Duration::from_secs(30));
+    for (fence, writer) in writers {
+        let done = writer.finish(Duration::from_secs(30));
         match done.code() {
             Some(0) => accepted += 1,
-            Some(1) => assert!(done.stderr.contains("rejected"), "{done:?}"),
-            _ => panic!("writer {fence}: {done:?}"),
+            Some(1) => assert!(done.stderr().contains("rejected"), "{}", done.describe()),
+            _ => panic!("writer {fence}: {}", done.describe()),
         }
     }
     let entries = ledger(&dir);
@@ -1257,8 +1171,8 @@ fn fenced_write_readme_command() {
     for _ in 0..2 {
         let mut cmd = s.cmd("/bin/sh");
         cmd.arg("-c").arg(&line).current_dir(root());
-        let done = s.spawn(&mut cmd).wait(Duration::from_secs(20));
-        assert_eq!(done.code(), Some(0), "{done:?}");
+        let done = s.spawn(&mut cmd).finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
     }
     let tenures: Vec<i64> = s
         .log("ledger")
@@ -1325,14 +1239,12 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
             late = s.p("a.late"),
         ),
     );
-    let mut a = s.spawn(
+    let a = s.spawn(
         s.cmd(BIN)
             .args(["run", "--resource", "ledger", "--ttl", "2", "--"])
             .arg(&step),
     );
-    wait_until(Duration::from_secs(10), "A writes and is ready", || {
-        s.path("a.pid").exists()
-    });
+    wait_for_file(&s.path("a.pid"), Duration::from_secs(10));
     let group = Pid::from_raw(read(&s.path("a.pid")).trim().parse().expect("a pid"));
     let mut paused = Paused {
         run: a.pid(),
@@ -1363,8 +1275,8 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
     let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
     let mut cmd = s.cmd("/bin/sh");
     cmd.arg("-c").arg(&line).current_dir(root());
-    let b = s.spawn(&mut cmd).wait(Duration::from_secs(20));
-    assert_eq!(b.code(), Some(0), "{b:?}");
+    let b = s.spawn(&mut cmd).finish(Duration::from_secs(20));
+    assert_eq!(b.code(), Some(0), "{}", b.describe());
 
     // A resumes: its command first, so the late write is attempted before the guard can
     // stop it, as when a write is already under way.
@@ -1380,15 +1292,17 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
     );
     kill(paused.run, Signal::SIGCONT).expect("continue A's distlock");
     paused.armed = false;
-    let a_done = a.wait(Duration::from_secs(20));
+    let a_done = a.finish(Duration::from_secs(20));
     assert_eq!(
         a_done.code(),
         Some(124),
-        "A's guard notices the lost lease: {a_done:?}"
+        "A's guard notices the lost lease: {}",
+        a_done.describe()
     );
     assert!(
-        a_done.stderr.contains("fenced-write: rejected"),
-        "{a_done:?}"
+        a_done.stderr().contains("fenced-write: rejected"),
+        "{}",
+        a_done.describe()
     );
 
     let entries = ledger(&dir);

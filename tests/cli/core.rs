@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
-use crate::common::{
-    BIN, Db, Kind, assert_store_error, assert_usage_error, each_store, now_millis, parse_line,
-    timestamp_millis,
+use crate::common::output::{
+    assert_store_error, assert_usage_error, keys, now_millis, parse_line, timestamp_millis,
 };
+use crate::common::process::{BIN, describe};
+use crate::common::store::{Db, Kind, distlock_at, each_store};
 
 /// Long enough after a 1 s lease for it to have run out.
 const PAST_EXPIRY: Duration = Duration::from_millis(1200);
@@ -48,16 +49,6 @@ struct LockView {
     fence: i64,
     acquired_at: i64,
     expires_at: i64,
-}
-
-/// The sorted keys of a JSON object.
-fn keys(value: &Value) -> Vec<&str> {
-    let object = value
-        .as_object()
-        .unwrap_or_else(|| panic!("expected an object, got {value}"));
-    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    keys
 }
 
 /// Checks a lock object's exact key set and formats, and reads it.
@@ -106,24 +97,16 @@ fn acquire(db: &Db, resource: &str, owner: &str, ttl: &str) -> LockView {
 /// `status`, checking the exact shape of both outcomes: `Some` when held (exit 0), `None`
 /// when not (exit 1).
 fn status(db: &Db, resource: &str) -> Option<LockView> {
-    let out = db.run(&["status", resource]);
-    let value = parse_line(&out.stdout);
-    match out.status.code() {
-        Some(0) => {
-            assert_eq!(keys(&value), ["held", "lock"], "{value}");
-            assert_eq!(value["held"], json!(true), "{value}");
-            let lock = lock_view(&value["lock"]);
-            assert_eq!(lock.resource, resource);
-            Some(lock)
-        }
-        Some(1) => {
-            assert_eq!(value, json!({"held": false, "resource": resource}));
-            None
-        }
-        other => panic!(
-            "status {resource:?} exited {other:?}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
+    let (code, value) = db.status(resource);
+    if code == 0 {
+        assert_eq!(keys(&value), ["held", "lock"], "{value}");
+        assert_eq!(value["held"], json!(true), "{value}");
+        let lock = lock_view(&value["lock"]);
+        assert_eq!(lock.resource, resource);
+        Some(lock)
+    } else {
+        assert_eq!(value, json!({"held": false, "resource": resource}));
+        None
     }
 }
 
@@ -146,15 +129,6 @@ fn spawn(db: &Db, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn distlock")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1275,14 +1249,7 @@ const ALL_FOUR: [&[&str]; 4] = [
 ];
 
 fn with_db(db: &str, args: &[&str]) -> Output {
-    assert_cmd::Command::new(BIN)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("run distlock")
+    distlock_at(db).args(args).output().expect("run distlock")
 }
 
 #[test]
@@ -1367,6 +1334,48 @@ fn missing_parent_folders_are_created() {
     assert!(std::path::Path::new(path).is_file());
     let out = with_db(path, &["status", "r"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+/// The contract: the read-only commands on a SQLite store that does not exist answer as for an
+/// empty store and create nothing — no folder, no database, no `-wal`/`-shm`/`-turnstile`.
+/// (SQLite only: a PostgreSQL database either exists or the server says it does not.)
+#[test]
+fn read_only_commands_on_a_missing_store_answer_empty_and_create_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (path, first_missing) in [
+        (
+            dir.path().join("missing/folder/locks.db"),
+            dir.path().join("missing"),
+        ),
+        (dir.path().join("locks.db"), dir.path().join("locks.db")),
+    ] {
+        let db = path.to_str().expect("utf-8 path");
+        for (args, code, stdout) in [
+            (
+                &["status", "R"][..],
+                1,
+                "{\"held\":false,\"resource\":\"R\"}\n",
+            ),
+            (&["list"], 0, "{\"locks\":[]}\n"),
+            (&["log"], 0, ""),
+        ] {
+            let out = with_db(db, args);
+            assert_eq!(
+                (out.status.code(), out.stdout.as_slice()),
+                (Some(code), stdout.as_bytes()),
+                "{args:?} on {db}: {}",
+                describe(&out)
+            );
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("read the temp dir")
+            .map(|entry| entry.expect("an entry").file_name())
+            .collect();
+        assert!(
+            !first_missing.exists() && left.is_empty(),
+            "status, list and log on {db} must create nothing, left {left:?}"
+        );
+    }
 }
 
 #[test]

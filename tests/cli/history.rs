@@ -14,14 +14,18 @@
 //! (or, without it, Python's `pty` module) and read everything the terminal showed.
 
 use std::io::Read;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle, sleep};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{BIN, Db, Kind, each_store, now_millis, parse_line, timestamp_millis};
+use crate::common::output::{
+    assert_store_error, keys, now_millis, parse_line, parse_lines, timestamp_millis,
+};
+use crate::common::process::{BIN, describe, wait_for, wait_or_kill};
+use crate::common::store::{Db, Kind, each_store};
 
 /// How far past a lock's `expires_at` (by the test's clock) a test sleeps before it relies on
 /// the lock having expired.
@@ -32,25 +36,6 @@ const LOCK_KEYS: [&str; 5] = ["acquired_at", "expires_at", "fence", "owner", "re
 
 /// The sequence that clears the waiting line: back to the start of the line, erase it.
 const CLEAR: &str = "\r\x1b[2K";
-
-/// The sorted keys of a JSON object.
-fn keys(value: &Value) -> Vec<&str> {
-    let object = value
-        .as_object()
-        .unwrap_or_else(|| panic!("expected an object, got {value}"));
-    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    keys
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn text_of<'a>(value: &'a Value, key: &str) -> &'a str {
     value[key]
@@ -121,15 +106,14 @@ fn log(db: &Db, args: &[&str]) -> Vec<Value> {
     let out = db.run(&all);
     assert_eq!(out.status.code(), Some(0), "{all:?}: {}", describe(&out));
     assert!(out.stderr.is_empty(), "{all:?}: {}", describe(&out));
-    let text = String::from_utf8(out.stdout).expect("utf-8 log");
     assert!(
-        text.is_empty() || text.ends_with('\n'),
-        "{all:?}: every line ends with a newline: {text:?}"
+        out.stdout.is_empty() || out.stdout.ends_with(b"\n"),
+        "{all:?}: every line ends with a newline: {}",
+        describe(&out)
     );
-    text.lines()
-        .map(|line| {
-            let event: Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{all:?}: line {line:?} is not JSON: {e}"));
+    parse_lines(&out.stdout)
+        .into_iter()
+        .map(|event| {
             let kind = text_of(&event, "event");
             assert!(
                 ["acquired", "extended", "renewed", "released", "taken_over"].contains(&kind),
@@ -267,83 +251,22 @@ fn list_shows_only_live_locks_sorted_by_resource_bytes() {
     });
 }
 
-/// A PostgreSQL database on the suite's server whose default collation sorts like a dictionary
-/// (ICU `en-US`: "a" < "B" < "b"), dropped when done.
-struct DictionaryOrderDb {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl DictionaryOrderDb {
-    /// `None` (with a note) without a server, or when the server has no ICU collations.
-    fn create() -> Option<DictionaryOrderDb> {
-        let Ok(admin) = std::env::var("DISTLOCK_TEST_PG_URL") else {
-            assert!(
-                std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-                "DISTLOCK_TEST_REQUIRE_PG is set but DISTLOCK_TEST_PG_URL is not"
-            );
-            eprintln!("note: PostgreSQL collation test skipped: DISTLOCK_TEST_PG_URL is not set");
-            return None;
-        };
-        let name = format!(
-            "distlock_history_icu_{}_{:08x}",
-            std::process::id(),
-            fastrand::u32(..)
-        );
-        let mut client = postgres::Client::connect(&admin, postgres::NoTls)
-            .unwrap_or_else(|e| panic!("cannot reach the test server DISTLOCK_TEST_PG_URL: {e}"));
-        let create = format!(
-            "CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' \
-             LOCALE 'C.UTF-8'"
-        );
-        if let Err(err) = client.batch_execute(&create) {
-            eprintln!("note: PostgreSQL collation test skipped: no ICU database: {err}");
-            return None;
-        }
-        let (base, query) = admin.split_once('?').unwrap_or((&admin, ""));
-        let (server, _) = base.rsplit_once('/').expect("a URL with a database name");
-        let url = if query.is_empty() {
-            format!("{server}/{name}")
-        } else {
-            format!("{server}/{name}?{query}")
-        };
-        Some(DictionaryOrderDb { admin, name, url })
-    }
-}
-
-impl Drop for DictionaryOrderDb {
-    fn drop(&mut self) {
-        if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
-            let _ = client.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ));
-        }
-    }
-}
-
 #[test]
 fn list_sorts_by_bytes_whatever_the_postgres_database_collation() {
-    let Some(db) = DictionaryOrderDb::create() else {
+    // ICU `en-US`: "a" < "B" < "b".
+    let Some(db) = Db::postgres_with(
+        "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'",
+        "PostgreSQL collation test",
+    ) else {
         return;
     };
-    let mut client = postgres::Client::connect(&db.url, postgres::NoTls).expect("connect");
+    let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls).expect("connect");
     let dictionary: bool = client
         .query_one("SELECT 'a' < 'B'", &[])
         .expect("compare")
         .get(0);
     assert!(dictionary, "the test database must sort like a dictionary");
-    let distlock = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .env("DISTLOCK_DB", &db.url)
-            .env_remove("DISTLOCK_OWNER")
-            .args(args)
-            .output()
-            .expect("run distlock");
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", describe(&out));
-        parse_line(&out.stdout)
-    };
+    let distlock = |args: &[&str]| db.json(args, 0);
     for name in ["b", "a", "é", "a:2", "B"] {
         distlock(&["acquire", name, "--owner", "w1", "--ttl", "60"]);
     }
@@ -786,7 +709,7 @@ fn text_format_keeps_the_exit_codes_of_json() {
                 .args(args)
                 .output()
                 .expect("run distlock");
-            crate::common::assert_store_error(&out, &(format, args));
+            assert_store_error(&out, &(format, args));
         }
     }
 }
@@ -874,14 +797,7 @@ impl Terminal {
 
     /// Waits until the terminal has shown `needle`, at most `limit`; says whether it did.
     fn wait_for(&self, needle: &str, limit: Duration) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if self.shown().contains(needle) {
-                return true;
-            }
-            sleep(Duration::from_millis(20));
-        }
-        false
+        wait_for(limit, || self.shown().contains(needle))
     }
 
     fn running(&mut self) -> bool {
@@ -891,18 +807,12 @@ impl Terminal {
     /// Waits for the command (at most `limit`) and returns its exit code and what the terminal
     /// showed.
     fn finish(mut self, limit: Duration) -> (Option<i32>, String) {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(
-                start.elapsed() < limit,
+        let status = wait_or_kill(&mut self.child, limit).unwrap_or_else(|| {
+            panic!(
                 "the command under the terminal did not finish within {limit:?}; it showed {:?}",
                 self.shown()
-            );
-            sleep(Duration::from_millis(20));
-        };
+            )
+        });
         self.stdin.take();
         if let Some(reader) = self.reader.take() {
             reader.join().expect("reader thread");

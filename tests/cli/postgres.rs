@@ -15,7 +15,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -25,7 +25,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::common::{BIN, Db, assert_store_error, now_millis, parse_line, timestamp_millis};
+use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
+use crate::common::process::{BIN, Finished, Proc, wait_for};
+use crate::common::store::{Db, distlock_at};
 
 /// A distinctive password that must never show up in anything distlock prints.
 const SECRET: &str = "hunter2-Pa55";
@@ -162,136 +164,16 @@ fn server_now_millis(db: &Db) -> i64 {
         .get(0)
 }
 
-/// A spawned process whose stdout and stderr go to files; killed if dropped while it runs.
-struct Spawned {
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-    started: Instant,
-}
-
-/// How a spawned process ended: its output, how long it took, and whether it had to be killed
-/// for taking longer than its limit.
-struct Finished {
-    output: Output,
-    elapsed: Duration,
-    timed_out: bool,
-}
-
-impl Finished {
-    fn code(&self) -> Option<i32> {
-        self.output.status.code()
-    }
-
-    fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.output.stdout).into_owned()
-    }
-
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.output.stderr).into_owned()
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "exit {:?} after {:?}{}\nstdout: {}\nstderr: {}",
-            self.code(),
-            self.elapsed,
-            if self.timed_out {
-                " (killed: it took too long)"
-            } else {
-                ""
-            },
-            self.stdout(),
-            self.stderr()
-        )
-    }
-}
-
-impl Spawned {
-    fn new(mut cmd: Command, dir: &Path, name: &str) -> Spawned {
-        let stdout = dir.join(format!("{name}.stdout"));
-        let stderr = dir.join(format!("{name}.stderr"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(File::create(&stdout).expect("stdout file"))
-            .stderr(File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("spawn");
-        Spawned {
-            child,
-            stdout,
-            stderr,
-            started: Instant::now(),
-        }
-    }
-
-    /// Waits for the process, killing it once it has run for `limit`.
-    fn finish(self, limit: Duration) -> Finished {
-        let deadline = self.started + limit;
-        self.finish_by(deadline)
-    }
-
-    /// Waits for the process, killing it if it still runs at `deadline`.
-    fn finish_by(mut self, deadline: Instant) -> Finished {
-        let mut timed_out = false;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                timed_out = true;
-                let _ = self.child.kill();
-                break self.child.wait().expect("wait after kill");
-            }
-            thread::sleep(Duration::from_millis(10));
-        };
-        Finished {
-            elapsed: self.started.elapsed(),
-            timed_out,
-            output: Output {
-                status,
-                stdout: fs::read(&self.stdout).unwrap_or_default(),
-                stderr: fs::read(&self.stderr).unwrap_or_default(),
-            },
-        }
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Runs `cmd` to completion (killed after `limit`).
-fn finish(cmd: Command, dir: &Path, name: &str, limit: Duration) -> Finished {
-    Spawned::new(cmd, dir, name).finish(limit)
+fn finish(mut cmd: Command, dir: &Path, name: &str, limit: Duration) -> Finished {
+    Proc::spawn(&mut cmd, dir, name).finish(limit)
 }
 
-/// `distlock ARGS…` against the database at `url`, with no `DISTLOCK_DB` or owner inherited.
-fn distlock_at(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--db")
-        .arg(url)
-        .args(args)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("PGPASSWORD");
+/// `distlock --db URL ARGS…`, with no `DISTLOCK_DB`, owner or `PGPASSWORD` inherited.
+fn pg_at(url: &str, args: &[&str]) -> Command {
+    let mut cmd = distlock_at(url);
+    cmd.args(args);
     cmd
-}
-
-fn wait_for_file(path: &Path, limit: Duration) -> bool {
-    let start = Instant::now();
-    while !path.exists() {
-        if start.elapsed() > limit {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    true
 }
 
 fn sleep_until_millis(target: i64) {
@@ -371,11 +253,12 @@ impl Gate {
 /// `n` processes acquiring `resource` at the same instant; returns each one's result.
 fn race(db: &Db, resource: &str, n: usize, round: &str) -> Vec<(String, Finished)> {
     let gate = Gate::new(db.dir.path(), &format!("gate-{round}"));
-    let racers: Vec<(String, Spawned)> = (0..n)
+    let racers: Vec<(String, Proc)> = (0..n)
         .map(|i| {
             let owner = format!("w{i}");
-            let cmd = gate.distlock(db, &["acquire", resource, "--owner", &owner, "--ttl", "60"]);
-            let spawned = Spawned::new(cmd, db.dir.path(), &format!("{round}-{owner}"));
+            let mut cmd =
+                gate.distlock(db, &["acquire", resource, "--owner", &owner, "--ttl", "60"]);
+            let spawned = Proc::spawn(&mut cmd, db.dir.path(), &format!("{round}-{owner}"));
             (owner, spawned)
         })
         .collect();
@@ -764,7 +647,7 @@ fn unreachable_server_is_a_quick_store_error_for_every_command() {
     ];
     for args in commands {
         let out = finish(
-            distlock_at(&url, args),
+            pg_at(&url, args),
             db.dir.path(),
             "unreachable",
             Duration::from_secs(30),
@@ -822,10 +705,10 @@ fn server_that_accepts_but_never_answers_is_a_store_error_in_bounded_time() {
     let url = PgUrl::parse(db.pg_url())
         .with_server(&proxy.addr.to_string())
         .to_string();
-    let status = Spawned::new(distlock_at(&url, &["status", "r"]), db.dir.path(), "status");
-    let mut run = distlock_at(&url, &["run", "--resource", "r", "--", "sh", "-c"]);
+    let status = Proc::spawn(&mut pg_at(&url, &["status", "r"]), db.dir.path(), "status");
+    let mut run = pg_at(&url, &["run", "--resource", "r", "--", "sh", "-c"]);
     run.arg("echo ran > started").current_dir(db.dir.path());
-    let run = Spawned::new(run, db.dir.path(), "run");
+    let run = Proc::spawn(&mut run, db.dir.path(), "run");
     for (what, spawned) in [("status", status), ("run", run)] {
         let out = spawned.finish(Duration::from_secs(20));
         assert!(
@@ -998,11 +881,12 @@ fn server_fault_mid_run(fault: fn(&Proxy)) {
             "1",
         ])
         .args(["--", "sh", "-c", STOPPABLE]);
-    let guard = Spawned::new(cmd, db.dir.path(), "guard");
+    let guard = Proc::spawn(&mut cmd, db.dir.path(), "guard");
     // Make sure nothing the guard started outlives the test, whatever happens.
     let cleanup = KillGroupOnDrop(db.file("pid"));
 
-    if !wait_for_file(&db.file("started"), Duration::from_secs(15)) {
+    let started = db.file("started");
+    if !wait_for(Duration::from_secs(15), || started.exists()) {
         let out = guard.finish(Duration::ZERO);
         panic!("the command did not start: {}", out.describe());
     }
@@ -1028,7 +912,9 @@ fn server_fault_mid_run(fault: fn(&Proxy)) {
     assert_eq!(last["fence"], first["fence"], "{last}");
     let (_, expires_at) = lock_times(&last);
 
-    let out = guard.finish_by(faulted + ttl + Duration::from_secs(15));
+    let out = guard.finish(
+        (faulted + ttl + Duration::from_secs(15)).saturating_duration_since(Instant::now()),
+    );
     drop(cleanup);
     // First the safety property: the command was stopped while the lease still held.
     let stopped = db.file("stopped");
@@ -1125,7 +1011,7 @@ fn the_password_never_appears_in_any_message() {
         let url = url.to_string();
         assert!(url.contains("hunter2"), "{what}: {url}");
         for (how, cmd) in [
-            ("--db", distlock_at(&url, &["status", "r"])),
+            ("--db", pg_at(&url, &["status", "r"])),
             ("DISTLOCK_DB", {
                 let mut cmd = db.std_cmd();
                 cmd.env("DISTLOCK_DB", &url)
@@ -1134,7 +1020,7 @@ fn the_password_never_appears_in_any_message() {
                 cmd
             }),
             ("run", {
-                let mut cmd = distlock_at(&url, &["run", "--resource", "r", "--", "true"]);
+                let mut cmd = pg_at(&url, &["run", "--resource", "r", "--", "true"]);
                 cmd.current_dir(db.dir.path());
                 cmd
             }),
@@ -1165,7 +1051,7 @@ fn pgpassword_supplies_a_password_the_url_leaves_out() {
     let password = real.password.clone().expect("the test URL has a password");
     let bare = real.with_password(None).to_string();
 
-    let mut with_env = distlock_at(&bare, &["acquire", "r", "--owner", "a", "--ttl", "30"]);
+    let mut with_env = pg_at(&bare, &["acquire", "r", "--owner", "a", "--ttl", "30"]);
     with_env.env("PGPASSWORD", &password);
     let out = finish(
         with_env,
@@ -1179,7 +1065,7 @@ fn pgpassword_supplies_a_password_the_url_leaves_out() {
 
     // Without it, the login fails: a store error, without the password in it.
     let out = finish(
-        distlock_at(&bare, &["status", "r"]),
+        pg_at(&bare, &["status", "r"]),
         db.dir.path(),
         "no-pgpassword",
         Duration::from_secs(30),
@@ -1188,13 +1074,13 @@ fn pgpassword_supplies_a_password_the_url_leaves_out() {
     assert!(!line.contains(&password), "{line}");
 
     // A password in the URL wins over PGPASSWORD, as with libpq.
-    let mut both = distlock_at(db.pg_url(), &["status", "r"]);
+    let mut both = pg_at(db.pg_url(), &["status", "r"]);
     both.env("PGPASSWORD", SECRET);
     let out = finish(both, db.dir.path(), "url-wins", Duration::from_secs(30));
     assert_eq!(out.code(), Some(0), "{}", out.describe());
 
     // `run` (and its heartbeat's own connection) work with PGPASSWORD too.
-    let mut run = distlock_at(
+    let mut run = pg_at(
         &bare,
         &[
             "run",
@@ -1303,7 +1189,7 @@ fn tls_url(db: &Db, server: &str, mode: &str, root: Option<&Path>) -> String {
 
 /// `distlock --db URL ARGS…` without the environment's trusted-roots overrides.
 fn distlock_tls(url: &str, args: &[&str]) -> Command {
-    let mut cmd = distlock_at(url, args);
+    let mut cmd = pg_at(url, args);
     cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
     cmd
 }
@@ -1373,8 +1259,8 @@ fn while_run_holds<T>(
     fs::create_dir(&dir).expect("a folder for the run");
     let mut cmd = distlock_tls(url, &["run", "--resource", tag, "--", "sh", "-c", HOLD]);
     cmd.current_dir(&dir);
-    let run = Spawned::new(cmd, &dir, "run");
-    if !wait_for_file(&dir.join("holding"), Duration::from_secs(15)) {
+    let run = Proc::spawn(&mut cmd, &dir, "run");
+    if !wait_for(Duration::from_secs(15), || dir.join("holding").exists()) {
         let out = run.finish(Duration::ZERO);
         panic!("{tag}: the command did not start: {}", out.describe());
     }

@@ -34,135 +34,26 @@ use nix::unistd::Pid;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rusqlite::Connection;
-use serde_json::Value;
 
-use crate::common::{
-    BIN, Db, Kind, assert_store_error, assert_usage_error, each_store, parse_line,
-};
+use crate::common::fenced_write::{fenced_write, ledger};
+use crate::common::output::{assert_store_error, assert_usage_error, parse_line, parse_lines};
+use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
+use crate::common::process::{BIN, describe, pid_of, wait_for_file, wait_or_kill, wait_until};
+use crate::common::store::{Db, Kind, distlock_at, each_store};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn pid_of(child: &Child) -> Pid {
-    Pid::from_raw(i32::try_from(child.id()).expect("pid fits i32"))
-}
 
 /// Waits for `child`; kills it and fails the test if it runs longer than `limit`.
 fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
     wait_or_kill(child, limit).unwrap_or_else(|| panic!("{what}: still running after {limit:?}"))
 }
 
-/// Waits for `child` up to `limit`; kills it and returns `None` if it runs longer.
-fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        thread::sleep(Duration::from_millis(3));
-    }
-}
-
-/// A process no longer runs: it does not exist, or is a zombie.
-fn is_gone(pid: i32) -> bool {
-    match kill(Pid::from_raw(pid), None) {
-        Err(Errno::ESRCH) => true,
-        _ => stat_fields(pid).is_none_or(|fields| fields[0] == "Z"),
-    }
-}
-
-/// The fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, …
-fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(str::to_owned).collect())
-}
-
-/// The direct children of `pid`, from every thread's `children` list.
-fn children_of(pid: Pid) -> Vec<i32> {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut children = Vec::new();
-    for task in tasks.flatten() {
-        if let Ok(list) = fs::read_to_string(task.path().join("children")) {
-            children.extend(
-                list.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok()),
-            );
-        }
-    }
-    children
-}
-
-/// Polls until `path` exists.
-fn wait_for_file(path: &Path, limit: Duration) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < limit,
-            "{} did not appear within {limit:?}",
-            path.display()
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "{}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// `log` (all resources, or one), oldest first, as JSON values.
-fn history(db: &Db, resource: Option<&str>) -> Vec<Value> {
-    let mut args = vec!["log"];
-    args.extend(resource);
-    let out = db.run(&args);
-    assert_eq!(out.status.code(), Some(0), "log: {}", describe(&out));
-    String::from_utf8(out.stdout)
-        .expect("utf-8 log")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("log line is JSON"))
-        .collect()
-}
-
-/// `status RESOURCE`: exit code and JSON line.
-fn status(db: &Db, resource: &str) -> (i32, Value) {
-    let out = db.run(&["status", "--", resource]);
-    let code = out.status.code().expect("status exited");
-    assert!(
-        code == 0 || code == 1,
-        "status {resource:?}: {}",
-        describe(&out)
-    );
-    (code, parse_line(&out.stdout))
-}
-
 /// Runs a program as the test's effective user would see it: is this test running as root?
 fn running_as_root() -> bool {
     let probe = tempfile::NamedTempFile::new().expect("temp file");
     probe.as_file().metadata().expect("metadata").uid() == 0
-}
-
-/// A command line `distlock --db PATH ARGS…` for a store given by path, with no owner inherited.
-fn distlock_at(db_path: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--db")
-        .arg(db_path)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .stdin(Stdio::null());
-    cmd
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -300,7 +191,7 @@ impl Drop for Leftovers {
         let pids = fs::read_to_string(&self.0).unwrap_or_default();
         for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
             // Only a group this test started: the pid still leads its own process group.
-            if stat_fields(pid).is_some_and(|f| f.get(2).is_some_and(|g| *g == pid.to_string())) {
+            if ids_of(pid).is_some_and(|ids| ids.pgrp == pid) {
                 let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             }
         }
@@ -320,9 +211,9 @@ struct Crash {
 /// `run`'s command: the guard's child (checked to still be, so the pid was not reaped and
 /// reused).
 fn command_of(guard: Pid) -> Option<i32> {
-    children_of(guard).into_iter().find(|&c| {
-        stat_fields(c).is_some_and(|f| f.get(1).is_some_and(|p| *p == guard.to_string()))
-    })
+    children_of(guard)
+        .into_iter()
+        .find(|&c| ids_of(c).is_some_and(|ids| ids.ppid == guard.as_raw()))
 }
 
 /// One worker's own owner name and resource: its acquire, renew, release and `run --owner`
@@ -532,7 +423,7 @@ fn sigkill_at_random_moments_leaves_a_sound_store() {
 
     // The history: every tenure has a fence of its own, fences strictly increase per resource,
     // and every later event of a tenure carries that tenure's fence.
-    let events = history(&db, None);
+    let events = db.log(&[]);
     let mut seen = std::collections::HashSet::new();
     let mut current: std::collections::HashMap<String, (i64, String)> = Default::default();
     let mut last_event: std::collections::HashMap<String, String> = Default::default();
@@ -623,14 +514,6 @@ fn sigkill_at_random_moments_leaves_a_sound_store() {
 // Pauses: a holder stopped past its lease
 // ---------------------------------------------------------------------------------------------
 
-/// The guarded resource: `examples/fenced-write` (appends `FENCE VALUE` to DIR/data unless a
-/// higher fence already wrote there; exit 1 when it rejects a write).
-fn fenced_write() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fenced-write");
-    assert!(path.exists(), "{} is missing", path.display());
-    path
-}
-
 /// The paused holder's command: writes through `fenced-write` with its fence every 100 ms and
 /// logs each attempt's exit code; when stopped (SIGTERM) it tries one last, late write.
 const PAUSED_WRITER: &str = r#"fw=$1 data=$2 d=$3
@@ -705,17 +588,6 @@ impl Drop for Thaw {
     }
 }
 
-fn fences_in(data: &Path) -> Vec<(i64, String)> {
-    fs::read_to_string(data.join("data"))
-        .unwrap_or_default()
-        .lines()
-        .map(|line| {
-            let (fence, value) = line.split_once(' ').expect("FENCE VALUE");
-            (fence.parse().expect("fence"), value.to_owned())
-        })
-        .collect()
-}
-
 #[test]
 fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
     each_store(|db| {
@@ -755,15 +627,10 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
             .unwrap();
         let writers = Pid::from_raw(writer);
         thaw.group = Some(writers);
-        let start = Instant::now();
-        while attempt_lines(d).len() < 3 {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the writer never wrote"
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
-        let (code, held) = status(db, "paused");
+        wait_until(Duration::from_secs(20), "the writer writes", || {
+            attempt_lines(d).len() >= 3
+        });
+        let (code, held) = db.status("paused");
         assert_eq!(code, 0, "{held}");
         let stale_fence = held["lock"]["fence"].as_i64().unwrap();
 
@@ -788,7 +655,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         // The lease runs out while the holder is frozen; another owner takes the lock and
         // writes with its larger fence.
         let start = Instant::now();
-        while status(db, "paused").0 == 0 {
+        while db.status("paused").0 == 0 {
             assert!(
                 start.elapsed() < Duration::from_secs(15),
                 "the frozen holder's 2 s lease never ran out"
@@ -831,14 +698,10 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
             "{:?}: a guard that lost its lease exits 124; stderr: {guard_stderr}",
             db.kind
         );
-        let start = Instant::now();
-        while !is_gone(writer) {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the stale holder's command still runs after its guard exited"
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            all_gone_within(&[writer], Duration::from_secs(10)),
+            "the stale holder's command still runs after its guard exited"
+        );
         thaw.group = None;
 
         // Every write the stale holder attempted after the freeze was rejected (the first line
@@ -858,7 +721,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         }
         // The data never shows a lower fence after a higher one, and nothing of the stale
         // holder's after the intruder's write.
-        let written = fences_in(&data);
+        let written = ledger(&data);
         for pair in written.windows(2) {
             assert!(
                 pair[0].0 <= pair[1].0,
@@ -876,7 +739,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
                 .all(|(f, _)| *f == stale_fence)
         );
         // The stale guard's release left the intruder's lock alone.
-        let (code, now) = status(db, "paused");
+        let (code, now) = db.status("paused");
         assert_eq!(code, 0, "{now}");
         assert_eq!(now["lock"]["owner"], "intruder", "{now}");
         assert_eq!(now["lock"]["fence"], new_fence, "{now}");
@@ -1359,7 +1222,7 @@ fn acquire_property(db: &Db, cases: u32) {
                 if code == 0 {
                     prop_assert_eq!(json["lock"]["resource"].as_str(), Some(resource.as_str()));
                     prop_assert_eq!(json["lock"]["owner"].as_str(), Some(owner.trim()));
-                    let (code, held) = status(db, &resource);
+                    let (code, held) = db.status(&resource);
                     prop_assert_eq!(code, 0);
                     prop_assert_eq!(&held["lock"], &json["lock"]);
                     // Released at once: a lease that ran out between two snapshots of a later
@@ -2051,14 +1914,6 @@ fn full_filesystem_is_a_store_error_and_loses_nothing() {
         describe(&out)
     );
     drop(tiny);
-}
-
-fn parse_lines(stdout: &[u8]) -> Vec<Value> {
-    std::str::from_utf8(stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[test]

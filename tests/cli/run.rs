@@ -9,18 +9,20 @@
 //! from causality.
 
 use std::fs;
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::common::{BIN, Db, Kind, each_store, now_millis, parse_line, timestamp_millis};
+use crate::common::output::{now_millis, parse_line, timestamp_millis};
+use crate::common::pids::{all_gone_within, ids_of, is_gone};
+use crate::common::process::{BIN, Proc, wait_for, wait_for_file};
+use crate::common::store::{Db, Kind, each_store};
 
 /// `distlock run ARGS…` with the scratch folder in `$D` and the binary in `$DL`.
 fn run_cmd(db: &Db, args: &[&str]) -> Command {
@@ -31,98 +33,6 @@ fn run_cmd(db: &Db, args: &[&str]) -> Command {
         .env("DL", BIN)
         .stdin(Stdio::null());
     cmd
-}
-
-/// A spawned `distlock`, killed if the test ends (or fails) while it still runs. Its stdout
-/// and stderr go to files, never to pipes: a pipe would keep a test waiting on any stray
-/// grandchild that inherited it.
-struct Proc {
-    child: Child,
-    stdout: std::path::PathBuf,
-    stderr: std::path::PathBuf,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command, db: &Db, name: &str) -> Proc {
-        let stdout = db.file(&format!("{name}.stdout"));
-        let stderr = db.file(&format!("{name}.stderr"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(&stdout).expect("stdout file"))
-            .stderr(fs::File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("spawn distlock");
-        Proc {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits i32"))
-    }
-
-    fn signal(&self, signal: Signal) {
-        kill(self.pid(), signal).expect("signal distlock");
-    }
-
-    /// Waits for the process to exit, failing the test if it takes longer than `limit`.
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "distlock still running after {limit:?}; stderr so far: {}",
-                self.stderr_text()
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// The exit code, failing the test if distlock itself died of a signal.
-    fn code(&mut self, limit: Duration) -> i32 {
-        let status = self.wait(limit);
-        status.code().unwrap_or_else(|| {
-            panic!(
-                "distlock died of a signal: {status:?}; stderr: {}",
-                self.stderr_text()
-            )
-        })
-    }
-
-    fn stdout_bytes(&self) -> Vec<u8> {
-        fs::read(&self.stdout).unwrap_or_default()
-    }
-
-    fn stderr_text(&self) -> String {
-        fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Waits until `path` exists, failing the test after `limit`.
-fn wait_for_file(path: &Path, limit: Duration) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < limit,
-            "{} did not appear within {limit:?}",
-            path.display()
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn read_trimmed(path: &Path) -> String {
@@ -138,75 +48,22 @@ fn read_number(path: &Path) -> i64 {
         .unwrap_or_else(|err| panic!("{} holds {text:?}, not a number: {err}", path.display()))
 }
 
-/// A process no longer runs: it does not exist, or is a zombie waiting to be reaped (an
-/// orphaned grandchild is reaped by init, whenever init gets to it).
-fn is_gone(pid: i32) -> bool {
-    match kill(Pid::from_raw(pid), None) {
-        Err(Errno::ESRCH) => true,
-        _ => fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        }),
-    }
-}
-
-/// Polls until every process in `pids` is gone; returns whether they all went within `limit`.
-fn all_gone_within(pids: &[i32], limit: Duration) -> bool {
-    let start = Instant::now();
-    loop {
-        if pids.iter().all(|&pid| is_gone(pid)) {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `status RESOURCE`: its exit code and its JSON line.
-fn status(db: &Db, resource: &str) -> (i32, Value) {
-    let out = db.run(&["status", resource]);
-    let code = out.status.code().expect("status exited");
-    assert!(
-        code == 0 || code == 1,
-        "status {resource}: exit {code}, stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (code, parse_line(&out.stdout))
-}
-
 /// Asserts that `resource` is free.
 fn assert_free(db: &Db, resource: &str) {
-    let (code, json) = status(db, resource);
+    let (code, json) = db.status(resource);
     assert_eq!(code, 1, "{resource} should be free, status says {json}");
     assert_eq!(json["held"], false);
 }
 
 /// Asserts that `resource` is held by `owner`, and returns the lock object.
 fn assert_held_by(db: &Db, resource: &str, owner: &str) -> Value {
-    let (code, json) = status(db, resource);
+    let (code, json) = db.status(resource);
     assert_eq!(
         code, 0,
         "{resource} should be held by {owner}, status says {json}"
     );
     assert_eq!(json["lock"]["owner"], owner, "{json}");
     json["lock"].clone()
-}
-
-/// `log RESOURCE`: the history of one resource, oldest first.
-fn log_events(db: &Db, resource: &str) -> Vec<Value> {
-    let out = db.run(&["log", resource]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "log {resource}: stderr {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8 log");
-    text.lines()
-        .map(|line| serde_json::from_str(line).expect("log line is JSON"))
-        .collect()
 }
 
 fn event_names(events: &[Value]) -> Vec<&str> {
@@ -340,9 +197,10 @@ fn command_gets_the_four_variables_and_its_fence_is_the_one_status_reports() {
             .env("DL", BIN)
             .args(["--db", &db.url, "run", "--resource", "env: r 1"])
             .args(["--", "sh", "-c", script]);
-        let mut proc = Proc::spawn(cmd, db, "run");
+        let proc = Proc::spawn(&mut cmd, db.dir.path(), "run");
         let pid = proc.pid().as_raw();
-        assert_eq!(proc.code(LONG), 0, "stderr: {}", proc.stderr_text());
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(0), "{}", proc.describe());
 
         let env = fs::read_to_string(db.file("env")).expect("env file");
         let lines: Vec<&str> = env.lines().collect();
@@ -536,7 +394,7 @@ fn lock_is_released_when_the_command_exits_and_the_log_shows_one_tenure() {
 
         let fence = read_number(&db.file("fence"));
         let owner = read_trimmed(&db.file("owner"));
-        let events = log_events(db, "tenure");
+        let events = db.log(&["tenure"]);
         assert_eq!(event_names(&events), ["acquired", "released"], "{events:?}");
         for event in &events {
             assert_eq!(event["fence"], fence, "{event}");
@@ -549,8 +407,8 @@ fn lock_is_released_when_the_command_exits_and_the_log_shows_one_tenure() {
 #[test]
 fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
     each_store(|db| {
-        let mut proc = Proc::spawn(
-            run_cmd(
+        let proc = Proc::spawn(
+            &mut run_cmd(
                 db,
                 &[
                     "--resource",
@@ -563,7 +421,7 @@ fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
                     r#"echo "$DISTLOCK_FENCE" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"; sleep 5"#,
                 ],
             ),
-            db,
+            db.dir.path(),
             "run",
         );
         wait_for_file(&db.file("ready"), LONG);
@@ -575,13 +433,15 @@ fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
         thread::sleep(Duration::from_millis(3500).saturating_sub(ready.elapsed()));
         let busy = db.json(&["acquire", "hb", "--owner", "other", "--ttl", "10"], 75);
         assert_eq!(busy["acquired"], false);
-        let (code, seen) = status(db, "hb");
+        let (code, seen) = db.status("hb");
         assert_eq!(code, 0, "the lease ran out while the command ran: {seen}");
         assert_eq!(seen["lock"]["fence"], fence);
 
-        assert_eq!(proc.code(LONG), 0, "stderr: {}", proc.stderr_text());
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(0), "{}", proc.describe());
         assert_free(db, "hb");
-        let renewals = log_events(db, "hb")
+        let renewals = db
+            .log(&["hb"])
             .iter()
             .filter(|e| e["event"] == "renewed" && e["fence"] == fence)
             .count();
@@ -595,6 +455,26 @@ fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
 // ---------------------------------------------------------------------------------------------
 // Lease lost
 // ---------------------------------------------------------------------------------------------
+
+/// `run --resource RESOURCE --owner X --ttl 3 --kill-after KILL_AFTER -- sh -c SCRIPT`, spawned:
+/// a command whose lease the test can take away (`release --owner X`).
+fn spawn_as_x(db: &Db, resource: &str, kill_after: &str, script: &str) -> Proc {
+    let args = [
+        "--resource",
+        resource,
+        "--owner",
+        "X",
+        "--ttl",
+        "3",
+        "--kill-after",
+        kill_after,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ];
+    Proc::spawn(&mut run_cmd(db, &args), db.dir.path(), "run")
+}
 
 /// Script lines for a shell that records its own pid (`sh.pid`) and that of the background job
 /// it just started (`$!`, into `gc.pid`).
@@ -618,35 +498,16 @@ fn family_pids(db: &Db) -> (i32, i32) {
 fn lease_lost_to_a_release_stops_the_command_and_everything_it_started() {
     each_store(|db| {
         let script = format!("sleep 60 &\n{FAMILY}\nsleep 60");
-        let mut proc = Proc::spawn(
-            run_cmd(
-                db,
-                &[
-                    "--resource",
-                    "lost",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "3",
-                    "--kill-after",
-                    "1",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
-            ),
-            db,
-            "run",
-        );
+        let proc = spawn_as_x(db, "lost", "1", &script);
         let (shell, grandchild) = family_pids(db);
 
         let start = Instant::now();
         db.json(&["release", "lost", "--owner", "X"], 0);
-        assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(124), "{}", proc.describe());
         let took = start.elapsed();
         assert!(took < Duration::from_secs(10), "stopping took {took:?}");
-        assert!(proc.stdout_bytes().is_empty());
+        assert!(proc.output.stdout.is_empty(), "{}", proc.describe());
 
         assert!(
             all_gone_within(&[shell], Duration::from_secs(5)),
@@ -670,30 +531,11 @@ fn lease_lost_gives_what_the_command_started_kill_after_to_clean_up() {
                 for i in $(seq 600); do sleep 0.1; done' &
             echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
             sleep 60"#;
-        let mut proc = Proc::spawn(
-            run_cmd(
-                db,
-                &[
-                    "--resource",
-                    "cleanup",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "3",
-                    "--kill-after",
-                    "2",
-                    "--",
-                    "sh",
-                    "-c",
-                    script,
-                ],
-            ),
-            db,
-            "run",
-        );
+        let proc = spawn_as_x(db, "cleanup", "2", script);
         let (shell, worker) = family_pids(db);
         db.json(&["release", "cleanup", "--owner", "X"], 0);
-        assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(124), "{}", proc.describe());
         assert!(
             all_gone_within(&[shell, worker], LONG),
             "the command (pid {shell}) or its worker (pid {worker}) outlived the lost lease"
@@ -721,27 +563,7 @@ fn lease_lost_to_another_owner_kills_a_command_that_survives_sigterm() {
             {FAMILY}
             for i in $(seq 600); do sleep 0.1; done"#
         );
-        let mut proc = Proc::spawn(
-            run_cmd(
-                db,
-                &[
-                    "--resource",
-                    "taken",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "3",
-                    "--kill-after",
-                    "1",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
-            ),
-            db,
-            "run",
-        );
+        let proc = spawn_as_x(db, "taken", "1", &script);
         let (shell, grandchild) = family_pids(db);
 
         let start = Instant::now();
@@ -760,7 +582,8 @@ fn lease_lost_to_another_owner_kills_a_command_that_survives_sigterm() {
             grace >= Duration::from_millis(500),
             "SIGKILL followed SIGTERM after {grace:?}, not after --kill-after 1"
         );
-        assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(124), "{}", proc.describe());
         let took = start.elapsed();
         // SIGTERM cannot have been sent before the release; SIGKILL waits --kill-after.
         assert!(
@@ -780,21 +603,21 @@ fn unreachable_store_stops_the_command_before_the_lease_can_expire() {
     let script = r#"trap 'date +%s%3N > "$D/term.tmp"; mv "$D/term.tmp" "$D/term"; exit 0' TERM
         echo started > "$D/m.tmp"; mv "$D/m.tmp" "$D/m"
         for i in $(seq 600); do sleep 0.1; done"#;
-    let mut proc = Proc::spawn(
-        run_cmd(
+    let proc = Proc::spawn(
+        &mut run_cmd(
             &db,
             &["--resource", "cut", "--ttl", "3", "--", "sh", "-c", script],
         ),
-        &db,
+        db.dir.path(),
         "run",
     );
     wait_for_file(&db.file("m"), LONG);
-    let (code, before) = status(&db, "cut");
+    let (code, before) = db.status("cut");
     assert_eq!(code, 0, "{before}");
 
     let locker = hold_write_lock(db.path(), Duration::from_secs(7));
     // No renewal can commit now, so the lease's end is final; status only reads.
-    let (code, after) = status(&db, "cut");
+    let (code, after) = db.status("cut");
     assert_eq!(code, 0, "{after}");
     let expires_at = timestamp_millis(after["lock"]["expires_at"].as_str().expect("expires_at"));
     assert!(
@@ -802,7 +625,8 @@ fn unreachable_store_stops_the_command_before_the_lease_can_expire() {
         "expires_at went backwards: {before} then {after}"
     );
 
-    assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+    let proc = proc.finish(LONG);
+    assert_eq!(proc.code(), Some(124), "{}", proc.describe());
     let stopped_at = read_number(&db.file("term"));
     assert!(
         stopped_at < expires_at,
@@ -823,8 +647,8 @@ fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expir
         {FAMILY}
         for i in $(seq 600); do sleep 0.1; done"#
     );
-    let mut proc = Proc::spawn(
-        run_cmd(
+    let proc = Proc::spawn(
+        &mut run_cmd(
             &db,
             &[
                 "--resource",
@@ -839,13 +663,13 @@ fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expir
                 &script,
             ],
         ),
-        &db,
+        db.dir.path(),
         "run",
     );
     let (shell, grandchild) = family_pids(&db);
 
     let locker = hold_write_lock(db.path(), Duration::from_secs(8));
-    let (code, after) = status(&db, "cut");
+    let (code, after) = db.status("cut");
     assert_eq!(code, 0, "{after}");
     let expires_at = timestamp_millis(after["lock"]["expires_at"].as_str().expect("expires_at"));
 
@@ -860,7 +684,8 @@ fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expir
         "the command was still running {} ms after its lease expired at {expires_at}",
         gone_at - expires_at
     );
-    assert_eq!(proc.code(LONG), 124, "stderr: {}", proc.stderr_text());
+    let proc = proc.finish(LONG);
+    assert_eq!(proc.code(), Some(124), "{}", proc.describe());
     locker.join().expect("lock holder thread");
 }
 
@@ -868,8 +693,8 @@ fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expir
 fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
     each_store(|db| {
         let script = format!("sleep 30 &\n{FAMILY}\nsleep 30");
-        let mut proc = Proc::spawn(
-            run_cmd(
+        let proc = Proc::spawn(
+            &mut run_cmd(
                 db,
                 &[
                     "--resource",
@@ -882,14 +707,15 @@ fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
                     &script,
                 ],
             ),
-            db,
+            db.dir.path(),
             "run",
         );
         let (shell, _) = family_pids(db);
         proc.signal(Signal::SIGKILL);
-        proc.wait(LONG);
+        let killed = proc.finish(LONG);
+        assert!(!killed.timed_out, "SIGKILL did not end the guard");
 
-        let (code, seen) = status(db, "orphan");
+        let (code, seen) = db.status("orphan");
         assert_eq!(code, 0, "the lock vanished with the guard: {seen}");
         let expires_at = timestamp_millis(seen["lock"]["expires_at"].as_str().expect("expires_at"));
         let wait = u64::try_from(expires_at + 300 - now_millis()).unwrap_or(0);
@@ -898,6 +724,310 @@ fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
         assert_free(db, "orphan");
         // The command was left behind with the guard; clean it up.
         let _ = killpg(Pid::from_raw(shell), Signal::SIGKILL);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Everything run started: descendants that left the process group
+// ---------------------------------------------------------------------------------------------
+
+/// Kills the listed processes when dropped, so that a failing test leaves no `sleep 300`
+/// behind. Each pid is one the test saw running (and, for the sleeps here, outliving them is
+/// the failure being reported).
+struct KillOnDrop(Vec<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if !is_gone(pid) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The first two numbers in `path`, once it has been written.
+fn read_pair(path: &Path) -> (i32, i32) {
+    wait_for_file(path, LONG);
+    let text = read_trimmed(path);
+    let pair: Vec<i32> = text
+        .split_whitespace()
+        .map(|n| n.parse().expect("a pid"))
+        .collect();
+    assert_eq!(pair.len(), 2, "{} holds {text:?}", path.display());
+    (pair[0], pair[1])
+}
+
+/// A command that leaves three descendants behind, each with a `sleep 300` that outlives it:
+/// - `setsid.pid`: a grandchild in its own session (`setsid`), so out of the command's process
+///   group, still the command's child;
+/// - `daemon.pid` (`PID MIDDLE`): a classic daemon — forked, `setsid`, forked again, its
+///   parent (MIDDLE) gone — out of the group and reparented;
+/// - `orphan.pid` (`PID MIDDLE`): forked twice, its parent gone: reparented but still in the
+///   command's process group.
+///
+/// Then the shell records itself (`sh.pid`) and waits.
+const ESCAPERS: &str = r#"setsid sh -c 'echo $$ > "$D/setsid.tmp"; mv "$D/setsid.tmp" "$D/setsid.pid"; exec sleep 300' &
+    setsid sh -c 'sleep 300 & echo "$! $$" > "$D/daemon.tmp"; mv "$D/daemon.tmp" "$D/daemon.pid"' &
+    sh -c 'sleep 300 & echo "$! $$" > "$D/orphan.tmp"; mv "$D/orphan.tmp" "$D/orphan.pid"' &
+    echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
+    for i in $(seq 600); do sleep 0.1; done"#;
+
+#[test]
+fn lease_lost_stops_descendants_that_left_the_process_group() {
+    each_store(|db| {
+        let proc = spawn_as_x(db, "escape", "1", ESCAPERS);
+        wait_for_file(&db.file("sh.pid"), LONG);
+        let shell = i32::try_from(read_number(&db.file("sh.pid"))).expect("pid");
+        wait_for_file(&db.file("setsid.pid"), LONG);
+        let setsid = i32::try_from(read_number(&db.file("setsid.pid"))).expect("pid");
+        let (daemon, daemon_parent) = read_pair(&db.file("daemon.pid"));
+        let (orphan, orphan_parent) = read_pair(&db.file("orphan.pid"));
+        let _cleanup = KillOnDrop(vec![setsid, daemon, orphan]);
+
+        // The premises: each one runs, and has escaped as described.
+        assert!(
+            all_gone_within(&[daemon_parent, orphan_parent], LONG),
+            "the daemon's and the orphan's parents never exited"
+        );
+        let ids = |pid: i32, what: &str| {
+            ids_of(pid)
+                .filter(|_| !is_gone(pid))
+                .unwrap_or_else(|| panic!("the {what} (pid {pid}) is not running"))
+        };
+        let command = ids(shell, "command");
+        let setsid_ids = ids(setsid, "setsid grandchild");
+        let daemon_ids = ids(daemon, "daemon");
+        let orphan_ids = ids(orphan, "orphan");
+        assert_eq!(setsid_ids.session, setsid, "{setsid_ids:?}");
+        assert_eq!(setsid_ids.ppid, shell, "{setsid_ids:?}");
+        assert!(
+            daemon_ids.session != command.session && daemon_ids.ppid != daemon_parent,
+            "the daemon left the session and was reparented: {daemon_ids:?}, command {command:?}"
+        );
+        assert!(
+            orphan_ids.pgrp == command.pgrp && orphan_ids.ppid != orphan_parent,
+            "the orphan stayed in the group and was reparented: {orphan_ids:?}, command \
+             {command:?}"
+        );
+
+        db.json(&["release", "escape", "--owner", "X"], 0);
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(124), "{}", proc.describe());
+        let started = [
+            (shell, "the command"),
+            (setsid, "the setsid grandchild"),
+            (daemon, "the double-forked daemon"),
+            (orphan, "the orphaned grandchild"),
+        ];
+        all_gone_within(&started.map(|(pid, _)| pid), Duration::from_secs(10));
+        let survivors: Vec<String> = started
+            .iter()
+            .filter(|&&(pid, _)| !is_gone(pid))
+            .map(|&(pid, what)| format!("{what} (pid {pid}, {:?})", ids_of(pid)))
+            .collect();
+        assert!(
+            survivors.is_empty(),
+            "{:?}: outlived the lost lease: {survivors:?}",
+            db.kind
+        );
+        assert_free(db, "escape");
+    });
+}
+
+#[test]
+fn normal_exit_does_not_wait_for_escaped_descendants() {
+    each_store(|db| {
+        // The command starts a 30 s sleep in a session of its own and exits 0 once it runs.
+        let script = r#"setsid sh -c 'echo $$ > "$D/escaped.tmp"; mv "$D/escaped.tmp" "$D/escaped.pid"; exec sleep 30' &
+            while [ ! -e "$D/escaped.pid" ]; do sleep 0.05; done
+            exit 0"#;
+        let escaped_pid = db.file("escaped.pid");
+        let mut cleanup = KillOnDrop(Vec::new());
+        let proc = Proc::spawn(
+            &mut run_cmd(db, &["--resource", "left", "--", "sh", "-c", script]),
+            db.dir.path(),
+            "run",
+        );
+        let done = proc.finish(Duration::from_secs(40));
+        if escaped_pid.exists() {
+            cleanup
+                .0
+                .push(i32::try_from(read_number(&escaped_pid)).expect("pid"));
+        }
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        assert!(
+            done.elapsed < Duration::from_secs(15),
+            "run waited for the escaped sleep 30 (or nearly): {}",
+            done.describe()
+        );
+        assert!(escaped_pid.exists(), "the command never started its sleep");
+        assert_free(db, "left");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// When run cannot start guarding
+// ---------------------------------------------------------------------------------------------
+
+/// A cgroup of the `pids` controller with a task limit (`pids.max`), removed when dropped
+/// (after killing whatever still runs in it). Threads count as tasks, so a process in it can
+/// create only so many threads and children.
+struct PidsCgroup {
+    path: PathBuf,
+}
+
+impl PidsCgroup {
+    /// A fresh cgroup allowing `max` tasks, or `None` when this machine has no `pids` hierarchy
+    /// the test can write (cgroup v1 at `/sys/fs/cgroup/pids`, or v2 with `pids` enabled for
+    /// the root's children; normally root only).
+    fn create(max: u32) -> Option<PidsCgroup> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let v1 = Path::new("/sys/fs/cgroup/pids");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let parent = if v1.join("cgroup.procs").exists() {
+            v1
+        } else if fs::read_to_string(v2.join("cgroup.subtree_control"))
+            .is_ok_and(|controllers| controllers.split_whitespace().any(|c| c == "pids"))
+        {
+            v2
+        } else {
+            return None;
+        };
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = parent.join(format!("distlock-test-{}-{n}", std::process::id()));
+        fs::create_dir(&path).ok()?;
+        let cgroup = PidsCgroup { path };
+        fs::write(cgroup.path.join("pids.max"), max.to_string()).ok()?;
+        Some(cgroup)
+    }
+
+    /// `distlock ARGS…` (with `db`'s store) started inside the cgroup: a shell joins it, then
+    /// execs distlock. Exit 99 means the shell could not join.
+    fn distlock(&self, db: &Db, args: &[&str]) -> Command {
+        let mut cmd = db.env_cmd("sh");
+        cmd.args(["-c", r#"echo $$ > "$0" || exit 99; exec "$@""#])
+            .arg(self.path.join("cgroup.procs"))
+            .arg(BIN)
+            .args(args)
+            .env("D", db.dir.path());
+        cmd
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let procs = self.path.join("cgroup.procs");
+        let emptied = wait_for(Duration::from_secs(5), || {
+            let pids = fs::read_to_string(&procs).unwrap_or_default();
+            for pid in pids.split_whitespace().filter_map(|p| p.parse().ok()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            fs::remove_dir(&self.path).is_ok()
+        });
+        if !emptied {
+            eprintln!("note: could not remove {}", self.path.display());
+        }
+    }
+}
+
+/// The most tasks tried before giving up on seeing `run` succeed.
+const MOST_TASKS: u32 = 32;
+
+#[test]
+fn run_releases_the_lock_when_it_cannot_start_guarding() {
+    // Each round allows distlock one more task (thread or child) than the last, until `run`
+    // succeeds. Wherever it fails, it must fail cleanly: 74 with one `distlock:` line, the lock
+    // free, nothing it started left running. 126 is accepted only when the lock was taken but
+    // the command never ran (a fork that failed: "the command cannot be executed"). At least
+    // one round must take the lock and then fail: the path under test.
+    if PidsCgroup::create(1).is_none() {
+        eprintln!(
+            "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
+        );
+        return;
+    }
+    each_store(|db| {
+        let mut failed_after_taking = Vec::new();
+        let mut succeeded = false;
+        for max in 1..=MOST_TASKS {
+            let cgroup = PidsCgroup::create(max).expect("a pids cgroup, as a moment ago");
+            let resource = format!("limited-{max}");
+            let pid_file = db.file(&format!("command-{max}.pid"));
+            let pid_path = pid_file.to_str().expect("utf-8 path");
+            // Builtins and exec only: the command needs no task of its own beyond its process.
+            let mut cmd = cgroup.distlock(
+                db,
+                &[
+                    "run",
+                    "--resource",
+                    &resource,
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"echo $$ > "$0"; exec sleep 5"#,
+                    pid_path,
+                ],
+            );
+            let done = Proc::spawn(&mut cmd, db.dir.path(), &resource).finish(LONG);
+            let what = format!("{:?}, pids.max {max}", db.kind);
+            assert_ne!(done.code(), Some(99), "{what}: could not join the cgroup");
+            let taken = db
+                .log(&[resource.as_str()])
+                .iter()
+                .any(|e| e["event"] == "acquired");
+            let ran = pid_file.exists();
+            if done.code() == Some(0) {
+                assert!(taken && ran, "{what}: {}", done.describe());
+                assert_free(db, &resource);
+                succeeded = true;
+                break;
+            }
+            // Before the lock is taken (PostgreSQL's connection has a thread of its own), the
+            // limit leaves the store unusable: a store error, never a panic.
+            let allowed: &[i32] = if taken && !ran { &[74, 126] } else { &[74] };
+            assert!(
+                done.code().is_some_and(|code| allowed.contains(&code)),
+                "{what}: a run that cannot {} must exit {allowed:?} (lock taken: {taken}, \
+                 command started: {ran}): {}",
+                if taken {
+                    "start guarding"
+                } else {
+                    "open its store, before taking the lock,"
+                },
+                done.describe()
+            );
+            let stderr = done.stderr();
+            assert!(
+                stderr.starts_with("distlock: ") && stderr.lines().count() == 1,
+                "{what}: one line `distlock: …` on stderr: {}",
+                done.describe()
+            );
+            assert!(done.output.stdout.is_empty(), "{what}: {}", done.describe());
+            let (code, seen) = db.status(&resource);
+            assert_eq!(code, 1, "{what}: the lock must be free afterwards: {seen}");
+            if ran {
+                let command = i32::try_from(read_number(&pid_file)).expect("pid");
+                assert!(
+                    all_gone_within(&[command], Duration::from_secs(2)),
+                    "{what}: the command (pid {command}) outlived its guard"
+                );
+            }
+            if taken {
+                failed_after_taking.push(max);
+            }
+            drop(cgroup);
+        }
+        assert!(
+            succeeded,
+            "{:?}: run never succeeded with up to {MOST_TASKS} tasks",
+            db.kind
+        );
+        assert!(
+            !failed_after_taking.is_empty(),
+            "{:?}: no task limit made run fail after taking the lock: nothing was tested",
+            db.kind
+        );
     });
 }
 
@@ -920,19 +1050,15 @@ fn sigterm_sigint_sighup_and_sigquit_are_forwarded_to_the_command() {
                 for i in $(seq 600); do sleep 0.1; done"#
             );
             let resource = format!("sig:{name}");
-            let mut proc = Proc::spawn(
-                run_cmd(db, &["--resource", &resource, "--", "sh", "-c", &script]),
-                db,
+            let proc = Proc::spawn(
+                &mut run_cmd(db, &["--resource", &resource, "--", "sh", "-c", &script]),
+                db.dir.path(),
                 name,
             );
             wait_for_file(&db.file(&format!("{name}.ready")), LONG);
             proc.signal(signal);
-            assert_eq!(
-                proc.code(LONG),
-                0,
-                "SIG{name}: stderr {}",
-                proc.stderr_text()
-            );
+            let proc = proc.finish(LONG);
+            assert_eq!(proc.code(), Some(0), "SIG{name}: {}", proc.describe());
             assert!(
                 db.file(&format!("{name}.got")).exists(),
                 "SIG{name} never reached the command"
@@ -948,12 +1074,12 @@ fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
         let script = r#"trap 'echo got > "$D/got"; sleep 3; exit 5' TERM
             echo "$DISTLOCK_OWNER" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"
             for i in $(seq 600); do sleep 0.1; done"#;
-        let mut proc = Proc::spawn(
-            run_cmd(
+        let proc = Proc::spawn(
+            &mut run_cmd(
                 db,
                 &["--resource", "slow", "--ttl", "2", "--", "sh", "-c", script],
             ),
-            db,
+            db.dir.path(),
             "run",
         );
         wait_for_file(&db.file("ready"), LONG);
@@ -964,7 +1090,8 @@ fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
         // Without renewals after the signal the 2 s lease would be over by now.
         thread::sleep(Duration::from_millis(2500).saturating_sub(got.elapsed()));
         assert_held_by(db, "slow", &owner);
-        assert_eq!(proc.code(LONG), 5, "stderr: {}", proc.stderr_text());
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(5), "{}", proc.describe());
         assert_free(db, "slow");
     });
 }
@@ -985,19 +1112,21 @@ fn wait_hands_the_lock_from_one_run_to_the_next() {
         let args = ["--resource", "handoff", "--", "sh", "-c", script];
         let mut first = run_cmd(db, &args);
         first.env("N", "a");
-        let mut first = Proc::spawn(first, db, "a");
+        let first = Proc::spawn(&mut first, db.dir.path(), "a");
         wait_for_file(&db.file("a.ready"), LONG);
 
         let mut second = run_cmd(db, &["--wait", "10s"]);
         second.args(args).env("N", "b");
-        let mut second = Proc::spawn(second, db, "b");
+        let second = Proc::spawn(&mut second, db.dir.path(), "b");
         assert!(
             !db.file("a.end").exists(),
             "the second run should start while the first holds the lock"
         );
 
-        assert_eq!(first.code(LONG), 0, "a: {}", first.stderr_text());
-        assert_eq!(second.code(LONG), 0, "b: {}", second.stderr_text());
+        let first = first.finish(LONG);
+        assert_eq!(first.code(), Some(0), "a: {}", first.describe());
+        let second = second.finish(LONG);
+        assert_eq!(second.code(), Some(0), "b: {}", second.describe());
         let (a_fence, b_fence) = (
             read_number(&db.file("a.fence")),
             read_number(&db.file("b.fence")),
@@ -1080,7 +1209,7 @@ fn run_as_the_holder_joins_the_tenure_and_leaves_the_lock_held() {
         assert_eq!(read_number(&db.file("f")), fence);
         let lock = assert_held_by(db, "join", "X");
         assert_eq!(lock["fence"], fence, "the join started a new tenure");
-        let events = log_events(db, "join");
+        let events = db.log(&["join"]);
         assert!(
             !event_names(&events).contains(&"released"),
             "a joined run released the script's lock: {events:?}"
@@ -1096,8 +1225,8 @@ fn joined_step_is_kept_alive_by_the_heartbeat() {
     each_store(|db| {
         let held = db.json(&["acquire", "step", "--owner", "X", "--ttl", "2"], 0);
         let fence = &held["lock"]["fence"];
-        let mut proc = Proc::spawn(
-            run_cmd(
+        let proc = Proc::spawn(
+            &mut run_cmd(
                 db,
                 &[
                     "--resource",
@@ -1112,7 +1241,7 @@ fn joined_step_is_kept_alive_by_the_heartbeat() {
                     r#"echo ready > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"; sleep 4"#,
                 ],
             ),
-            db,
+            db.dir.path(),
             "run",
         );
         wait_for_file(&db.file("ready"), LONG);
@@ -1121,7 +1250,8 @@ fn joined_step_is_kept_alive_by_the_heartbeat() {
         let lock = assert_held_by(db, "step", "X");
         assert_eq!(&lock["fence"], fence);
 
-        assert_eq!(proc.code(LONG), 0, "stderr: {}", proc.stderr_text());
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(0), "{}", proc.describe());
         let lock = assert_held_by(db, "step", "X");
         assert_eq!(&lock["fence"], fence);
         db.json(&["release", "step", "--owner", "X"], 0);
@@ -1171,9 +1301,6 @@ fn usage_errors_exit_64_and_start_nothing() {
         if db.kind == Kind::Sqlite {
             assert!(!db.path().exists(), "a usage error touched the store");
         }
-        assert!(
-            log_events(db, "u").is_empty(),
-            "a usage error wrote history"
-        );
+        assert!(db.log(&["u"]).is_empty(), "a usage error wrote history");
     });
 }

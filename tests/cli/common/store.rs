@@ -1,11 +1,10 @@
-//! Helpers shared by every test module.
+//! The store under test and the commands that read it.
 //!
 //! [`each_store`] runs one test body against every store under test: always a fresh SQLite file,
 //! and a fresh PostgreSQL database when `DISTLOCK_TEST_PG_URL` is set — the same code, not a
-//! copy.
+//! copy. [`Db`] runs `distlock` against its store, and reads `status` and `log` as values.
 
-#![allow(dead_code)]
-
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -13,8 +12,8 @@ use assert_cmd::Command;
 use serde_json::Value;
 use tempfile::TempDir;
 
-/// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+use super::output::{parse_line, parse_lines};
+use super::process::{BIN, describe};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -54,21 +53,32 @@ impl Db {
     /// `None` (with a note on stderr) without one, unless `DISTLOCK_TEST_REQUIRE_PG` is set:
     /// then a missing server fails the test instead of skipping it.
     pub fn postgres() -> Option<Db> {
-        let Ok(admin) = std::env::var("DISTLOCK_TEST_PG_URL") else {
-            assert!(
-                std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-                "DISTLOCK_TEST_REQUIRE_PG is set but DISTLOCK_TEST_PG_URL is not"
-            );
-            eprintln!("note: PostgreSQL variant skipped: DISTLOCK_TEST_PG_URL is not set");
-            return None;
-        };
-        let pg = PgDatabase::create(&admin);
-        Some(Db {
+        let admin = pg_admin_url("PostgreSQL variant")?;
+        let pg = PgDatabase::create(&admin, "").expect("create a test database");
+        Some(Db::on(pg))
+    }
+
+    /// A fresh PostgreSQL database made by `CREATE DATABASE <name> <OPTIONS>` (a template, a
+    /// locale, …). `None`, with a note naming `what` is skipped, without a server (as for
+    /// [`Db::postgres`]) or when the server refuses the options.
+    pub fn postgres_with(options: &str, what: &str) -> Option<Db> {
+        let admin = pg_admin_url(what)?;
+        match PgDatabase::create(&admin, options) {
+            Ok(pg) => Some(Db::on(pg)),
+            Err(err) => {
+                eprintln!("note: {what} skipped: the server refused {options:?}: {err}");
+                None
+            }
+        }
+    }
+
+    fn on(pg: PgDatabase) -> Db {
+        Db {
             kind: Kind::Postgres,
             url: pg.url.clone(),
             dir: tempfile::tempdir().expect("temp dir"),
             pg: Some(pg),
-        })
+        }
     }
 
     /// The PostgreSQL database's connection URL (for tests that talk to the server directly).
@@ -87,7 +97,13 @@ impl Db {
 
     /// The same, as a `std::process::Command` for tests that spawn and signal processes.
     pub fn std_cmd(&self) -> std::process::Command {
-        let mut cmd = std::process::Command::new(BIN);
+        self.env_cmd(BIN)
+    }
+
+    /// `program` (a wrapper that ends up running distlock) with this store in `DISTLOCK_DB` and
+    /// no owner inherited.
+    pub fn env_cmd(&self, program: impl AsRef<OsStr>) -> std::process::Command {
+        let mut cmd = std::process::Command::new(program);
         cmd.env("DISTLOCK_DB", &self.url)
             .env_remove("DISTLOCK_OWNER");
         cmd
@@ -118,8 +134,8 @@ impl Db {
             assert_eq!(
                 out.status.code(),
                 Some(0),
-                "distlock {args:?}\nstderr: {}",
-                String::from_utf8_lossy(&out.stderr)
+                "distlock {args:?}: {}",
+                describe(&out)
             );
             state.push_str(std::str::from_utf8(&out.stdout).expect("utf-8 stdout"));
         }
@@ -132,94 +148,46 @@ impl Db {
         assert_eq!(
             out.status.code(),
             Some(code),
-            "distlock {args:?}\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            "distlock {args:?}: {}",
+            describe(&out)
         );
         parse_line(&out.stdout)
     }
+
+    /// `status RESOURCE` (after `--`, so that any name passes): its exit code, which must be 0
+    /// (held) or 1 (not held), and its JSON line.
+    pub fn status(&self, resource: &str) -> (i32, Value) {
+        let out = self.run(&["status", "--", resource]);
+        let code = out.status.code().expect("status exited");
+        assert!(
+            code == 0 || code == 1,
+            "status {resource:?}: {}",
+            describe(&out)
+        );
+        (code, parse_line(&out.stdout))
+    }
+
+    /// `log ARGS…`, which must exit 0: the events, oldest first.
+    pub fn log(&self, args: &[&str]) -> Vec<Value> {
+        let mut all = vec!["log"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", describe(&out));
+        parse_lines(&out.stdout)
+    }
 }
 
-/// Parses stdout that must be exactly one JSON object on one line.
-pub fn parse_line(stdout: &[u8]) -> Value {
-    let text = std::str::from_utf8(stdout).expect("utf-8 stdout");
-    assert!(
-        text.ends_with('\n') && text.matches('\n').count() == 1,
-        "expected exactly one line, got {text:?}"
-    );
-    let value: Value = serde_json::from_str(text).expect("valid JSON");
-    assert!(value.is_object(), "expected an object, got {value}");
-    value
-}
-
-/// Checks a usage error (exit 64): a message on stderr, nothing on stdout.
-pub fn assert_usage_error(out: &Output, what: &dyn std::fmt::Debug) {
-    assert_eq!(
-        out.status.code(),
-        Some(64),
-        "{what:?} must be a usage error\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.stdout.is_empty(),
-        "{what:?}: a usage error prints nothing on stdout"
-    );
-    assert!(
-        !String::from_utf8_lossy(&out.stderr).trim().is_empty(),
-        "{what:?}: a usage error explains itself on stderr"
-    );
-}
-
-/// Checks a store error (exit 74): exactly one line `distlock: …` on stderr, nothing on stdout.
-/// Returns that line.
-pub fn assert_store_error(out: &Output, what: &dyn std::fmt::Debug) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(74),
-        "{what:?} must be a store error\nstdout: {}\nstderr: {stderr}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(
-        out.stdout.is_empty(),
-        "{what:?}: a store error prints nothing on stdout"
-    );
-    assert!(
-        stderr.starts_with("distlock: ") && stderr.ends_with('\n') && stderr.lines().count() == 1,
-        "{what:?}: a store error is one line `distlock: …` on stderr, got {stderr:?}"
-    );
-    stderr
-}
-
-/// Checks that `text` is an RFC 3339 UTC time with milliseconds (`2026-11-30T04:08:52.123Z`)
-/// and returns it as milliseconds since the Unix epoch.
-pub fn timestamp_millis(text: &str) -> i64 {
-    let shape = text.bytes().enumerate().all(|(i, b)| match i {
-        4 | 7 => b == b'-',
-        10 => b == b'T',
-        13 | 16 => b == b':',
-        19 => b == b'.',
-        23 => b == b'Z',
-        _ => b.is_ascii_digit(),
-    });
-    assert!(
-        text.len() == 24 && shape,
-        "{text:?} is not RFC 3339 UTC with milliseconds"
-    );
-    let time = humantime::parse_rfc3339(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
-    let since_epoch = time
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("a time after 1970");
-    i64::try_from(since_epoch.as_millis()).expect("a time in range")
-}
-
-/// The test's own clock, in milliseconds since the Unix epoch.
-pub fn now_millis() -> i64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("a clock after 1970");
-    i64::try_from(since_epoch.as_millis()).expect("a time in range")
+/// `distlock --db DB`, for a store given by path or URL rather than by a [`Db`]: no store,
+/// owner or PostgreSQL password inherited from the test's environment, and no stdin.
+pub fn distlock_at(db: impl AsRef<OsStr>) -> std::process::Command {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("--db")
+        .arg(db)
+        .env_remove("DISTLOCK_DB")
+        .env_remove("DISTLOCK_OWNER")
+        .env_remove("PGPASSWORD")
+        .stdin(std::process::Stdio::null());
+    cmd
 }
 
 /// Runs `test` against a fresh SQLite store, then against a fresh PostgreSQL database when
@@ -238,8 +206,24 @@ struct PgDatabase {
     url: String,
 }
 
+/// The suite's PostgreSQL server, as an admin URL (`DISTLOCK_TEST_PG_URL`). Without one: fails
+/// the test if `DISTLOCK_TEST_REQUIRE_PG` is set, else notes on stderr that `what` is skipped.
+fn pg_admin_url(what: &str) -> Option<String> {
+    let Ok(admin) = std::env::var("DISTLOCK_TEST_PG_URL") else {
+        assert!(
+            std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
+            "DISTLOCK_TEST_REQUIRE_PG is set but DISTLOCK_TEST_PG_URL is not"
+        );
+        eprintln!("note: {what} skipped: DISTLOCK_TEST_PG_URL is not set");
+        return None;
+    };
+    Some(admin)
+}
+
 impl PgDatabase {
-    fn create(admin: &str) -> PgDatabase {
+    /// `CREATE DATABASE <fresh name> <options>` on the server behind `admin`. An unreachable
+    /// server fails the test; a refused `CREATE` is the caller's to judge.
+    fn create(admin: &str, options: &str) -> Result<PgDatabase, postgres::Error> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let name = format!(
@@ -249,9 +233,7 @@ impl PgDatabase {
         );
         let mut client = postgres::Client::connect(admin, postgres::NoTls)
             .unwrap_or_else(|e| panic!("cannot reach the test server DISTLOCK_TEST_PG_URL: {e}"));
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create a test database");
+        client.batch_execute(&format!("CREATE DATABASE {name} {options}"))?;
         // Same server and credentials, another database.
         let (base, query) = admin.split_once('?').unwrap_or((admin, ""));
         let (server, _) = base.rsplit_once('/').expect("a URL with a database name");
@@ -260,11 +242,11 @@ impl PgDatabase {
         } else {
             format!("{server}/{name}?{query}")
         };
-        PgDatabase {
+        Ok(PgDatabase {
             admin: admin.to_owned(),
             name,
             url,
-        }
+        })
     }
 }
 

@@ -1,0 +1,19 @@
+//! Helpers shared by the modules of the integration suite, one submodule per concern:
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`store`] | the store under test ([`store::Db`], [`store::each_store`]: SQLite, and PostgreSQL when the suite has a server), `distlock` command lines, `status` and `log` as values |
+//! | [`output`] | what distlock prints: one JSON line, JSON lines, key sets, RFC 3339 times, the usage and store error shapes |
+//! | [`process`] | the binary, spawning with a deadline ([`process::Proc`]), describing an outcome, waiting for a condition or a file |
+//! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children |
+//! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
+//!
+//! `process` and `fenced_write` are also compiled into `tests/recipes.rs` (`#[path]`), so each
+//! of their items is used by both test crates; what only this suite needs lives elsewhere.
+//! No item is allowed to be dead: a helper nobody calls is deleted.
+
+pub mod fenced_write;
+pub mod output;
+pub mod pids;
+pub mod process;
+pub mod store;

@@ -1,0 +1,67 @@
+//! What `/proc` says about a pid: whether the process still runs, its `stat` fields, its
+//! children. Linux only, as the suite is.
+
+use std::fs;
+use std::time::Duration;
+
+use nix::unistd::Pid;
+
+use super::process::wait_for;
+
+/// The fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, session, …
+/// (`None` when there is no such process). The name is skipped by its last `)`: it may hold
+/// anything.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Where a process stands: its parent, its process group and its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ids {
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+}
+
+/// The [`Ids`] of `pid`, or `None` when there is no such process.
+pub fn ids_of(pid: i32) -> Option<Ids> {
+    let fields = stat_fields(pid)?;
+    let field = |i: usize| fields.get(i)?.parse().ok();
+    Some(Ids {
+        ppid: field(1)?,
+        pgrp: field(2)?,
+        session: field(3)?,
+    })
+}
+
+/// A process no longer runs: it does not exist, or it is a zombie (`Z`, or `X` on its way
+/// out). A zombie is dead for every purpose of these tests — it holds no lock and runs no
+/// code — but `kill(pid, 0)` still finds it until its parent (for an orphan, init or a
+/// subreaper, whenever it gets to it) reaps it.
+pub fn is_gone(pid: i32) -> bool {
+    stat_fields(pid).is_none_or(|fields| matches!(fields[0].as_str(), "Z" | "X"))
+}
+
+/// Polls until every process in `pids` is gone; returns whether they all went within `limit`.
+pub fn all_gone_within(pids: &[i32], limit: Duration) -> bool {
+    wait_for(limit, || pids.iter().all(|&pid| is_gone(pid)))
+}
+
+/// The direct children of `pid`, from every thread's `children` list.
+pub fn children_of(pid: Pid) -> Vec<i32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(list) = fs::read_to_string(task.path().join("children")) {
+            children.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
+}
