@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::lock::{Owner, Resource, Ttl, parse_duration};
+use crate::lock::{Mode, Note, Owner, Resource, Ttl, parse_duration};
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbidden;
-run also: the command's status, 124 lease lost, 126 cannot execute, 127 not found.";
+Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbidden,
+78 mode mismatch; run also: the command's status, 124 lease lost, 126 cannot execute,
+127 not found.";
 
 const RUN_AFTER_HELP: &str = "\
 Examples:
@@ -22,8 +23,8 @@ Examples:
   distlock run --resource deploy --wait 10m -- ./deploy.sh production
 
 Exit codes: the command's own status (128+N if it died of signal N); 75 busy (or
---conflict-exit-code); 124 lease lost, the command was stopped; 126 cannot execute;
-127 command not found; 64 usage; 74 store error.";
+--conflict-exit-code); 78 mode mismatch; 124 lease lost, the command was stopped;
+126 cannot execute; 127 command not found; 64 usage; 74 store error.";
 
 /// Leased, named locks for scripts, cron jobs and CI steps.
 #[derive(Debug, Parser)]
@@ -88,6 +89,32 @@ pub struct OwnerArg {
     pub owner: Owner,
 }
 
+/// How to hold the lock: exclusive (the default), shared, or one of N; and why.
+#[derive(Debug, Args)]
+pub struct ModeArgs {
+    /// Hold a shared lock: any number of shared holders at once, and no exclusive one (as
+    /// flock -s)
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
+    /// Hold one of N slots: at most N holders at once, each asking with the same N (2-10000;
+    /// 1 is the plain exclusive lock)
+    #[arg(long, value_name = "N", value_parser = Mode::parse_limit)]
+    pub limit: Option<Mode>,
+    /// Why or for whom the lock is held (shown by status, list and log)
+    #[arg(long, value_name = "TEXT", value_parser = Note::parse)]
+    pub note: Option<Note>,
+}
+
+impl ModeArgs {
+    pub fn mode(&self) -> Mode {
+        if self.shared {
+            Mode::Shared
+        } else {
+            self.limit.unwrap_or_default()
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
     /// The resource to lock, e.g. payment:42 (1-255 bytes, no control characters)
@@ -101,6 +128,8 @@ pub struct AcquireArgs {
     /// Keep trying for this long while another owner holds the lock [default: 0, try once]
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub wait: Option<Duration>,
+    #[command(flatten)]
+    pub mode: ModeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -145,6 +174,8 @@ pub struct RunArgs {
     /// Keep trying for this long while another owner holds the lock [default: 0, try once]
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub wait: Option<Duration>,
+    #[command(flatten)]
+    pub mode: ModeArgs,
     /// Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly
     #[arg(long, value_name = "N")]
     pub conflict_exit_code: Option<u8>,

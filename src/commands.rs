@@ -5,6 +5,7 @@ use serde_json::json;
 use crate::cli::{
     AcquireArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs, RunArgs,
 };
+use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
@@ -43,6 +44,8 @@ fn run_spec(args: RunArgs) -> RunSpec {
         owner: args.owner,
         ttl: args.ttl,
         wait: args.wait,
+        mode: args.mode.mode(),
+        note: args.mode.note,
         conflict_exit_code: args.conflict_exit_code,
         kill_after: args.kill_after,
         command: args.command,
@@ -50,7 +53,12 @@ fn run_spec(args: RunArgs) -> RunSpec {
 }
 
 fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
-    let owner = &args.owner.owner;
+    let request = Request {
+        owner: args.owner.owner,
+        ttl: args.ttl,
+        mode: args.mode.mode(),
+        note: args.mode.note,
+    };
     // A waiter sleeps on the store's wake-up; one that does not wait needs none.
     let wakeup = args
         .wait
@@ -60,13 +68,13 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
     let attempt = wait::acquire(
         store,
         &args.resource,
-        owner,
-        args.ttl,
+        &request,
         args.wait,
         wakeup,
         &mut on_busy,
     )?;
     drop(on_busy);
+    let resource = &args.resource;
     Ok(match attempt.outcome {
         Acquire::Acquired { lock, .. } => {
             printer.emit(&output::acquired(&lock), || {
@@ -74,11 +82,17 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
             });
             Exit::Done
         }
-        Acquire::Busy { holder } => {
-            printer.emit(&output::busy(&args.resource, &holder), || {
-                output::busy_text(&args.resource, &holder)
+        Acquire::Busy { holder, holders } => {
+            printer.emit(&output::busy(resource, &holder, &holders), || {
+                output::busy_text(resource, &holder, &holders)
             });
             Exit::Busy
+        }
+        Acquire::Mismatch { holders } => {
+            printer.emit(&output::mismatch(resource, &holders), || {
+                output::mismatch_text(resource, request.mode, &holders)
+            });
+            Exit::Mismatch
         }
     })
 }
@@ -88,24 +102,21 @@ fn status(
     printer: Printer,
     resource: &Resource,
 ) -> Result<Exit> {
-    let held = match store {
+    let locks = match store {
         Some(mut store) => store.status(resource)?,
-        None => None,
+        None => Vec::new(),
     };
-    Ok(match held {
-        Some(lock) => {
-            printer.emit(&json!({ "held": true, "lock": lock }), || {
-                output::held_text(&lock)
-            });
-            Exit::Done
-        }
-        None => {
-            printer.emit(&json!({ "held": false, "resource": resource }), || {
-                format!("{resource} is not held")
-            });
-            Exit::NotHeld
-        }
-    })
+    if locks.is_empty() {
+        printer.emit(&json!({ "held": false, "resource": resource }), || {
+            format!("{resource} is not held")
+        });
+        return Ok(Exit::NotHeld);
+    }
+    printer.emit(&output::held(&locks), || {
+        let lines: Vec<String> = locks.iter().map(output::held_text).collect();
+        lines.join("\n")
+    });
+    Ok(Exit::Done)
 }
 
 fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Result<Exit> {

@@ -16,8 +16,8 @@
 //! - every change of state is recorded in the history, in the same transaction.
 
 use crate::lock::{
-    Acquire, EventKind, Fence, Holder, Lock, Owner, Release, Renew, Resource, Tenure, Timestamp,
-    Ttl,
+    Acquire, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Release, Renew, Resource, Tenure,
+    Timestamp, Ttl,
 };
 
 /// One tenure as a store holds it, live or expired.
@@ -27,6 +27,8 @@ pub struct Lease {
     pub fence: Fence,
     pub acquired_at: Timestamp,
     pub expires_at: Timestamp,
+    pub mode: Mode,
+    pub note: Option<Note>,
 }
 
 impl Lease {
@@ -41,6 +43,8 @@ impl Lease {
             fence: self.fence,
             acquired_at: self.acquired_at,
             expires_at: self.expires_at,
+            mode: self.mode,
+            note: self.note.clone(),
         }
     }
 
@@ -48,8 +52,20 @@ impl Lease {
         Holder {
             owner: self.owner.clone(),
             expires_at: self.expires_at,
+            mode: self.mode,
+            note: self.note.clone(),
         }
     }
+}
+
+/// An `acquire` (or `run`) as the core sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub owner: Owner,
+    pub ttl: Ttl,
+    pub mode: Mode,
+    /// Replaces the tenure's note; `None` keeps the one it has.
+    pub note: Option<Note>,
 }
 
 /// A resource's rows and the store's clock, read in the transaction that decides.
@@ -75,12 +91,8 @@ impl State {
 pub enum Change {
     /// A new tenure row.
     Insert(Lease),
-    /// The tenure `fence` gets these times.
-    Update {
-        fence: Fence,
-        acquired_at: Timestamp,
-        expires_at: Timestamp,
-    },
+    /// The tenure with this lease's fence gets its times and note.
+    Update(Lease),
     /// The tenure `fence` is removed.
     Delete { fence: Fence },
     /// A history row.
@@ -95,6 +107,8 @@ pub struct Record {
     pub fence: Fence,
     pub event: EventKind,
     pub previous_owner: Option<Owner>,
+    pub mode: Mode,
+    pub note: Option<Note>,
 }
 
 /// What to report, and what to write so that it becomes true.
@@ -114,9 +128,17 @@ impl<T> Decision<T> {
     }
 }
 
-/// `acquire` by `owner`: a live tenure of its own is extended (same fence, both times move to
-/// now); another owner's live tenure makes it busy; otherwise a new tenure with a fresh fence
-/// from `fresh_fence`, which is asked only then (so a busy attempt costs the store no write).
+/// `acquire` (contract, "Lock modes", admission):
+/// 1. the owner's own live tenure: same mode → extended (same fence, both times move to now,
+///    the note replaced when one is given); another mode → mismatch;
+/// 2. no live tenure → a new tenure;
+/// 3. live tenures of others: a mode of another family (read/write against a semaphore, or a
+///    semaphore of another N) → mismatch; in the read/write family an exclusive request or an
+///    exclusive holder → busy, shared beside shared → a new tenure; a semaphore of N → a new
+///    tenure while fewer than N are live, else busy.
+///
+/// A new tenure's fence comes from `fresh_fence`, asked only then (a refusal costs the store
+/// no write). Expired rows of the resource make way for it.
 ///
 /// # Errors
 ///
@@ -124,26 +146,27 @@ impl<T> Decision<T> {
 pub fn acquire<E>(
     resource: &Resource,
     state: &State,
-    owner: &Owner,
-    ttl: Ttl,
+    request: &Request,
     fresh_fence: impl FnOnce() -> Result<Fence, E>,
 ) -> Result<Decision<Acquire>, E> {
     let now = state.now;
-    let expires_at = expiry(now, ttl);
+    let expires_at = expiry(now, request.ttl);
     let live = state.live();
-    if let Some(own) = live.iter().find(|l| l.owner == *owner) {
+    if let Some(own) = live.iter().find(|l| l.owner == request.owner) {
+        if own.mode != request.mode {
+            return Ok(Decision::unchanged(Acquire::Mismatch {
+                holders: live.iter().map(|l| l.holder()).collect(),
+            }));
+        }
         let lease = Lease {
             acquired_at: now,
             expires_at,
+            note: request.note.clone().or_else(|| own.note.clone()),
             ..(*own).clone()
         };
         return Ok(Decision {
             changes: vec![
-                Change::Update {
-                    fence: lease.fence,
-                    acquired_at: now,
-                    expires_at,
-                },
+                Change::Update(lease.clone()),
                 record(now, &lease, EventKind::Extended, None),
             ],
             outcome: Acquire::Acquired {
@@ -152,22 +175,28 @@ pub fn acquire<E>(
             },
         });
     }
-    if let Some(first) = live.iter().min_by_key(|l| (l.expires_at, l.fence)) {
-        return Ok(Decision::unchanged(Acquire::Busy {
-            holder: first.holder(),
-        }));
+    if let Some(refusal) = admission(request.mode, &live) {
+        return Ok(Decision::unchanged(refusal));
     }
-    // Free: expired rows make way for the new tenure, whose history names the last holder.
-    let previous = state.leases.iter().max_by_key(|l| l.fence);
+    // Expired rows make way for the new tenure. Taking a resource nobody holds after someone's
+    // lease ran out is a takeover from the last holder; joining live holders is not.
+    let previous = state
+        .leases
+        .iter()
+        .max_by_key(|l| l.fence)
+        .filter(|_| live.is_empty());
     let lease = Lease {
-        owner: owner.clone(),
+        owner: request.owner.clone(),
         fence: fresh_fence()?,
         acquired_at: now,
         expires_at,
+        mode: request.mode,
+        note: request.note.clone(),
     };
     let mut changes: Vec<Change> = state
         .leases
         .iter()
+        .filter(|l| !l.is_live(now))
         .map(|l| Change::Delete { fence: l.fence })
         .collect();
     changes.push(Change::Insert(lease.clone()));
@@ -181,6 +210,28 @@ pub fn acquire<E>(
             tenure: Tenure::New,
         },
         changes,
+    })
+}
+
+/// Whether a request of `mode` may join the live tenures of other owners (`None`), or why not.
+fn admission(mode: Mode, live: &[&Lease]) -> Option<Acquire> {
+    let holders = || live.iter().map(|l| l.holder()).collect::<Vec<_>>();
+    if live.iter().any(|l| l.mode.family() != mode.family()) {
+        return Some(Acquire::Mismatch { holders: holders() });
+    }
+    let admitted = match mode {
+        Mode::Exclusive => live.is_empty(),
+        Mode::Shared => live.iter().all(|l| l.mode == Mode::Shared),
+        Mode::Semaphore(n) => live.len() < usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    if admitted {
+        return None;
+    }
+    let first = live.iter().min_by_key(|l| (l.expires_at, l.fence))?;
+    let shared = live.iter().any(|l| l.mode != Mode::Exclusive);
+    Some(Acquire::Busy {
+        holder: first.holder(),
+        holders: if shared { holders() } else { Vec::new() },
     })
 }
 
@@ -204,11 +255,7 @@ pub fn renew(
     };
     Decision {
         changes: vec![
-            Change::Update {
-                fence: lease.fence,
-                acquired_at: lease.acquired_at,
-                expires_at: lease.expires_at,
-            },
+            Change::Update(lease.clone()),
             record(state.now, &lease, EventKind::Renewed, None),
         ],
         outcome: Renew::Renewed {
@@ -233,9 +280,9 @@ pub fn release(state: &State, owner: &Owner, fence: Option<Fence>) -> Decision<R
     }
 }
 
-/// `status`: the live tenure, if any; an expired one is never reported.
-pub fn status(resource: &Resource, state: &State) -> Option<Lock> {
-    state.live().first().map(|l| l.lock(resource))
+/// `status`: the live tenures, oldest (smallest fence) first; an expired one is never reported.
+pub fn status(resource: &Resource, state: &State) -> Vec<Lock> {
+    state.live().iter().map(|l| l.lock(resource)).collect()
 }
 
 /// Why a `renew` or `release` changes nothing.
@@ -281,6 +328,8 @@ fn record(at: Timestamp, lease: &Lease, event: EventKind, previous: Option<Owner
         fence: lease.fence,
         event,
         previous_owner: previous,
+        mode: lease.mode,
+        note: lease.note.clone(),
     })
 }
 
@@ -313,6 +362,18 @@ mod tests {
             fence: Fence(fence),
             acquired_at: Timestamp(NOW - 1_000),
             expires_at: Timestamp(NOW + left),
+            mode: Mode::Exclusive,
+            note: None,
+        }
+    }
+
+    /// An exclusive request without a note.
+    fn request(owner: &str, secs: u64) -> Request {
+        Request {
+            owner: own(owner),
+            ttl: ttl(secs),
+            mode: Mode::Exclusive,
+            note: None,
         }
     }
 
@@ -330,7 +391,7 @@ mod tests {
     /// Acquire with a fence source that hands out 100 and counts how often it was asked.
     fn acquire_with(leases: &[Lease], owner: &str, secs: u64) -> (Decision<Acquire>, u32) {
         let asked = Cell::new(0);
-        let decision = acquire(&res(), &state(leases), &own(owner), ttl(secs), || {
+        let decision = acquire(&res(), &state(leases), &request(owner, secs), || {
             asked.set(asked.get() + 1);
             Ok::<_, Infallible>(Fence(100))
         })
@@ -343,7 +404,7 @@ mod tests {
             .iter()
             .map(|c| match c {
                 Change::Insert(l) => format!("insert {} {}", l.owner, l.fence),
-                Change::Update { fence, .. } => format!("update {fence}"),
+                Change::Update(l) => format!("update {}", l.fence),
                 Change::Delete { fence } => format!("delete {fence}"),
                 Change::Record(r) => match &r.previous_owner {
                     Some(p) => format!(
@@ -480,7 +541,8 @@ mod tests {
                         "extended"
                     }
                 ),
-                Acquire::Busy { holder } => format!("busy {}", holder.owner),
+                Acquire::Busy { holder, .. } => format!("busy {}", holder.owner),
+                Acquire::Mismatch { .. } => "mismatch".to_owned(),
             };
             assert_eq!(outcome, case.outcome, "{}", case.name);
             assert_eq!(kinds(&decision.changes), case.changes, "{}", case.name);
@@ -504,6 +566,8 @@ mod tests {
                     fence: Fence(100),
                     acquired_at: Timestamp(NOW),
                     expires_at: lock.expires_at,
+                    mode: Mode::Exclusive,
+                    note: None,
                 })
             );
         }
@@ -522,11 +586,11 @@ mod tests {
         );
         assert_eq!(
             decision.changes[0],
-            Change::Update {
-                fence: Fence(7),
+            Change::Update(Lease {
                 acquired_at: at(0),
                 expires_at: at(10_000),
-            }
+                ..lease("a", 7, 0)
+            })
         );
     }
 
@@ -548,8 +612,11 @@ mod tests {
             Acquire::Busy {
                 holder: Holder {
                     owner: own("b"),
-                    expires_at: at(4_321)
-                }
+                    expires_at: at(4_321),
+                    mode: Mode::Exclusive,
+                    note: None,
+                },
+                holders: vec![],
             }
         );
     }
@@ -572,7 +639,7 @@ mod tests {
 
     #[test]
     fn fence_source_errors_abort_the_decision() {
-        let result = acquire(&res(), &state(&[]), &own("a"), ttl(5), || {
+        let result = acquire(&res(), &state(&[]), &request("a", 5), || {
             Err("sequence gone")
         });
         assert_eq!(result.err(), Some("sequence gone"));
@@ -580,8 +647,7 @@ mod tests {
         let busy = acquire(
             &res(),
             &state(&[lease("b", 1, 9)]),
-            &own("a"),
-            ttl(5),
+            &request("a", 5),
             || Err("sequence gone"),
         );
         assert!(busy.is_ok());
@@ -593,7 +659,7 @@ mod tests {
             now: Timestamp(i64::MAX - 5),
             leases: vec![],
         };
-        let decision = acquire(&res(), &state, &own("a"), ttl(60), || {
+        let decision = acquire(&res(), &state, &request("a", 60), || {
             Ok::<_, Infallible>(Fence(1))
         })
         .unwrap();
@@ -743,11 +809,11 @@ mod tests {
         );
         assert_eq!(
             decision.changes[0],
-            Change::Update {
-                fence: Fence(7),
+            Change::Update(Lease {
                 acquired_at: at(-1_000),
                 expires_at: at(30_000),
-            }
+                ..lease("a", 7, 0)
+            })
         );
     }
 
@@ -808,7 +874,7 @@ mod tests {
         for (rows, expected) in cases {
             let lock = status(&res(), &state(&rows));
             assert_eq!(
-                lock.map(|l| l.owner.to_string()).as_deref(),
+                lock.first().map(|l| l.owner.to_string()).as_deref(),
                 expected,
                 "{rows:?}"
             );
@@ -839,17 +905,12 @@ mod tests {
                     );
                     rows.push(l.clone());
                 }
-                Change::Update {
-                    fence,
-                    acquired_at,
-                    expires_at,
-                } => {
+                Change::Update(lease) => {
                     let row = rows
                         .iter_mut()
-                        .find(|l| l.fence == *fence)
+                        .find(|l| l.fence == lease.fence)
                         .expect("updated row");
-                    row.acquired_at = *acquired_at;
-                    row.expires_at = *expires_at;
+                    *row = lease.clone();
                 }
                 Change::Delete { fence } => {
                     let before = rows.len();
@@ -897,7 +958,7 @@ mod tests {
     #[test]
     fn at_the_instant_of_expiry_every_operation_sees_no_lock() {
         let rows = [lease("a", 7, 0)];
-        assert_eq!(status(&res(), &state(&rows)), None);
+        assert_eq!(status(&res(), &state(&rows)), []);
         assert_eq!(
             renew(&res(), &state(&rows), &own("a"), ttl(5), None).outcome,
             Renew::NotFound
@@ -919,7 +980,7 @@ mod tests {
     #[test]
     fn one_millisecond_before_expiry_the_lock_is_still_held() {
         let rows = [lease("a", 7, 1)];
-        assert!(status(&res(), &state(&rows)).is_some());
+        assert!(!status(&res(), &state(&rows)).is_empty());
         assert!(matches!(
             renew(&res(), &state(&rows), &own("a"), ttl(5), None).outcome,
             Renew::Renewed { .. }
@@ -957,8 +1018,11 @@ mod tests {
             now: at(30_000),
             leases: rows,
         };
-        assert_eq!(status(&res(), &later).map(|l| l.fence), Some(Fence(7)));
-        let decision = acquire(&res(), &later, &own("b"), ttl(5), || {
+        assert_eq!(
+            status(&res(), &later).first().map(|l| l.fence),
+            Some(Fence(7))
+        );
+        let decision = acquire(&res(), &later, &request("b", 5), || {
             Ok::<_, Infallible>(Fence(100))
         })
         .unwrap();
@@ -1047,6 +1111,8 @@ mod tests {
                 fence: Fence(7),
                 event: EventKind::Released,
                 previous_owner: None,
+                mode: Mode::Exclusive,
+                note: None,
             })
         );
     }
@@ -1073,7 +1139,13 @@ mod tests {
                 let secs = rng.u64(1..5);
                 let changes = match rng.u8(..3) {
                     0 => {
-                        let d = acquire(&res(), &s, &who, ttl(secs), || {
+                        let req = Request {
+                            owner: who.clone(),
+                            ttl: ttl(secs),
+                            mode: Mode::Exclusive,
+                            note: None,
+                        };
+                        let d = acquire(&res(), &s, &req, || {
                             next_fence += 1;
                             Ok::<_, Infallible>(Fence(next_fence))
                         })
@@ -1087,7 +1159,9 @@ mod tests {
                                 last_new_fence = lock.fence.0;
                             }
                             Acquire::Acquired { .. } => {}
-                            Acquire::Busy { .. } => assert!(d.changes.is_empty()),
+                            Acquire::Busy { .. } | Acquire::Mismatch { .. } => {
+                                assert!(d.changes.is_empty());
+                            }
                         }
                         d.changes
                     }
@@ -1105,22 +1179,7 @@ mod tests {
                         d.changes
                     }
                 };
-                for change in changes {
-                    match change {
-                        Change::Insert(l) => rows.push(l),
-                        Change::Update {
-                            fence,
-                            acquired_at,
-                            expires_at,
-                        } => {
-                            let row = rows.iter_mut().find(|l| l.fence == fence).unwrap();
-                            row.acquired_at = acquired_at;
-                            row.expires_at = expires_at;
-                        }
-                        Change::Delete { fence } => rows.retain(|l| l.fence != fence),
-                        Change::Record(_) => {}
-                    }
-                }
+                rows = applied(rows, &changes);
                 let live = State {
                     now: Timestamp(now),
                     leases: rows.clone(),

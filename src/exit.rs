@@ -16,6 +16,8 @@ pub enum Exit {
     Busy,
     /// `release`/`renew` of a live lock held by another owner.
     Forbidden,
+    /// `acquire`/`run` asked for a mode that conflicts with how the live holders hold it.
+    Mismatch,
     /// `run`: the lease was lost while the command ran; the command was stopped.
     LeaseLost,
     /// `run`: the command exists but cannot be executed.
@@ -35,6 +37,7 @@ impl Exit {
             Exit::Store => 74,
             Exit::Busy => 75,
             Exit::Forbidden => 77,
+            Exit::Mismatch => 78,
             Exit::LeaseLost => 124,
             Exit::CannotExecute => 126,
             Exit::CommandNotFound => 127,
@@ -61,6 +64,7 @@ mod tests {
         assert_eq!(Exit::Store.code(), 74);
         assert_eq!(Exit::Busy.code(), 75);
         assert_eq!(Exit::Forbidden.code(), 77);
+        assert_eq!(Exit::Mismatch.code(), 78);
         assert_eq!(Exit::LeaseLost.code(), 124);
         assert_eq!(Exit::CannotExecute.code(), 126);
         assert_eq!(Exit::CommandNotFound.code(), 127);

@@ -289,21 +289,163 @@ impl Serialize for Timestamp {
     }
 }
 
-/// One tenure of a lock, as the store holds it.
+/// How a tenure holds its resource (contract, "Lock modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// One owner at a time (the default, and `--limit 1`).
+    #[default]
+    Exclusive,
+    /// Any number of shared owners and no exclusive one: a read lock, as `flock -s`.
+    Shared,
+    /// At most N owners (N ≥ 2), each asking with the same N, as `consul lock -n N`.
+    Semaphore(u32),
+}
+
+/// The largest `--limit`.
+pub const MAX_LIMIT: u32 = 10_000;
+
+impl Mode {
+    /// The mode `--limit N` asks for: 1 is the plain exclusive lock.
+    ///
+    /// # Errors
+    ///
+    /// A message for anything but a whole number 1 ..= [`MAX_LIMIT`].
+    pub fn parse_limit(raw: &str) -> Result<Mode, String> {
+        match raw.parse::<u32>() {
+            Ok(1) => Ok(Mode::Exclusive),
+            Ok(n) if (2..=MAX_LIMIT).contains(&n) => Ok(Mode::Semaphore(n)),
+            _ => Err(format!(
+                "limit must be a whole number from 1 to {MAX_LIMIT}, got {raw:?}"
+            )),
+        }
+    }
+
+    /// The family a mode belongs to: exclusive and shared share one (a read/write lock);
+    /// a semaphore's is its own N.
+    pub fn family(self) -> Option<u32> {
+        match self {
+            Mode::Exclusive | Mode::Shared => None,
+            Mode::Semaphore(n) => Some(n),
+        }
+    }
+
+    /// How the mode reads in text output: "", "shared", "limit 3".
+    pub fn describe(self) -> Option<String> {
+        match self {
+            Mode::Exclusive => None,
+            Mode::Shared => Some("shared".to_owned()),
+            Mode::Semaphore(n) => Some(format!("limit {n}")),
+        }
+    }
+}
+
+/// Why or for whom a lock is held: 1..=1024 bytes after trimming, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Note(String);
+
+/// The longest `--note`, `--reason` or `--by`, in bytes of UTF-8 after trimming.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+impl Note {
+    /// # Errors
+    ///
+    /// A message naming the rule that `raw` breaks.
+    pub fn parse(raw: &str) -> Result<Note, String> {
+        let text = raw.trim();
+        if text.is_empty() {
+            return Err("the text must not be empty".into());
+        }
+        if text.len() > MAX_NOTE_BYTES {
+            return Err(format!(
+                "the text is {} bytes long; the limit is {MAX_NOTE_BYTES}",
+                text.len()
+            ));
+        }
+        if text.chars().any(|c| c.is_ascii_control()) {
+            return Err("the text must not contain control characters".into());
+        }
+        Ok(Note(text.to_owned()))
+    }
+
+    /// A note read back from the store, trusted as written.
+    pub(crate) fn from_store(raw: &str) -> Note {
+        Note(raw.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Writes the fields a lock or holder object gains only when they apply: `"shared":true`,
+/// `"limit":N`, `"note":"…"`. A plain exclusive lock prints exactly as before modes existed.
+fn serialize_extras<M: serde::ser::SerializeMap>(
+    map: &mut M,
+    mode: Mode,
+    note: Option<&Note>,
+) -> Result<(), M::Error> {
+    match mode {
+        Mode::Exclusive => {}
+        Mode::Shared => map.serialize_entry("shared", &true)?,
+        Mode::Semaphore(n) => map.serialize_entry("limit", &n)?,
+    }
+    if let Some(note) = note {
+        map.serialize_entry("note", note)?;
+    }
+    Ok(())
+}
+
+/// One tenure of a lock, as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     pub resource: Resource,
     pub owner: Owner,
     pub fence: Fence,
     pub acquired_at: Timestamp,
     pub expires_at: Timestamp,
+    pub mode: Mode,
+    pub note: Option<Note>,
+}
+
+impl Serialize for Lock {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("resource", &self.resource)?;
+        map.serialize_entry("owner", &self.owner)?;
+        map.serialize_entry("fence", &self.fence)?;
+        map.serialize_entry("acquired_at", &self.acquired_at)?;
+        map.serialize_entry("expires_at", &self.expires_at)?;
+        serialize_extras(&mut map, self.mode, self.note.as_ref())?;
+        map.end()
+    }
 }
 
 /// Who holds a lock that someone else asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub owner: Owner,
     pub expires_at: Timestamp,
+    pub mode: Mode,
+    pub note: Option<Note>,
+}
+
+impl Serialize for Holder {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("owner", &self.owner)?;
+        map.serialize_entry("expires_at", &self.expires_at)?;
+        serialize_extras(&mut map, self.mode, self.note.as_ref())?;
+        map.end()
+    }
 }
 
 /// How an acquire that succeeded came about.
@@ -317,8 +459,24 @@ pub enum Tenure {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
-    Acquired { lock: Lock, tenure: Tenure },
-    Busy { holder: Holder },
+    Acquired {
+        lock: Lock,
+        tenure: Tenure,
+    },
+    /// Held by others in a mode that does not admit this request now.
+    Busy {
+        /// The live tenure whose lease ends first.
+        holder: Holder,
+        /// Every live tenure, by fence, when the holders are shared or a semaphore's; empty
+        /// for an exclusive holder.
+        holders: Vec<Holder>,
+    },
+    /// The request's mode conflicts with how the resource is held (exit 78): a configuration
+    /// error, answered at once.
+    Mismatch {
+        /// Every live tenure, by fence.
+        holders: Vec<Holder>,
+    },
 }
 
 /// The seed's `ReleaseResult`.
@@ -339,15 +497,33 @@ pub enum Renew {
 }
 
 /// One recorded state change, as `log` prints it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     pub at: Timestamp,
     pub resource: Resource,
     pub owner: Owner,
     pub fence: Fence,
     pub event: EventKind,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_owner: Option<Owner>,
+    pub mode: Mode,
+    pub note: Option<Note>,
+}
+
+impl Serialize for Event {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("at", &self.at)?;
+        map.serialize_entry("resource", &self.resource)?;
+        map.serialize_entry("owner", &self.owner)?;
+        map.serialize_entry("fence", &self.fence)?;
+        map.serialize_entry("event", &self.event)?;
+        if let Some(previous) = &self.previous_owner {
+            map.serialize_entry("previous_owner", previous)?;
+        }
+        serialize_extras(&mut map, self.mode, self.note.as_ref())?;
+        map.end()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -7,7 +7,7 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
-use crate::lock::{Event, Holder, Lock, Resource, Timestamp};
+use crate::lock::{Event, Fence, Holder, Lock, Mode, Note, Resource, Timestamp};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,17 +39,46 @@ impl Printer {
     }
 }
 
+/// " (fence 7)", " (fence 7, shared, note: …)": what a text line adds after a tenure.
+fn tenure_text(fence: Fence, mode: Mode, note: Option<&Note>) -> String {
+    let mut parts = vec![format!("fence {fence}")];
+    parts.extend(mode.describe());
+    if let Some(note) = note {
+        parts.push(format!("note: {note}"));
+    }
+    format!(" ({})", parts.join(", "))
+}
+
+/// " (shared, note: …)" for a holder; empty for a plain exclusive one.
+fn holder_text(holder: &Holder) -> String {
+    let mut parts: Vec<String> = holder.mode.describe().into_iter().collect();
+    if let Some(note) = &holder.note {
+        parts.push(format!("note: {note}"));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
 pub fn lock_text(verb: &str, lock: &Lock) -> String {
     format!(
-        "{verb} {} as {} until {} (fence {})",
-        lock.resource, lock.owner, lock.expires_at, lock.fence
+        "{verb} {} as {} until {}{}",
+        lock.resource,
+        lock.owner,
+        lock.expires_at,
+        tenure_text(lock.fence, lock.mode, lock.note.as_ref())
     )
 }
 
 pub fn held_text(lock: &Lock) -> String {
     format!(
-        "{} is held by {} until {} (fence {})",
-        lock.resource, lock.owner, lock.expires_at, lock.fence
+        "{} is held by {} until {}{}",
+        lock.resource,
+        lock.owner,
+        lock.expires_at,
+        tenure_text(lock.fence, lock.mode, lock.note.as_ref())
     )
 }
 
@@ -57,25 +86,66 @@ pub fn acquired(lock: &Lock) -> Value {
     json!({ "acquired": true, "lock": lock })
 }
 
-pub fn busy(resource: &Resource, holder: &Holder) -> Value {
-    json!({ "acquired": false, "resource": resource, "holder": holder })
+/// The busy answer (75): the holder whose lease ends first, and every holder when they are
+/// shared or a semaphore's.
+pub fn busy(resource: &Resource, holder: &Holder, holders: &[Holder]) -> Value {
+    let mut value = json!({ "acquired": false, "resource": resource, "holder": holder });
+    if !holders.is_empty() {
+        value["holders"] = json!(holders);
+    }
+    value
 }
 
-pub fn busy_text(resource: &Resource, holder: &Holder) -> String {
+/// The first line of a busy answer; the same words `run` writes on stderr.
+pub fn busy_text(resource: &Resource, holder: &Holder, holders: &[Holder]) -> String {
+    let others = match holders.len() {
+        0 | 1 => String::new(),
+        n => format!(" and {} more", n - 1),
+    };
     format!(
-        "busy: {resource} is held by {} until {}",
-        holder.owner, holder.expires_at
+        "busy: {resource} is held by {}{} until {}{others}",
+        holder.owner,
+        holder_text(holder),
+        holder.expires_at
     )
+}
+
+/// The mismatch answer (78): every live tenure, so the user sees how it is held.
+pub fn mismatch(resource: &Resource, holders: &[Holder]) -> Value {
+    json!({ "acquired": false, "resource": resource, "reason": "mismatch", "holders": holders })
+}
+
+pub fn mismatch_text(resource: &Resource, asked: Mode, holders: &[Holder]) -> String {
+    let held: Vec<String> = holders
+        .iter()
+        .map(|h| format!("{}{}", h.owner, holder_text(h)))
+        .collect();
+    let asked = asked.describe().unwrap_or_else(|| "exclusive".to_owned());
+    format!(
+        "mismatch: {resource} is held by {}; a request for {asked} conflicts with how it is \
+         held (everyone must ask the same way)",
+        held.join(", ")
+    )
+}
+
+/// `status` of a held resource: its oldest tenure, and every live tenure when they are shared
+/// or a semaphore's.
+pub fn held(locks: &[Lock]) -> Value {
+    let mut value = json!({ "held": true, "lock": locks.first() });
+    if locks.iter().any(|l| l.mode != Mode::Exclusive) {
+        value["locks"] = json!(locks);
+    }
+    value
 }
 
 pub fn event_text(event: &Event) -> String {
     let mut line = format!(
-        "{} {} {} by {} (fence {})",
+        "{} {} {} by {}{}",
         event.at,
         event.resource,
         event.event.as_str().replace('_', " "),
         event.owner,
-        event.fence
+        tenure_text(event.fence, event.mode, event.note.as_ref())
     );
     if let Some(previous) = &event.previous_owner {
         line.push_str(&format!(" from {previous}"));

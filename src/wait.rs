@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::lock::{Acquire, Holder, Owner, Resource, Ttl};
+use crate::engine::Request;
+use crate::lock::{Acquire, Holder, Resource};
 use crate::store::{LockStore, Tenancy, Wakeup};
 
 const FIRST_DELAY: Duration = Duration::from_millis(5);
@@ -30,7 +31,8 @@ pub struct Attempt {
 }
 
 /// Tries to acquire; while the lock is busy and `wait` has not run out, waits and tries again.
-/// A busy attempt writes nothing, so waiting never fills the history. `wakeup` is the store's
+/// A busy attempt writes nothing, so waiting never fills the history; a mismatch (exit 78)
+/// is answered at once. `wakeup` is the store's
 /// way of waking waiters (see [`LockStore::wakeup`]); `on_busy` hears of each busy attempt that
 /// will be retried.
 ///
@@ -40,8 +42,7 @@ pub struct Attempt {
 pub fn acquire(
     store: &mut dyn LockStore,
     resource: &Resource,
-    owner: &Owner,
-    ttl: Ttl,
+    request: &Request,
     wait: Option<Duration>,
     wakeup: Option<Box<dyn Wakeup>>,
     on_busy: &mut dyn FnMut(&Holder),
@@ -52,13 +53,25 @@ pub fn acquire(
     let mut delay = FIRST_DELAY;
     loop {
         let started = Instant::now();
-        let outcome = store.acquire(resource, owner, ttl)?;
-        let Acquire::Busy { holder } = &outcome else {
-            return Ok(Attempt {
-                outcome,
-                started,
-                tenancy: wakeup.and_then(Wakeup::taken),
-            });
+        let outcome = store.acquire(resource, request)?;
+        let holder = match &outcome {
+            Acquire::Busy { holder, .. } => holder,
+            Acquire::Acquired { .. } => {
+                return Ok(Attempt {
+                    outcome,
+                    started,
+                    tenancy: wakeup.and_then(Wakeup::taken),
+                });
+            }
+            // A mode that conflicts with the holders' is a configuration error: waiting would
+            // not change it.
+            Acquire::Mismatch { .. } => {
+                return Ok(Attempt {
+                    outcome,
+                    started,
+                    tenancy: None,
+                });
+            }
         };
         let left = wait.saturating_sub(start.elapsed());
         if left.is_zero() {

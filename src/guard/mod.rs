@@ -27,10 +27,11 @@ mod tree;
 use std::ffi::OsString;
 use std::time::Duration;
 
+use crate::engine::Request;
 use crate::error::Result;
 use crate::exit::Exit;
-use crate::lock::{Acquire, Fence, Owner, Release, Resource, Tenure, Ttl};
-use crate::output::{StatusLine, warn};
+use crate::lock::{Acquire, Fence, Mode, Note, Owner, Release, Resource, Tenure, Ttl};
+use crate::output::{self, StatusLine, warn};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
 
@@ -42,6 +43,10 @@ pub struct RunSpec {
     pub owner: Option<Owner>,
     pub ttl: Ttl,
     pub wait: Option<Duration>,
+    /// Exclusive, shared, or one of N.
+    pub mode: Mode,
+    /// Why or for whom the lock is held.
+    pub note: Option<Note>,
     /// Exit with this instead of 75 when the lock is busy.
     pub conflict_exit_code: Option<u8>,
     /// Between SIGTERM and SIGKILL when the command must be stopped.
@@ -64,11 +69,16 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     // Taken even without --wait: the holder's side of it is what wakes later waiters.
     let wakeup = store.wakeup(&args.resource);
     let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
+    let request = Request {
+        owner: owner.clone(),
+        ttl: args.ttl,
+        mode: args.mode,
+        note: args.note.clone(),
+    };
     let attempt = wait::acquire(
         store.as_mut(),
         &args.resource,
-        &owner,
-        args.ttl,
+        &request,
         args.wait,
         wakeup,
         &mut on_busy,
@@ -78,17 +88,20 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     let _tenancy = attempt.tenancy;
     let (lock, tenure) = match attempt.outcome {
         Acquire::Acquired { lock, tenure } => (lock, tenure),
-        Acquire::Busy { holder } => {
+        Acquire::Busy { holder, holders } => {
             return Ok(match args.conflict_exit_code {
                 Some(code) => Exit::Child(code),
                 None => {
-                    warn(format_args!(
-                        "{} is held by {} until {}",
-                        args.resource, holder.owner, holder.expires_at
-                    ));
+                    let line = output::busy_text(&args.resource, &holder, &holders);
+                    warn(format_args!("{}", line.trim_start_matches("busy: ")));
                     Exit::Busy
                 }
             });
+        }
+        Acquire::Mismatch { holders } => {
+            let line = output::mismatch_text(&args.resource, args.mode, &holders);
+            warn(format_args!("{line}"));
+            return Ok(Exit::Mismatch);
         }
     };
     // Joining a tenure this owner already held (a script's `acquire --owner X`, then steps with

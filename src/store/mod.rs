@@ -15,17 +15,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::engine::{self, Decision, State};
+use crate::engine::{self, Decision, Request, State};
 use crate::lock::{
-    Acquire, Event, EventKind, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Timestamp,
-    Ttl,
+    Acquire, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Release, Renew, Resource,
+    Timestamp, Ttl,
 };
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
 const GC_BATCH: i64 = 1000;
@@ -40,14 +40,15 @@ pub trait LockStore: Send {
     /// # Errors
     ///
     /// Only store failures; a busy lock is [`Acquire::Busy`].
-    fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire>;
+    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire>;
 
-    /// The live lock on `resource`, if any. An expired lock is `None`, never stale data.
+    /// The live tenures of `resource`, oldest (smallest fence) first. An expired tenure is
+    /// never reported.
     ///
     /// # Errors
     ///
     /// Only store failures.
-    fn status(&mut self, resource: &Resource) -> Result<Option<Lock>>;
+    fn status(&mut self, resource: &Resource) -> Result<Vec<Lock>>;
 
     /// Moves the live lock's expiry to now + `ttl`. With `fence`, only that tenure is renewed.
     ///
@@ -173,13 +174,13 @@ pub trait Backend: Send {
 }
 
 impl<B: Backend> LockStore for B {
-    fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire> {
+    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire> {
         self.transact(resource, true, &mut |state, fresh| {
-            engine::acquire(resource, state, owner, ttl, &mut *fresh)
+            engine::acquire(resource, state, request, &mut *fresh)
         })
     }
 
-    fn status(&mut self, resource: &Resource) -> Result<Option<Lock>> {
+    fn status(&mut self, resource: &Resource) -> Result<Vec<Lock>> {
         Ok(engine::status(resource, &self.read(resource)?))
     }
 
@@ -226,29 +227,58 @@ impl<B: Backend> LockStore for B {
 }
 
 /// A history row as both stores read it back.
+struct HistoryRow<'a> {
+    at: Timestamp,
+    resource: &'a str,
+    owner: &'a str,
+    fence: Fence,
+    kind: &'a str,
+    previous_owner: Option<&'a str>,
+    mode: &'a str,
+    lim: Option<i64>,
+    note: Option<&'a str>,
+}
+
+/// # Errors
+///
+/// An event kind or mode this build does not know (the store was written by something else).
+fn event(row: &HistoryRow<'_>) -> Result<Event> {
+    let Some(kind) = EventKind::parse(row.kind) else {
+        anyhow::bail!("the history holds an unknown event kind {:?}", row.kind);
+    };
+    Ok(Event {
+        at: row.at,
+        resource: Resource::from_store(row.resource),
+        owner: Owner::from_store(row.owner),
+        fence: row.fence,
+        event: kind,
+        previous_owner: row.previous_owner.map(Owner::from_store),
+        mode: mode_of(row.mode, row.lim)?,
+        note: row.note.map(Note::from_store),
+    })
+}
+
+/// How both stores write a mode: a name, and a semaphore's N.
+fn mode_columns(mode: Mode) -> (&'static str, Option<i64>) {
+    match mode {
+        Mode::Exclusive => ("exclusive", None),
+        Mode::Shared => ("shared", None),
+        Mode::Semaphore(n) => ("semaphore", Some(i64::from(n))),
+    }
+}
+
+/// Reads back what [`mode_columns`] wrote.
 ///
 /// # Errors
 ///
-/// An event kind this build does not know (the store was written by something else).
-fn event(
-    at: Timestamp,
-    resource: &str,
-    owner: &str,
-    fence: Fence,
-    kind: &str,
-    previous_owner: Option<&str>,
-) -> Result<Event> {
-    let Some(kind) = EventKind::parse(kind) else {
-        anyhow::bail!("the history holds an unknown event kind {kind:?}");
-    };
-    Ok(Event {
-        at,
-        resource: Resource::from_store(resource),
-        owner: Owner::from_store(owner),
-        fence,
-        event: kind,
-        previous_owner: previous_owner.map(Owner::from_store),
-    })
+/// A mode this build does not know.
+fn mode_of(name: &str, lim: Option<i64>) -> Result<Mode> {
+    match (name, lim.map(u32::try_from)) {
+        ("exclusive", _) => Ok(Mode::Exclusive),
+        ("shared", _) => Ok(Mode::Shared),
+        ("semaphore", Some(Ok(n))) if n >= 2 => Ok(Mode::Semaphore(n)),
+        _ => anyhow::bail!("the store holds an unknown lock mode {name:?} ({lim:?})"),
+    }
 }
 
 /// The message for a store written by a newer distlock, the same on every backend.

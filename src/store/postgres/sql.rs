@@ -18,11 +18,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use postgres::error::SqlState;
-use postgres::{Client, Row, Transaction};
+use postgres::{Client, GenericClient, Row, Transaction};
 
 use crate::engine::{Change, Decision, Lease, State};
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
-use crate::store::{Backend, FenceSource, GC_BATCH, GcReport, SCHEMA_VERSION, event, newer_schema};
+use crate::lock::{Event, Fence, Lock, LogQuery, Mode, Note, Owner, Resource, Timestamp};
+use crate::store::{
+    Backend, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event, mode_columns,
+    mode_of, newer_schema,
+};
 
 /// Attempts per operation when the server reports a serialization failure, a deadlock, or a
 /// conflict with a racing writer.
@@ -36,7 +39,9 @@ const SCHEMA_LOCK_KEY: i64 = 0x6469_7374_6c6f_636b;
 /// locks, so they never meet the schema lock or another application's single-key locks.
 const RESOURCE_LOCK_CLASS: i32 = 0x6469_7374;
 
-const SCHEMA: &str = "
+/// Version 1, as distlock 0.1.0 created it. A new database is created at version 1 and
+/// upgraded like any old one, so the upgrade path is the one every new store takes.
+const SCHEMA_V1: &str = "
 CREATE SCHEMA IF NOT EXISTS distlock;
 CREATE TABLE IF NOT EXISTS distlock.locks (
     resource    text        NOT NULL PRIMARY KEY,   -- UNIQUE(resource): one row per resource
@@ -61,13 +66,32 @@ INSERT INTO distlock.meta (schema_version)
     SELECT 1 WHERE NOT EXISTS (SELECT FROM distlock.meta);
 ";
 
+/// Version 1 → 2: a resource holds a set of tenures (lock modes), each with a mode and a note;
+/// history rows carry the mode and note, and who broke a lock and why.
+const UPGRADE_V2: &str = "
+ALTER TABLE distlock.locks DROP CONSTRAINT locks_pkey;
+ALTER TABLE distlock.locks
+    ADD COLUMN mode text NOT NULL DEFAULT 'exclusive',  -- exclusive | shared | semaphore
+    ADD COLUMN lim integer,                             -- a semaphore's N
+    ADD COLUMN note text,
+    ADD PRIMARY KEY (resource, fence),
+    ADD UNIQUE (resource, owner);                       -- one tenure per owner and resource
+ALTER TABLE distlock.history
+    ADD COLUMN mode text NOT NULL DEFAULT 'exclusive',
+    ADD COLUMN lim integer,
+    ADD COLUMN note text,
+    ADD COLUMN operator text,                           -- who broke the lock
+    ADD COLUMN reason text;                             -- why
+UPDATE distlock.meta SET schema_version = 2;
+";
+
 /// The server's "now" in milliseconds since the epoch, as times are printed.
 const NOW_MS: &str = "(extract(epoch FROM date_trunc('milliseconds', statement_timestamp())) \
                       * 1000)::bigint";
 
-/// The lease columns as milliseconds since the epoch.
+/// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
 const LEASE_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \
-                             (extract(epoch FROM expires_at) * 1000)::bigint";
+                             (extract(epoch FROM expires_at) * 1000)::bigint, mode, lim, note";
 
 /// A time from the core, in milliseconds since the epoch, as a `timestamptz` (exact: integer
 /// arithmetic, no floating point).
@@ -110,50 +134,64 @@ impl Session {
     /// A newer schema, or a failed statement.
     pub fn open(client: Client) -> Result<Session> {
         let mut session = Session { client };
-        let version = match session
-            .client
-            .query_opt("SELECT schema_version FROM distlock.meta", &[])
-        {
-            Ok(row) => row.map_or(0, |r| i64::from(r.get::<_, i32>(0))),
-            Err(err)
-                if matches!(
-                    err.code(),
-                    Some(&SqlState::UNDEFINED_TABLE | &SqlState::INVALID_SCHEMA_NAME)
-                ) =>
-            {
-                0
-            }
-            Err(err) => return Err(err).context("cannot read the schema version"),
-        };
+        let version = schema_version(&mut session.client)?;
         if version > SCHEMA_VERSION {
             bail!(newer_schema(version));
         }
         if version < SCHEMA_VERSION {
+            // Created or upgraded once, atomically, however many processes arrive at once:
+            // the first to take the advisory lock does it, the others find it done.
             let mut tx = session.client.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK_KEY])?;
-            tx.batch_execute(SCHEMA)
-                .context("cannot create the distlock schema")?;
+            let version = schema_version(&mut tx)?;
+            if version > SCHEMA_VERSION {
+                bail!(newer_schema(version));
+            }
+            if version < 1 {
+                tx.batch_execute(SCHEMA_V1)
+                    .context("cannot create the distlock schema")?;
+            }
+            if version < 2 {
+                tx.batch_execute(UPGRADE_V2)
+                    .context("cannot upgrade the distlock schema to version 2")?;
+            }
             tx.commit()?;
         }
         Ok(session)
     }
 }
 
-/// Reads `owner, fence, acquired_at, expires_at` from the columns starting at `first`.
-fn lease(row: &Row, first: usize) -> Lease {
-    Lease {
+/// The schema version, 0 when there is no distlock schema yet.
+fn schema_version(client: &mut impl GenericClient) -> Result<i64> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('distlock.meta') IS NOT NULL", &[])?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    let row = client
+        .query_opt("SELECT schema_version FROM distlock.meta", &[])
+        .context("cannot read the schema version")?;
+    Ok(row.map_or(0, |r| i64::from(r.get::<_, i32>(0))))
+}
+
+/// Reads [`LEASE_COLUMNS`] from the columns starting at `first`.
+fn lease(row: &Row, first: usize) -> Result<Lease> {
+    Ok(Lease {
         owner: Owner::from_store(row.get(first)),
         fence: Fence(row.get(first + 1)),
         acquired_at: Timestamp(row.get(first + 2)),
         expires_at: Timestamp(row.get(first + 3)),
-    }
+        mode: mode_of(
+            row.get(first + 4),
+            row.get::<_, Option<i32>>(first + 5).map(i64::from),
+        )?,
+        note: row.get::<_, Option<&str>>(first + 6).map(Note::from_store),
+    })
 }
 
 /// The server's now and every row of `resource`, in one statement (one snapshot).
-fn read_state(
-    client: &mut impl postgres::GenericClient,
-    resource: &str,
-) -> Result<State, postgres::Error> {
+fn read_state(client: &mut impl GenericClient, resource: &str) -> Result<State> {
     let sql = format!(
         "SELECT {NOW_MS}, l.* FROM (SELECT 1) one LEFT JOIN (
              SELECT {LEASE_COLUMNS} FROM distlock.locks WHERE resource = $1) l ON true"
@@ -162,9 +200,9 @@ fn read_state(
     let now = rows.first().map_or(0, |r| r.get(0));
     let leases = rows
         .iter()
-        .filter(|r| r.get::<_, Option<String>>(1).is_some())
+        .filter(|r| r.get::<_, Option<&str>>(1).is_some())
         .map(|r| lease(r, 1))
-        .collect();
+        .collect::<Result<_>>()?;
     Ok(State {
         now: Timestamp(now),
         leases,
@@ -186,57 +224,73 @@ fn resource_key(resource: &str) -> i32 {
 fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result<(), Retry> {
     for change in changes {
         let rows = match change {
-            Change::Insert(lease) => tx.execute(
-                concat!(
-                    "INSERT INTO distlock.locks (resource, owner, fence, acquired_at, expires_at)
-                     VALUES ($1, $2, $3, ",
-                    at_ms!("$4"),
-                    ", ",
-                    at_ms!("$5"),
-                    ")"
-                ),
-                &[
-                    &resource,
-                    &lease.owner.as_str(),
-                    &lease.fence.0,
-                    &lease.acquired_at.0,
-                    &lease.expires_at.0,
-                ],
-            )?,
-            Change::Update {
-                fence,
-                acquired_at,
-                expires_at,
-            } => tx.execute(
+            Change::Insert(lease) => {
+                let (mode, lim) = pg_mode(lease.mode);
+                tx.execute(
+                    concat!(
+                        "INSERT INTO distlock.locks
+                             (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
+                         VALUES ($1, $2, $3, ",
+                        at_ms!("$4"),
+                        ", ",
+                        at_ms!("$5"),
+                        ", $6, $7, $8)"
+                    ),
+                    &[
+                        &resource,
+                        &lease.owner.as_str(),
+                        &lease.fence.0,
+                        &lease.acquired_at.0,
+                        &lease.expires_at.0,
+                        &mode,
+                        &lim,
+                        &lease.note.as_ref().map(Note::as_str),
+                    ],
+                )?
+            }
+            Change::Update(lease) => tx.execute(
                 concat!(
                     "UPDATE distlock.locks SET acquired_at = ",
                     at_ms!("$3"),
                     ", expires_at = ",
                     at_ms!("$4"),
-                    " WHERE resource = $1 AND fence = $2"
+                    ", note = $5 WHERE resource = $1 AND fence = $2"
                 ),
-                &[&resource, &fence.0, &acquired_at.0, &expires_at.0],
+                &[
+                    &resource,
+                    &lease.fence.0,
+                    &lease.acquired_at.0,
+                    &lease.expires_at.0,
+                    &lease.note.as_ref().map(Note::as_str),
+                ],
             )?,
             Change::Delete { fence } => tx.execute(
                 "DELETE FROM distlock.locks WHERE resource = $1 AND fence = $2",
                 &[&resource, &fence.0],
             )?,
-            Change::Record(record) => tx.execute(
-                concat!(
-                    "INSERT INTO distlock.history (at, resource, owner, fence, event, previous_owner)
-                     VALUES (",
-                    at_ms!("$1"),
-                    ", $2, $3, $4, $5, $6)"
-                ),
-                &[
-                    &record.at.0,
-                    &resource,
-                    &record.owner.as_str(),
-                    &record.fence.0,
-                    &record.event.as_str(),
-                    &record.previous_owner.as_ref().map(Owner::as_str),
-                ],
-            )?,
+            Change::Record(record) => {
+                let (mode, lim) = pg_mode(record.mode);
+                tx.execute(
+                    concat!(
+                        "INSERT INTO distlock.history
+                             (at, resource, owner, fence, event, previous_owner, mode, lim, note)
+                         VALUES (",
+                        at_ms!("$1"),
+                        ", $2, $3, $4, $5, $6, $7, $8, $9)"
+                    ),
+                    &[
+                        &record.at.0,
+                        &resource,
+                        &record.owner.as_str(),
+                        &record.fence.0,
+                        &record.event.as_str(),
+                        &record.previous_owner.as_ref().map(Owner::as_str),
+                        &mode,
+                        &lim,
+                        &record.note.as_ref().map(Note::as_str),
+                    ],
+                )?
+            }
         };
         if rows != 1 {
             // Only a writer that skipped the advisory lock can move a row under a decision.
@@ -244,6 +298,12 @@ fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result
         }
     }
     Ok(())
+}
+
+/// [`mode_columns`], with the `integer` column's type.
+fn pg_mode(mode: Mode) -> (&'static str, Option<i32>) {
+    let (name, lim) = mode_columns(mode);
+    (name, lim.and_then(|n| i32::try_from(n).ok()))
 }
 
 fn is_transient(err: &postgres::Error) -> bool {
@@ -302,7 +362,7 @@ impl Backend for Session {
     }
 
     fn read(&mut self, resource: &Resource) -> Result<State> {
-        Ok(read_state(&mut self.client, resource.as_str())?)
+        read_state(&mut self.client, resource.as_str())
     }
 
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
@@ -310,13 +370,12 @@ impl Backend for Session {
         let sql = format!(
             "SELECT {LEASE_COLUMNS}, resource FROM distlock.locks
              WHERE expires_at > now() AND starts_with(resource, $1)
-             ORDER BY resource COLLATE \"C\""
+             ORDER BY resource COLLATE \"C\", fence"
         );
         let rows = self.client.query(&sql, &[&prefix])?;
-        Ok(rows
-            .iter()
-            .map(|row| lease(row, 0).lock(&Resource::from_store(row.get(4))))
-            .collect())
+        rows.iter()
+            .map(|row| Ok(lease(row, 0)?.lock(&Resource::from_store(row.get(7)))))
+            .collect()
     }
 
     fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
@@ -327,7 +386,7 @@ impl Backend for Session {
         let resource = query.resource.as_ref().map(Resource::as_str);
         let rows = self.client.query(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
-                    previous_owner
+                    previous_owner, mode, lim, note
              FROM (SELECT * FROM distlock.history
                    WHERE ($1::text IS NULL OR resource = $1)
                      AND ($2::bigint IS NULL OR at >= now() - $2::bigint * interval '1 ms')
@@ -337,14 +396,17 @@ impl Backend for Session {
         )?;
         rows.iter()
             .map(|r| {
-                event(
-                    Timestamp(r.get(0)),
-                    r.get(1),
-                    r.get(2),
-                    Fence(r.get(3)),
-                    r.get(4),
-                    r.get(5),
-                )
+                event(&HistoryRow {
+                    at: Timestamp(r.get(0)),
+                    resource: r.get(1),
+                    owner: r.get(2),
+                    fence: Fence(r.get(3)),
+                    kind: r.get(4),
+                    previous_owner: r.get(5),
+                    mode: r.get(6),
+                    lim: r.get::<_, Option<i32>>(7).map(i64::from),
+                    note: r.get(8),
+                })
             })
             .collect()
     }
@@ -354,8 +416,8 @@ impl Backend for Session {
         let mut report = GcReport::default();
         loop {
             let deleted = self.client.execute(
-                "DELETE FROM distlock.locks WHERE resource IN (
-                     SELECT resource FROM distlock.locks WHERE expires_at <= now()
+                "DELETE FROM distlock.locks WHERE (resource, fence) IN (
+                     SELECT resource, fence FROM distlock.locks WHERE expires_at <= now()
                      LIMIT $1 FOR UPDATE SKIP LOCKED)",
                 &[&GC_BATCH],
             )?;

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::sql::Session;
 use super::target::{Target, scrub};
+use crate::engine::Request;
 use crate::lock::{Acquire, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Ttl};
 use crate::store::{GcReport, LockStore};
 
@@ -138,12 +139,12 @@ impl Drop for PostgresStore {
 }
 
 impl LockStore for PostgresStore {
-    fn acquire(&mut self, resource: &Resource, owner: &Owner, ttl: Ttl) -> Result<Acquire> {
-        let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |s| s.acquire(&resource, &owner, ttl))
+    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire> {
+        let (resource, request) = (resource.clone(), request.clone());
+        self.call(move |s| s.acquire(&resource, &request))
     }
 
-    fn status(&mut self, resource: &Resource) -> Result<Option<Lock>> {
+    fn status(&mut self, resource: &Resource) -> Result<Vec<Lock>> {
         let resource = resource.clone();
         self.call(move |s| s.status(&resource))
     }

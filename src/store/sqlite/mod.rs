@@ -22,11 +22,14 @@ use anyhow::{Context, Result, bail};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 
+#[cfg(target_os = "linux")]
+use super::Wakeup;
 use super::{
-    Backend, Clock, FenceSource, GC_BATCH, GcReport, SCHEMA_VERSION, Wakeup, event, newer_schema,
+    Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event,
+    mode_columns, mode_of, newer_schema,
 };
 use crate::engine::{Change, Decision, Lease, State};
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
+use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
 
 /// How long an operation waits for another process's write to finish before it gives up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,7 +41,9 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// and costs its two fsyncs there, instead of on every close.
 const WAL_TRUNCATE_BYTES: u64 = 100 * 4120;
 
-const SCHEMA: &str = "
+/// Version 1, as distlock 0.1.0 created it. A new store is created at version 1 and upgraded
+/// like any old one, so the upgrade path is the one every new store takes.
+const SCHEMA_V1: &str = "
 CREATE TABLE locks (
     resource    TEXT    NOT NULL PRIMARY KEY,   -- UNIQUE(resource): one row per resource
     owner       TEXT    NOT NULL,
@@ -65,6 +70,32 @@ CREATE TABLE history (
 CREATE INDEX history_by_resource ON history (resource, id);
 ";
 
+/// Version 1 → 2: a resource holds a set of tenures (lock modes), each with a mode and a note;
+/// history rows carry the mode and note, and who broke a lock and why.
+const UPGRADE_V2: &str = "
+CREATE TABLE locks_v2 (
+    resource    TEXT    NOT NULL,
+    owner       TEXT    NOT NULL,
+    fence       INTEGER NOT NULL,
+    acquired_at INTEGER NOT NULL,               -- ms since the Unix epoch
+    expires_at  INTEGER NOT NULL,               -- live while now < expires_at
+    mode        TEXT    NOT NULL DEFAULT 'exclusive', -- exclusive | shared | semaphore
+    lim         INTEGER,                        -- a semaphore's N
+    note        TEXT,
+    PRIMARY KEY (resource, fence),
+    UNIQUE (resource, owner)                    -- one tenure per owner and resource
+) WITHOUT ROWID;
+INSERT INTO locks_v2 (resource, owner, fence, acquired_at, expires_at)
+    SELECT resource, owner, fence, acquired_at, expires_at FROM locks;
+DROP TABLE locks;
+ALTER TABLE locks_v2 RENAME TO locks;
+ALTER TABLE history ADD COLUMN mode TEXT NOT NULL DEFAULT 'exclusive';
+ALTER TABLE history ADD COLUMN lim INTEGER;
+ALTER TABLE history ADD COLUMN note TEXT;
+ALTER TABLE history ADD COLUMN operator TEXT;   -- who broke the lock
+ALTER TABLE history ADD COLUMN reason TEXT;     -- why
+";
+
 pub struct SqliteStore {
     conn: Connection,
     clock: Box<dyn Clock>,
@@ -88,13 +119,21 @@ impl Drop for SqliteStore {
     }
 }
 
-/// Reads `owner, fence, acquired_at, expires_at` from the result columns starting at `first`.
-fn lease(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Lease> {
+/// The lease columns, in the order [`lease`] reads them.
+const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note";
+
+/// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
+fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
     Ok(Lease {
         owner: Owner::from_store(&r.get::<_, String>(first)?),
         fence: Fence(r.get(first + 1)?),
         acquired_at: Timestamp(r.get(first + 2)?),
         expires_at: Timestamp(r.get(first + 3)?),
+        mode: mode_of(&r.get::<_, String>(first + 4)?, r.get(first + 5)?)?,
+        note: r
+            .get::<_, Option<String>>(first + 6)?
+            .as_deref()
+            .map(Note::from_store),
     })
 }
 
@@ -194,14 +233,15 @@ impl SqliteStore {
         }
         self.conn.pragma_update(None, "synchronous", "FULL")?;
         if version < SCHEMA_VERSION {
-            self.create_schema()?;
+            self.upgrade_schema()?;
         }
         Ok(())
     }
 
-    /// Creates the schema once, even when many processes open a new file at the same moment:
-    /// the first to take the write lock creates it, the others see the version and do nothing.
-    fn create_schema(&mut self) -> Result<()> {
+    /// Creates or upgrades the schema once, atomically, even when many processes open an old or
+    /// new file at the same moment: the first to take the write lock does it, the others find
+    /// the current version and do nothing. Every live lock, fence and history row is kept.
+    fn upgrade_schema(&mut self) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -212,8 +252,14 @@ impl SqliteStore {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         check_version(version, tables)?;
-        if version == 0 {
-            tx.execute_batch(SCHEMA)?;
+        if version < 1 {
+            tx.execute_batch(SCHEMA_V1)?;
+        }
+        if version < 2 {
+            tx.execute_batch(UPGRADE_V2)
+                .context("cannot upgrade the schema to version 2")?;
+        }
+        if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         tx.commit()?;
@@ -289,12 +335,16 @@ fn check_version(version: i64, tables: i64) -> Result<()> {
 }
 
 /// Every row of `resource`, live or not.
-fn leases(conn: &Connection, resource: &Resource) -> rusqlite::Result<Vec<Lease>> {
-    conn.prepare_cached(
-        "SELECT owner, fence, acquired_at, expires_at FROM locks WHERE resource = ?1",
-    )?
-    .query_map([resource.as_str()], |r| lease(r, 0))?
-    .collect()
+fn leases(conn: &Connection, resource: &Resource) -> Result<Vec<Lease>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {LEASE_COLUMNS} FROM locks WHERE resource = ?1"
+    ))?;
+    let mut rows = stmt.query([resource.as_str()])?;
+    let mut leases = Vec::new();
+    while let Some(r) = rows.next()? {
+        leases.push(lease(r, 0)?);
+    }
+    Ok(leases)
 }
 
 fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
@@ -308,35 +358,45 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
     let res = resource.as_str();
     for change in changes {
         let rows = match change {
-            Change::Insert(lease) => tx
-                .prepare_cached(
-                    "INSERT INTO locks (resource, owner, fence, acquired_at, expires_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
+            Change::Insert(lease) => {
+                let (mode, lim) = mode_columns(lease.mode);
+                tx.prepare_cached(
+                    "INSERT INTO locks
+                         (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )?
                 .execute(params![
                     res,
                     lease.owner.as_str(),
                     lease.fence.0,
                     lease.acquired_at.0,
-                    lease.expires_at.0
-                ])?,
-            Change::Update {
-                fence,
-                acquired_at,
-                expires_at,
-            } => tx
+                    lease.expires_at.0,
+                    mode,
+                    lim,
+                    lease.note.as_ref().map(Note::as_str)
+                ])?
+            }
+            Change::Update(lease) => tx
                 .prepare_cached(
-                    "UPDATE locks SET acquired_at = ?3, expires_at = ?4
+                    "UPDATE locks SET acquired_at = ?3, expires_at = ?4, note = ?5
                      WHERE resource = ?1 AND fence = ?2",
                 )?
-                .execute(params![res, fence.0, acquired_at.0, expires_at.0])?,
+                .execute(params![
+                    res,
+                    lease.fence.0,
+                    lease.acquired_at.0,
+                    lease.expires_at.0,
+                    lease.note.as_ref().map(Note::as_str)
+                ])?,
             Change::Delete { fence } => tx
                 .prepare_cached("DELETE FROM locks WHERE resource = ?1 AND fence = ?2")?
                 .execute(params![res, fence.0])?,
-            Change::Record(record) => tx
-                .prepare_cached(
-                    "INSERT INTO history (at, resource, owner, fence, event, previous_owner)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            Change::Record(record) => {
+                let (mode, lim) = mode_columns(record.mode);
+                tx.prepare_cached(
+                    "INSERT INTO history
+                         (at, resource, owner, fence, event, previous_owner, mode, lim, note)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 )?
                 .execute(params![
                     record.at.0,
@@ -344,8 +404,12 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
                     record.owner.as_str(),
                     record.fence.0,
                     record.event.as_str(),
-                    record.previous_owner.as_ref().map(Owner::as_str)
-                ])?,
+                    record.previous_owner.as_ref().map(Owner::as_str),
+                    mode,
+                    lim,
+                    record.note.as_ref().map(Note::as_str)
+                ])?
+            }
         };
         if rows != 1 {
             bail!("the lock row of {resource} changed during the transaction ({change:?})");
@@ -390,10 +454,10 @@ impl Backend for SqliteStore {
         let now = self.clock.now();
         // Resources sharing a prefix form one contiguous range of the primary key (BINARY
         // collation compares bytes), so the scan starts at the prefix and stops after it.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT resource, owner, fence, acquired_at, expires_at FROM locks
-             WHERE resource >= ?1 ORDER BY resource",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT resource, {LEASE_COLUMNS} FROM locks
+             WHERE resource >= ?1 ORDER BY resource, fence"
+        ))?;
         let mut rows = stmt.query([prefix])?;
         let mut locks = Vec::new();
         while let Some(r) = rows.next()? {
@@ -416,7 +480,7 @@ impl Backend for SqliteStore {
             "?1 IS NULL AND at >= ?2"
         };
         let sql = format!(
-            "SELECT at, resource, owner, fence, event, previous_owner FROM (
+            "SELECT at, resource, owner, fence, event, previous_owner, mode, lim, note FROM (
                  SELECT * FROM history WHERE {filter} ORDER BY id DESC LIMIT ?3
              ) ORDER BY id"
         );
@@ -432,14 +496,17 @@ impl Backend for SqliteStore {
         let mut rows = stmt.query(params![resource, since, limit])?;
         let mut events = Vec::new();
         while let Some(r) = rows.next()? {
-            events.push(event(
-                Timestamp(r.get(0)?),
-                &r.get::<_, String>(1)?,
-                &r.get::<_, String>(2)?,
-                Fence(r.get(3)?),
-                &r.get::<_, String>(4)?,
-                r.get::<_, Option<String>>(5)?.as_deref(),
-            )?);
+            events.push(event(&HistoryRow {
+                at: Timestamp(r.get(0)?),
+                resource: &r.get::<_, String>(1)?,
+                owner: &r.get::<_, String>(2)?,
+                fence: Fence(r.get(3)?),
+                kind: &r.get::<_, String>(4)?,
+                previous_owner: r.get::<_, Option<String>>(5)?.as_deref(),
+                mode: &r.get::<_, String>(6)?,
+                lim: r.get(7)?,
+                note: r.get::<_, Option<String>>(8)?.as_deref(),
+            })?);
         }
         Ok(events)
     }
@@ -450,17 +517,20 @@ impl Backend for SqliteStore {
         let cutoff = now.0.saturating_sub(keep);
         let mut report = GcReport::default();
         // Expired rows, walked in key order a batch per transaction.
-        let mut after = String::new();
+        let mut after = (String::new(), i64::MIN);
         loop {
             let tx = self.write_tx()?;
-            let batch: Vec<String> = tx
+            let batch: Vec<(String, i64)> = tx
                 .prepare_cached(
-                    "DELETE FROM locks WHERE resource IN (
-                         SELECT resource FROM locks WHERE resource > ?1 AND expires_at <= ?2
-                         ORDER BY resource LIMIT ?3)
-                     RETURNING resource",
+                    "DELETE FROM locks WHERE (resource, fence) IN (
+                         SELECT resource, fence FROM locks
+                         WHERE (resource, fence) > (?1, ?2) AND expires_at <= ?3
+                         ORDER BY resource, fence LIMIT ?4)
+                     RETURNING resource, fence",
                 )?
-                .query_map(params![after, now.0, GC_BATCH], |r| r.get(0))?
+                .query_map(params![after.0, after.1, now.0, GC_BATCH], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
                 .collect::<rusqlite::Result<_>>()?;
             tx.commit()?;
             report.expired_locks += batch.len() as u64;
@@ -494,7 +564,8 @@ mod tests {
     use rusqlite::Connection;
 
     use super::super::LockStore;
-    use crate::lock::{Acquire, EventKind, Release, Renew, Tenure, Ttl};
+    use crate::engine::Request;
+    use crate::lock::{Acquire, EventKind, Mode, Release, Renew, Tenure, Ttl};
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use super::*;
@@ -535,41 +606,50 @@ mod tests {
         Ttl::from_secs(secs).unwrap()
     }
 
+    fn req(owner: &str, secs: u64) -> Request {
+        Request {
+            owner: own(owner),
+            ttl: ttl(secs),
+            mode: Mode::Exclusive,
+            note: None,
+        }
+    }
+
     fn acquired(outcome: Acquire) -> (Lock, Tenure) {
         match outcome {
             Acquire::Acquired { lock, tenure } => (lock, tenure),
-            Acquire::Busy { holder } => panic!("expected acquired, busy with {holder:?}"),
+            other => panic!("expected acquired, got {other:?}"),
         }
     }
 
     #[test]
     fn lease_expires_exactly_at_expires_at() {
         let (_dir, mut store, clock) = store();
-        let (lock, tenure) = acquired(store.acquire(&res("r"), &own("a"), ttl(10)).unwrap());
+        let (lock, tenure) = acquired(store.acquire(&res("r"), &req("a", 10)).unwrap());
         assert_eq!(tenure, Tenure::New);
         assert_eq!(lock.expires_at.0 - lock.acquired_at.0, 10_000);
         clock.advance(9_999);
-        assert!(store.status(&res("r")).unwrap().is_some());
+        assert!(store.status(&res("r")).unwrap().len() == 1);
         assert!(matches!(
-            store.acquire(&res("r"), &own("b"), ttl(10)).unwrap(),
+            store.acquire(&res("r"), &req("b", 10)).unwrap(),
             Acquire::Busy { .. }
         ));
         clock.advance(1);
-        assert_eq!(store.status(&res("r")).unwrap(), None);
+        assert_eq!(store.status(&res("r")).unwrap(), []);
         assert_eq!(
             store.renew(&res("r"), &own("a"), ttl(10), None).unwrap(),
             Renew::NotFound
         );
-        let (taken, _) = acquired(store.acquire(&res("r"), &own("b"), ttl(10)).unwrap());
+        let (taken, _) = acquired(store.acquire(&res("r"), &req("b", 10)).unwrap());
         assert!(taken.fence > lock.fence);
     }
 
     #[test]
     fn same_owner_extends_with_the_same_fence() {
         let (_dir, mut store, clock) = store();
-        let (first, _) = acquired(store.acquire(&res("r"), &own("a"), ttl(10)).unwrap());
+        let (first, _) = acquired(store.acquire(&res("r"), &req("a", 10)).unwrap());
         clock.advance(4_000);
-        let (again, tenure) = acquired(store.acquire(&res("r"), &own("a"), ttl(10)).unwrap());
+        let (again, tenure) = acquired(store.acquire(&res("r"), &req("a", 10)).unwrap());
         assert_eq!(tenure, Tenure::Extended);
         assert_eq!(again.fence, first.fence);
         assert_eq!(again.acquired_at.0, first.acquired_at.0 + 4_000);
@@ -581,7 +661,7 @@ mod tests {
         let (_dir, mut store, clock) = store();
         let mut last = Fence(0);
         for round in 0..5 {
-            let (lock, _) = acquired(store.acquire(&res("r"), &own("a"), ttl(1)).unwrap());
+            let (lock, _) = acquired(store.acquire(&res("r"), &req("a", 1)).unwrap());
             assert!(
                 lock.fence > last,
                 "round {round}: {:?} after {last:?}",
@@ -608,7 +688,7 @@ mod tests {
     #[test]
     fn renew_and_release_check_owner_and_tenure() {
         let (_dir, mut store, clock) = store();
-        let (lock, _) = acquired(store.acquire(&res("r"), &own("a"), ttl(10)).unwrap());
+        let (lock, _) = acquired(store.acquire(&res("r"), &req("a", 10)).unwrap());
         assert_eq!(
             store.renew(&res("r"), &own("b"), ttl(10), None).unwrap(),
             Renew::Forbidden
@@ -651,15 +731,15 @@ mod tests {
     #[test]
     fn history_records_every_change_and_nothing_else() {
         let (_dir, mut store, clock) = store();
-        acquired(store.acquire(&res("r"), &own("a"), ttl(1)).unwrap());
-        acquired(store.acquire(&res("r"), &own("a"), ttl(1)).unwrap());
+        acquired(store.acquire(&res("r"), &req("a", 1)).unwrap());
+        acquired(store.acquire(&res("r"), &req("a", 1)).unwrap());
         // A busy attempt and refused renew/release write nothing.
-        store.acquire(&res("r"), &own("b"), ttl(1)).unwrap();
+        store.acquire(&res("r"), &req("b", 1)).unwrap();
         store.renew(&res("r"), &own("b"), ttl(1), None).unwrap();
         store.release(&res("r"), &own("b"), None).unwrap();
         store.renew(&res("r"), &own("a"), ttl(1), None).unwrap();
         clock.advance(1_000);
-        acquired(store.acquire(&res("r"), &own("b"), ttl(1)).unwrap());
+        acquired(store.acquire(&res("r"), &req("b", 1)).unwrap());
         store.release(&res("r"), &own("b"), None).unwrap();
         let events = store.log(&LogQuery::default()).unwrap();
         let kinds: Vec<_> = events.iter().map(|e| e.event).collect();
@@ -694,7 +774,7 @@ mod tests {
             ("job:c", 1),
             ("x", 10),
         ] {
-            acquired(store.acquire(&res(name), &own("a"), ttl(secs)).unwrap());
+            acquired(store.acquire(&res(name), &req("a", secs)).unwrap());
         }
         clock.advance(1_000);
         let names = |locks: Vec<Lock>| -> Vec<String> {
