@@ -99,7 +99,7 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__acquire)
-            opts="-h --owner --ttl --wait --db --format --help"
+            opts="-h --owner --ttl --wait --shared --limit --note --db --format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -114,6 +114,14 @@ _distlock() {
                     return 0
                     ;;
                 --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --note)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -411,7 +419,7 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__run)
-            opts="-h --resource --owner --ttl --wait --conflict-exit-code --kill-after --db --format --help"
+            opts="-h --resource --owner --ttl --wait --shared --limit --note --conflict-exit-code --kill-after --db --format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -430,6 +438,14 @@ _distlock() {
                     return 0
                     ;;
                 --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --note)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -41,9 +41,12 @@ complete -c distlock -n "__fish_distlock_needs_command" -f -a "help" -d 'Print t
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l ttl -d 'Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l wait -d 'Keep trying for this long while another owner holds the lock [default: 0, try once]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l limit -d 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l note -d 'Why or for whom the lock is held (shown by status, list and log)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l shared -d 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand status" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand status" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
@@ -64,11 +67,14 @@ complete -c distlock -n "__fish_distlock_using_subcommand run" -l resource -d 'T
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l owner -d 'Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l ttl -d 'Lease length, renewed every ttl/3 while the command runs' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l wait -d 'Keep trying for this long while another owner holds the lock [default: 0, try once]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l limit -d 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l note -d 'Why or for whom the lock is held (shown by status, list and log)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l conflict-exit-code -d 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'After the lease is lost, wait this long between SIGTERM and SIGKILL' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l shared -d 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
 complete -c distlock -n "__fish_distlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand list" -l prefix -d 'Only locks whose resource starts with this' -r
 complete -c distlock -n "__fish_distlock_using_subcommand list" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r

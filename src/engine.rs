@@ -1117,6 +1117,347 @@ mod tests {
         );
     }
 
+    /// A live tenure of `owner` with `fence` in `mode`, expiring `left` ms from now.
+    fn held(owner: &str, fence: i64, left: i64, mode: Mode) -> Lease {
+        Lease {
+            mode,
+            ..lease(owner, fence, left)
+        }
+    }
+
+    fn asking(owner: &str, mode: Mode) -> Request {
+        Request {
+            mode,
+            ..request(owner, 30)
+        }
+    }
+
+    /// What an acquire comes to, in one word.
+    fn verdict(rows: &[Lease], req: &Request) -> &'static str {
+        let decision = acquire(&res(), &state(rows), req, || {
+            Ok::<_, Infallible>(Fence(100))
+        })
+        .unwrap();
+        match decision.outcome {
+            Acquire::Acquired {
+                tenure: Tenure::New,
+                ..
+            } => "granted",
+            Acquire::Acquired { .. } => "extended",
+            Acquire::Busy { .. } => "busy",
+            Acquire::Mismatch { .. } => "mismatch",
+        }
+    }
+
+    const X: Mode = Mode::Exclusive;
+    const S: Mode = Mode::Shared;
+
+    #[test]
+    fn admission_table() {
+        let sem = Mode::Semaphore;
+        // (case, live tenures of others as (mode, count), requested mode, verdict)
+        let cases: Vec<(&str, Vec<Mode>, Mode, &str)> = vec![
+            ("exclusive on a free resource", vec![], X, "granted"),
+            ("shared on a free resource", vec![], S, "granted"),
+            ("semaphore on a free resource", vec![], sem(3), "granted"),
+            ("exclusive beside exclusive", vec![X], X, "busy"),
+            ("exclusive beside shared", vec![S], X, "busy"),
+            ("exclusive beside two shared", vec![S, S], X, "busy"),
+            ("shared beside exclusive", vec![X], S, "busy"),
+            ("shared beside shared", vec![S], S, "granted"),
+            ("shared beside many shared", vec![S; 40], S, "granted"),
+            ("semaphore 3 beside 1 of 3", vec![sem(3)], sem(3), "granted"),
+            (
+                "semaphore 3 beside 2 of 3",
+                vec![sem(3), sem(3)],
+                sem(3),
+                "granted",
+            ),
+            ("semaphore 3 beside 3 of 3", vec![sem(3); 3], sem(3), "busy"),
+            ("semaphore 2 beside 2 of 2", vec![sem(2); 2], sem(2), "busy"),
+            ("semaphore beside exclusive", vec![X], sem(3), "mismatch"),
+            ("semaphore beside shared", vec![S], sem(3), "mismatch"),
+            ("exclusive beside a semaphore", vec![sem(3)], X, "mismatch"),
+            ("shared beside a semaphore", vec![sem(3)], S, "mismatch"),
+            (
+                "semaphore 3 beside semaphore 4",
+                vec![sem(4)],
+                sem(3),
+                "mismatch",
+            ),
+            (
+                "semaphore 4 beside a full semaphore 3",
+                vec![sem(3); 3],
+                sem(4),
+                "mismatch",
+            ),
+            (
+                "exclusive beside a full semaphore",
+                vec![sem(2); 2],
+                X,
+                "mismatch",
+            ),
+        ];
+        for (name, holders, mode, expected) in cases {
+            let rows: Vec<Lease> = holders
+                .iter()
+                .enumerate()
+                .map(|(i, m)| held(&format!("h{i}"), i as i64 + 1, 5_000, *m))
+                .collect();
+            assert_eq!(verdict(&rows, &asking("me", mode)), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_owner_rejoining_its_own_tenure_keeps_its_mode_or_gets_a_mismatch() {
+        let sem = Mode::Semaphore;
+        let cases = [
+            (X, X, "extended"),
+            (S, S, "extended"),
+            (sem(3), sem(3), "extended"),
+            (X, S, "mismatch"),
+            (S, X, "mismatch"),
+            (sem(3), sem(4), "mismatch"),
+            (sem(3), X, "mismatch"),
+            (S, sem(2), "mismatch"),
+        ];
+        for (held_as, asked_as, expected) in cases {
+            let rows = [held("me", 7, 5_000, held_as)];
+            assert_eq!(
+                verdict(&rows, &asking("me", asked_as)),
+                expected,
+                "{held_as:?} then {asked_as:?}"
+            );
+        }
+        // Its own tenure counts before the others: a full semaphore still lets its holder
+        // re-acquire.
+        let full = [held("me", 1, 5_000, sem(2)), held("b", 2, 5_000, sem(2))];
+        assert_eq!(verdict(&full, &asking("me", sem(2))), "extended");
+    }
+
+    #[test]
+    fn expired_tenures_free_their_slots_and_are_cleared_by_the_next_grant() {
+        let sem = Mode::Semaphore(2);
+        let rows = [
+            held("a", 1, 5_000, sem),
+            held("b", 2, -1, sem),
+            held("c", 3, -9_000, sem),
+        ];
+        let decision = acquire(&res(), &state(&rows), &asking("d", sem), || {
+            Ok::<_, Infallible>(Fence(100))
+        })
+        .unwrap();
+        assert_eq!(
+            kinds(&decision.changes),
+            [
+                "delete 2",
+                "delete 3",
+                "insert d 100",
+                "record acquired d 100"
+            ],
+            "joining a live holder is an acquire, not a takeover"
+        );
+        let rows = applied(rows.to_vec(), &decision.changes);
+        let fences: Vec<i64> = rows.iter().map(|l| l.fence.0).collect();
+        assert_eq!(fences, [1, 100]);
+    }
+
+    #[test]
+    fn busy_names_the_first_lease_to_end_and_lists_shared_holders() {
+        let rows = [
+            held("a", 1, 9_000, S),
+            held("b", 2, 3_000, S),
+            held("c", 3, 6_000, S),
+        ];
+        let decision = acquire(&res(), &state(&rows), &asking("w", X), || {
+            Ok::<_, Infallible>(Fence(9))
+        })
+        .unwrap();
+        let Acquire::Busy { holder, holders } = decision.outcome else {
+            panic!("a writer beside readers is busy")
+        };
+        assert_eq!(holder.owner, own("b"));
+        let listed: Vec<&str> = holders.iter().map(|h| h.owner.as_str()).collect();
+        assert_eq!(listed, ["a", "b", "c"], "every live tenure, by fence");
+        // An exclusive holder is named alone, as before modes existed.
+        let decision = acquire(
+            &res(),
+            &state(&[held("x", 1, 9, X)]),
+            &asking("w", X),
+            || Ok::<_, Infallible>(Fence(9)),
+        )
+        .unwrap();
+        assert!(matches!(decision.outcome, Acquire::Busy { holders, .. } if holders.is_empty()));
+    }
+
+    #[test]
+    fn a_mismatch_lists_every_holder_and_writes_nothing() {
+        let rows = [held("a", 1, 9_000, S), held("b", 2, 3_000, S)];
+        let decision = acquire(
+            &res(),
+            &state(&rows),
+            &asking("w", Mode::Semaphore(2)),
+            || Ok::<_, Infallible>(Fence(9)),
+        )
+        .unwrap();
+        let Acquire::Mismatch { holders } = decision.outcome else {
+            panic!("a semaphore beside readers is a mismatch")
+        };
+        assert_eq!(holders.len(), 2);
+        assert!(holders.iter().all(|h| h.mode == S));
+        assert!(decision.changes.is_empty());
+    }
+
+    #[test]
+    fn a_new_tenure_takes_the_requested_mode_and_note() {
+        let note = Note::parse("deploy v1.4 by alice").unwrap();
+        let req = Request {
+            note: Some(note.clone()),
+            ..asking("a", Mode::Semaphore(5))
+        };
+        let decision =
+            acquire(&res(), &state(&[]), &req, || Ok::<_, Infallible>(Fence(3))).unwrap();
+        let Acquire::Acquired { lock, .. } = decision.outcome else {
+            panic!()
+        };
+        assert_eq!(
+            (lock.mode, lock.note.as_ref()),
+            (Mode::Semaphore(5), Some(&note))
+        );
+        let Some(Change::Record(record)) = decision.changes.last() else {
+            panic!()
+        };
+        assert_eq!(
+            (record.mode, record.note.as_ref()),
+            (Mode::Semaphore(5), Some(&note))
+        );
+    }
+
+    #[test]
+    fn a_reacquire_replaces_the_note_only_when_one_is_given() {
+        let old = Note::parse("old").unwrap();
+        let new = Note::parse("new").unwrap();
+        let rows = [Lease {
+            note: Some(old.clone()),
+            ..lease("a", 7, 5_000)
+        }];
+        for (given, kept) in [(None, &old), (Some(new.clone()), &new)] {
+            let req = Request {
+                note: given,
+                ..request("a", 30)
+            };
+            let decision = acquire(&res(), &state(&rows), &req, || {
+                Ok::<_, Infallible>(Fence(9))
+            })
+            .unwrap();
+            let Acquire::Acquired { lock, .. } = decision.outcome else {
+                panic!()
+            };
+            assert_eq!(lock.note.as_ref(), Some(kept));
+        }
+    }
+
+    #[test]
+    fn renew_and_release_act_on_the_owners_own_tenure_only() {
+        let rows = [held("a", 1, 5_000, S), held("b", 2, 5_000, S)];
+        let released = release(&state(&rows), &own("a"), None);
+        assert_eq!(
+            kinds(&released.changes),
+            ["delete 1", "record released a 1"]
+        );
+        let left = applied(rows.to_vec(), &released.changes);
+        assert_eq!(status(&res(), &state(&left)).len(), 1, "b's tenure stays");
+        // An owner with no tenure: forbidden while others hold it, not found once nobody does.
+        assert_eq!(
+            release(&state(&rows), &own("c"), None).outcome,
+            Release::Forbidden
+        );
+        assert_eq!(
+            renew(&res(), &state(&rows), &own("c"), ttl(5), None).outcome,
+            Renew::Forbidden
+        );
+        assert_eq!(
+            release(&state(&[]), &own("c"), None).outcome,
+            Release::NotFound
+        );
+        let renewed = renew(&res(), &state(&rows), &own("b"), ttl(60), Some(Fence(2)));
+        assert_eq!(kinds(&renewed.changes), ["update 2", "record renewed b 2"]);
+    }
+
+    #[test]
+    fn status_lists_every_live_tenure_by_fence() {
+        let rows = [
+            held("c", 9, 5_000, S),
+            held("a", 2, 5_000, S),
+            held("x", 5, -1, S),
+        ];
+        let owners: Vec<String> = status(&res(), &state(&rows))
+            .iter()
+            .map(|l| l.owner.to_string())
+            .collect();
+        assert_eq!(owners, ["a", "c"]);
+    }
+
+    /// Random requests in random modes never admit more than the modes allow.
+    #[test]
+    fn random_mixed_modes_never_break_admission() {
+        let modes = [X, S, Mode::Semaphore(2), Mode::Semaphore(3)];
+        for seed in 0..300u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut rows: Vec<Lease> = Vec::new();
+            let mut now = NOW;
+            let mut fence = 0;
+            for _ in 0..80 {
+                now += rng.i64(0..1_500);
+                let s = State {
+                    now: Timestamp(now),
+                    leases: rows.clone(),
+                };
+                let who = format!("o{}", rng.u8(..6));
+                let changes = if rng.bool() {
+                    let req = Request {
+                        mode: modes[rng.usize(..modes.len())],
+                        ..request(&who, rng.u64(1..4))
+                    };
+                    acquire(&res(), &s, &req, || {
+                        fence += 1;
+                        Ok::<_, Infallible>(Fence(fence))
+                    })
+                    .unwrap()
+                    .changes
+                } else {
+                    release(&s, &own(&who), None).changes
+                };
+                rows = applied(rows, &changes);
+                let after = State {
+                    now: Timestamp(now),
+                    leases: rows.clone(),
+                };
+                let live = after.live();
+                let families: std::collections::HashSet<Option<u32>> =
+                    live.iter().map(|l| l.mode.family()).collect();
+                assert!(families.len() <= 1, "seed {seed}: two families at once");
+                let exclusive = live.iter().filter(|l| l.mode == X).count();
+                assert!(
+                    exclusive == 0 || live.len() == 1,
+                    "seed {seed}: exclusive beside others"
+                );
+                for l in &live {
+                    if let Mode::Semaphore(n) = l.mode {
+                        assert!(live.len() <= n as usize, "seed {seed}: semaphore over {n}");
+                    }
+                }
+                let owners: std::collections::HashSet<&str> =
+                    live.iter().map(|l| l.owner.as_str()).collect();
+                assert_eq!(
+                    owners.len(),
+                    live.len(),
+                    "seed {seed}: one tenure per owner"
+                );
+            }
+        }
+    }
+
     /// A run of random operations against a model of the contract: the decisions, applied to the
     /// rows, never hand out a fence twice, never let two owners hold at once, and a refusal never
     /// writes.

@@ -667,6 +667,37 @@ mod tests {
     }
 
     #[test]
+    fn limit_one_is_exclusive_and_the_rest_is_bounded() {
+        assert_eq!(Mode::parse_limit("1"), Ok(Mode::Exclusive));
+        assert_eq!(Mode::parse_limit("2"), Ok(Mode::Semaphore(2)));
+        assert_eq!(Mode::parse_limit("10000"), Ok(Mode::Semaphore(10_000)));
+        for bad in ["0", "10001", "-1", "2.5", "x", "", " 3", "1e3"] {
+            assert!(
+                Mode::parse_limit(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+    }
+
+    #[test]
+    fn notes_are_trimmed_and_bounded() {
+        assert_eq!(
+            Note::parse("  deploy v1.4 ").unwrap().as_str(),
+            "deploy v1.4"
+        );
+        assert!(Note::parse(&"x".repeat(1024)).is_ok());
+        for bad in [
+            String::new(),
+            "   ".into(),
+            "x".repeat(1025),
+            "a\nb".into(),
+            "a\u{7f}".into(),
+        ] {
+            assert!(Note::parse(&bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
     fn timestamps_render_as_rfc3339_millis_utc() {
         assert_eq!(
             Timestamp(1_796_011_732_123).to_string(),
