@@ -1156,10 +1156,11 @@ fn store_has_a_unique_constraint_on_resource() {
     acquire(&db, "r1", "w1", "60");
     acquire(&db, "r2", "w2", "60");
     let conn = Connection::open(db.path()).expect("open");
-    // A unique index on exactly (resource).
+    // A resource holds a set of tenures (lock modes), so UNIQUE(resource) lives in the table
+    // with one row per resource that every grant writes: a unique index on exactly (resource).
     let mut unique_indexes = Vec::new();
     let mut stmt = conn
-        .prepare("PRAGMA index_list(locks)")
+        .prepare("PRAGMA index_list(resources)")
         .expect("index_list");
     let mut rows = stmt.query([]).expect("index_list");
     while let Some(row) = rows.next().expect("row") {
@@ -1186,7 +1187,7 @@ fn store_has_a_unique_constraint_on_resource() {
     );
     // And it bites: duplicating the rows fails, and nothing is duplicated.
     let err = conn
-        .execute("INSERT INTO locks SELECT * FROM locks", [])
+        .execute("INSERT INTO resources SELECT * FROM resources", [])
         .expect_err("a second row for a resource must be refused");
     assert_eq!(
         err.sqlite_error_code(),
@@ -1194,9 +1195,18 @@ fn store_has_a_unique_constraint_on_resource() {
         "{err}"
     );
     let rows: i64 = conn
-        .query_row("SELECT count(*) FROM locks", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM resources", [], |r| r.get(0))
         .expect("count");
     assert_eq!(rows, 2);
+    // The tenures themselves: one per owner and resource, each fence once.
+    let err = conn
+        .execute("INSERT INTO locks SELECT * FROM locks", [])
+        .expect_err("a second tenure of an owner must be refused");
+    assert_eq!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ConstraintViolation),
+        "{err}"
+    );
 }
 
 #[test]

@@ -3,12 +3,12 @@
 //! - **The server's clock decides.** "now" is read from the server (`statement_timestamp()`,
 //!   truncated to milliseconds as times are printed) in the transaction that decides, never
 //!   from this host, so a client whose clock is off still gets exactly its TTL.
-//! - **One resource, one writer at a time.** Each write transaction first takes a
-//!   transaction-level advisory lock keyed by the resource, then reads every row of it: unlike
-//!   `SELECT … FOR UPDATE`, that also serialises requests for a resource that has no row yet.
-//!   The primary key stays as the last line of defence: a conflicting insert, or a row that
-//!   changed under a decision, starts the transaction over (as do serialization failures and
-//!   deadlocks), a bounded number of times.
+//! - **One resource, one writer at a time.** Each write transaction first upserts the
+//!   resource's row in `distlock.resources` (`UNIQUE(resource)`), which locks it until the
+//!   transaction ends — also for a resource that had no row yet: a racing insert waits on the
+//!   unique index, then takes the update path and the lock. Only then does it read the
+//!   resource's tenures. A conflicting insert, or a row that changed under a decision, starts the
+//!   transaction over (as do serialization failures and deadlocks), a bounded number of times.
 //! - Fences come from the sequence `distlock.fence` (never cycles; values are never reused, even
 //!   after a rollback or a crash).
 //! - The schema lives in its own `distlock` schema and is created on first use under a
@@ -33,11 +33,6 @@ const ATTEMPTS: usize = 5;
 
 /// An arbitrary, fixed advisory-lock key that serializes schema creation.
 const SCHEMA_LOCK_KEY: i64 = 0x6469_7374_6c6f_636b;
-
-/// The first half of the two-key advisory locks that serialise writes to one resource ("dist");
-/// the second half is a hash of the resource name. Two-key locks live apart from one-key
-/// locks, so they never meet the schema lock or another application's single-key locks.
-const RESOURCE_LOCK_CLASS: i32 = 0x6469_7374;
 
 /// Version 1, as distlock 0.1.0 created it. A new database is created at version 1 and
 /// upgraded like any old one, so the upgrade path is the one every new store takes.
@@ -67,8 +62,13 @@ INSERT INTO distlock.meta (schema_version)
 ";
 
 /// Version 1 → 2: a resource holds a set of tenures (lock modes), each with a mode and a note;
-/// history rows carry the mode and note, and who broke a lock and why.
+/// history rows carry the mode and note, and who broke a lock and why. `resources` keeps
+/// `UNIQUE(resource)`, and its row is what serialises the writers of one resource.
 const UPGRADE_V2: &str = "
+CREATE TABLE distlock.resources (
+    resource text NOT NULL PRIMARY KEY                  -- UNIQUE(resource)
+);
+INSERT INTO distlock.resources (resource) SELECT DISTINCT resource FROM distlock.locks;
 ALTER TABLE distlock.locks DROP CONSTRAINT locks_pkey;
 ALTER TABLE distlock.locks
     ADD COLUMN mode text NOT NULL DEFAULT 'exclusive',  -- exclusive | shared | semaphore
@@ -209,17 +209,6 @@ fn read_state(client: &mut impl GenericClient, resource: &str) -> Result<State> 
     })
 }
 
-/// The advisory-lock key of a resource: FNV-1a of its name, folded to 32 bits. Collisions only
-/// make two resources wait for each other's transactions, never share a lock.
-fn resource_key(resource: &str) -> i32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in resource.bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    i32::from_ne_bytes(hash.to_ne_bytes())
-}
-
 /// Writes the core's changes, in order.
 fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result<(), Retry> {
     for change in changes {
@@ -293,7 +282,8 @@ fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result
             }
         };
         if rows != 1 {
-            // Only a writer that skipped the advisory lock can move a row under a decision.
+            // Only a writer that skipped the resource's row lock (`gc`) can move a row under a
+            // decision.
             return Err(Retry::Conflict);
         }
     }
@@ -321,14 +311,14 @@ impl Backend for Session {
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<T> {
         let res = resource.as_str();
-        let key = resource_key(res);
         let mut attempt = 0;
         loop {
             attempt += 1;
             let mut tx = self.client.transaction()?;
             tx.execute(
-                "SELECT pg_advisory_xact_lock($1, $2)",
-                &[&RESOURCE_LOCK_CLASS, &key],
+                "INSERT INTO distlock.resources (resource) VALUES ($1)
+                 ON CONFLICT (resource) DO UPDATE SET resource = EXCLUDED.resource",
+                &[&res],
             )?;
             // Read after the lock is held: in READ COMMITTED each statement sees what was
             // committed before it began, so this sees the previous writer's changes.
@@ -422,6 +412,20 @@ impl Backend for Session {
                 &[&GC_BATCH],
             )?;
             report.expired_locks += deleted;
+            if deleted == 0 {
+                break;
+            }
+        }
+        // Resources nobody holds any more. A writer that races this re-creates its row.
+        loop {
+            let deleted = self.client.execute(
+                "DELETE FROM distlock.resources WHERE resource IN (
+                     SELECT r.resource FROM distlock.resources r
+                     WHERE NOT EXISTS (
+                         SELECT 1 FROM distlock.locks l WHERE l.resource = r.resource)
+                     LIMIT $1 FOR UPDATE SKIP LOCKED)",
+                &[&GC_BATCH],
+            )?;
             if deleted == 0 {
                 break;
             }

@@ -71,8 +71,13 @@ CREATE INDEX history_by_resource ON history (resource, id);
 ";
 
 /// Version 1 → 2: a resource holds a set of tenures (lock modes), each with a mode and a note;
-/// history rows carry the mode and note, and who broke a lock and why.
+/// history rows carry the mode and note, and who broke a lock and why. `resources` keeps
+/// `UNIQUE(resource)`: one row per resource that has (or had) a tenure.
 const UPGRADE_V2: &str = "
+CREATE TABLE resources (
+    resource TEXT NOT NULL PRIMARY KEY          -- UNIQUE(resource)
+) WITHOUT ROWID;
+INSERT INTO resources (resource) SELECT DISTINCT resource FROM locks;
 CREATE TABLE locks_v2 (
     resource    TEXT    NOT NULL,
     owner       TEXT    NOT NULL,
@@ -359,6 +364,8 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
     for change in changes {
         let rows = match change {
             Change::Insert(lease) => {
+                tx.prepare_cached("INSERT OR IGNORE INTO resources (resource) VALUES (?1)")?
+                    .execute([res])?;
                 let (mode, lim) = mode_columns(lease.mode);
                 tx.prepare_cached(
                     "INSERT INTO locks
@@ -537,6 +544,22 @@ impl Backend for SqliteStore {
             match batch.into_iter().max() {
                 Some(last) => after = last,
                 None => break,
+            }
+        }
+        // Resources nobody holds any more.
+        loop {
+            let tx = self.write_tx()?;
+            let deleted = tx
+                .prepare_cached(
+                    "DELETE FROM resources WHERE resource IN (
+                         SELECT r.resource FROM resources r
+                         WHERE NOT EXISTS (SELECT 1 FROM locks l WHERE l.resource = r.resource)
+                         LIMIT ?1)",
+                )?
+                .execute([GC_BATCH])?;
+            tx.commit()?;
+            if deleted == 0 {
+                break;
             }
         }
         loop {
