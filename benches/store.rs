@@ -72,6 +72,7 @@ fn request(owner: &str, mode: Mode) -> Request {
         ttl: Ttl::from_secs(60).expect("ttl"),
         mode,
         note: None,
+        waits: false,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{Acquire, LogQuery, Release, Renew, Resource};
+use crate::lock::{Acquire, LogQuery, Release, Renew, Resource, Status};
 use crate::output::{self, Printer, StatusLine};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
@@ -58,23 +58,16 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
         ttl: args.ttl,
         mode: args.mode.mode(),
         note: args.mode.note,
+        waits: false,
     };
-    // A waiter sleeps on the store's wake-up; one that does not wait needs none.
-    let wakeup = args
-        .wait
-        .filter(|wait| !wait.is_zero())
-        .and_then(|_| store.wakeup(&args.resource));
-    let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
-    let attempt = wait::acquire(
-        store,
-        &args.resource,
-        &request,
-        args.wait,
-        wakeup,
-        &mut on_busy,
-    )?;
-    drop(on_busy);
     let resource = &args.resource;
+    let mut on_busy = StatusLine::reporter(args.wait, resource);
+    let waited = wait::acquire(store, resource, &request, args.wait, &mut on_busy)?;
+    drop(on_busy);
+    let attempt = match waited.attempt(resource) {
+        Ok(attempt) => attempt,
+        Err(interrupted) => return Ok(interrupted),
+    };
     Ok(match attempt.outcome {
         Acquire::Acquired { lock, .. } => {
             printer.emit(&output::acquired(&lock), || {
@@ -82,10 +75,16 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
             });
             Exit::Done
         }
-        Acquire::Busy { holder, holders } => {
-            printer.emit(&output::busy(resource, &holder, &holders), || {
-                output::busy_text(resource, &holder, &holders)
-            });
+        Acquire::Busy {
+            holder,
+            holders,
+            waiting,
+            ..
+        } => {
+            printer.emit(
+                &output::busy(resource, holder.as_ref(), &holders, waiting),
+                || output::busy_text(resource, holder.as_ref(), &holders, waiting),
+            );
             Exit::Busy
         }
         Acquire::Mismatch { holders } => {
@@ -102,21 +101,18 @@ fn status(
     printer: Printer,
     resource: &Resource,
 ) -> Result<Exit> {
-    let locks = match store {
+    let status = match store {
         Some(mut store) => store.status(resource)?,
-        None => Vec::new(),
+        None => Status::default(),
     };
-    if locks.is_empty() {
-        printer.emit(&json!({ "held": false, "resource": resource }), || {
-            format!("{resource} is not held")
-        });
-        return Ok(Exit::NotHeld);
-    }
-    printer.emit(&output::held(&locks), || {
-        let lines: Vec<String> = locks.iter().map(output::held_text).collect();
-        lines.join("\n")
+    printer.emit(&output::status(resource, &status), || {
+        output::status_text(resource, &status)
     });
-    Ok(Exit::Done)
+    Ok(if status.locks.is_empty() {
+        Exit::NotHeld
+    } else {
+        Exit::Done
+    })
 }
 
 fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Result<Exit> {

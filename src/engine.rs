@@ -16,8 +16,8 @@
 //! - every change of state is recorded in the history, in the same transaction.
 
 use crate::lock::{
-    Acquire, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Release, Renew, Resource, Tenure,
-    Timestamp, Ttl,
+    Acquire, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Release, Renew, Resource, Status,
+    Tenure, Timestamp, Ttl,
 };
 
 /// One tenure as a store holds it, live or expired.
@@ -66,18 +66,52 @@ pub struct Request {
     pub mode: Mode,
     /// Replaces the tenure's note; `None` keeps the one it has.
     pub note: Option<Note>,
+    /// A waiter (`--wait` not zero): when refused, it takes (or keeps) a place in the queue.
+    pub waits: bool,
 }
 
-/// A resource's rows and the store's clock, read in the transaction that decides.
+/// A place in a resource's queue of waiters (contract, "Fair waiting"). Places are ordered by
+/// the store's ticket, never by a client's clock; a place is live while its liveness lease
+/// runs, which the waiter refreshes as it waits, so a waiter that died stops blocking the queue
+/// within [`LIVENESS_MS`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    pub owner: Owner,
+    /// Handed out by the store in arrival order.
+    pub ticket: i64,
+    pub expires_at: Timestamp,
+}
+
+/// How long a place in the queue stays live without being refreshed.
+pub const LIVENESS_MS: i64 = 5_000;
+
+/// A waiter's place is refreshed once less than this much of its liveness is left, so a
+/// waiter that retries every few milliseconds still writes only every second or so.
+const REFRESH_BELOW_MS: i64 = 3_500;
+
+/// A resource's rows and the store's clock, read in the transaction that decides.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct State {
     /// The store's "now": the host clock on SQLite, the server's on PostgreSQL.
     pub now: Timestamp,
     /// Every tenure row of the resource, live or expired, in any order.
     pub leases: Vec<Lease>,
+    /// Every place in the resource's queue, live or expired, in any order.
+    pub queue: Vec<Waiter>,
 }
 
 impl State {
+    /// The live places in the queue, in arrival (ticket) order.
+    pub fn waiting(&self) -> Vec<&Waiter> {
+        let mut live: Vec<&Waiter> = self
+            .queue
+            .iter()
+            .filter(|w| self.now < w.expires_at)
+            .collect();
+        live.sort_by_key(|w| w.ticket);
+        live
+    }
+
     /// The live tenures, oldest (smallest fence) first.
     pub fn live(&self) -> Vec<&Lease> {
         let mut live: Vec<&Lease> = self.leases.iter().filter(|l| l.is_live(self.now)).collect();
@@ -97,6 +131,35 @@ pub enum Change {
     Delete { fence: Fence },
     /// A history row.
     Record(Record),
+    /// `owner` takes a place at the end of the queue (the store hands out its ticket), live
+    /// until `expires_at`.
+    Enqueue { owner: Owner, expires_at: Timestamp },
+    /// `owner`'s place stays live until `expires_at`.
+    Refresh { owner: Owner, expires_at: Timestamp },
+    /// `owner` leaves the queue (it got the lock, gave up, or its place expired).
+    Dequeue { owner: Owner },
+}
+
+impl Change {
+    /// Whether writing this may let a waiter in: a tenure or a place in the queue went away,
+    /// or a waiter was granted (the ones behind it look again, since several shared or
+    /// semaphore waiters may go in together). Stores wake the resource's waiters after
+    /// committing such a change.
+    pub fn wakes_waiters(&self) -> bool {
+        matches!(
+            self,
+            Change::Delete { .. } | Change::Dequeue { .. } | Change::Insert(_)
+        )
+    }
+
+    /// Whether the change must survive power loss. A place in the queue need not: lost, it is
+    /// taken again at the waiter's next attempt.
+    pub fn is_durable(&self) -> bool {
+        !matches!(
+            self,
+            Change::Enqueue { .. } | Change::Refresh { .. } | Change::Dequeue { .. }
+        )
+    }
 }
 
 /// A history row to write.
@@ -175,8 +238,62 @@ pub fn acquire<E>(
             },
         });
     }
-    if let Some(refusal) = admission(request.mode, &live) {
-        return Ok(Decision::unchanged(refusal));
+    let holders = || live.iter().map(|l| l.holder()).collect::<Vec<_>>();
+    let admitted = match admission(request.mode, &live) {
+        Admission::Mismatch => {
+            return Ok(Decision::unchanged(Acquire::Mismatch {
+                holders: holders(),
+            }));
+        }
+        Admission::Admitted => true,
+        Admission::Busy => false,
+    };
+    // Strict order: nobody goes in ahead of an earlier live waiter.
+    let queue = state.waiting();
+    let mine = queue.iter().position(|w| w.owner == request.owner);
+    let ahead = mine.unwrap_or(queue.len());
+    let mut changes: Vec<Change> = state
+        .queue
+        .iter()
+        .filter(|w| w.expires_at <= now)
+        .map(|w| Change::Dequeue {
+            owner: w.owner.clone(),
+        })
+        .collect();
+    if !admitted || ahead > 0 {
+        let liveness = Timestamp(now.0.saturating_add(LIVENESS_MS));
+        match mine.map(|i| queue[i]) {
+            _ if !request.waits => {}
+            None => changes.push(Change::Enqueue {
+                owner: request.owner.clone(),
+                expires_at: liveness,
+            }),
+            Some(place) if now.millis_until(place.expires_at) < REFRESH_BELOW_MS => {
+                changes.push(Change::Refresh {
+                    owner: request.owner.clone(),
+                    expires_at: liveness,
+                });
+            }
+            Some(_) => {}
+        }
+        let shared = live.iter().any(|l| l.mode != Mode::Exclusive);
+        return Ok(Decision {
+            outcome: Acquire::Busy {
+                holder: live
+                    .iter()
+                    .min_by_key(|l| (l.expires_at, l.fence))
+                    .map(|l| l.holder()),
+                holders: if shared { holders() } else { Vec::new() },
+                waiting: queue.len() - usize::from(mine.is_some()),
+                position: request.waits.then_some(ahead + 1),
+            },
+            changes,
+        });
+    }
+    if mine.is_some() {
+        changes.push(Change::Dequeue {
+            owner: request.owner.clone(),
+        });
     }
     // Expired rows make way for the new tenure. Taking a resource nobody holds after someone's
     // lease ran out is a takeover from the last holder; joining live holders is not.
@@ -193,12 +310,13 @@ pub fn acquire<E>(
         mode: request.mode,
         note: request.note.clone(),
     };
-    let mut changes: Vec<Change> = state
-        .leases
-        .iter()
-        .filter(|l| !l.is_live(now))
-        .map(|l| Change::Delete { fence: l.fence })
-        .collect();
+    changes.extend(
+        state
+            .leases
+            .iter()
+            .filter(|l| !l.is_live(now))
+            .map(|l| Change::Delete { fence: l.fence }),
+    );
     changes.push(Change::Insert(lease.clone()));
     changes.push(match previous {
         Some(old) => record(now, &lease, EventKind::TakenOver, Some(old.owner.clone())),
@@ -213,11 +331,17 @@ pub fn acquire<E>(
     })
 }
 
-/// Whether a request of `mode` may join the live tenures of other owners (`None`), or why not.
-fn admission(mode: Mode, live: &[&Lease]) -> Option<Acquire> {
-    let holders = || live.iter().map(|l| l.holder()).collect::<Vec<_>>();
+/// Whether a request may join the live tenures of other owners.
+enum Admission {
+    Admitted,
+    Busy,
+    /// Another family (read/write against a semaphore) or another N.
+    Mismatch,
+}
+
+fn admission(mode: Mode, live: &[&Lease]) -> Admission {
     if live.iter().any(|l| l.mode.family() != mode.family()) {
-        return Some(Acquire::Mismatch { holders: holders() });
+        return Admission::Mismatch;
     }
     let admitted = match mode {
         Mode::Exclusive => live.is_empty(),
@@ -225,14 +349,26 @@ fn admission(mode: Mode, live: &[&Lease]) -> Option<Acquire> {
         Mode::Semaphore(n) => live.len() < usize::try_from(n).unwrap_or(usize::MAX),
     };
     if admitted {
-        return None;
+        Admission::Admitted
+    } else {
+        Admission::Busy
     }
-    let first = live.iter().min_by_key(|l| (l.expires_at, l.fence))?;
-    let shared = live.iter().any(|l| l.mode != Mode::Exclusive);
-    Some(Acquire::Busy {
-        holder: first.holder(),
-        holders: if shared { holders() } else { Vec::new() },
-    })
+}
+
+/// A waiter gives up (its `--wait` ran out, or it was interrupted): it leaves the queue at
+/// once, so it blocks nobody for the rest of its liveness lease.
+pub fn leave(state: &State, owner: &Owner) -> Decision<()> {
+    Decision {
+        changes: state
+            .queue
+            .iter()
+            .filter(|w| w.owner == *owner)
+            .map(|w| Change::Dequeue {
+                owner: w.owner.clone(),
+            })
+            .collect(),
+        outcome: (),
+    }
 }
 
 /// `renew` by `owner` (of tenure `fence`, when given): its live tenure's lease moves to
@@ -280,9 +416,13 @@ pub fn release(state: &State, owner: &Owner, fence: Option<Fence>) -> Decision<R
     }
 }
 
-/// `status`: the live tenures, oldest (smallest fence) first; an expired one is never reported.
-pub fn status(resource: &Resource, state: &State) -> Vec<Lock> {
-    state.live().iter().map(|l| l.lock(resource)).collect()
+/// `status`: the live tenures, oldest (smallest fence) first — an expired one is never
+/// reported — and how many live waiters queue for the resource.
+pub fn status(resource: &Resource, state: &State) -> Status {
+    Status {
+        locks: state.live().iter().map(|l| l.lock(resource)).collect(),
+        waiting: state.waiting().len(),
+    }
 }
 
 /// Why a `renew` or `release` changes nothing.
@@ -374,6 +514,7 @@ mod tests {
             ttl: ttl(secs),
             mode: Mode::Exclusive,
             note: None,
+            waits: false,
         }
     }
 
@@ -381,6 +522,7 @@ mod tests {
         State {
             now: Timestamp(NOW),
             leases: leases.to_vec(),
+            ..State::default()
         }
     }
 
@@ -415,6 +557,9 @@ mod tests {
                     ),
                     None => format!("record {} {} {}", r.event.as_str(), r.owner, r.fence),
                 },
+                Change::Enqueue { owner, .. } => format!("enqueue {owner}"),
+                Change::Refresh { owner, .. } => format!("refresh {owner}"),
+                Change::Dequeue { owner } => format!("dequeue {owner}"),
             })
             .collect()
     }
@@ -541,7 +686,10 @@ mod tests {
                         "extended"
                     }
                 ),
-                Acquire::Busy { holder, .. } => format!("busy {}", holder.owner),
+                Acquire::Busy { holder, .. } => match holder {
+                    Some(holder) => format!("busy {}", holder.owner),
+                    None => "reserved".to_owned(),
+                },
                 Acquire::Mismatch { .. } => "mismatch".to_owned(),
             };
             assert_eq!(outcome, case.outcome, "{}", case.name);
@@ -610,13 +758,15 @@ mod tests {
         assert_eq!(
             decision.outcome,
             Acquire::Busy {
-                holder: Holder {
+                holder: Some(Holder {
                     owner: own("b"),
                     expires_at: at(4_321),
                     mode: Mode::Exclusive,
                     note: None,
-                },
+                }),
                 holders: vec![],
+                waiting: 0,
+                position: None,
             }
         );
     }
@@ -658,6 +808,7 @@ mod tests {
         let state = State {
             now: Timestamp(i64::MAX - 5),
             leases: vec![],
+            ..State::default()
         };
         let decision = acquire(&res(), &state, &request("a", 60), || {
             Ok::<_, Infallible>(Fence(1))
@@ -874,7 +1025,7 @@ mod tests {
         for (rows, expected) in cases {
             let lock = status(&res(), &state(&rows));
             assert_eq!(
-                lock.first().map(|l| l.owner.to_string()).as_deref(),
+                lock.locks.first().map(|l| l.owner.to_string()).as_deref(),
                 expected,
                 "{rows:?}"
             );
@@ -917,7 +1068,10 @@ mod tests {
                     rows.retain(|l| l.fence != *fence);
                     assert_eq!(rows.len() + 1, before, "deleted row {fence} exists");
                 }
-                Change::Record(_) => {}
+                Change::Record(_)
+                | Change::Enqueue { .. }
+                | Change::Refresh { .. }
+                | Change::Dequeue { .. } => {}
             }
         }
         rows
@@ -958,7 +1112,7 @@ mod tests {
     #[test]
     fn at_the_instant_of_expiry_every_operation_sees_no_lock() {
         let rows = [lease("a", 7, 0)];
-        assert_eq!(status(&res(), &state(&rows)), []);
+        assert_eq!(status(&res(), &state(&rows)).locks, []);
         assert_eq!(
             renew(&res(), &state(&rows), &own("a"), ttl(5), None).outcome,
             Renew::NotFound
@@ -980,7 +1134,7 @@ mod tests {
     #[test]
     fn one_millisecond_before_expiry_the_lock_is_still_held() {
         let rows = [lease("a", 7, 1)];
-        assert!(!status(&res(), &state(&rows)).is_empty());
+        assert!(!status(&res(), &state(&rows)).locks.is_empty());
         assert!(matches!(
             renew(&res(), &state(&rows), &own("a"), ttl(5), None).outcome,
             Renew::Renewed { .. }
@@ -1017,9 +1171,10 @@ mod tests {
         let later = State {
             now: at(30_000),
             leases: rows,
+            ..State::default()
         };
         assert_eq!(
-            status(&res(), &later).first().map(|l| l.fence),
+            status(&res(), &later).locks.first().map(|l| l.fence),
             Some(Fence(7))
         );
         let decision = acquire(&res(), &later, &request("b", 5), || {
@@ -1273,7 +1428,12 @@ mod tests {
             Ok::<_, Infallible>(Fence(9))
         })
         .unwrap();
-        let Acquire::Busy { holder, holders } = decision.outcome else {
+        let Acquire::Busy {
+            holder: Some(holder),
+            holders,
+            ..
+        } = decision.outcome
+        else {
             panic!("a writer beside readers is busy")
         };
         assert_eq!(holder.owner, own("b"));
@@ -1366,7 +1526,11 @@ mod tests {
             ["delete 1", "record released a 1"]
         );
         let left = applied(rows.to_vec(), &released.changes);
-        assert_eq!(status(&res(), &state(&left)).len(), 1, "b's tenure stays");
+        assert_eq!(
+            status(&res(), &state(&left)).locks.len(),
+            1,
+            "b's tenure stays"
+        );
         // An owner with no tenure: forbidden while others hold it, not found once nobody does.
         assert_eq!(
             release(&state(&rows), &own("c"), None).outcome,
@@ -1392,6 +1556,7 @@ mod tests {
             held("x", 5, -1, S),
         ];
         let owners: Vec<String> = status(&res(), &state(&rows))
+            .locks
             .iter()
             .map(|l| l.owner.to_string())
             .collect();
@@ -1412,6 +1577,7 @@ mod tests {
                 let s = State {
                     now: Timestamp(now),
                     leases: rows.clone(),
+                    ..State::default()
                 };
                 let who = format!("o{}", rng.u8(..6));
                 let changes = if rng.bool() {
@@ -1432,6 +1598,7 @@ mod tests {
                 let after = State {
                     now: Timestamp(now),
                     leases: rows.clone(),
+                    ..State::default()
                 };
                 let live = after.live();
                 let families: std::collections::HashSet<Option<u32>> =
@@ -1475,6 +1642,7 @@ mod tests {
                 let s = State {
                     now: Timestamp(now),
                     leases: rows.clone(),
+                    ..State::default()
                 };
                 let who = own(owners[rng.usize(..owners.len())]);
                 let secs = rng.u64(1..5);
@@ -1485,6 +1653,7 @@ mod tests {
                             ttl: ttl(secs),
                             mode: Mode::Exclusive,
                             note: None,
+                            waits: false,
                         };
                         let d = acquire(&res(), &s, &req, || {
                             next_fence += 1;
@@ -1524,6 +1693,7 @@ mod tests {
                 let live = State {
                     now: Timestamp(now),
                     leases: rows.clone(),
+                    ..State::default()
                 };
                 assert!(
                     live.live().len() <= 1,

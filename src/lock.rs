@@ -259,7 +259,7 @@ impl fmt::Display for Fence {
 
 /// A point in time, in milliseconds since the Unix epoch (UTC). Rendered as RFC 3339 with
 /// milliseconds, e.g. `2026-11-30T04:08:52.123Z`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Timestamp(pub i64);
 
 impl Timestamp {
@@ -463,13 +463,19 @@ pub enum Acquire {
         lock: Lock,
         tenure: Tenure,
     },
-    /// Held by others in a mode that does not admit this request now.
+    /// Held by others in a mode that does not admit this request now, or reserved for
+    /// earlier waiters.
     Busy {
-        /// The live tenure whose lease ends first.
-        holder: Holder,
+        /// The live tenure whose lease ends first; `None` when nobody holds the resource but
+        /// earlier waiters have it reserved.
+        holder: Option<Holder>,
         /// Every live tenure, by fence, when the holders are shared or a semaphore's; empty
         /// for an exclusive holder.
         holders: Vec<Holder>,
+        /// Live waiters queued for the resource, the requester aside.
+        waiting: usize,
+        /// The requester's place in the queue (1 = next), when it waits.
+        position: Option<usize>,
     },
     /// The request's mode conflicts with how the resource is held (exit 78): a configuration
     /// error, answered at once.
@@ -477,6 +483,13 @@ pub enum Acquire {
         /// Every live tenure, by fence.
         holders: Vec<Holder>,
     },
+}
+
+/// What `status` finds: the live tenures (oldest first) and the live waiters.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Status {
+    pub locks: Vec<Lock>,
+    pub waiting: usize,
 }
 
 /// The seed's `ReleaseResult`.

@@ -7,7 +7,7 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
-use crate::lock::{Event, Fence, Holder, Lock, Mode, Note, Resource, Timestamp};
+use crate::lock::{Event, Fence, Holder, Lock, Mode, Note, Resource, Status, Timestamp};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,28 +86,58 @@ pub fn acquired(lock: &Lock) -> Value {
     json!({ "acquired": true, "lock": lock })
 }
 
-/// The busy answer (75): the holder whose lease ends first, and every holder when they are
-/// shared or a semaphore's.
-pub fn busy(resource: &Resource, holder: &Holder, holders: &[Holder]) -> Value {
-    let mut value = json!({ "acquired": false, "resource": resource, "holder": holder });
+/// The busy answer (75): the holder whose lease ends first (none when the resource is free
+/// but reserved for earlier waiters), every holder when they are shared or a semaphore's, and
+/// how many wait.
+pub fn busy(
+    resource: &Resource,
+    holder: Option<&Holder>,
+    holders: &[Holder],
+    waiting: usize,
+) -> Value {
+    let mut value = json!({ "acquired": false, "resource": resource });
+    if let Some(holder) = holder {
+        value["holder"] = json!(holder);
+    }
     if !holders.is_empty() {
         value["holders"] = json!(holders);
+    }
+    if waiting > 0 {
+        value["waiting"] = json!(waiting);
     }
     value
 }
 
 /// The first line of a busy answer; the same words `run` writes on stderr.
-pub fn busy_text(resource: &Resource, holder: &Holder, holders: &[Holder]) -> String {
+pub fn busy_text(
+    resource: &Resource,
+    holder: Option<&Holder>,
+    holders: &[Holder],
+    waiting: usize,
+) -> String {
+    let queue = waiting_text(waiting);
+    let Some(holder) = holder else {
+        return format!("busy: {resource} is free but reserved for earlier waiters{queue}");
+    };
     let others = match holders.len() {
         0 | 1 => String::new(),
         n => format!(" and {} more", n - 1),
     };
     format!(
-        "busy: {resource} is held by {}{} until {}{others}",
+        "busy: {resource} is held by {}{} until {}{others}{queue}",
         holder.owner,
         holder_text(holder),
         holder.expires_at
     )
+}
+
+/// "; 3 waiting", or nothing.
+fn waiting_text(waiting: usize) -> String {
+    if waiting > 0 {
+        format!("; {waiting} waiting")
+    } else {
+        String::new()
+    }
 }
 
 /// The mismatch answer (78): every live tenure, so the user sees how it is held.
@@ -128,14 +158,32 @@ pub fn mismatch_text(resource: &Resource, asked: Mode, holders: &[Holder]) -> St
     )
 }
 
-/// `status` of a held resource: its oldest tenure, and every live tenure when they are shared
-/// or a semaphore's.
-pub fn held(locks: &[Lock]) -> Value {
-    let mut value = json!({ "held": true, "lock": locks.first() });
-    if locks.iter().any(|l| l.mode != Mode::Exclusive) {
-        value["locks"] = json!(locks);
+/// `status`: not held (with the waiters, if any), or its oldest tenure, and every live tenure
+/// when they are shared or a semaphore's.
+pub fn status(resource: &Resource, status: &Status) -> Value {
+    let mut value = match status.locks.first() {
+        None => json!({ "held": false, "resource": resource }),
+        Some(oldest) => json!({ "held": true, "lock": oldest }),
+    };
+    if status.locks.iter().any(|l| l.mode != Mode::Exclusive) {
+        value["locks"] = json!(status.locks);
+    }
+    if status.waiting > 0 {
+        value["waiting"] = json!(status.waiting);
     }
     value
+}
+
+pub fn status_text(resource: &Resource, status: &Status) -> String {
+    let queue = waiting_text(status.waiting);
+    if status.locks.is_empty() {
+        return format!("{resource} is not held{queue}");
+    }
+    let mut lines: Vec<String> = status.locks.iter().map(held_text).collect();
+    if let Some(last) = lines.last_mut() {
+        last.push_str(&queue);
+    }
+    lines.join("\n")
 }
 
 pub fn event_text(event: &Event) -> String {
@@ -181,25 +229,30 @@ impl StatusLine {
     pub fn reporter(
         wait: Option<std::time::Duration>,
         resource: &Resource,
-    ) -> impl FnMut(&Holder) + use<> {
+    ) -> impl FnMut(Option<&Holder>, usize) + use<> {
         let mut line = StatusLine::for_wait(wait);
         let resource = resource.clone();
-        move |holder| {
+        move |holder, position| {
             if let Some(line) = line.as_mut() {
-                line.waiting(&resource, holder);
+                line.waiting(&resource, holder, position);
             }
         }
     }
 
-    /// Shows who holds the lock being waited for.
-    pub fn waiting(&mut self, resource: &Resource, holder: &Holder) {
-        let left = Timestamp::now().millis_until(holder.expires_at).max(0);
-        let secs = (left + 999) / 1000;
+    /// Shows who holds the lock being waited for, and the place in the queue (1 = next).
+    pub fn waiting(&mut self, resource: &Resource, holder: Option<&Holder>, position: usize) {
+        let held = match holder {
+            Some(holder) => {
+                let left = Timestamp::now().millis_until(holder.expires_at).max(0);
+                let secs = (left + 999) / 1000;
+                format!("held by {}, expires in {secs}s", holder.owner)
+            }
+            None => "reserved for earlier waiters".to_owned(),
+        };
         let mut err = std::io::stderr().lock();
         let _ = write!(
             err,
-            "\r\x1b[2Kwaiting for {resource} — held by {}, expires in {secs}s",
-            holder.owner
+            "\r\x1b[2Kwaiting for {resource} — {held}; place {position} in the queue"
         )
         .and_then(|()| err.flush());
         self.shown = true;

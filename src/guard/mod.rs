@@ -66,33 +66,39 @@ pub struct RunSpec {
 pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     let owner = args.owner.clone().unwrap_or_else(Owner::unique_for_process);
     let mut store = store::open(location)?;
-    // Taken even without --wait: the holder's side of it is what wakes later waiters.
-    let wakeup = store.wakeup(&args.resource);
     let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
     let request = Request {
         owner: owner.clone(),
         ttl: args.ttl,
         mode: args.mode,
         note: args.note.clone(),
+        waits: false,
     };
-    let attempt = wait::acquire(
+    let waited = wait::acquire(
         store.as_mut(),
         &args.resource,
         &request,
         args.wait,
-        wakeup,
         &mut on_busy,
     )?;
     drop(on_busy);
-    // Held until this function returns, after the release: waiters wake as the tenure ends.
-    let _tenancy = attempt.tenancy;
+    let attempt = match waited.attempt(&args.resource) {
+        Ok(attempt) => attempt,
+        Err(interrupted) => return Ok(interrupted),
+    };
     let (lock, tenure) = match attempt.outcome {
         Acquire::Acquired { lock, tenure } => (lock, tenure),
-        Acquire::Busy { holder, holders } => {
+        Acquire::Busy {
+            holder,
+            holders,
+            waiting,
+            ..
+        } => {
             return Ok(match args.conflict_exit_code {
                 Some(code) => Exit::Child(code),
                 None => {
-                    let line = output::busy_text(&args.resource, &holder, &holders);
+                    let line =
+                        output::busy_text(&args.resource, holder.as_ref(), &holders, waiting);
                     warn(format_args!("{}", line.trim_start_matches("busy: ")));
                     Exit::Busy
                 }

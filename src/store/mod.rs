@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use crate::engine::{self, Decision, Request, State};
 use crate::lock::{
     Acquire, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Release, Renew, Resource,
-    Timestamp, Ttl,
+    Status, Timestamp, Ttl,
 };
 
 pub use postgres::PostgresStore;
@@ -42,13 +42,13 @@ pub trait LockStore: Send {
     /// Only store failures; a busy lock is [`Acquire::Busy`].
     fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire>;
 
-    /// The live tenures of `resource`, oldest (smallest fence) first. An expired tenure is
-    /// never reported.
+    /// The live tenures of `resource`, oldest (smallest fence) first, and its live waiters. An
+    /// expired tenure is never reported.
     ///
     /// # Errors
     ///
     /// Only store failures.
-    fn status(&mut self, resource: &Resource) -> Result<Vec<Lock>>;
+    fn status(&mut self, resource: &Resource) -> Result<Status>;
 
     /// Moves the live lock's expiry to now + `ttl`. With `fence`, only that tenure is renewed.
     ///
@@ -96,27 +96,30 @@ pub trait LockStore: Send {
     /// Only store failures.
     fn gc(&mut self, keep_history: Duration) -> Result<GcReport>;
 
-    /// How waiters for `resource` are woken on this store; `None`: they poll.
-    fn wakeup(&self, _resource: &Resource) -> Option<Box<dyn Wakeup>> {
-        None
-    }
+    /// Takes `owner` out of `resource`'s queue of waiters (it gave up).
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
+
+    /// Starts listening for changes to `resource` that may let a waiter in, so that none
+    /// committed after this call is missed by [`LockStore::wait_for_change`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures; a store that cannot listen makes waiters poll.
+    fn watch(&mut self, resource: &Resource) -> Result<()>;
+
+    /// Blocks until `resource` may have changed (a release, a waiter leaving), or `timeout`
+    /// passes: a kernel wait on SQLite, `LISTEN`/`NOTIFY` on PostgreSQL. Only a hint — the
+    /// caller tries again either way — so spurious returns are harmless.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()>;
 }
-
-/// How a waiter learns, without polling, that a busy resource may have come free. Each store
-/// has its own (SQLite: a byte lock beside the database that a holder keeps for its tenure).
-/// Only a hint: the store alone decides who holds a lock.
-pub trait Wakeup: Send {
-    /// Blocks until the resource may have come free, or `timeout` passes. `pause` is the
-    /// backoff the waiter would poll with: used when a hint fired but the lock was still busy.
-    fn wait(&mut self, timeout: Duration, pause: Duration);
-
-    /// The lock was taken: what must be kept for the tenure so that later waiters are woken
-    /// when it ends (dropping it wakes them).
-    fn taken(self: Box<Self>) -> Option<Tenancy>;
-}
-
-/// Whatever a holder keeps for its tenure so that waiters wake when it ends.
-pub type Tenancy = Box<dyn Send>;
 
 /// Hands out a fresh fence inside the deciding transaction.
 pub type FenceSource<'a> = dyn FnMut() -> Result<Fence> + 'a;
@@ -167,10 +170,19 @@ pub trait Backend: Send {
     /// Only store failures.
     fn prune(&mut self, keep_history: Duration) -> Result<GcReport>;
 
-    /// See [`LockStore::wakeup`].
-    fn wakeup(&self, _resource: &Resource) -> Option<Box<dyn Wakeup>> {
-        None
-    }
+    /// See [`LockStore::watch`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn watch(&mut self, resource: &Resource) -> Result<()>;
+
+    /// See [`LockStore::wait_for_change`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()>;
 }
 
 impl<B: Backend> LockStore for B {
@@ -180,7 +192,7 @@ impl<B: Backend> LockStore for B {
         })
     }
 
-    fn status(&mut self, resource: &Resource) -> Result<Vec<Lock>> {
+    fn status(&mut self, resource: &Resource) -> Result<Status> {
         Ok(engine::status(resource, &self.read(resource)?))
     }
 
@@ -221,8 +233,18 @@ impl<B: Backend> LockStore for B {
         self.prune(keep_history)
     }
 
-    fn wakeup(&self, resource: &Resource) -> Option<Box<dyn Wakeup>> {
-        Backend::wakeup(self, resource)
+    fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+        self.transact(resource, false, &mut |state, _| {
+            Ok(engine::leave(state, owner))
+        })
+    }
+
+    fn watch(&mut self, resource: &Resource) -> Result<()> {
+        Backend::watch(self, resource)
+    }
+
+    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
+        Backend::wait_for_change(self, resource, timeout)
     }
 }
 

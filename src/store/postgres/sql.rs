@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, GenericClient, Row, Transaction};
 
-use crate::engine::{Change, Decision, Lease, State};
+use crate::engine::{Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Mode, Note, Owner, Resource, Timestamp};
 use crate::store::{
     Backend, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event, mode_columns,
@@ -82,6 +83,13 @@ ALTER TABLE distlock.history
     ADD COLUMN note text,
     ADD COLUMN operator text,                           -- who broke the lock
     ADD COLUMN reason text;                             -- why
+CREATE TABLE distlock.waiters (
+    ticket     bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY, -- arrival order
+    resource   text        NOT NULL,
+    owner      text        NOT NULL,
+    expires_at timestamptz NOT NULL,                    -- a live place while now() < expires_at
+    UNIQUE (resource, owner)
+);
 UPDATE distlock.meta SET schema_version = 2;
 ";
 
@@ -105,9 +113,15 @@ macro_rules! at_ms {
     };
 }
 
+/// The channel on which commits that may let a waiter in are announced; the payload is the
+/// resource.
+const CHANNEL: &str = "distlock";
+
 /// The connection, owned by the worker thread.
 pub struct Session {
     client: Client,
+    /// `LISTEN` was sent on this connection.
+    listening: bool,
 }
 
 /// Why a transaction must start over.
@@ -133,7 +147,10 @@ impl Session {
     ///
     /// A newer schema, or a failed statement.
     pub fn open(client: Client) -> Result<Session> {
-        let mut session = Session { client };
+        let mut session = Session {
+            client,
+            listening: false,
+        };
         let version = schema_version(&mut session.client)?;
         if version > SCHEMA_VERSION {
             bail!(newer_schema(version));
@@ -203,9 +220,23 @@ fn read_state(client: &mut impl GenericClient, resource: &str) -> Result<State> 
         .filter(|r| r.get::<_, Option<&str>>(1).is_some())
         .map(|r| lease(r, 1))
         .collect::<Result<_>>()?;
+    let queue = client
+        .query(
+            "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint
+             FROM distlock.waiters WHERE resource = $1",
+            &[&resource],
+        )?
+        .iter()
+        .map(|r| Waiter {
+            owner: Owner::from_store(r.get(0)),
+            ticket: r.get(1),
+            expires_at: Timestamp(r.get(2)),
+        })
+        .collect();
     Ok(State {
         now: Timestamp(now),
         leases,
+        queue,
     })
 }
 
@@ -256,6 +287,26 @@ fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result
             Change::Delete { fence } => tx.execute(
                 "DELETE FROM distlock.locks WHERE resource = $1 AND fence = $2",
                 &[&resource, &fence.0],
+            )?,
+            Change::Enqueue { owner, expires_at } => tx.execute(
+                concat!(
+                    "INSERT INTO distlock.waiters (resource, owner, expires_at) VALUES ($1, $2, ",
+                    at_ms!("$3"),
+                    ")"
+                ),
+                &[&resource, &owner.as_str(), &expires_at.0],
+            )?,
+            Change::Refresh { owner, expires_at } => tx.execute(
+                concat!(
+                    "UPDATE distlock.waiters SET expires_at = ",
+                    at_ms!("$3"),
+                    " WHERE resource = $1 AND owner = $2"
+                ),
+                &[&resource, &owner.as_str(), &expires_at.0],
+            )?,
+            Change::Dequeue { owner } => tx.execute(
+                "DELETE FROM distlock.waiters WHERE resource = $1 AND owner = $2",
+                &[&resource, &owner.as_str()],
             )?,
             Change::Record(record) => {
                 let (mode, lim) = pg_mode(record.mode);
@@ -335,7 +386,16 @@ impl Backend for Session {
                 // A refusal: dropping the transaction rolls it back.
                 return Ok(decision.outcome);
             }
+            // Waiters hear of a change that may let them in when it commits (NOTIFY is
+            // delivered on commit, and not at all on a rollback).
+            let wakes = decision.changes.iter().any(Change::wakes_waiters);
             let applied = apply(&mut tx, res, &decision.changes)
+                .and_then(|()| {
+                    if wakes {
+                        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &res])?;
+                    }
+                    Ok(())
+                })
                 .and_then(|()| tx.commit().map_err(Retry::from));
             match applied {
                 Ok(()) => return Ok(decision.outcome),
@@ -347,6 +407,32 @@ impl Backend for Session {
                     )
                 }
                 Err(Retry::Server(err)) => return Err(err.into()),
+            }
+        }
+    }
+
+    fn watch(&mut self, _resource: &Resource) -> Result<()> {
+        if !self.listening {
+            self.client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+            self.listening = true;
+        }
+        Ok(())
+    }
+
+    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
+        if !self.listening {
+            std::thread::sleep(timeout);
+            return Ok(());
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let mut notifications = self.client.notifications();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match notifications.timeout_iter(left).next()? {
+                Some(note) if note.payload() == resource.as_str() => return Ok(()),
+                // Another resource's change: keep waiting for ours.
+                Some(_) if !left.is_zero() => {}
+                _ => return Ok(()),
             }
         }
     }

@@ -11,7 +11,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use super::sql::Session;
 use super::target::{Target, scrub};
 use crate::engine::Request;
-use crate::lock::{Acquire, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Ttl};
+use crate::lock::{
+    Acquire, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Status, Ttl,
+};
 use crate::store::{GcReport, LockStore};
 
 /// How long this client waits for connecting and logging in, and for each operation: a little
@@ -144,7 +146,7 @@ impl LockStore for PostgresStore {
         self.call(move |s| s.acquire(&resource, &request))
     }
 
-    fn status(&mut self, resource: &Resource) -> Result<Vec<Lock>> {
+    fn status(&mut self, resource: &Resource) -> Result<Status> {
         let resource = resource.clone();
         self.call(move |s| s.status(&resource))
     }
@@ -182,5 +184,22 @@ impl LockStore for PostgresStore {
 
     fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
         self.call(move |s| s.gc(keep_history))
+    }
+
+    fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.leave(&resource, &owner))
+    }
+
+    fn watch(&mut self, resource: &Resource) -> Result<()> {
+        let resource = resource.clone();
+        self.call(move |s| LockStore::watch(s, &resource))
+    }
+
+    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
+        // Bounded well inside the call's own deadline.
+        let timeout = timeout.min(CALL_TIMEOUT / 2);
+        let resource = resource.clone();
+        self.call(move |s| LockStore::wait_for_change(s, &resource, timeout))
     }
 }

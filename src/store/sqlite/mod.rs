@@ -11,9 +11,9 @@
 //! - The schema version lives in `PRAGMA user_version`; a newer one is refused, and a SQLite file
 //!   that holds other tables is never written to.
 
-// Open-file-description locks are Linux's; elsewhere waiters poll (see the README).
+// inotify is Linux's; elsewhere waiters poll (see the README).
 #[cfg(target_os = "linux")]
-mod turnstile;
+mod doorbell;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,13 +22,11 @@ use anyhow::{Context, Result, bail};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 
-#[cfg(target_os = "linux")]
-use super::Wakeup;
 use super::{
     Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event,
     mode_columns, mode_of, newer_schema,
 };
-use crate::engine::{Change, Decision, Lease, State};
+use crate::engine::{Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
 
 /// How long an operation waits for another process's write to finish before it gives up.
@@ -99,6 +97,13 @@ ALTER TABLE history ADD COLUMN lim INTEGER;
 ALTER TABLE history ADD COLUMN note TEXT;
 ALTER TABLE history ADD COLUMN operator TEXT;   -- who broke the lock
 ALTER TABLE history ADD COLUMN reason TEXT;     -- why
+CREATE TABLE waiters (
+    ticket     INTEGER PRIMARY KEY AUTOINCREMENT, -- arrival order, never reused
+    resource   TEXT    NOT NULL,
+    owner      TEXT    NOT NULL,
+    expires_at INTEGER NOT NULL,                -- a live place while now < expires_at
+    UNIQUE (resource, owner)
+);
 ";
 
 pub struct SqliteStore {
@@ -109,6 +114,9 @@ pub struct SqliteStore {
     /// The database's path and the file it named when opened (device, inode).
     path: PathBuf,
     identity: Option<(u64, u64)>,
+    /// A waiter's watch on the store's doorbell, once it waits.
+    #[cfg(target_os = "linux")]
+    watch: Option<doorbell::Watch>,
 }
 
 impl Drop for SqliteStore {
@@ -198,6 +206,8 @@ impl SqliteStore {
             wal: wal.into(),
             path: path.to_owned(),
             identity: identity(path),
+            #[cfg(target_os = "linux")]
+            watch: None,
         };
         // Opening races with other processes' WAL recovery and truncation, which SQLite
         // reports as SQLITE_BUSY without consulting the busy handler: wait those out too.
@@ -295,10 +305,7 @@ impl SqliteStore {
     ) -> Result<T> {
         let now = self.clock.now();
         let tx = self.write_tx()?;
-        let state = State {
-            now,
-            leases: leases(&tx, resource)?,
-        };
+        let state = state(&tx, resource, now)?;
         let mut fresh = || Ok(Fence(next_fence(&tx)?));
         let decision = decide(&state, &mut fresh)?;
         if decision.changes.is_empty() {
@@ -307,6 +314,10 @@ impl SqliteStore {
         }
         apply(&tx, resource, &decision.changes)?;
         tx.commit().context("cannot commit the change")?;
+        #[cfg(target_os = "linux")]
+        if decision.changes.iter().any(Change::wakes_waiters) {
+            doorbell::ring(&self.path);
+        }
         Ok(decision.outcome)
     }
 }
@@ -339,7 +350,26 @@ fn check_version(version: i64, tables: i64) -> Result<()> {
     Ok(())
 }
 
-/// Every row of `resource`, live or not.
+/// Every tenure row and every place in the queue of `resource`, live or not, at `now`.
+fn state(conn: &Connection, resource: &Resource, now: Timestamp) -> Result<State> {
+    let queue = conn
+        .prepare_cached("SELECT owner, ticket, expires_at FROM waiters WHERE resource = ?1")?
+        .query_map([resource.as_str()], |r| {
+            Ok(Waiter {
+                owner: Owner::from_store(&r.get::<_, String>(0)?),
+                ticket: r.get(1)?,
+                expires_at: Timestamp(r.get(2)?),
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(State {
+        now,
+        leases: leases(conn, resource)?,
+        queue,
+    })
+}
+
+/// Every tenure row of `resource`, live or not.
 fn leases(conn: &Connection, resource: &Resource) -> Result<Vec<Lease>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {LEASE_COLUMNS} FROM locks WHERE resource = ?1"
@@ -398,6 +428,9 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
             Change::Delete { fence } => tx
                 .prepare_cached("DELETE FROM locks WHERE resource = ?1 AND fence = ?2")?
                 .execute(params![res, fence.0])?,
+            Change::Enqueue { .. } | Change::Refresh { .. } | Change::Dequeue { .. } => {
+                apply_queue(tx, res, change)?
+            }
             Change::Record(record) => {
                 let (mode, lim) = mode_columns(record.mode);
                 tx.prepare_cached(
@@ -425,6 +458,26 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
     Ok(())
 }
 
+/// Writes a change to the queue; none of them can miss its row (the write lock is held).
+fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize> {
+    Ok(match change {
+        Change::Enqueue { owner, expires_at } => tx
+            .prepare_cached(
+                "INSERT INTO waiters (resource, owner, expires_at) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![res, owner.as_str(), expires_at.0])?,
+        Change::Refresh { owner, expires_at } => tx
+            .prepare_cached(
+                "UPDATE waiters SET expires_at = ?3 WHERE resource = ?1 AND owner = ?2",
+            )?
+            .execute(params![res, owner.as_str(), expires_at.0])?,
+        Change::Dequeue { owner } => tx
+            .prepare_cached("DELETE FROM waiters WHERE resource = ?1 AND owner = ?2")?
+            .execute(params![res, owner.as_str()])?,
+        _ => 0,
+    })
+}
+
 impl Backend for SqliteStore {
     fn transact<T>(
         &mut self,
@@ -444,17 +497,26 @@ impl Backend for SqliteStore {
         outcome
     }
 
-    #[cfg(target_os = "linux")]
-    fn wakeup(&self, resource: &Resource) -> Option<Box<dyn Wakeup>> {
-        let turnstile = turnstile::Turnstile::open(&self.path, resource)?;
-        Some(Box::new(turnstile::Bell::new(turnstile)))
+    fn watch(&mut self, _resource: &Resource) -> Result<()> {
+        #[cfg(target_os = "linux")]
+        if self.watch.is_none() {
+            self.watch = doorbell::Watch::start(&self.path);
+        }
+        Ok(())
+    }
+
+    fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(watch) = &self.watch {
+            watch.wait(timeout);
+            return Ok(());
+        }
+        std::thread::sleep(timeout);
+        Ok(())
     }
 
     fn read(&mut self, resource: &Resource) -> Result<State> {
-        Ok(State {
-            now: self.clock.now(),
-            leases: leases(&self.conn, resource)?,
-        })
+        state(&self.conn, resource, self.clock.now())
     }
 
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
@@ -635,6 +697,7 @@ mod tests {
             ttl: ttl(secs),
             mode: Mode::Exclusive,
             note: None,
+            waits: false,
         }
     }
 
@@ -652,13 +715,13 @@ mod tests {
         assert_eq!(tenure, Tenure::New);
         assert_eq!(lock.expires_at.0 - lock.acquired_at.0, 10_000);
         clock.advance(9_999);
-        assert!(store.status(&res("r")).unwrap().len() == 1);
+        assert!(store.status(&res("r")).unwrap().locks.len() == 1);
         assert!(matches!(
             store.acquire(&res("r"), &req("b", 10)).unwrap(),
             Acquire::Busy { .. }
         ));
         clock.advance(1);
-        assert_eq!(store.status(&res("r")).unwrap(), []);
+        assert_eq!(store.status(&res("r")).unwrap().locks, []);
         assert_eq!(
             store.renew(&res("r"), &own("a"), ttl(10), None).unwrap(),
             Renew::NotFound
