@@ -1625,6 +1625,282 @@ mod tests {
         }
     }
 
+    /// A live place in the queue of `owner` with `ticket`, expiring `left` ms from now.
+    fn place(owner: &str, ticket: i64, left: i64) -> Waiter {
+        Waiter {
+            owner: own(owner),
+            ticket,
+            expires_at: Timestamp(NOW + left),
+        }
+    }
+
+    fn queued(leases: &[Lease], queue: &[Waiter]) -> State {
+        State {
+            now: Timestamp(NOW),
+            leases: leases.to_vec(),
+            queue: queue.to_vec(),
+        }
+    }
+
+    fn waiting(owner: &str, mode: Mode) -> Request {
+        Request {
+            waits: true,
+            ..asking(owner, mode)
+        }
+    }
+
+    /// The verdict and the queue changes of an acquire.
+    fn queue_verdict(state: &State, req: &Request) -> (String, Vec<String>) {
+        let decision = acquire(&res(), state, req, || Ok::<_, Infallible>(Fence(100))).unwrap();
+        let verdict = match &decision.outcome {
+            Acquire::Acquired { .. } => "granted".to_owned(),
+            Acquire::Mismatch { .. } => "mismatch".to_owned(),
+            Acquire::Busy {
+                holder,
+                waiting,
+                position,
+                ..
+            } => format!(
+                "busy holder={} waiting={waiting} position={}",
+                holder.as_ref().map_or("-", |h| h.owner.as_str()),
+                position.map_or("-".to_owned(), |p| p.to_string())
+            ),
+        };
+        let queue_changes = kinds(&decision.changes)
+            .into_iter()
+            .filter(|k| {
+                k.starts_with("enqueue") || k.starts_with("refresh") || k.starts_with("dequeue")
+            })
+            .collect();
+        (verdict, queue_changes)
+    }
+
+    #[test]
+    fn fair_waiting_table() {
+        let free: &[Lease] = &[];
+        let held_by_h = [lease("h", 1, 5_000)];
+        let readers = [held("r1", 1, 5_000, S), held("r2", 2, 5_000, S)];
+        // (case, holders, queue, request, verdict, queue changes)
+        let cases: Vec<(&str, &[Lease], Vec<Waiter>, Request, &str, Vec<&str>)> = vec![
+            (
+                "a waiter refused for the first time takes a place",
+                &held_by_h,
+                vec![],
+                waiting("a", X),
+                "busy holder=h waiting=0 position=1",
+                vec!["enqueue a"],
+            ),
+            (
+                "a try-once request never takes a place",
+                &held_by_h,
+                vec![],
+                request("a", 30),
+                "busy holder=h waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "a new waiter queues behind the live ones",
+                &held_by_h,
+                vec![place("a", 1, 4_000), place("b", 2, 4_000)],
+                waiting("c", X),
+                "busy holder=h waiting=2 position=3",
+                vec!["enqueue c"],
+            ),
+            (
+                "a free resource is reserved for the earliest waiter: a later waiter",
+                free,
+                vec![place("a", 1, 4_000)],
+                waiting("c", X),
+                "busy holder=- waiting=1 position=2",
+                vec!["enqueue c"],
+            ),
+            (
+                "a free resource is reserved for the earliest waiter: a try-once request",
+                free,
+                vec![place("a", 1, 4_000)],
+                request("x", 30),
+                "busy holder=- waiting=1 position=-",
+                vec![],
+            ),
+            (
+                "the earliest waiter is granted and leaves the queue",
+                free,
+                vec![place("a", 1, 4_000), place("b", 2, 4_000)],
+                waiting("a", X),
+                "granted",
+                vec!["dequeue a"],
+            ),
+            (
+                "the second waiter waits for the first even when the resource is free",
+                free,
+                vec![place("a", 1, 4_000), place("b", 2, 4_000)],
+                waiting("b", X),
+                "busy holder=- waiting=1 position=2",
+                vec![],
+            ),
+            (
+                "an expired place blocks nobody and is cleared",
+                free,
+                vec![place("dead", 1, 0), place("b", 2, 4_000)],
+                waiting("b", X),
+                "granted",
+                vec!["dequeue dead", "dequeue b"],
+            ),
+            (
+                "a place about to expire is refreshed",
+                &held_by_h,
+                vec![place("a", 1, 1_000)],
+                waiting("a", X),
+                "busy holder=h waiting=0 position=1",
+                vec!["refresh a"],
+            ),
+            (
+                "a fresh place is not rewritten on every attempt",
+                &held_by_h,
+                vec![place("a", 1, 4_900)],
+                waiting("a", X),
+                "busy holder=h waiting=0 position=1",
+                vec![],
+            ),
+            (
+                "a shared waiter behind a queued writer waits, though readers hold it",
+                &readers,
+                vec![place("w", 1, 4_000)],
+                waiting("r3", S),
+                "busy holder=r1 waiting=1 position=2",
+                vec!["enqueue r3"],
+            ),
+            (
+                "a shared reader without a queue joins readers at once",
+                &readers,
+                vec![],
+                asking("r3", S),
+                "granted",
+                vec![],
+            ),
+            (
+                "a mismatch is answered before the queue",
+                &readers,
+                vec![place("w", 1, 4_000)],
+                waiting("s", Mode::Semaphore(2)),
+                "mismatch",
+                vec![],
+            ),
+        ];
+        for (name, holders, queue, req, verdict, changes) in cases {
+            let (got, got_changes) = queue_verdict(&queued(holders, &queue), &req);
+            assert_eq!(got, verdict, "{name}");
+            assert_eq!(got_changes, changes, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_holder_reacquiring_its_own_tenure_never_queues() {
+        let state = queued(&[lease("h", 1, 5_000)], &[place("a", 1, 4_000)]);
+        let (verdict, changes) = queue_verdict(&state, &waiting("h", X));
+        assert_eq!(verdict, "granted");
+        assert!(changes.is_empty(), "{changes:?}");
+    }
+
+    #[test]
+    fn leaving_takes_the_owners_place_out_and_nothing_else() {
+        let state = queued(&[], &[place("a", 1, 4_000), place("b", 2, 4_000)]);
+        assert_eq!(kinds(&leave(&state, &own("a")).changes), ["dequeue a"]);
+        assert!(leave(&state, &own("c")).changes.is_empty());
+    }
+
+    #[test]
+    fn status_counts_live_waiters_only() {
+        let state = queued(
+            &[lease("h", 1, 5_000)],
+            &[place("a", 1, 4_000), place("dead", 2, 0), place("b", 3, 1)],
+        );
+        assert_eq!(status(&res(), &state).waiting, 2);
+    }
+
+    #[test]
+    fn only_changes_that_free_or_grant_wake_waiters() {
+        let owner = own("a");
+        let cases = [
+            (Change::Insert(lease("a", 1, 5)), true),
+            (Change::Delete { fence: Fence(1) }, true),
+            (
+                Change::Dequeue {
+                    owner: owner.clone(),
+                },
+                true,
+            ),
+            (Change::Update(lease("a", 1, 5)), false),
+            (
+                Change::Enqueue {
+                    owner: owner.clone(),
+                    expires_at: at(5),
+                },
+                false,
+            ),
+            (
+                Change::Refresh {
+                    owner,
+                    expires_at: at(5),
+                },
+                false,
+            ),
+        ];
+        for (change, wakes) in cases {
+            assert_eq!(change.wakes_waiters(), wakes, "{change:?}");
+        }
+    }
+
+    /// Waiters that arrive in some order and retry in random order are granted in arrival
+    /// order, one exclusive tenure at a time.
+    #[test]
+    fn random_retry_orders_still_grant_in_arrival_order() {
+        for seed in 0..200u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut state = queued(&[lease("h", 1, 5_000)], &[]);
+            let owners: Vec<String> = (0..5).map(|i| format!("w{i}")).collect();
+            let mut ticket = 0;
+            // Everyone queues, in name order, while h holds the lock.
+            for name in &owners {
+                let d = acquire(&res(), &state, &waiting(name, X), || {
+                    Ok::<_, Infallible>(Fence(0))
+                })
+                .unwrap();
+                for change in d.changes {
+                    if let Change::Enqueue { owner, expires_at } = change {
+                        ticket += 1;
+                        state.queue.push(Waiter {
+                            owner,
+                            ticket,
+                            expires_at,
+                        });
+                    }
+                }
+            }
+            state.leases.clear();
+            let mut granted = Vec::new();
+            let mut fence = 10;
+            while granted.len() < owners.len() {
+                let name = &owners[rng.usize(..owners.len())];
+                if granted.contains(name) {
+                    continue;
+                }
+                let d = acquire(&res(), &state, &waiting(name, X), || {
+                    fence += 1;
+                    Ok::<_, Infallible>(Fence(fence))
+                })
+                .unwrap();
+                if let Acquire::Acquired { .. } = d.outcome {
+                    granted.push(name.clone());
+                    state.queue.retain(|w| w.owner.as_str() != name);
+                    // It holds the lock for a moment, then releases it.
+                    state.leases.clear();
+                }
+            }
+            assert_eq!(granted, owners, "seed {seed}");
+        }
+    }
+
     /// A run of random operations against a model of the contract: the decisions, applied to the
     /// rows, never hand out a fence twice, never let two owners hold at once, and a refusal never
     /// writes.
