@@ -7,12 +7,14 @@
 //! | [`process`] | the binary, spawning with a deadline ([`process::Proc`]), describing an outcome, waiting for a condition or a file |
 //! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
+//! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
 //!
 //! `process` and `fenced_write` are also compiled into `tests/recipes.rs` (`#[path]`), so each
 //! of their items is used by both test crates; what only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
 pub mod fenced_write;
+pub mod gate;
 pub mod output;
 pub mod pids;
 pub mod process;
