@@ -14,6 +14,7 @@
 //! | output | `lock_objects_…`, `busy_beside_…`, `mismatch_answer_…`, `status_of_…`, `list_has_…`, `log_events_…`, `text_output_…` |
 //! | `run` | `run_shared_and_run_limit_…`, `run_mismatch_…`, `run_limit_…` |
 //! | validation | `limit_validation_rows_…` |
+//! | concurrency | `semaphore_of_3_runs_…`, `shared_readers_overlap_…` (real processes) |
 //!
 //! Answers are compared whole, as parsed JSON, with the shapes of `common::tenure` built from
 //! the fences and times distlock printed; a plain exclusive lock is also compared byte for byte.
@@ -21,7 +22,9 @@
 //! until the test's clock is past it. Timing bounds are upper bounds with generous slack.
 
 use std::fs;
+use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,7 +32,7 @@ use serde_json::{Value, json};
 
 use crate::common::output::{assert_usage_error, keys, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::is_gone;
-use crate::common::process::{Proc, describe, wait_until};
+use crate::common::process::{Proc, describe, wait_or_kill, wait_until};
 use crate::common::store::{Db, each_store};
 use crate::common::tenure::{Mode, Tenure, busy, held, mismatch};
 
@@ -1139,5 +1142,197 @@ fn limit_validation_rows_exit_64_and_leave_the_store_untouched() {
             before,
             "a usage error leaves the store untouched"
         );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency: real processes
+
+/// The critical section of the semaphore test: a counter of the commands inside, kept under
+/// `flock(1)`; every new value goes to `$1/levels`, every fence to `$1/fences`.
+const COUNTED: &str = r#"d=$1
+step() {
+  flock "$d/mutex" sh -c 'n=$(( $(cat "$1/count") + $2 )); echo "$n" > "$1/count"; echo "$n" >> "$1/levels"' sh "$d" "$1"
+}
+step 1
+printf '%s\n' "$DISTLOCK_FENCE" >> "$d/fences"
+sleep 0.2
+step -1"#;
+
+/// Runs `workers` threads, each running `cycles` commands one after the other; `spawn` starts
+/// one (worker, cycle). Every command must exit 0 within [`LONG`].
+fn workers(
+    db: &Db,
+    workers: usize,
+    cycles: usize,
+    spawn: &(dyn Fn(usize, usize) -> Command + Sync),
+) -> Vec<String> {
+    let failures = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for worker in 0..workers {
+            let failures = &failures;
+            scope.spawn(move || {
+                for cycle in 0..cycles {
+                    let stderr = db.file(&format!("worker-{worker}-{cycle}.stderr"));
+                    let mut child = spawn(worker, cycle)
+                        .stdout(Stdio::null())
+                        .stderr(fs::File::create(&stderr).expect("stderr file"))
+                        .spawn()
+                        .expect("spawn distlock run");
+                    let status = wait_or_kill(&mut child, LONG);
+                    if status.and_then(|s| s.code()) != Some(0) {
+                        failures.lock().unwrap().push(format!(
+                            "worker {worker}, cycle {cycle}: {status:?}; stderr: {}",
+                            fs::read_to_string(&stderr).unwrap_or_default()
+                        ));
+                    }
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+/// Creates the store before the processes start, so that what they race for is the lock:
+/// many processes creating one store is `upgrade.rs`'s concern.
+fn make_store(db: &Db) {
+    db.json(&["release", "warm-up", "--owner", "nobody"], 1);
+}
+
+fn numbers(path: &Path) -> Vec<i64> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().expect("a number"))
+        .collect()
+}
+
+#[test]
+fn semaphore_of_3_runs_never_more_than_3_at_once_and_they_overlap() {
+    each_store(|db| {
+        let dir = db.dir.path();
+        make_store(db);
+        fs::write(db.file("count"), "0\n").expect("counter");
+        let started = Instant::now();
+        let failures = workers(db, 8, 3, &|_, _| {
+            let flags = run_flags("sem", Mode::Limit(3), &["--wait", "60s", "--ttl", "30s"]);
+            guarded(db, &flags, COUNTED, &[dir.to_str().expect("utf-8 path")])
+        });
+        eprintln!(
+            "{:?}: 8 x 3 runs of a semaphore of 3 in {:?}",
+            db.kind,
+            started.elapsed()
+        );
+        assert!(
+            failures.is_empty(),
+            "{:?}: every run exits 0:\n{}",
+            db.kind,
+            failures.join("\n")
+        );
+        let levels = numbers(&db.file("levels"));
+        assert_eq!(levels.len(), 2 * 24, "two steps per run");
+        let most = levels.iter().copied().max().expect("levels");
+        assert!(
+            most <= 3,
+            "{:?}: {most} commands inside a semaphore of 3: {levels:?}",
+            db.kind
+        );
+        assert!(
+            most >= 2,
+            "{:?}: the runs never overlapped: {levels:?}",
+            db.kind
+        );
+        assert_eq!(numbers(&db.file("count")), [0]);
+        let mut fences = numbers(&db.file("fences"));
+        fences.sort_unstable();
+        fences.dedup();
+        assert_eq!(
+            fences.len(),
+            24,
+            "{:?}: every tenure has a fence of its own",
+            db.kind
+        );
+        assert_free(db, "sem");
+    });
+}
+
+/// The critical section of the readers/writer test: a count of readers and writers inside,
+/// `R W` in `$1/state`, kept under `flock(1)`; every change goes to `$1/trace` as
+/// `ROLE DELTA R W`.
+const READ_WRITE: &str = r#"d=$1 role=$2
+step() {
+  flock "$d/mutex" sh -c '
+    read r w < "$1/state"
+    if [ "$2" = reader ]; then r=$((r + $3)); else w=$((w + $3)); fi
+    echo "$r $w" > "$1/state"
+    echo "$2 $3 $r $w" >> "$1/trace"' sh "$d" "$role" "$1"
+}
+step 1
+sleep 0.3
+step -1"#;
+
+#[test]
+fn shared_readers_overlap_and_an_exclusive_writer_overlaps_nobody() {
+    each_store(|db| {
+        let dir = db.dir.path().to_str().expect("utf-8 path").to_owned();
+        make_store(db);
+        fs::write(db.file("state"), "0 0\n").expect("state");
+        let trace = db.file("trace");
+        let flags = |mode| run_flags("rw", mode, &["--wait", "60s", "--ttl", "30s"]);
+        let failures = thread::scope(|scope| {
+            let readers = scope.spawn(|| {
+                workers(db, 6, 3, &|_, _| {
+                    guarded(db, &flags(Mode::Shared), READ_WRITE, &[&dir, "reader"])
+                })
+            });
+            // The writer comes while readers are inside.
+            wait_until(LONG, "a reader gets in, or the readers end", || {
+                readers.is_finished()
+                    || fs::read_to_string(&trace).is_ok_and(|t| t.contains("reader 1"))
+            });
+            let writer = scope.spawn(|| {
+                workers(db, 1, 2, &|_, _| {
+                    guarded(db, &flags(Mode::Exclusive), READ_WRITE, &[&dir, "writer"])
+                })
+            });
+            let mut failures = readers.join().expect("readers");
+            failures.extend(writer.join().expect("writer"));
+            failures
+        });
+        assert!(
+            failures.is_empty(),
+            "{:?}: every run exits 0:\n{}",
+            db.kind,
+            failures.join("\n")
+        );
+        let trace = fs::read_to_string(&trace).expect("trace");
+        let mut most_readers = 0;
+        let (mut readers_in, mut writers_in) = (0, 0);
+        for line in trace.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let [role, delta, r, w] = fields[..] else {
+                panic!("trace line {line:?}")
+            };
+            let (r, w): (i64, i64) = (r.parse().expect("r"), w.parse().expect("w"));
+            assert!(
+                w == 0 || (w == 1 && r == 0),
+                "{:?}: a writer overlapped someone ({r} readers, {w} writers):\n{trace}",
+                db.kind
+            );
+            most_readers = most_readers.max(r);
+            if delta == "1" {
+                match role {
+                    "reader" => readers_in += 1,
+                    _ => writers_in += 1,
+                }
+            }
+        }
+        assert_eq!((readers_in, writers_in), (18, 2), "{trace}");
+        assert!(
+            most_readers >= 2,
+            "{:?}: shared readers never overlapped:\n{trace}",
+            db.kind
+        );
+        assert_free(db, "rw");
     });
 }
