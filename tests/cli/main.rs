@@ -9,3 +9,4 @@ mod modes;
 mod postgres;
 mod reliability;
 mod run;
+mod upgrade;
