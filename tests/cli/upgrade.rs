@@ -7,6 +7,9 @@
 //! ([`PG_V1_SCHEMA`]), holding the fixture's rows, written with plain SQL. Either way the
 //! fixture's 365-day leases are moved forward in the copy (the store stays version 1), so they
 //! are live whenever the test runs; the fixture's 1-second lease stays expired.
+//!
+//! A brand-new store is created at the newest version, however many processes arrive at once:
+//! `processes_arriving_together_on_a_brand_new_store_all_succeed`.
 
 use std::fs;
 use std::path::Path;
@@ -524,4 +527,45 @@ fn store_newer_than_the_binary_is_refused_naming_both_versions() {
         );
         assert_eq!(schema_version(db), 99);
     });
+}
+
+#[test]
+fn processes_arriving_together_on_a_brand_new_store_all_succeed() {
+    // Arrivals some milliseconds apart, not at one instant: a process that found no schema
+    // must still find it made when its turn to create it comes. One round per spacing, each on
+    // a new store.
+    for gap_ms in [0, 2, 5, 10, 20, 40] {
+        each_store(|db| {
+            let procs: Vec<Proc> = (0..8)
+                .map(|i| {
+                    let owner = format!("p{i}");
+                    let mut cmd = db.std_cmd();
+                    cmd.args([
+                        "acquire",
+                        &format!("r{i}"),
+                        "--owner",
+                        &owner,
+                        "--ttl",
+                        "60",
+                    ]);
+                    let proc = Proc::spawn(&mut cmd, db.dir.path(), &owner);
+                    std::thread::sleep(Duration::from_millis(gap_ms));
+                    proc
+                })
+                .collect();
+            for proc in procs {
+                let finished = proc.finish(Duration::from_secs(60));
+                assert_eq!(finished.code(), Some(0), "{}", finished.describe());
+            }
+            assert_eq!(
+                schema_version(db),
+                NEW_VERSION,
+                "{:?}: a new store",
+                db.kind
+            );
+            assert_sound(db);
+            let list = db.json(&["list"], 0);
+            assert_eq!(list["locks"].as_array().map(Vec::len), Some(8), "{list}");
+        });
+    }
 }
