@@ -826,7 +826,8 @@ fn systemd_stop_lets_the_backup_finish_and_then_releases() {
     let job = s.script(
         "backup.sh",
         &format!(
-            "stopping=\ntrap 'stopping=1' TERM\necho $$ >'{started}'\n\
+            "stopping=\ntrap 'stopping=1' TERM\n\
+             echo $$ >'{started}.tmp' && mv '{started}.tmp' '{started}'\n\
              while [ -z \"$stopping\" ]; do sleep 0.1; done\n\
              trap '' TERM\n\
              sleep 1\n\
@@ -1258,7 +1259,7 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
         "a-step.sh",
         &format!(
             "'{fw}' '{dir}' A:early || exit 9\n\
-             echo $$ >'{pid}'\n\
+             echo $$ >'{pid}.tmp' && mv '{pid}.tmp' '{pid}'\n\
              while [ ! -e '{go}' ]; do sleep 0.1; done\n\
              '{fw}' '{dir}' A:late\n\
              echo $? >'{late}'\n\
