@@ -34,12 +34,14 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 5] = [
+const RECIPES: [&str; 7] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
     "examples/deploy.sh",
     "examples/fenced-write",
+    "examples/ci-deploy-slots.yml",
+    "examples/crontab-search-index",
 ];
 
 /// systemd's default `PATH` for services.
@@ -281,7 +283,7 @@ fn readme_shows_each_recipe_file_byte_for_byte() {
 }
 
 #[test]
-fn readme_has_all_six_kinds_of_recipe() {
+fn readme_has_all_eight_kinds_of_recipe() {
     let cron = Crontab::parse();
     let skip = cron.job("--conflict-exit-code 0");
     assert_eq!(
@@ -301,7 +303,7 @@ fn readme_has_all_six_kinds_of_recipe() {
     );
 
     assert_eq!(
-        ci_run_line(),
+        ci_run_line("ci-deploy.yml"),
         "distlock run --resource deploy-production --ttl 5m --wait 30m -- ./deploy.sh",
         "CI step"
     );
@@ -328,6 +330,29 @@ fn readme_has_all_six_kinds_of_recipe() {
         "README.md must show `{FENCED_USAGE}` on a line of its own"
     );
     assert!(readme.contains("## Recipes"));
+
+    assert_eq!(
+        ci_run_line("ci-deploy-slots.yml"),
+        r#"distlock run --resource deploy-slots --limit 2 --ttl 5m --wait 30m --note "$SERVICE, run $GITHUB_RUN_ID" -- ./deploy.sh "$SERVICE""#,
+        "CI step with at most 2 deploys at once"
+    );
+
+    let index = Crontab::of("crontab-search-index");
+    for reader in ["search-report.sh", "sitemap.sh"] {
+        let (_, command) = index.job(reader);
+        assert!(
+            command.starts_with("distlock run --resource search-index --shared --wait "),
+            "a reader of the index: {command}"
+        );
+    }
+    let (schedule, rebuild) = index.job("rebuild-index.sh");
+    assert_eq!(schedule, "30 2 * * *", "the rebuild runs nightly");
+    assert!(
+        rebuild.starts_with("distlock run --resource search-index --ttl 5m --wait 1h ")
+            && !rebuild.contains("--shared")
+            && !rebuild.contains("--limit"),
+        "the rebuild holds the index exclusively: {rebuild}"
+    );
 }
 
 #[test]
@@ -407,10 +432,16 @@ struct Crontab {
 }
 
 impl Crontab {
+    /// The cron recipe, `examples/crontab`.
     fn parse() -> Crontab {
+        Crontab::of("crontab")
+    }
+
+    /// The crontab in `examples/NAME`.
+    fn of(name: &str) -> Crontab {
         let mut env = Vec::new();
         let mut jobs = Vec::new();
-        for line in example("crontab").lines() {
+        for line in example(name).lines() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -795,7 +826,8 @@ fn systemd_stop_lets_the_backup_finish_and_then_releases() {
     let job = s.script(
         "backup.sh",
         &format!(
-            "stopping=\ntrap 'stopping=1' TERM\necho $$ >'{started}'\n\
+            "stopping=\ntrap 'stopping=1' TERM\n\
+             echo $$ >'{started}.tmp' && mv '{started}.tmp' '{started}'\n\
              while [ -z \"$stopping\" ]; do sleep 0.1; done\n\
              trap '' TERM\n\
              sleep 1\n\
@@ -837,9 +869,9 @@ fn systemd_stop_lets_the_backup_finish_and_then_releases() {
 // ---------------------------------------------------------------------------------------------
 // CI
 
-/// The command of the CI job's `run:` step.
-fn ci_run_line() -> String {
-    let found: Vec<String> = example("ci-deploy.yml")
+/// The command of the `run:` step of the CI workflow `examples/NAME`.
+fn ci_run_line(name: &str) -> String {
+    let found: Vec<String> = example(name)
         .lines()
         .filter_map(|line| line.trim_start().strip_prefix("run: "))
         .map(str::to_owned)
@@ -868,7 +900,7 @@ fn ci_step_serialises_concurrent_deploys() {
             overlaps = s.p("overlaps"),
         ),
     );
-    let line = substitute(&ci_run_line(), &[("./deploy.sh", &deploy)]);
+    let line = substitute(&ci_run_line("ci-deploy.yml"), &[("./deploy.sh", &deploy)]);
     // Create the store first: two processes opening a brand-new SQLite file at once can fail
     // with exit 74 ("a SQLite database of another application" or "database is locked"), a
     // distlock bug of its own that this test is not about.
@@ -1227,7 +1259,7 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
         "a-step.sh",
         &format!(
             "'{fw}' '{dir}' A:early || exit 9\n\
-             echo $$ >'{pid}'\n\
+             echo $$ >'{pid}.tmp' && mv '{pid}.tmp' '{pid}'\n\
              while [ ! -e '{go}' ]; do sleep 0.1; done\n\
              '{fw}' '{dir}' A:late\n\
              echo $? >'{late}'\n\
@@ -1320,4 +1352,280 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
 
 fn read_or_empty(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// At most 2 deploys at once (a counting semaphore)
+
+/// The four services of the workflow's matrix.
+const SERVICES: [&str; 4] = ["api", "web", "worker", "billing"];
+
+/// The `run:` step of `ci-deploy-slots.yml` for `service`, as GitHub Actions runs it (with
+/// `SERVICE` and `GITHUB_RUN_ID` in its environment), with `./deploy.sh` pointed at `deploy`.
+fn slots_step(s: &Scratch, deploy: &Path, service: &str) -> Proc {
+    let line = substitute(
+        &ci_run_line("ci-deploy-slots.yml"),
+        &[("./deploy.sh", deploy)],
+    );
+    let mut cmd = s.cmd("bash");
+    cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &line])
+        .env("SERVICE", service)
+        .env("GITHUB_RUN_ID", "812");
+    s.spawn(&mut cmd)
+}
+
+#[test]
+fn ci_slots_step_runs_at_most_two_deploys_at_once() {
+    let s = Scratch::new();
+    let entered = s.path("entered");
+    std::fs::create_dir(&entered).expect("mkdir entered");
+    // The deploy stand-in: says when it starts and ends, and what `status` showed while it ran.
+    // Whoever enters first stays until a second deploy has entered, so two always overlap, then
+    // every deploy holds its slot for half a second more: long enough for a third to barge in
+    // if the limit let it.
+    let deploy = s.script(
+        "deploy.sh",
+        &format!(
+            "echo \"start $1 $DISTLOCK_FENCE\" >>'{events}'\n\
+             distlock status deploy-slots >'{status}-'\"$1\"\n\
+             : >'{entered}/'\"$1\"\n\
+             i=0\n\
+             while [ \"$(ls '{entered}' | wc -l)\" -lt 2 ] && [ $i -lt 200 ]; do\n\
+             \x20 sleep 0.1; i=$((i + 1))\n\
+             done\n\
+             sleep 0.5\n\
+             echo \"end $1 $DISTLOCK_FENCE\" >>'{events}'\n",
+            events = s.p("events"),
+            status = s.p("status"),
+            entered = entered.display(),
+        ),
+    );
+    // Create the store first (see `ci_step_serialises_concurrent_deploys`).
+    assert_eq!(s.holder("deploy-slots"), None);
+
+    let jobs: Vec<(&str, Proc)> = SERVICES
+        .iter()
+        .map(|&service| (service, slots_step(&s, &deploy, service)))
+        .collect();
+    for (service, job) in jobs {
+        let done = job.finish(Duration::from_secs(60));
+        assert_eq!(done.code(), Some(0), "{service}: {}", done.describe());
+    }
+
+    // The events file is appended in the order things happened: replay it.
+    let log = read(&s.path("events"));
+    let mut running = Vec::new();
+    let mut most = 0;
+    let mut fences = Vec::new();
+    for line in log.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words.len(), 3, "{log}");
+        let (service, fence) = (words[1], words[2]);
+        match words[0] {
+            "start" => {
+                running.push(service);
+                most = most.max(running.len());
+                fences.push(fence.to_owned());
+            }
+            "end" => {
+                let at = running.iter().position(|&r| r == service).expect("started");
+                running.remove(at);
+            }
+            other => panic!("{other}: {log}"),
+        }
+    }
+    assert!(running.is_empty(), "every deploy ended: {log}");
+    assert_eq!(fences.len(), 4, "four deploys: {log}");
+    assert_eq!(most, 2, "at most two at once, and two did overlap: {log}");
+    fences.sort();
+    fences.dedup();
+    assert_eq!(
+        fences.len(),
+        4,
+        "a tenure, and a fence, of its own each: {log}"
+    );
+
+    // While each deploy ran, `status` listed it among at most two semaphore holders, with the
+    // note that says which service and pipeline.
+    for service in SERVICES {
+        let status: Value =
+            serde_json::from_str(&read(&s.path(&format!("status-{service}")))).expect("JSON");
+        assert_eq!(status["held"], true, "{service}: {status}");
+        let locks = status["locks"]
+            .as_array()
+            .expect("\"locks\" for a semaphore");
+        assert!((1..=2).contains(&locks.len()), "{service}: {status}");
+        assert!(locks.iter().all(|l| l["limit"] == 2), "{status}");
+        let note = format!("{service}, run 812");
+        assert_eq!(
+            locks.iter().filter(|l| l["note"] == note.as_str()).count(),
+            1,
+            "{service}'s own tenure: {status}"
+        );
+    }
+    assert_eq!(s.holder("deploy-slots"), None, "every slot released");
+}
+
+#[test]
+fn ci_slots_step_exits_78_at_once_beside_another_kind_of_holder() {
+    // A job elsewhere that takes deploy-slots with another limit, or as a plain lock: the step
+    // can never fit beside it, so it fails at once instead of waiting its 30 minutes.
+    for mode in [&["--limit", "3"][..], &[]] {
+        let s = Scratch::new();
+        let deploy = s.script("deploy.sh", &format!(": >'{}'\n", s.p("deployed")));
+        let mut args = vec![
+            "acquire",
+            "deploy-slots",
+            "--owner",
+            "old-pipeline",
+            "--ttl",
+            "60s",
+        ];
+        args.extend(mode);
+        let holder = s.json(&args, 0)["lock"].clone();
+
+        let done = slots_step(&s, &deploy, "api").finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(78), "{mode:?}: {}", done.describe());
+        assert!(
+            done.elapsed < Duration::from_secs(10),
+            "78 is answered at once, even with --wait: {}",
+            done.describe()
+        );
+        assert!(
+            done.stderr().contains("old-pipeline"),
+            "names the holder: {}",
+            done.describe()
+        );
+        assert!(!s.path("deployed").exists(), "{mode:?}: the deploy ran");
+        assert_eq!(s.holder("deploy-slots"), Some(holder), "nothing changed");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers and a nightly rebuild (a shared lock)
+
+/// The `events` file's lines with the `$$` dropped from readers: `start reader`, `end rebuild`…
+fn index_events(s: &Scratch) -> Vec<String> {
+    read(&s.path("events"))
+        .lines()
+        .map(|line| line.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn crontab_readers_share_the_index_and_the_rebuild_waits_for_them() {
+    let s = Scratch::new();
+    let cron = Crontab::of("crontab-search-index");
+    let inside = s.path("inside");
+    std::fs::create_dir(&inside).expect("mkdir inside");
+    // A reader says when it starts and ends, and stays until the test opens the readers' gate.
+    let reader = |name: &str| {
+        s.script(
+            name,
+            &format!(
+                "echo \"start reader $$\" >>'{events}'\n\
+                 : >'{inside}/'$$\n\
+                 i=0\n\
+                 while [ ! -e '{gate}' ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done\n\
+                 echo \"end reader $$\" >>'{events}'\n",
+                events = s.p("events"),
+                inside = inside.display(),
+                gate = s.p("readers-go"),
+            ),
+        )
+    };
+    let report = reader("search-report.sh");
+    let sitemap = reader("sitemap.sh");
+    let rebuild = s.script(
+        "rebuild-index.sh",
+        &format!(
+            "echo 'start rebuild' >>'{events}'\n\
+             distlock status search-index >'{status}'\n\
+             : >'{started}'\n\
+             i=0\n\
+             while [ ! -e '{gate}' ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done\n\
+             echo 'end rebuild' >>'{events}'\n",
+            events = s.p("events"),
+            status = s.p("rebuild.status"),
+            started = s.p("rebuild.started"),
+            gate = s.p("rebuild-go"),
+        ),
+    );
+    let report_line = substitute(
+        &cron.job("search-report.sh").1,
+        &[("/usr/local/bin/search-report.sh", &report)],
+    );
+    let sitemap_line = substitute(
+        &cron.job("sitemap.sh").1,
+        &[("/usr/local/bin/sitemap.sh", &sitemap)],
+    );
+    let rebuild_line = substitute(
+        &cron.job("rebuild-index.sh").1,
+        &[("/usr/local/bin/rebuild-index.sh", &rebuild)],
+    );
+    let job = |line: &str| s.spawn(&mut cron.command(&s, line));
+    let readers_inside = || std::fs::read_dir(&inside).expect("inside/").count();
+    // Create the store first (see `ci_step_serialises_concurrent_deploys`).
+    assert_eq!(s.holder("search-index"), None);
+
+    // Three readers at once: none can leave before the gate opens, so all three are inside
+    // together.
+    let readers = [job(&report_line), job(&sitemap_line), job(&report_line)];
+    wait_until(Duration::from_secs(20), "three readers inside", || {
+        readers_inside() == 3
+    });
+    let status = s.json(&["status", "search-index"], 0);
+    let locks = status["locks"].as_array().expect("\"locks\" while shared");
+    assert_eq!(locks.len(), 3, "{status}");
+    assert!(locks.iter().all(|l| l["shared"] == true), "{status}");
+
+    // The rebuild, started while they read, waits for them.
+    let rebuilding = job(&rebuild_line);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !s.path("rebuild.started").exists(),
+        "the rebuild started beside readers: {:?}",
+        index_events(&s)
+    );
+    std::fs::write(s.path("readers-go"), "").expect("gate");
+    for reader in readers {
+        let done = reader.finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+    }
+    wait_for_file(&s.path("rebuild.started"), Duration::from_secs(20));
+    let seen: Value = serde_json::from_str(&read(&s.path("rebuild.status"))).expect("JSON");
+    assert_eq!(seen["held"], true, "{seen}");
+    assert_eq!(seen["lock"]["note"], "nightly rebuild", "{seen}");
+    assert!(
+        seen["lock"].get("shared").is_none() && seen.get("locks").is_none(),
+        "the rebuild holds the index alone: {seen}"
+    );
+
+    // A reader that starts while the rebuild runs waits for it.
+    let late = job(&report_line);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(readers_inside(), 3, "a reader got in during the rebuild");
+    std::fs::write(s.path("rebuild-go"), "").expect("gate");
+    let done = rebuilding.finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    let done = late.finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+
+    assert_eq!(
+        index_events(&s),
+        [
+            "start reader",
+            "start reader",
+            "start reader",
+            "end reader",
+            "end reader",
+            "end reader",
+            "start rebuild",
+            "end rebuild",
+            "start reader",
+            "end reader",
+        ],
+        "readers together, then the rebuild alone, then the late reader"
+    );
+    assert_eq!(s.holder("search-index"), None, "released at the end");
 }

@@ -5,6 +5,8 @@
 mod common;
 mod core;
 mod history;
+mod modes;
 mod postgres;
 mod reliability;
 mod run;
+mod upgrade;

@@ -11,7 +11,7 @@
 //! fails the test instead of blocking the suite. Timing checks are upper bounds with generous
 //! slack, or lower bounds that follow from causality.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -25,6 +25,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
 use crate::common::process::{BIN, Finished, Proc, wait_for};
 use crate::common::store::{Db, distlock_at};
@@ -189,65 +190,6 @@ fn lock_times(lock: &Value) -> (i64, i64) {
         timestamp_millis(lock["acquired_at"].as_str().expect("acquired_at")),
         timestamp_millis(lock["expires_at"].as_str().expect("expires_at")),
     )
-}
-
-// ---------------------------------------------------------------------------------------------
-// A starting gate: many processes released at the same instant.
-
-/// Processes wait on a FIFO, each for one byte; writing N newlines releases N of them at once.
-/// The test holds the FIFO open for reading and writing, so no `open` ever blocks.
-struct Gate {
-    fifo: PathBuf,
-    ready: PathBuf,
-    writer: File,
-}
-
-impl Gate {
-    fn new(dir: &Path, name: &str) -> Gate {
-        let fifo = dir.join(name);
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
-        let writer = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&fifo)
-            .expect("open the FIFO");
-        let ready = dir.join(format!("{name}.ready"));
-        fs::create_dir(&ready).expect("ready folder");
-        Gate {
-            fifo,
-            ready,
-            writer,
-        }
-    }
-
-    /// `distlock ARGS…` against `db` that starts only when the gate opens.
-    fn distlock(&self, db: &Db, args: &[&str]) -> Command {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", r#": > "$1/$$"; read go < "$0"; shift; exec "$@""#])
-            .arg(&self.fifo)
-            .arg(&self.ready)
-            .arg(BIN)
-            .args(args)
-            .env("DISTLOCK_DB", &db.url)
-            .env_remove("DISTLOCK_OWNER")
-            .env_remove("PGPASSWORD");
-        cmd
-    }
-
-    /// Waits until `n` processes sit at the gate (at most a few seconds), then lets them all go.
-    fn open(mut self, n: usize) {
-        let start = Instant::now();
-        while fs::read_dir(&self.ready).map_or(0, Iterator::count) < n
-            && start.elapsed() < Duration::from_secs(10)
-        {
-            thread::sleep(Duration::from_millis(10));
-        }
-        // Let the last ones reach `read`.
-        thread::sleep(Duration::from_millis(50));
-        self.writer
-            .write_all(&vec![b'\n'; n])
-            .expect("open the gate");
-    }
 }
 
 /// `n` processes acquiring `resource` at the same instant; returns each one's result.

@@ -180,8 +180,16 @@ impl Session {
 
 /// The schema version, 0 when there is no distlock schema yet.
 fn schema_version(client: &mut impl GenericClient) -> Result<i64> {
+    // A scan of pg_class, not to_regclass(): name lookups use a catalog cache that taking an
+    // advisory lock does not refresh, so after waiting for another process's schema creation
+    // they could still miss its tables. A query sees what committed before it began.
     let exists: bool = client
-        .query_one("SELECT to_regclass('distlock.meta') IS NOT NULL", &[])?
+        .query_one(
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_class c
+                            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                            WHERE n.nspname = 'distlock' AND c.relname = 'meta')",
+            &[],
+        )?
         .get(0);
     if !exists {
         return Ok(0);

@@ -5,15 +5,19 @@
 //! | [`store`] | the store under test ([`store::Db`], [`store::each_store`]: SQLite, and PostgreSQL when the suite has a server), `distlock` command lines, `status` and `log` as values |
 //! | [`output`] | what distlock prints: one JSON line, JSON lines, key sets, RFC 3339 times, the usage and store error shapes |
 //! | [`process`] | the binary, spawning with a deadline ([`process::Proc`]), describing an outcome, waiting for a condition or a file |
+//! | [`tenure`] | a tenure in each lock mode (exclusive, shared, semaphore) and the answers built from tenures: lock and holder objects, busy, mismatch, held |
 //! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
+//! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
 //!
 //! `process` and `fenced_write` are also compiled into `tests/recipes.rs` (`#[path]`), so each
 //! of their items is used by both test crates; what only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
 pub mod fenced_write;
+pub mod gate;
 pub mod output;
 pub mod pids;
 pub mod process;
 pub mod store;
+pub mod tenure;

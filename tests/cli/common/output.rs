@@ -1,6 +1,6 @@
 //! What distlock prints, checked against the contract's shapes: one JSON object on one line,
-//! JSON lines (`log`), the keys of an object, RFC 3339 UTC times with milliseconds, and the
-//! usage (64) and store (74) error shapes.
+//! JSON lines (`log`), the keys of an object, RFC 3339 UTC times with milliseconds (read, and
+//! written for expected answers), and the usage (64) and store (74) error shapes.
 
 use std::process::Output;
 
@@ -99,6 +99,14 @@ pub fn timestamp_millis(text: &str) -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("a time after 1970");
     i64::try_from(since_epoch.as_millis()).expect("a time in range")
+}
+
+/// Milliseconds since the Unix epoch as the contract prints a time: RFC 3339 UTC with
+/// milliseconds (the inverse of [`timestamp_millis`]).
+pub fn rfc3339_millis(millis: i64) -> String {
+    let since_epoch =
+        std::time::Duration::from_millis(u64::try_from(millis).expect("a time after 1970"));
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since_epoch).to_string()
 }
 
 /// The test's own clock, in milliseconds since the Unix epoch.

@@ -1,0 +1,571 @@
+//! Schema upgrades: a store written by distlock 0.1.0 (schema version 1) is upgraded in place,
+//! atomically, by the first newer distlock that writes to it, keeping every live lock, fence and
+//! history row; a store newer than the binary is refused (74), naming both versions.
+//!
+//! On SQLite the old store is `tests/fixtures/v1.db`, made by 0.1.0 itself (see its README),
+//! copied per test. On PostgreSQL it is made here as 0.1.0 made it: its schema, verbatim
+//! ([`PG_V1_SCHEMA`]), holding the fixture's rows, written with plain SQL. Either way the
+//! fixture's 365-day leases are moved forward in the copy (the store stays version 1), so they
+//! are live whenever the test runs; the fixture's 1-second lease stays expired.
+//!
+//! A brand-new store is created at the newest version, however many processes arrive at once:
+//! `processes_arriving_together_on_a_brand_new_store_all_succeed`.
+
+use std::fs;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rusqlite::Connection;
+use serde_json::{Value, json};
+
+use crate::common::gate::Gate;
+use crate::common::output::{assert_store_error, now_millis, parse_line, rfc3339_millis};
+use crate::common::process::{Proc, describe};
+use crate::common::store::{Db, Kind, each_store};
+use crate::common::tenure::{Mode, Tenure};
+
+/// The schema distlock 0.1.0 created on PostgreSQL (schema version 1): the `SCHEMA` constant
+/// of `src/store/postgres.rs` at commit 2eedc64, verbatim.
+const PG_V1_SCHEMA: &str = "
+CREATE SCHEMA IF NOT EXISTS distlock;
+CREATE TABLE IF NOT EXISTS distlock.locks (
+    resource    text        NOT NULL PRIMARY KEY,   -- UNIQUE(resource): one row per resource
+    owner       text        NOT NULL,
+    fence       bigint      NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL                -- live while now() < expires_at
+);
+CREATE SEQUENCE IF NOT EXISTS distlock.fence AS bigint NO CYCLE;
+CREATE TABLE IF NOT EXISTS distlock.history (
+    id             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at             timestamptz NOT NULL,
+    resource       text        NOT NULL,
+    owner          text        NOT NULL,
+    fence          bigint      NOT NULL,
+    event          text        NOT NULL,
+    previous_owner text
+);
+CREATE INDEX IF NOT EXISTS history_by_resource ON distlock.history (resource, id);
+CREATE TABLE IF NOT EXISTS distlock.meta (schema_version integer NOT NULL);
+INSERT INTO distlock.meta (schema_version)
+    SELECT 1 WHERE NOT EXISTS (SELECT FROM distlock.meta);
+";
+
+/// The schema version this change brings.
+const NEW_VERSION: i64 = 2;
+
+/// Query parameter `$N`, a time in milliseconds, as a `timestamptz`, exactly (integer
+/// arithmetic).
+fn pg_time(n: u8) -> String {
+    format!("('epoch'::timestamptz + ${n}::bigint * interval '1 ms')")
+}
+
+/// The fixture's live leases (365 days) are longer than this; its expired one (1 s) is not.
+const DAY_MS: i64 = 86_400_000;
+
+/// The fixture's `fence_counter`: the last fence 0.1.0 handed out.
+const V1_LAST_FENCE: i64 = 6;
+
+/// A row of the fixture's `locks`, times in milliseconds.
+struct LockRow {
+    resource: String,
+    owner: String,
+    fence: i64,
+    acquired_at: i64,
+    expires_at: i64,
+}
+
+impl LockRow {
+    /// The tenure the new binary must show for this row (0.1.0's locks are all exclusive).
+    fn tenure(&self) -> Tenure {
+        Tenure {
+            resource: self.resource.clone(),
+            owner: self.owner.clone(),
+            fence: self.fence,
+            acquired_at: rfc3339_millis(self.acquired_at),
+            expires_at: rfc3339_millis(self.expires_at),
+            mode: Mode::Exclusive,
+        }
+    }
+}
+
+/// A row of the fixture's `history`, in commit order.
+struct EventRow {
+    at: i64,
+    resource: String,
+    owner: String,
+    fence: i64,
+    event: String,
+    previous_owner: Option<String>,
+}
+
+impl EventRow {
+    /// The event as `log` must print it.
+    fn json(&self) -> Value {
+        let mut event = json!({
+            "at": rfc3339_millis(self.at),
+            "resource": self.resource,
+            "owner": self.owner,
+            "fence": self.fence,
+            "event": self.event,
+        });
+        if let Some(previous) = &self.previous_owner {
+            event["previous_owner"] = json!(previous);
+        }
+        event
+    }
+}
+
+/// What the old store holds.
+struct V1 {
+    locks: Vec<LockRow>,
+    history: Vec<EventRow>,
+}
+
+impl V1 {
+    /// The rows whose lease runs now.
+    fn live(&self) -> impl Iterator<Item = &LockRow> {
+        let now = now_millis();
+        self.locks.iter().filter(move |l| l.expires_at > now)
+    }
+}
+
+/// Copies the fixture to `path`, moves its long leases forward (a plain UPDATE: the file stays
+/// version 1), and reads its rows.
+fn v1_sqlite_copy(path: &Path) -> V1 {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1.db");
+    fs::copy(&fixture, path).expect("copy the v1 fixture");
+    let conn = Connection::open(path).expect("open the copy");
+    conn.execute(
+        "UPDATE locks SET expires_at = max(expires_at, ?1) WHERE expires_at - acquired_at > ?2",
+        [now_millis() + DAY_MS, DAY_MS],
+    )
+    .expect("move the live leases forward");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("user_version");
+    assert_eq!(version, 1, "the copy is still a version 1 store");
+    let last: i64 = conn
+        .query_row("SELECT last FROM fence_counter", [], |r| r.get(0))
+        .expect("fence counter");
+    assert_eq!(last, V1_LAST_FENCE, "the fixture's fence counter");
+    let locks = conn
+        .prepare(
+            "SELECT resource, owner, fence, acquired_at, expires_at FROM locks ORDER BY resource",
+        )
+        .expect("prepare")
+        .query_map([], |r| {
+            Ok(LockRow {
+                resource: r.get(0)?,
+                owner: r.get(1)?,
+                fence: r.get(2)?,
+                acquired_at: r.get(3)?,
+                expires_at: r.get(4)?,
+            })
+        })
+        .expect("locks")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("lock rows");
+    let history = conn
+        .prepare(
+            "SELECT at, resource, owner, fence, event, previous_owner FROM history ORDER BY id",
+        )
+        .expect("prepare")
+        .query_map([], |r| {
+            Ok(EventRow {
+                at: r.get(0)?,
+                resource: r.get(1)?,
+                owner: r.get(2)?,
+                fence: r.get(3)?,
+                event: r.get(4)?,
+                previous_owner: r.get(5)?,
+            })
+        })
+        .expect("history")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("history rows");
+    V1 { locks, history }
+}
+
+fn pg_client(db: &Db) -> postgres::Client {
+    postgres::Client::connect(db.pg_url(), postgres::NoTls).expect("connect to the test database")
+}
+
+/// Makes `db` a version 1 store holding the fixture's rows (live leases moved forward): on
+/// SQLite the fixture itself; on PostgreSQL 0.1.0's schema, filled with plain SQL.
+fn install_v1(db: &Db) -> V1 {
+    match db.kind {
+        Kind::Sqlite => v1_sqlite_copy(db.path()),
+        Kind::Postgres => {
+            let v1 = v1_sqlite_copy(&db.file("v1.db"));
+            let mut client = pg_client(db);
+            let mut tx = client.transaction().expect("begin");
+            tx.batch_execute(PG_V1_SCHEMA).expect("0.1.0's schema");
+            for lock in &v1.locks {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO distlock.locks (resource, owner, fence, acquired_at, expires_at)
+                         VALUES ($1, $2, $3, {}, {})",
+                        pg_time(4),
+                        pg_time(5)
+                    ),
+                    &[&lock.resource, &lock.owner, &lock.fence, &lock.acquired_at, &lock.expires_at],
+                )
+                .expect("insert a lock row");
+            }
+            for event in &v1.history {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO distlock.history (at, resource, owner, fence, event, previous_owner)
+                         VALUES ({}, $2, $3, $4, $5, $6)",
+                        pg_time(1)
+                    ),
+                    &[
+                        &event.at,
+                        &event.resource,
+                        &event.owner,
+                        &event.fence,
+                        &event.event,
+                        &event.previous_owner,
+                    ],
+                )
+                .expect("insert a history row");
+            }
+            tx.execute("SELECT setval('distlock.fence', $1)", &[&V1_LAST_FENCE])
+                .expect("the fence sequence");
+            tx.commit().expect("commit the v1 store");
+            assert_eq!(schema_version(db), 1, "0.1.0's schema is version 1");
+            v1
+        }
+    }
+}
+
+/// The store's schema version: `PRAGMA user_version` on SQLite, `distlock.meta` on PostgreSQL.
+fn schema_version(db: &Db) -> i64 {
+    match db.kind {
+        Kind::Sqlite => Connection::open(db.path())
+            .expect("open the store")
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .expect("user_version"),
+        Kind::Postgres => i64::from(
+            pg_client(db)
+                .query_one("SELECT schema_version FROM distlock.meta", &[])
+                .expect("meta")
+                .get::<_, i32>(0),
+        ),
+    }
+}
+
+fn set_schema_version(db: &Db, version: i32) {
+    match db.kind {
+        Kind::Sqlite => Connection::open(db.path())
+            .expect("open the store")
+            .pragma_update(None, "user_version", version)
+            .expect("set user_version"),
+        Kind::Postgres => {
+            pg_client(db)
+                .execute("UPDATE distlock.meta SET schema_version = $1", &[&version])
+                .expect("set the schema version");
+        }
+    }
+}
+
+/// On SQLite, `PRAGMA integrity_check` must say `ok`.
+fn assert_sound(db: &Db) {
+    if db.kind == Kind::Sqlite {
+        let check: String = Connection::open(db.path())
+            .expect("open the store")
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .expect("integrity_check");
+        assert_eq!(check, "ok", "integrity_check");
+    }
+}
+
+/// Everything in the store, to check that a command left it untouched: the SQLite file's bytes
+/// (their length and FNV-1a hash), or every row of every table and sequence in PostgreSQL's
+/// `distlock` schema.
+fn snapshot(db: &Db) -> Vec<String> {
+    match db.kind {
+        Kind::Sqlite => {
+            let bytes = fs::read(db.path()).expect("read the store");
+            let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, &b| {
+                (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            vec![format!("{} bytes, FNV-1a {hash:016x}", bytes.len())]
+        }
+        Kind::Postgres => {
+            let mut client = pg_client(db);
+            let tables: Vec<String> = client
+                .query(
+                    "SELECT table_name::text FROM information_schema.tables
+                     WHERE table_schema = 'distlock' ORDER BY 1",
+                    &[],
+                )
+                .expect("tables")
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let mut rows: Vec<String> = tables
+                .iter()
+                .map(|table| {
+                    let sql = format!(
+                        "SELECT coalesce(json_agg(t ORDER BY t::text), '[]')::text FROM distlock.\"{table}\" t"
+                    );
+                    let rows: String = client.query_one(&sql, &[]).expect("rows").get(0);
+                    format!("{table}: {rows}")
+                })
+                .collect();
+            for row in client
+                .query(
+                    "SELECT sequencename::text || ' ' || coalesce(last_value::text, '-')
+                     FROM pg_sequences WHERE schemaname = 'distlock' ORDER BY 1",
+                    &[],
+                )
+                .expect("sequences")
+            {
+                rows.push(row.get(0));
+            }
+            rows
+        }
+    }
+}
+
+/// The numbers a message names, leaving out those in the store's own name (a path or URL).
+fn numbers_named(message: &str, db: &Db) -> Vec<String> {
+    let mut text = message.replace(&db.url, " ");
+    if db.kind == Kind::Postgres {
+        let (base, _) = db.url.split_once('?').unwrap_or((&db.url, ""));
+        let (rest, name) = base.rsplit_once('/').expect("a database name");
+        let server = rest.rsplit_once('@').map_or(rest, |(_, server)| server);
+        text = text.replace(name, " ").replace(server, " ");
+    }
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|word| !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit()))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every old row the new binary must still show: the live locks (byte for byte, as 0.1.0
+/// printed them), the expired one as not held, and the old history first, in order.
+fn assert_old_rows_kept(db: &Db, v1: &V1) {
+    let live: Vec<&LockRow> = v1.live().collect();
+    assert_eq!(
+        live.iter().map(|l| l.resource.as_str()).collect::<Vec<_>>(),
+        ["deploy", "expired", "payment:42"],
+        "the fixture's live locks"
+    );
+    for lock in live {
+        let out = db.run(&["status", &lock.resource]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!(
+                "{{\"held\":true,\"lock\":{}}}\n",
+                lock.tenure().plain_lock_text()
+            ),
+            "status {}: {}",
+            lock.resource,
+            describe(&out)
+        );
+    }
+    assert_eq!(
+        db.status("stale"),
+        (1, json!({"held": false, "resource": "stale"})),
+        "the fixture's expired lock"
+    );
+    let log = db.log(&[]);
+    let old: Vec<Value> = v1.history.iter().map(EventRow::json).collect();
+    assert_eq!(old.len(), 9, "the fixture's history");
+    assert!(log.len() >= old.len(), "log: {log:?}");
+    assert_eq!(
+        log[..old.len()],
+        old[..],
+        "the old history, first and in order"
+    );
+}
+
+/// `acquire RESOURCE --owner OWNER --ttl 60`, which must be granted; returns its fence.
+fn acquire_fence(db: &Db, resource: &str, owner: &str) -> i64 {
+    let answer = db.json(&["acquire", resource, "--owner", owner, "--ttl", "60"], 0);
+    Tenure::read(&answer["lock"], Mode::Exclusive).fence
+}
+
+#[test]
+fn v1_store_is_upgraded_in_place_keeping_locks_fences_and_history() {
+    each_store(|db| {
+        let v1 = install_v1(db);
+        let fence = acquire_fence(db, "other", "x");
+        assert!(
+            fence > V1_LAST_FENCE,
+            "a fence after 0.1.0's last ({V1_LAST_FENCE}): {fence}"
+        );
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        assert_sound(db);
+        assert_old_rows_kept(db, &v1);
+        let log = db.log(&[]);
+        assert_eq!(log.len(), 10, "the old history and one new event: {log:?}");
+        assert_eq!(
+            (&log[9]["resource"], &log[9]["fence"], &log[9]["event"]),
+            (&json!("other"), &json!(fence), &json!("acquired"))
+        );
+
+        // The old locks are tenures like any other: busy for others, released by their owner.
+        let deploy = v1.live().find(|l| l.resource == "deploy").expect("deploy");
+        assert_eq!(
+            db.json(&["acquire", "deploy", "--owner", "z", "--ttl", "60"], 75),
+            json!({"acquired": false, "resource": "deploy", "holder": deploy.tenure().holder()})
+        );
+        db.json(&["release", "deploy", "--owner", "alice"], 0);
+        // Fences keep counting from the old counter, over released and expired resources too.
+        let mut last = fence;
+        for resource in ["deploy", "gone", "stale"] {
+            let next = acquire_fence(db, resource, "y");
+            assert!(next > last, "{resource}: fence {next} after {last}");
+            last = next;
+        }
+        assert_eq!(schema_version(db), NEW_VERSION);
+        assert_sound(db);
+    });
+}
+
+#[test]
+fn many_processes_opening_one_v1_store_at_once_all_succeed_and_it_is_upgraded_once() {
+    each_store(|db| {
+        let v1 = install_v1(db);
+        let gate = Gate::new(db.dir.path(), "gate");
+        let owners: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+        let procs: Vec<Proc> = owners
+            .iter()
+            .map(|owner| {
+                let resource = format!("new-{owner}");
+                let mut cmd =
+                    gate.distlock(db, &["acquire", &resource, "--owner", owner, "--ttl", "60"]);
+                Proc::spawn(&mut cmd, db.dir.path(), owner)
+            })
+            .collect();
+        gate.open(owners.len());
+        let mut fences = Vec::new();
+        for (owner, proc) in owners.iter().zip(procs) {
+            let finished = proc.finish(Duration::from_secs(60));
+            assert_eq!(finished.code(), Some(0), "{owner}: {}", finished.describe());
+            let lock = parse_line(&finished.output.stdout)["lock"].clone();
+            let tenure = Tenure::read(&lock, Mode::Exclusive);
+            assert!(
+                tenure.fence > V1_LAST_FENCE,
+                "{owner}: fence {}",
+                tenure.fence
+            );
+            assert_eq!(
+                db.json(&["status", &tenure.resource], 0),
+                json!({"held": true, "lock": tenure.lock()}),
+                "{owner}'s new lock"
+            );
+            fences.push(tenure.fence);
+        }
+        fences.sort_unstable();
+        fences.dedup();
+        assert_eq!(fences.len(), owners.len(), "a fence each");
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        assert_sound(db);
+        assert_old_rows_kept(db, &v1);
+        assert_eq!(
+            db.log(&[]).len(),
+            9 + owners.len(),
+            "old history and one event each"
+        );
+    });
+}
+
+#[test]
+fn store_newer_than_the_binary_is_refused_naming_both_versions() {
+    each_store(|db| {
+        install_v1(db);
+        acquire_fence(db, "other", "x");
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        set_schema_version(db, 99);
+        let before = snapshot(db);
+        let commands: [&[&str]; 5] = [
+            &["status", "deploy"],
+            &["acquire", "deploy", "--owner", "z", "--ttl", "60"],
+            &["release", "other", "--owner", "x"],
+            &["list"],
+            &["log"],
+        ];
+        for args in commands {
+            let line = assert_store_error(&db.run(args), &args);
+            let numbers = numbers_named(&line, db);
+            assert!(
+                numbers.iter().any(|n| n == "99") && numbers.iter().any(|n| n == "2"),
+                "{args:?}: the message names the store's version (99) and this binary's (2): {line:?}"
+            );
+        }
+        let out = db
+            .std_cmd()
+            .args([
+                "run",
+                "--resource",
+                "r",
+                "--",
+                "sh",
+                "-c",
+                r#"echo ran > "$D/ran""#,
+            ])
+            .env("D", db.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run distlock");
+        assert_store_error(&out, &"run on a newer store");
+        assert!(
+            !db.file("ran").exists(),
+            "run started its command on a newer store"
+        );
+        assert_eq!(
+            snapshot(db),
+            before,
+            "{:?}: a newer store is left untouched",
+            db.kind
+        );
+        assert_eq!(schema_version(db), 99);
+    });
+}
+
+#[test]
+fn processes_arriving_together_on_a_brand_new_store_all_succeed() {
+    // Arrivals some milliseconds apart, not at one instant: a process that found no schema
+    // must still find it made when its turn to create it comes. One round per spacing, each on
+    // a new store.
+    for gap_ms in [0, 2, 5, 10, 20, 40] {
+        each_store(|db| {
+            let procs: Vec<Proc> = (0..8)
+                .map(|i| {
+                    let owner = format!("p{i}");
+                    let mut cmd = db.std_cmd();
+                    cmd.args([
+                        "acquire",
+                        &format!("r{i}"),
+                        "--owner",
+                        &owner,
+                        "--ttl",
+                        "60",
+                    ]);
+                    let proc = Proc::spawn(&mut cmd, db.dir.path(), &owner);
+                    std::thread::sleep(Duration::from_millis(gap_ms));
+                    proc
+                })
+                .collect();
+            for proc in procs {
+                let finished = proc.finish(Duration::from_secs(60));
+                assert_eq!(finished.code(), Some(0), "{}", finished.describe());
+            }
+            assert_eq!(
+                schema_version(db),
+                NEW_VERSION,
+                "{:?}: a new store",
+                db.kind
+            );
+            assert_sound(db);
+            let list = db.json(&["list"], 0);
+            assert_eq!(list["locks"].as_array().map(Vec::len), Some(8), "{list}");
+        });
+    }
+}
