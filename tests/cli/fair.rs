@@ -1,0 +1,179 @@
+//! Fair waiting (the contract's "Fair waiting"), on both stores ([`each_store`]), with real
+//! processes:
+//!
+//! - waiters are served in the order they started waiting, and a resource that frees up stays
+//!   reserved for a queued waiter (a try-once request gets 75 with `"waiting"`, no `"holder"`);
+//!
+//! A waiter counts as queued only once `status` counts it, and the next one starts only then, so
+//! the arrival order is the test's, not the scheduler's. Commands are `sh -c` scripts that leave
+//! marker files in the scratch folder (`$D`), named by their `$1`. Timing checks are upper bounds
+//! with generous slack (2 shared cores).
+
+use std::fs;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+use crate::common::output::{keys, parse_line};
+use crate::common::process::{Finished, Proc, describe, wait_for};
+use crate::common::store::{Db, each_store};
+
+/// How long a waiter may take to show up in `status`'s count.
+const QUEUED: Duration = Duration::from_secs(15);
+
+/// How long a process may take to finish once it has what it waits for.
+const LONG: Duration = Duration::from_secs(20);
+
+/// The pause between two `status` calls while waiting for a count: each is a process start.
+const STATUS_POLL: Duration = Duration::from_millis(50);
+
+/// Waits until `status RESOURCE` counts exactly `k` live waiters.
+fn until_waiting(db: &Db, resource: &str, k: u64) {
+    let mut seen = 0;
+    let counted = wait_for(QUEUED, || {
+        seen = db.waiting(resource);
+        if seen != k {
+            sleep(STATUS_POLL);
+        }
+        seen == k
+    });
+    assert!(
+        counted,
+        "status {resource} should count {k} waiting within {QUEUED:?}; it counts {seen} \
+         (no \"waiting\" key reads as 0): {}",
+        db.status(resource).1
+    );
+}
+
+/// A finished lock command's one JSON line, after checking its exit code.
+fn answer(finished: &Finished, code: i32, what: &str) -> Value {
+    assert_eq!(
+        finished.code(),
+        Some(code),
+        "{what}: {}",
+        finished.describe()
+    );
+    parse_line(&finished.output.stdout)
+}
+
+/// `acquire RESOURCE --owner OWNER --ttl 60 --wait 60s` with `extra` flags, in the background.
+fn waiter(db: &Db, resource: &str, owner: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "acquire", resource, "--owner", owner, "--ttl", "60", "--wait", "60s",
+    ];
+    args.extend_from_slice(extra);
+    db.spawn(&args, owner)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Order and reservation
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn waiters_are_served_in_the_order_they_started_waiting() {
+    each_store(|db| {
+        db.json(&["acquire", "R", "--owner", "h", "--ttl", "60"], 0);
+        // mkdir fails if another waiter's command is still inside: one at a time.
+        let script = r#"mkdir "$D/inside" || exit 99
+            echo "$1" >> "$D/order"
+            sleep 0.1
+            rmdir "$D/inside""#;
+        let mut waiters = Vec::new();
+        for n in 1..=6u64 {
+            let number = n.to_string();
+            waiters.push(db.spawn(
+                &[
+                    "run",
+                    "--resource",
+                    "R",
+                    "--wait",
+                    "60s",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                    "sh",
+                    &number,
+                ],
+                &format!("waiter{n}"),
+            ));
+            until_waiting(db, "R", n);
+            sleep(Duration::from_millis(200));
+        }
+        db.json(&["release", "R", "--owner", "h"], 0);
+        for (n, waiter) in (1..).zip(waiters) {
+            let done = waiter.finish(LONG);
+            assert_eq!(done.code(), Some(0), "waiter {n}: {}", done.describe());
+        }
+        let order = fs::read_to_string(db.file("order")).expect("the order file");
+        assert_eq!(order, "1\n2\n3\n4\n5\n6\n", "served out of arrival order");
+        assert_eq!(db.status("R"), (1, json!({"held": false, "resource": "R"})));
+    });
+}
+
+#[test]
+fn a_free_resource_is_reserved_for_a_queued_waiter() {
+    each_store(|db| {
+        db.json(&["acquire", "R", "--owner", "h", "--ttl", "60"], 0);
+        let w = waiter(db, "R", "w", &[]);
+        until_waiting(db, "R", 1);
+        // While h holds R, a try-once request is busy as ever, and sees the queue.
+        let busy = db.json(&["acquire", "R", "--owner", "x", "--ttl", "60"], 75);
+        assert_eq!(
+            keys(&busy),
+            ["acquired", "holder", "resource", "waiting"],
+            "{busy}"
+        );
+        assert_eq!(busy["holder"]["owner"], "h", "{busy}");
+        assert_eq!(busy["waiting"], 1, "{busy}");
+
+        // A stopped waiter is still a live one (for at least its 5 s liveness lease): once h
+        // releases, R has no tenure but is reserved for w.
+        w.signal(Signal::SIGSTOP);
+        let stopped = Instant::now();
+        db.json(&["release", "R", "--owner", "h"], 0);
+        let try_once = db.run(&["acquire", "R", "--owner", "x", "--ttl", "60"]);
+        let status = db.status("R");
+        let ran = db.file("ran");
+        let run_once = db.run(&[
+            "run",
+            "--resource",
+            "R",
+            "--",
+            "touch",
+            ran.to_str().unwrap(),
+        ]);
+        let within = stopped.elapsed();
+        assert!(
+            within < Duration::from_secs(4),
+            "the machine is too slow for this test: the checks took {within:?} after SIGSTOP, \
+             and the stopped waiter may have lapsed after 5 s"
+        );
+        assert_eq!(try_once.status.code(), Some(75), "{}", describe(&try_once));
+        assert_eq!(
+            parse_line(&try_once.stdout),
+            json!({"acquired": false, "resource": "R", "waiting": 1}),
+            "reserved, not held: no \"holder\""
+        );
+        assert_eq!(
+            status,
+            (1, json!({"held": false, "resource": "R", "waiting": 1})),
+            "status of a reserved resource"
+        );
+        assert_eq!(run_once.status.code(), Some(75), "{}", describe(&run_once));
+        assert!(
+            !ran.exists(),
+            "a try-once run ran its command on a reserved resource"
+        );
+
+        w.signal(Signal::SIGCONT);
+        let got = answer(&w.finish(LONG), 0, "w");
+        assert_eq!(got["lock"]["owner"], "w", "{got}");
+        let (code, status) = db.status("R");
+        assert_eq!(code, 0, "{status}");
+        assert_eq!(keys(&status), ["held", "lock"], "{status}");
+        assert_eq!(status["lock"]["owner"], "w", "{status}");
+    });
+}
