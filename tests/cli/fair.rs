@@ -3,6 +3,8 @@
 //!
 //! - waiters are served in the order they started waiting, and a resource that frees up stays
 //!   reserved for a queued waiter (a try-once request gets 75 with `"waiting"`, no `"holder"`);
+//! - a waiter leaves the queue at once when its `--wait` runs out or it is interrupted, and
+//!   within 5 s when it dies;
 //!
 //! A waiter counts as queued only once `status` counts it, and the next one starts only then, so
 //! the arrival order is the test's, not the scheduler's. Commands are `sh -c` scripts that leave
@@ -10,6 +12,7 @@
 //! with generous slack (2 shared cores).
 
 use std::fs;
+use std::os::unix::process::ExitStatusExt;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -17,7 +20,7 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use crate::common::output::{keys, parse_line};
-use crate::common::process::{Finished, Proc, describe, wait_for};
+use crate::common::process::{Finished, Proc, describe, wait_for, wait_until};
 use crate::common::store::{Db, each_store};
 
 /// How long a waiter may take to show up in `status`'s count.
@@ -175,5 +178,148 @@ fn a_free_resource_is_reserved_for_a_queued_waiter() {
         assert_eq!(code, 0, "{status}");
         assert_eq!(keys(&status), ["held", "lock"], "{status}");
         assert_eq!(status["lock"]["owner"], "w", "{status}");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leaving the queue
+// ---------------------------------------------------------------------------------------------
+
+/// Upper bound for a waiter to get the lock after a release when nothing but the release itself
+/// is in the way (no dead waiter's liveness lease to run out).
+const PROMPTLY: Duration = Duration::from_secs(3);
+
+#[test]
+fn a_sigkilled_waiter_stops_blocking_within_5_seconds() {
+    each_store(|db| {
+        db.json(&["acquire", "R", "--owner", "h", "--ttl", "60"], 0);
+        let a = waiter(db, "R", "a", &[]);
+        until_waiting(db, "R", 1);
+        let b = waiter(db, "R", "b", &[]);
+        until_waiting(db, "R", 2);
+        a.signal(Signal::SIGKILL);
+        let a = a.finish(LONG);
+        assert_eq!(
+            a.output.status.signal(),
+            Some(Signal::SIGKILL as i32),
+            "{}",
+            a.describe()
+        );
+
+        db.json(&["release", "R", "--owner", "h"], 0);
+        let released = Instant::now();
+        let b = b.finish(LONG);
+        let took = released.elapsed();
+        let got = answer(&b, 0, "b");
+        assert_eq!(got["lock"]["owner"], "b", "{got}");
+        assert!(
+            took < Duration::from_secs(10),
+            "b got R {took:?} after the release: a dead waiter must stop blocking within 5 s"
+        );
+        wait_until(Duration::from_secs(10), "status counts no waiter", || {
+            db.waiting("R") == 0
+        });
+        let (code, status) = db.status("R");
+        assert_eq!(code, 0, "{status}");
+        assert_eq!(keys(&status), ["held", "lock"], "{status}");
+        assert_eq!(status["lock"]["owner"], "b", "{status}");
+    });
+}
+
+#[test]
+fn a_waiter_whose_wait_ran_out_leaves_the_queue_at_once() {
+    each_store(|db| {
+        db.json(&["acquire", "R", "--owner", "h", "--ttl", "60"], 0);
+        // 5 s rather than 1 s: b must be seen queued behind a before a's wait runs out.
+        let a = db.spawn(
+            &[
+                "acquire", "R", "--owner", "a", "--ttl", "60", "--wait", "5s",
+            ],
+            "a",
+        );
+        until_waiting(db, "R", 1);
+        let b = waiter(db, "R", "b", &[]);
+        until_waiting(db, "R", 2);
+
+        let busy = answer(&a.finish(LONG), 75, "a, whose wait ran out");
+        assert_eq!(
+            keys(&busy),
+            ["acquired", "holder", "resource", "waiting"],
+            "{busy}"
+        );
+        assert_eq!(busy["acquired"], false, "{busy}");
+        assert_eq!(busy["holder"]["owner"], "h", "{busy}");
+        // Whether a still counts itself in its last answer the contract leaves open: b, or both.
+        assert!(
+            matches!(busy["waiting"].as_u64(), Some(1 | 2)),
+            "waiting is b, or a and b: {busy}"
+        );
+        assert_eq!(db.waiting("R"), 1, "a left the queue when its wait ran out");
+
+        db.json(&["release", "R", "--owner", "h"], 0);
+        let released = Instant::now();
+        let b = b.finish(LONG);
+        let took = released.elapsed();
+        assert_eq!(answer(&b, 0, "b")["lock"]["owner"], "b");
+        assert!(
+            took < PROMPTLY,
+            "b got R {took:?} after the release: a waiter that gave up must not block it"
+        );
+    });
+}
+
+#[test]
+fn an_interrupted_waiter_leaves_the_queue_at_once() {
+    each_store(|db| {
+        for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            for command in ["acquire", "run"] {
+                let what = format!("{command} --wait interrupted by {signal}");
+                let resource = format!("R-{command}-{signal}");
+                let r = resource.as_str();
+                let ran = db.file(&format!("ran-{command}-{signal}"));
+                db.json(&["acquire", r, "--owner", "h", "--ttl", "60"], 0);
+                let a = match command {
+                    "acquire" => waiter(db, r, "a", &[]),
+                    _ => db.spawn(
+                        &[
+                            "run",
+                            "--resource",
+                            r,
+                            "--owner",
+                            "a",
+                            "--wait",
+                            "60s",
+                            "--",
+                            "touch",
+                            ran.to_str().unwrap(),
+                        ],
+                        "a",
+                    ),
+                };
+                until_waiting(db, r, 1);
+                let b = waiter(db, r, "b", &[]);
+                until_waiting(db, r, 2);
+
+                a.signal(signal);
+                let a = a.finish(LONG);
+                assert!(
+                    !a.timed_out && !a.output.status.success(),
+                    "{what}: {}",
+                    a.describe()
+                );
+                assert!(!ran.exists(), "{what}: the command ran");
+                assert_eq!(db.waiting(r), 1, "{what}: a left the queue as it exited");
+
+                db.json(&["release", r, "--owner", "h"], 0);
+                let released = Instant::now();
+                let b = b.finish(LONG);
+                let took = released.elapsed();
+                assert_eq!(answer(&b, 0, &what)["lock"]["owner"], "b");
+                assert!(
+                    took < PROMPTLY,
+                    "{what}: b got it {took:?} after the release"
+                );
+            }
+        }
     });
 }
