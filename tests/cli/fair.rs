@@ -5,6 +5,8 @@
 //!   reserved for a queued waiter (a try-once request gets 75 with `"waiting"`, no `"holder"`);
 //! - a waiter leaves the queue at once when its `--wait` runs out or it is interrupted, and
 //!   within 5 s when it dies;
+//! - a shared request does not overtake a queued exclusive one;
+//! - `status`, the busy answers and the text lines count the live waiters;
 //!
 //! A waiter counts as queued only once `status` counts it, and the next one starts only then, so
 //! the arrival order is the test's, not the scheduler's. Commands are `sh -c` scripts that leave
@@ -321,5 +323,145 @@ fn an_interrupted_waiter_leaves_the_queue_at_once() {
                 );
             }
         }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modes in the queue
+// ---------------------------------------------------------------------------------------------
+
+/// The owners of a `status` answer's `"locks"`, in its order (by fence).
+fn owners(status: &Value) -> Vec<&str> {
+    status["locks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("\"locks\" in {status}"))
+        .iter()
+        .map(|lock| lock["owner"].as_str().expect("an owner"))
+        .collect()
+}
+
+#[test]
+fn a_shared_request_does_not_overtake_a_queued_writer() {
+    each_store(|db| {
+        for reader in ["r1", "r2"] {
+            db.json(
+                &["acquire", "R", "--owner", reader, "--ttl", "60", "--shared"],
+                0,
+            );
+        }
+        let w = waiter(db, "R", "w", &[]);
+        until_waiting(db, "R", 1);
+        // r3 could share R with r1 and r2, but w started waiting first.
+        let r3 = waiter(db, "R", "r3", &["--shared"]);
+        until_waiting(db, "R", 2);
+        let (code, status) = db.status("R");
+        assert_eq!(code, 0, "{status}");
+        assert_eq!(owners(&status), ["r1", "r2"], "r3 was not let in: {status}");
+
+        for reader in ["r1", "r2"] {
+            db.json(&["release", "R", "--owner", reader], 0);
+        }
+        let w_got = answer(&w.finish(LONG), 0, "w");
+        assert_eq!(w_got["lock"]["owner"], "w", "{w_got}");
+        let (code, status) = db.status("R");
+        assert_eq!(code, 0, "{status}");
+        assert_eq!(keys(&status), ["held", "lock", "waiting"], "{status}");
+        assert_eq!(status["lock"]["owner"], "w", "{status}");
+        assert_eq!(status["waiting"], 1, "r3 still waits: {status}");
+
+        db.json(&["release", "R", "--owner", "w"], 0);
+        let r3_got = answer(&r3.finish(LONG), 0, "r3");
+        assert_eq!(r3_got["lock"]["owner"], "r3", "{r3_got}");
+        assert_eq!(r3_got["lock"]["shared"], true, "{r3_got}");
+        let fence = |got: &Value| got["lock"]["fence"].as_i64().expect("a fence");
+        assert!(
+            fence(&r3_got) > fence(&w_got),
+            "r3's tenure comes after w's: {w_got} then {r3_got}"
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Visibility
+// ---------------------------------------------------------------------------------------------
+
+/// Whether a human line says that `k` are waiting: it speaks of waiting or a queue, and has the
+/// number `k` as a word of its own (a timestamp's parts never are a lone small number).
+fn says_how_many_wait(line: &str, k: u64) -> bool {
+    let lower = line.to_lowercase();
+    let number = k.to_string();
+    (lower.contains("waiting") || lower.contains("queue"))
+        && line
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| word == number)
+}
+
+#[test]
+fn status_and_busy_answers_count_the_live_waiters() {
+    each_store(|db| {
+        db.json(&["acquire", "R", "--owner", "h", "--ttl", "60"], 0);
+        // No waiter: no "waiting" key anywhere.
+        let (code, status) = db.status("R");
+        assert_eq!(code, 0, "{status}");
+        assert_eq!(keys(&status), ["held", "lock"], "{status}");
+        let busy = db.json(&["acquire", "R", "--owner", "x", "--ttl", "60"], 75);
+        assert_eq!(keys(&busy), ["acquired", "holder", "resource"], "{busy}");
+
+        let waiters: Vec<_> = (1..)
+            .zip(["a", "b"])
+            .map(|(n, owner)| {
+                let proc = waiter(db, "R", owner, &[]);
+                until_waiting(db, "R", n);
+                proc
+            })
+            .collect();
+        let (code, status) = db.status("R");
+        assert_eq!(code, 0, "{status}");
+        assert_eq!(keys(&status), ["held", "lock", "waiting"], "{status}");
+        assert_eq!(status["lock"]["owner"], "h", "{status}");
+        assert_eq!(status["waiting"], 2, "{status}");
+
+        let busy = db.json(&["acquire", "R", "--owner", "x", "--ttl", "60"], 75);
+        assert_eq!(
+            keys(&busy),
+            ["acquired", "holder", "resource", "waiting"],
+            "{busy}"
+        );
+        assert_eq!(busy["holder"]["owner"], "h", "{busy}");
+        assert_eq!(busy["waiting"], 2, "{busy}");
+
+        let text = db.run(&["--format", "text", "status", "R"]);
+        assert_eq!(text.status.code(), Some(0), "{}", describe(&text));
+        let line = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            says_how_many_wait(&line, 2),
+            "text status says 2 are waiting: {line:?}"
+        );
+        let text = db.run(&[
+            "--format", "text", "acquire", "R", "--owner", "x", "--ttl", "60",
+        ]);
+        assert_eq!(text.status.code(), Some(75), "{}", describe(&text));
+        let line = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            says_how_many_wait(&line, 2),
+            "text busy answer says 2 are waiting: {line:?}"
+        );
+        let run = db.run(&["run", "--resource", "R", "--", "true"]);
+        assert_eq!(run.status.code(), Some(75), "{}", describe(&run));
+        let busy_line = String::from_utf8_lossy(&run.stderr).to_lowercase();
+        assert!(
+            busy_line.contains("waiting") || busy_line.contains("queue"),
+            "run's busy line speaks of the queue: {busy_line:?}"
+        );
+        assert_eq!(db.waiting("R"), 2, "try-once requests never queue");
+
+        for waiter in waiters {
+            waiter.signal(Signal::SIGTERM);
+            let done = waiter.finish(LONG);
+            assert!(!done.timed_out, "{}", done.describe());
+        }
+        let (code, status) = db.status("R");
+        assert_eq!(code, 0, "{status}");
+        assert_eq!(keys(&status), ["held", "lock"], "no waiter left: {status}");
     });
 }
