@@ -4,6 +4,7 @@
 
 mod common;
 mod core;
+mod fair;
 mod history;
 mod modes;
 mod postgres;

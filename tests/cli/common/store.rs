@@ -2,7 +2,8 @@
 //!
 //! [`each_store`] runs one test body against every store under test: always a fresh SQLite file,
 //! and a fresh PostgreSQL database when `DISTLOCK_TEST_PG_URL` is set — the same code, not a
-//! copy. [`Db`] runs `distlock` against its store, and reads `status` and `log` as values.
+//! copy. [`Db`] runs `distlock` against its store (or starts it in the background), and reads
+//! `status`, its `"waiting"` count, and `log` as values.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 use super::output::{parse_line, parse_lines};
-use super::process::{BIN, describe};
+use super::process::{BIN, Proc, describe};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -165,6 +166,25 @@ impl Db {
             describe(&out)
         );
         (code, parse_line(&out.stdout))
+    }
+
+    /// `status RESOURCE`'s `"waiting"`: the number of live waiters the store counts for it.
+    /// The key is there only when that number is positive; its absence reads as 0.
+    pub fn waiting(&self, resource: &str) -> u64 {
+        let (_, json) = self.status(resource);
+        json.get("waiting").map_or(0, |k| {
+            k.as_u64()
+                .filter(|&k| k > 0)
+                .unwrap_or_else(|| panic!("\"waiting\" is a positive integer when present: {json}"))
+        })
+    }
+
+    /// Starts `distlock ARGS…` in the background with the scratch folder in `$D`, its stdout and
+    /// stderr in `NAME.stdout` and `NAME.stderr` there (see [`Proc`]).
+    pub fn spawn(&self, args: &[&str], name: &str) -> Proc {
+        let mut cmd = self.std_cmd();
+        cmd.args(args).env("D", self.dir.path());
+        Proc::spawn(&mut cmd, self.dir.path(), name)
     }
 
     /// `log ARGS…`, which must exit 0: the events, oldest first.
