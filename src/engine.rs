@@ -1681,7 +1681,14 @@ mod tests {
         let held_by_h = [lease("h", 1, 5_000)];
         let readers = [held("r1", 1, 5_000, S), held("r2", 2, 5_000, S)];
         // (case, holders, queue, request, verdict, queue changes)
-        type Case<'a> = (&'a str, &'a [Lease], Vec<Waiter>, Request, &'a str, Vec<&'a str>);
+        type Case<'a> = (
+            &'a str,
+            &'a [Lease],
+            Vec<Waiter>,
+            Request,
+            &'a str,
+            Vec<&'a str>,
+        );
         let cases: Vec<Case<'_>> = vec![
             (
                 "a waiter refused for the first time takes a place",

@@ -19,7 +19,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, GenericClient, Row, Transaction};
+use postgres::{Client, GenericClient, Row, Statement, Transaction};
+
+use std::collections::HashMap;
 
 use crate::engine::{Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Mode, Note, Owner, Resource, Timestamp};
@@ -122,6 +124,28 @@ pub struct Session {
     client: Client,
     /// `LISTEN` was sent on this connection.
     listening: bool,
+    statements: Statements,
+}
+
+/// Statements prepared on this connection, by their SQL. Each statement of the lock operations
+/// then costs one round trip instead of two (parse and describe, then execute); a `run`'s
+/// renewals and a waiter's attempts reuse them for the life of the process.
+#[derive(Default)]
+struct Statements(HashMap<String, Statement>);
+
+impl Statements {
+    fn get(
+        &mut self,
+        client: &mut impl GenericClient,
+        sql: &str,
+    ) -> Result<Statement, postgres::Error> {
+        if let Some(statement) = self.0.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare(sql)?;
+        self.0.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
 }
 
 /// Why a transaction must start over.
@@ -150,6 +174,7 @@ impl Session {
         let mut session = Session {
             client,
             listening: false,
+            statements: Statements::default(),
         };
         let version = schema_version(&mut session.client)?;
         if version > SCHEMA_VERSION {
@@ -216,24 +241,30 @@ fn lease(row: &Row, first: usize) -> Result<Lease> {
 }
 
 /// The server's now and every row of `resource`, in one statement (one snapshot).
-fn read_state(client: &mut impl GenericClient, resource: &str) -> Result<State> {
+fn read_state(
+    client: &mut impl GenericClient,
+    statements: &mut Statements,
+    resource: &str,
+) -> Result<State> {
     let sql = format!(
         "SELECT {NOW_MS}, l.* FROM (SELECT 1) one LEFT JOIN (
              SELECT {LEASE_COLUMNS} FROM distlock.locks WHERE resource = $1) l ON true"
     );
-    let rows = client.query(&sql, &[&resource])?;
+    let statement = statements.get(client, &sql)?;
+    let rows = client.query(&statement, &[&resource])?;
     let now = rows.first().map_or(0, |r| r.get(0));
     let leases = rows
         .iter()
         .filter(|r| r.get::<_, Option<&str>>(1).is_some())
         .map(|r| lease(r, 1))
         .collect::<Result<_>>()?;
+    let statement = statements.get(
+        client,
+        "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint
+         FROM distlock.waiters WHERE resource = $1",
+    )?;
     let queue = client
-        .query(
-            "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint
-             FROM distlock.waiters WHERE resource = $1",
-            &[&resource],
-        )?
+        .query(&statement, &[&resource])?
         .iter()
         .map(|r| Waiter {
             owner: Owner::from_store(r.get(0)),
@@ -249,12 +280,25 @@ fn read_state(client: &mut impl GenericClient, resource: &str) -> Result<State> 
 }
 
 /// Writes the core's changes, in order.
-fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result<(), Retry> {
+fn apply(
+    tx: &mut Transaction<'_>,
+    statements: &mut Statements,
+    resource: &str,
+    changes: &[Change],
+) -> Result<(), Retry> {
+    let mut run = |tx: &mut Transaction<'_>,
+                   sql: &str,
+                   params: &[&(dyn postgres::types::ToSql + Sync)]|
+     -> Result<u64, postgres::Error> {
+        let statement = statements.get(tx, sql)?;
+        tx.execute(&statement, params)
+    };
     for change in changes {
         let rows = match change {
             Change::Insert(lease) => {
                 let (mode, lim) = pg_mode(lease.mode);
-                tx.execute(
+                run(
+                    tx,
                     concat!(
                         "INSERT INTO distlock.locks
                              (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
@@ -276,7 +320,8 @@ fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result
                     ],
                 )?
             }
-            Change::Update(lease) => tx.execute(
+            Change::Update(lease) => run(
+                tx,
                 concat!(
                     "UPDATE distlock.locks SET acquired_at = ",
                     at_ms!("$3"),
@@ -292,11 +337,13 @@ fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result
                     &lease.note.as_ref().map(Note::as_str),
                 ],
             )?,
-            Change::Delete { fence } => tx.execute(
+            Change::Delete { fence } => run(
+                tx,
                 "DELETE FROM distlock.locks WHERE resource = $1 AND fence = $2",
                 &[&resource, &fence.0],
             )?,
-            Change::Enqueue { owner, expires_at } => tx.execute(
+            Change::Enqueue { owner, expires_at } => run(
+                tx,
                 concat!(
                     "INSERT INTO distlock.waiters (resource, owner, expires_at) VALUES ($1, $2, ",
                     at_ms!("$3"),
@@ -304,7 +351,8 @@ fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result
                 ),
                 &[&resource, &owner.as_str(), &expires_at.0],
             )?,
-            Change::Refresh { owner, expires_at } => tx.execute(
+            Change::Refresh { owner, expires_at } => run(
+                tx,
                 concat!(
                     "UPDATE distlock.waiters SET expires_at = ",
                     at_ms!("$3"),
@@ -312,13 +360,15 @@ fn apply(tx: &mut Transaction<'_>, resource: &str, changes: &[Change]) -> Result
                 ),
                 &[&resource, &owner.as_str(), &expires_at.0],
             )?,
-            Change::Dequeue { owner } => tx.execute(
+            Change::Dequeue { owner } => run(
+                tx,
                 "DELETE FROM distlock.waiters WHERE resource = $1 AND owner = $2",
                 &[&resource, &owner.as_str()],
             )?,
             Change::Record(record) => {
                 let (mode, lim) = pg_mode(record.mode);
-                tx.execute(
+                run(
+                    tx,
                     concat!(
                         "INSERT INTO distlock.history
                              (at, resource, owner, fence, event, previous_owner, mode, lim, note)
@@ -373,20 +423,23 @@ impl Backend for Session {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let statements = &mut self.statements;
             let mut tx = self.client.transaction()?;
-            tx.execute(
+            let upsert = statements.get(
+                &mut tx,
                 "INSERT INTO distlock.resources (resource) VALUES ($1)
                  ON CONFLICT (resource) DO UPDATE SET resource = EXCLUDED.resource",
-                &[&res],
             )?;
+            tx.execute(&upsert, &[&res])?;
             // Read after the lock is held: in READ COMMITTED each statement sees what was
             // committed before it began, so this sees the previous writer's changes.
-            let state = read_state(&mut tx, res)?;
+            let state = read_state(&mut tx, statements, res)?;
             let decision = {
                 let tx = &mut tx;
+                let statements = &mut *statements;
                 let mut fresh = || -> Result<Fence> {
-                    let row = tx.query_one("SELECT nextval('distlock.fence')", &[])?;
-                    Ok(Fence(row.get(0)))
+                    let next = statements.get(tx, "SELECT nextval('distlock.fence')")?;
+                    Ok(Fence(tx.query_one(&next, &[])?.get(0)))
                 };
                 decide(&state, &mut fresh)?
             };
@@ -397,10 +450,11 @@ impl Backend for Session {
             // Waiters hear of a change that may let them in when it commits (NOTIFY is
             // delivered on commit, and not at all on a rollback).
             let wakes = decision.changes.iter().any(Change::wakes_waiters);
-            let applied = apply(&mut tx, res, &decision.changes)
+            let applied = apply(&mut tx, statements, res, &decision.changes)
                 .and_then(|()| {
                     if wakes {
-                        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &res])?;
+                        let notify = statements.get(&mut tx, "SELECT pg_notify($1, $2)")?;
+                        tx.execute(&notify, &[&CHANNEL, &res])?;
                     }
                     Ok(())
                 })
@@ -446,7 +500,7 @@ impl Backend for Session {
     }
 
     fn read(&mut self, resource: &Resource) -> Result<State> {
-        read_state(&mut self.client, resource.as_str())
+        read_state(&mut self.client, &mut self.statements, resource.as_str())
     }
 
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
