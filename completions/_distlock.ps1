@@ -35,6 +35,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the live locks, sorted by resource')
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show lock history, oldest first')
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete expired locks and old history')
+            [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a lock (operators): remove its live tenures, recording who and why')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -83,6 +84,8 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)')
             [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Why or for whom the lock is held (shown by status, list and log)')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly')
+            [CompletionResult]::new('--hold-at-least', '--hold-at-least', [CompletionResultType]::ParameterName, 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m')
+            [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After the lease is lost, wait this long between SIGTERM and SIGKILL')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
@@ -116,6 +119,16 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
+        'distlock;break' {
+            [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why (recorded in the history, and told to the evicted run)')
+            [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'Only this owner''s tenure (never read from DISTLOCK_OWNER) [default: every tenure]')
+            [CompletionResult]::new('--by', '--by', [CompletionResultType]::ParameterName, 'Who breaks it [default: <user>@<hostname>]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
         'distlock;help' {
             [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take a lock (or extend your own); exit 75 if another owner holds it')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds a lock; exit 1 if nobody does')
@@ -125,6 +138,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the live locks, sorted by resource')
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show lock history, oldest first')
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete expired locks and old history')
+            [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a lock (operators): remove its live tenures, recording who and why')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -150,6 +164,9 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             break
         }
         'distlock;help;gc' {
+            break
+        }
+        'distlock;help;break' {
             break
         }
         'distlock;help;help' {

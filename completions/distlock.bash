@@ -19,6 +19,9 @@ _distlock() {
             distlock,acquire)
                 cmd="distlock__subcmd__acquire"
                 ;;
+            distlock,break)
+                cmd="distlock__subcmd__break"
+                ;;
             distlock,gc)
                 cmd="distlock__subcmd__gc"
                 ;;
@@ -45,6 +48,9 @@ _distlock() {
                 ;;
             distlock__subcmd__help,acquire)
                 cmd="distlock__subcmd__help__subcmd__acquire"
+                ;;
+            distlock__subcmd__help,break)
+                cmd="distlock__subcmd__help__subcmd__break"
                 ;;
             distlock__subcmd__help,gc)
                 cmd="distlock__subcmd__help__subcmd__gc"
@@ -77,7 +83,7 @@ _distlock() {
 
     case "${cmd}" in
         distlock)
-            opts="-h -V --db --format --help --version acquire status release renew run list log gc help"
+            opts="-h -V --db --format --help --version acquire status release renew run list log gc break help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -140,6 +146,40 @@ _distlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        distlock__subcmd__break)
+            opts="-h --reason --owner --by --db --format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "json text" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         distlock__subcmd__gc)
             opts="-h --keep-history --db --format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -167,7 +207,7 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__help)
-            opts="acquire status release renew run list log gc help"
+            opts="acquire status release renew run list log gc break help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -181,6 +221,20 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__help__subcmd__acquire)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__help__subcmd__break)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -419,7 +473,7 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__run)
-            opts="-h --resource --owner --ttl --wait --shared --limit --note --conflict-exit-code --kill-after --db --format --help"
+            opts="-h --resource --owner --ttl --wait --shared --limit --note --conflict-exit-code --hold-at-least --max-runtime --kill-after --db --format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -450,6 +504,14 @@ _distlock() {
                     return 0
                     ;;
                 --conflict-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold-at-least)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-runtime)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

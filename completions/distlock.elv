@@ -32,6 +32,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand list 'List the live locks, sorted by resource'
             cand log 'Show lock history, oldest first'
             cand gc 'Delete expired locks and old history'
+            cand break 'Force-release a lock (operators): remove its live tenures, recording who and why'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'distlock;acquire'= {
@@ -75,6 +76,8 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --limit 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)'
             cand --note 'Why or for whom the lock is held (shown by status, list and log)'
             cand --conflict-exit-code 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly'
+            cand --hold-at-least 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m'
+            cand --max-runtime 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h'
             cand --kill-after 'After the lease is lost, wait this long between SIGTERM and SIGKILL'
             cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
@@ -104,6 +107,15 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
+        &'distlock;break'= {
+            cand --reason 'Why (recorded in the history, and told to the evicted run)'
+            cand --owner 'Only this owner''s tenure (never read from DISTLOCK_OWNER) [default: every tenure]'
+            cand --by 'Who breaks it [default: <user>@<hostname>]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
         &'distlock;help'= {
             cand acquire 'Take a lock (or extend your own); exit 75 if another owner holds it'
             cand status 'Show who holds a lock; exit 1 if nobody does'
@@ -113,6 +125,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand list 'List the live locks, sorted by resource'
             cand log 'Show lock history, oldest first'
             cand gc 'Delete expired locks and old history'
+            cand break 'Force-release a lock (operators): remove its live tenures, recording who and why'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'distlock;help;acquire'= {
@@ -130,6 +143,8 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;help;log'= {
         }
         &'distlock;help;gc'= {
+        }
+        &'distlock;help;break'= {
         }
         &'distlock;help;help'= {
         }

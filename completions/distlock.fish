@@ -37,6 +37,7 @@ complete -c distlock -n "__fish_distlock_needs_command" -f -a "run" -d 'Run a co
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "list" -d 'List the live locks, sorted by resource'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "log" -d 'Show lock history, oldest first'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "gc" -d 'Delete expired locks and old history'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l ttl -d 'Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)' -r
@@ -70,6 +71,8 @@ complete -c distlock -n "__fish_distlock_using_subcommand run" -l wait -d 'Keep 
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l limit -d 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l note -d 'Why or for whom the lock is held (shown by status, list and log)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l conflict-exit-code -d 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l hold-at-least -d 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l max-runtime -d 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'After the lease is lost, wait this long between SIGTERM and SIGKILL' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
@@ -92,12 +95,20 @@ complete -c distlock -n "__fish_distlock_using_subcommand gc" -l db -d 'Lock sto
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "list" -d 'List the live locks, sorted by resource'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "log" -d 'Show lock history, oldest first'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "gc" -d 'Delete expired locks and old history'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l reason -d 'Why (recorded in the history, and told to the evicted run)' -r
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l owner -d 'Only this owner\'s tenure (never read from DISTLOCK_OWNER) [default: every tenure]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l by -d 'Who breaks it [default: <user>@<hostname>]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "list" -d 'List the live locks, sorted by resource'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "log" -d 'Show lock history, oldest first'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "gc" -d 'Delete expired locks and old history'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

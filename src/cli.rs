@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::lock::{Mode, Note, Owner, Resource, Ttl, parse_duration};
+use crate::lock::{Mode, Note, Owner, Resource, Ttl, parse_duration, parse_span};
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbidden,
@@ -80,6 +80,8 @@ pub enum Command {
     Log(LogArgs),
     /// Delete expired locks and old history
     Gc(GcArgs),
+    /// Force-release a lock (operators): remove its live tenures, recording who and why
+    Break(BreakArgs),
 }
 
 #[derive(Debug, Args)]
@@ -179,6 +181,13 @@ pub struct RunArgs {
     /// Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly
     #[arg(long, value_name = "N")]
     pub conflict_exit_code: Option<u8>,
+    /// Keep the lock until this long after the tenure started, however soon the command ends
+    /// (once per period across hosts); e.g. 50m
+    #[arg(long, value_parser = parse_span, value_name = "DURATION")]
+    pub hold_at_least: Option<Duration>,
+    /// Stop the command (exit 124) if it still runs this long after it started; e.g. 2h
+    #[arg(long, value_parser = parse_span, value_name = "DURATION")]
+    pub max_runtime: Option<Duration>,
     /// After the lease is lost, wait this long between SIGTERM and SIGKILL
     #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
     pub kill_after: Duration,
@@ -205,6 +214,22 @@ pub struct LogArgs {
     /// At most this many events (the newest), still printed oldest first
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    /// The resource whose lock to break
+    #[arg(value_parser = Resource::parse)]
+    pub resource: Resource,
+    /// Why (recorded in the history, and told to the evicted run)
+    #[arg(long, value_name = "TEXT", value_parser = Note::parse)]
+    pub reason: Note,
+    /// Only this owner's tenure (never read from DISTLOCK_OWNER) [default: every tenure]
+    #[arg(long, value_parser = Owner::parse)]
+    pub owner: Option<Owner>,
+    /// Who breaks it [default: <user>@<hostname>]
+    #[arg(long, value_name = "NAME", value_parser = Note::parse)]
+    pub by: Option<Note>,
 }
 
 #[derive(Debug, Args)]

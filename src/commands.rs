@@ -3,13 +3,16 @@
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs, RunArgs,
+    AcquireArgs, BreakArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs,
+    RunArgs,
 };
 use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{Acquire, LogQuery, Release, Renew, Resource, Status};
+use crate::lock::{
+    Acquire, Breach, LogQuery, MAX_NOTE_BYTES, Note, Release, Renew, Resource, Status,
+};
 use crate::output::{self, Printer, StatusLine};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
@@ -35,6 +38,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Command::List(args) => list(existing()?, printer, args),
         Command::Log(args) => log(existing()?, printer, args),
         Command::Gc(args) => gc(open()?.as_mut(), printer, args),
+        Command::Break(args) => breach(open()?.as_mut(), printer, args),
     }
 }
 
@@ -48,6 +52,8 @@ fn run_spec(args: RunArgs) -> RunSpec {
         note: args.mode.note,
         conflict_exit_code: args.conflict_exit_code,
         kill_after: args.kill_after,
+        hold_at_least: args.hold_at_least,
+        max_runtime: args.max_runtime,
         command: args.command,
     }
 }
@@ -189,6 +195,62 @@ fn log(store: Option<Box<dyn LockStore>>, printer: Printer, args: LogArgs) -> Re
         printer.emit(&json!(event), || output::event_text(&event));
     }
     Ok(Exit::Done)
+}
+
+fn breach(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
+    let resource = &args.resource;
+    let breach = Breach {
+        by: args.by.unwrap_or_else(operator),
+        reason: args.reason,
+    };
+    let removed = store.breach(resource, args.owner.as_ref(), &breach)?;
+    if removed.is_empty() {
+        printer.emit(
+            &json!({ "broken": false, "resource": resource, "reason": "not_found" }),
+            || format!("cannot break {resource}: nothing live matched"),
+        );
+        return Ok(Exit::NotHeld);
+    }
+    printer.emit(
+        &json!({ "broken": true, "resource": resource, "locks": removed }),
+        || {
+            let owners: Vec<&str> = removed.iter().map(|l| l.owner.as_str()).collect();
+            format!(
+                "broke {resource}: removed the tenure of {} (by {}: {})",
+                owners.join(", "),
+                breach.by,
+                breach.reason
+            )
+        },
+    );
+    Ok(Exit::Done)
+}
+
+/// `<user>@<hostname>`: who runs this `break`, for the history.
+fn operator() -> Note {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::Uid::current())
+                .ok()
+                .flatten()
+                .map(|user| user.name)
+        })
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::Uid::current()));
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    let mut text: String = format!("{user}@{host}")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    while text.len() > MAX_NOTE_BYTES {
+        text.pop();
+    }
+    Note::parse(&text).unwrap_or_else(|_| Note::from_store("operator"))
 }
 
 fn gc(store: &mut dyn LockStore, printer: Printer, args: GcArgs) -> Result<Exit> {

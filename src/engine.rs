@@ -16,8 +16,8 @@
 //! - every change of state is recorded in the history, in the same transaction.
 
 use crate::lock::{
-    Acquire, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Release, Renew, Resource, Status,
-    Tenure, Timestamp, Ttl,
+    Acquire, Breach, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Release, Renew, Resource,
+    Status, Tenure, Timestamp, Ttl,
 };
 
 /// One tenure as a store holds it, live or expired.
@@ -172,6 +172,8 @@ pub struct Record {
     pub previous_owner: Option<Owner>,
     pub mode: Mode,
     pub note: Option<Note>,
+    /// Who broke the tenure and why (a `broken` event).
+    pub broken: Option<Breach>,
 }
 
 /// What to report, and what to write so that it becomes true.
@@ -416,6 +418,83 @@ pub fn release(state: &State, owner: &Owner, fence: Option<Fence>) -> Decision<R
     }
 }
 
+/// How `run` ended its tenure, given `--hold-at-least`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// Released: no hold, or the hold had already passed.
+    Released,
+    /// Kept until the tenure's start + the hold, which was still ahead.
+    Kept { until: Timestamp },
+    /// The tenure was no longer this run's (lost, broken, or expired).
+    NotFound,
+}
+
+/// `run`'s end of its own tenure `fence`: with a `hold` (`--hold-at-least`) whose end — the
+/// tenure's start + `hold`, by the store's clock — is still ahead, the lease is set to end then
+/// (history event `kept`), so that nobody else takes the resource before; otherwise it is
+/// released as by `release`.
+pub fn finish(
+    state: &State,
+    owner: &Owner,
+    fence: Fence,
+    hold: Option<std::time::Duration>,
+) -> Decision<Finish> {
+    let Ok(own) = own_tenure(state, owner, Some(fence)) else {
+        return Decision::unchanged(Finish::NotFound);
+    };
+    let hold_ms = hold.map_or(0, |h| i64::try_from(h.as_millis()).unwrap_or(i64::MAX));
+    let until = Timestamp(own.acquired_at.0.saturating_add(hold_ms));
+    if hold.is_some() && state.now < until {
+        let lease = Lease {
+            expires_at: until,
+            ..own.clone()
+        };
+        return Decision {
+            changes: vec![
+                Change::Update(lease.clone()),
+                record(state.now, &lease, EventKind::Kept, None),
+            ],
+            outcome: Finish::Kept { until },
+        };
+    }
+    let released = release(state, owner, Some(fence));
+    Decision {
+        changes: released.changes,
+        outcome: match released.outcome {
+            Release::Released => Finish::Released,
+            Release::NotFound | Release::Forbidden => Finish::NotFound,
+        },
+    }
+}
+
+/// `break`: an operator removes every live tenure of the resource (only `owner`'s, when
+/// given), whoever holds it, recording each as `broken` with who and why. The removed tenures
+/// are the outcome; none means "not found". The next tenure gets a higher fence, as always.
+pub fn breach(
+    resource: &Resource,
+    state: &State,
+    owner: Option<&Owner>,
+    breach: &Breach,
+) -> Decision<Vec<Lock>> {
+    let removed: Vec<&Lease> = state
+        .live()
+        .into_iter()
+        .filter(|l| owner.is_none_or(|o| l.owner == *o))
+        .collect();
+    let mut changes = Vec::new();
+    for lease in &removed {
+        changes.push(Change::Delete { fence: lease.fence });
+        if let Change::Record(mut row) = record(state.now, lease, EventKind::Broken, None) {
+            row.broken = Some(breach.clone());
+            changes.push(Change::Record(row));
+        }
+    }
+    Decision {
+        outcome: removed.iter().map(|l| l.lock(resource)).collect(),
+        changes,
+    }
+}
+
 /// `status`: the live tenures, oldest (smallest fence) first — an expired one is never
 /// reported — and how many live waiters queue for the resource.
 pub fn status(resource: &Resource, state: &State) -> Status {
@@ -470,6 +549,7 @@ fn record(at: Timestamp, lease: &Lease, event: EventKind, previous: Option<Owner
         previous_owner: previous,
         mode: lease.mode,
         note: lease.note.clone(),
+        broken: None,
     })
 }
 
@@ -1268,6 +1348,7 @@ mod tests {
                 previous_owner: None,
                 mode: Mode::Exclusive,
                 note: None,
+                broken: None,
             })
         );
     }

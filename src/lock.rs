@@ -246,6 +246,20 @@ fn humantime_nanos(text: &str) -> Result<u128, String> {
     Ok(total)
 }
 
+/// Parses `--hold-at-least` and `--max-runtime`: a duration from 1 s to 365 days (fractions
+/// allowed, as for `--wait`).
+///
+/// # Errors
+///
+/// A message for anything shorter, longer or unreadable.
+pub fn parse_span(raw: &str) -> Result<Duration, String> {
+    let duration = parse_duration(raw)?;
+    if duration < Duration::from_secs(1) || duration > Duration::from_secs(MAX_TTL_SECS) {
+        return Err(format!("must be between 1s and 365 days, got {raw:?}"));
+    }
+    Ok(duration)
+}
+
 /// A fencing token: strictly increases with every new tenure of a resource, never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
@@ -520,6 +534,15 @@ pub struct Event {
     pub previous_owner: Option<Owner>,
     pub mode: Mode,
     pub note: Option<Note>,
+    /// Who broke the tenure, and why (a `broken` event).
+    pub broken: Option<Breach>,
+}
+
+/// Who broke a lock with `break`, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breach {
+    pub by: Note,
+    pub reason: Note,
 }
 
 impl Serialize for Event {
@@ -535,6 +558,10 @@ impl Serialize for Event {
             map.serialize_entry("previous_owner", previous)?;
         }
         serialize_extras(&mut map, self.mode, self.note.as_ref())?;
+        if let Some(breach) = &self.broken {
+            map.serialize_entry("by", &breach.by)?;
+            map.serialize_entry("reason", &breach.reason)?;
+        }
         map.end()
     }
 }
@@ -547,6 +574,11 @@ pub enum EventKind {
     Renewed,
     Released,
     TakenOver,
+    /// `run --hold-at-least`: the command ended before the hold did, so the lease was set to
+    /// end at the tenure's start + the hold instead of being released.
+    Kept,
+    /// An operator's `break` removed the tenure.
+    Broken,
 }
 
 impl EventKind {
@@ -557,6 +589,8 @@ impl EventKind {
             EventKind::Renewed => "renewed",
             EventKind::Released => "released",
             EventKind::TakenOver => "taken_over",
+            EventKind::Kept => "kept",
+            EventKind::Broken => "broken",
         }
     }
 
@@ -567,6 +601,8 @@ impl EventKind {
             "renewed" => EventKind::Renewed,
             "released" => EventKind::Released,
             "taken_over" => EventKind::TakenOver,
+            "kept" => EventKind::Kept,
+            "broken" => EventKind::Broken,
             _ => return None,
         })
     }

@@ -10,7 +10,7 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use crate::lock::{Fence, Owner, Renew, Resource, Ttl};
+use crate::lock::{EventKind, Fence, LogQuery, Owner, Renew, Resource, Ttl};
 use crate::store::{self, Location, LockStore};
 
 use super::supervisor::Event;
@@ -25,6 +25,29 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
+    /// Why this tenure is no longer found: an operator's `break` says who and why in the
+    /// history; otherwise it expired or was released.
+    fn why_gone(&self, store: Option<&mut Box<dyn LockStore>>) -> String {
+        let query = LogQuery {
+            resource: Some(self.resource.clone()),
+            since: None,
+            limit: Some(100),
+        };
+        let broken = store
+            .and_then(|store| store.log(&query).ok())
+            .and_then(|events| {
+                events
+                    .into_iter()
+                    .rev()
+                    .find(|e| e.fence == self.fence && e.event == EventKind::Broken)
+            })
+            .and_then(|event| event.broken);
+        match broken {
+            Some(breach) => format!("it was broken by {} ({})", breach.by, breach.reason),
+            None => "it expired or was released".to_owned(),
+        }
+    }
+
     /// Renews every ttl/3 (counted from this call) until `stop` is dropped or the store says
     /// the lock is gone; after a store error, retries sooner and on a new connection.
     pub fn beat(self, events: &Sender<Event>, stop: &Receiver<()>) {
@@ -54,7 +77,7 @@ impl Heartbeat {
                     next = attempt + interval;
                     Event::Renewed(attempt + self.ttl.as_duration())
                 }
-                Ok(Renew::NotFound) => Event::Lost("it expired or was released".to_owned()),
+                Ok(Renew::NotFound) => Event::Lost(self.why_gone(store.as_mut())),
                 Ok(Renew::Forbidden) => Event::Lost("another owner holds it".to_owned()),
                 Err(err) => {
                     // Reconnect for the next try: the connection itself may be what failed.

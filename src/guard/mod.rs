@@ -24,13 +24,15 @@ mod runner;
 mod supervisor;
 mod tree;
 
+use supervisor::Stop;
+
 use std::ffi::OsString;
 use std::time::Duration;
 
 use crate::engine::Request;
 use crate::error::Result;
 use crate::exit::Exit;
-use crate::lock::{Acquire, Fence, Mode, Note, Owner, Release, Resource, Tenure, Ttl};
+use crate::lock::{Acquire, Fence, Mode, Note, Owner, Resource, Tenure, Ttl};
 use crate::output::{self, StatusLine, warn};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
@@ -51,6 +53,11 @@ pub struct RunSpec {
     pub conflict_exit_code: Option<u8>,
     /// Between SIGTERM and SIGKILL when the command must be stopped.
     pub kill_after: Duration,
+    /// `--hold-at-least`: keep the lock until the tenure's start + this, however soon the
+    /// command ends (not after a lost lease).
+    pub hold_at_least: Option<Duration>,
+    /// `--max-runtime`: stop a command still running this long after it started (exit 124).
+    pub max_runtime: Option<Duration>,
     /// The program and its arguments; never empty.
     pub command: Vec<OsString>,
 }
@@ -120,22 +127,32 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         kill_after: args.kill_after,
         lease_end: attempt.started + args.ttl.as_duration(),
         command: &args.command,
+        max_runtime: args.max_runtime,
     });
-    // On every path, the command's end or a failure to start guarding it alike. Releasing
-    // only this tenure (owner and fence) is harmless after a lost lease: the store refuses if
-    // someone else holds it, and frees it early if renewals merely failed.
+    // On every path, the command's end or a failure to start guarding it alike, this run
+    // lets go of its own tenure (owner and fence) only — harmless after a lost lease: the store
+    // refuses if someone else holds it, and frees it early if renewals merely failed. The
+    // hold of --hold-at-least applies whenever the lease is still this run's.
     if !joined {
-        release(store.as_mut(), &args.resource, &owner, lock.fence);
+        let lost = matches!(&supervised, Ok(s) if s.stopped == Some(Stop::LeaseLost));
+        let hold = args.hold_at_least.filter(|_| supervised.is_ok() && !lost);
+        finish(store.as_mut(), &args.resource, &owner, lock.fence, hold);
     }
-    supervised
+    supervised.map(|s| s.exit)
 }
 
-/// Releases one tenure only (owner and fence), saying so on stderr if that fails.
-fn release(store: &mut dyn LockStore, resource: &Resource, owner: &Owner, fence: Fence) {
-    match store.release(resource, owner, Some(fence)) {
-        Ok(Release::Released | Release::NotFound | Release::Forbidden) => {}
-        Err(err) => warn(format_args!(
+/// Ends one tenure only (owner and fence): released, or kept until its start + `hold`; says
+/// so on stderr if that fails.
+fn finish(
+    store: &mut dyn LockStore,
+    resource: &Resource,
+    owner: &Owner,
+    fence: Fence,
+    hold: Option<Duration>,
+) {
+    if let Err(err) = store.finish(resource, owner, fence, hold) {
+        warn(format_args!(
             "cannot release the lock on {resource}: {err:#}"
-        )),
+        ));
     }
 }

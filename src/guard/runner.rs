@@ -38,7 +38,7 @@ use crate::output::warn;
 use crate::store::Location;
 
 use super::heartbeat::Heartbeat;
-use super::supervisor::{Action, Ended, Event, Supervisor};
+use super::supervisor::{Action, Ended, Event, Stop, Supervisor};
 use super::tree::{self, Tree};
 
 /// The signals `run` forwards to its command.
@@ -57,6 +57,15 @@ pub struct Job<'a> {
     pub lease_end: Instant,
     /// The program and its arguments.
     pub command: &'a [OsString],
+    /// `--max-runtime`.
+    pub max_runtime: Option<Duration>,
+}
+
+/// How supervision ended.
+pub struct Supervised {
+    pub exit: Exit,
+    /// Why the command was stopped, if `run` stopped it.
+    pub stopped: Option<Stop>,
 }
 
 /// Starts the command and supervises it until it exits. Returns its exit (see
@@ -66,7 +75,7 @@ pub struct Job<'a> {
 ///
 /// [`Error::System`] when the operating system refuses what guarding needs (the subreaper,
 /// signal forwarding, a thread); the command was then never started.
-pub fn supervise(job: &Job<'_>) -> Result<Exit> {
+pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
     tree::adopt_orphans()
         .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
     let (events, inbox) = mpsc::channel();
@@ -74,8 +83,14 @@ pub fn supervise(job: &Job<'_>) -> Result<Exit> {
     let mut helpers = Helpers::start(job, events)?;
     let child = match spawn(job) {
         Ok(child) => child,
-        Err(exit) => return Ok(exit),
+        Err(exit) => {
+            return Ok(Supervised {
+                exit,
+                stopped: None,
+            });
+        }
     };
+    let started = Instant::now();
     let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
     let tree = Tree::new(group);
     let _terminal = Terminal::hand_to(group);
@@ -85,6 +100,9 @@ pub fn supervise(job: &Job<'_>) -> Result<Exit> {
         job.kill_after,
         job.lease_end,
     );
+    if let Some(limit) = job.max_runtime {
+        supervisor = supervisor.with_max_runtime(limit, started);
+    }
     if let Err(mut child) = helpers.hand_over(child) {
         // The waiter thread is gone: stop the command, as its end could not be seen.
         let ended = Ended::Unknown("the thread waiting for it is gone".to_owned());
@@ -92,14 +110,21 @@ pub fn supervise(job: &Job<'_>) -> Result<Exit> {
         let exit = perform(actions, &tree);
         let _ = child.wait();
         tree::reap_orphans();
-        return Ok(exit.unwrap_or(Exit::LeaseLost));
+        return Ok(Supervised {
+            exit: exit.unwrap_or(Exit::LeaseLost),
+            stopped: Some(Stop::LeaseLost),
+        });
     }
-    Ok(watch(supervisor, &tree, &inbox, &mut helpers))
+    let exit = watch(&mut supervisor, &tree, &inbox, &mut helpers);
+    Ok(Supervised {
+        exit,
+        stopped: supervisor.stopped(),
+    })
 }
 
 /// Feeds events to the supervisor and performs its actions until it says to exit.
 fn watch(
-    mut supervisor: Supervisor,
+    supervisor: &mut Supervisor,
     tree: &Tree,
     inbox: &Receiver<Event>,
     helpers: &mut Helpers,

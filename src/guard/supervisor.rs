@@ -16,6 +16,9 @@
 //! - When the command exits after being stopped, what it started gets the rest of its grace
 //!   (or less, once nothing is left), then SIGKILL; `run` exits 124.
 //! - When the command exits on its own, `run` exits with its status at once.
+//! - `--max-runtime`: a command still running that long after it started is stopped exactly as
+//!   on a lost lease (SIGTERM to everything, SIGKILL `kill_after` later — sooner if the lease
+//!   could end first), with one line naming the limit; `run` exits 124.
 //!
 //! Invariant: while renewals fail, [`Action::SignalAll`]`(SIGKILL)` is emitted no later than
 //! `lease_end - margin`, where `lease_end` is the latest lease end a successful renewal (or the
@@ -127,7 +130,20 @@ pub struct Supervisor {
     lease_end: Instant,
     /// Renewals are failing: said once per outage, not once per retry.
     troubled: bool,
+    /// `--max-runtime`: the limit, and the instant the command reaches it.
+    max_runtime: Option<(Duration, Instant)>,
+    /// Why the command was stopped, once it was.
+    stopped: Option<Stop>,
     phase: Phase,
+}
+
+/// Why `run` stopped its command (both exit 124).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The lock is gone, taken, broken, or may expire: it is no longer certainly this run's.
+    LeaseLost,
+    /// `--max-runtime` was reached; the lease is still this run's.
+    MaxRuntime,
 }
 
 /// How much earlier than the computed lease end the command must be gone: covers the store's
@@ -147,14 +163,31 @@ impl Supervisor {
             failing_grace: kill_after.min(ttl.as_duration() / 4),
             lease_end,
             troubled: false,
+            max_runtime: None,
+            stopped: None,
             phase: Phase::Running,
         }
+    }
+
+    /// Stops the command once it has run for `limit` since `started` (`--max-runtime`).
+    #[must_use]
+    pub fn with_max_runtime(mut self, limit: Duration, started: Instant) -> Self {
+        self.max_runtime = Some((limit, started + limit));
+        self
+    }
+
+    /// Why the command was stopped, if it was.
+    pub fn stopped(&self) -> Option<Stop> {
+        self.stopped
     }
 
     /// When [`Event::Timer`] must come at the latest, or `None` when only other events matter.
     pub fn deadline(&self) -> Option<Instant> {
         match self.phase {
-            Phase::Running => Some(self.stop_at()),
+            Phase::Running => Some(match self.max_runtime {
+                Some((_, at)) => self.stop_at().min(at),
+                None => self.stop_at(),
+            }),
             Phase::Stopping { kill_at } | Phase::Draining { kill_at } => Some(kill_at),
             Phase::Killed | Phase::Done => None,
         }
@@ -250,6 +283,7 @@ impl Supervisor {
         self.phase = Phase::Stopping {
             kill_at: now + self.kill_after,
         };
+        self.stopped = Some(Stop::LeaseLost);
         vec![
             Action::Warn(format!(
                 "lost the lock on {}: {reason}; stopping the command",
@@ -276,10 +310,28 @@ impl Supervisor {
                     .earlier(self.lease_end, self.margin)
                     .min(now + self.kill_after);
                 self.phase = Phase::Stopping { kill_at };
+                self.stopped = Some(Stop::LeaseLost);
                 vec![
                     Action::Warn(format!(
                         "the lock on {} could not be renewed and may expire; stopping the command",
                         self.resource
+                    )),
+                    Action::SignalAll(Signal::SIGTERM),
+                ]
+            }
+            Phase::Running if self.max_runtime.is_some_and(|(_, at)| now >= at) => {
+                let limit = self.max_runtime.map_or(Duration::ZERO, |(limit, _)| limit);
+                // The lease is still this run's, but the SIGKILL may not come after it could
+                // end, should renewals fail meanwhile.
+                let kill_at = self
+                    .earlier(self.lease_end, self.margin)
+                    .min(now + self.kill_after);
+                self.phase = Phase::Stopping { kill_at };
+                self.stopped = Some(Stop::MaxRuntime);
+                vec![
+                    Action::Warn(format!(
+                        "the command ran for its --max-runtime of {}; stopping it",
+                        humantime::format_duration(limit)
                     )),
                     Action::SignalAll(Signal::SIGTERM),
                 ]

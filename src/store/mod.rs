@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::engine::{self, Decision, Request, State};
+use crate::engine::{self, Decision, Finish, Request, State};
 use crate::lock::{
-    Acquire, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Release, Renew, Resource,
-    Status, Timestamp, Ttl,
+    Acquire, Breach, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Release, Renew,
+    Resource, Status, Timestamp, Ttl,
 };
 
 pub use postgres::PostgresStore;
@@ -95,6 +95,33 @@ pub trait LockStore: Send {
     ///
     /// Only store failures.
     fn gc(&mut self, keep_history: Duration) -> Result<GcReport>;
+
+    /// `run`'s end of its tenure `fence`: released, or — with `hold` (`--hold-at-least`) whose
+    /// end is still ahead — kept until the tenure's start + `hold`.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn finish(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Fence,
+        hold: Option<Duration>,
+    ) -> Result<Finish>;
+
+    /// An operator's `break`: removes every live tenure of `resource` (only `owner`'s, when
+    /// given), recording who and why; returns the removed tenures.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn breach(
+        &mut self,
+        resource: &Resource,
+        owner: Option<&Owner>,
+        breach: &Breach,
+    ) -> Result<Vec<Lock>>;
 
     /// Takes `owner` out of `resource`'s queue of waiters (it gave up).
     ///
@@ -233,6 +260,31 @@ impl<B: Backend> LockStore for B {
         self.prune(keep_history)
     }
 
+    fn finish(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Fence,
+        hold: Option<Duration>,
+    ) -> Result<Finish> {
+        // A kept lease must survive power loss (the hold is what stops a second host); a
+        // release need not (see `release`).
+        self.transact(resource, hold.is_some(), &mut |state, _| {
+            Ok(engine::finish(state, owner, fence, hold))
+        })
+    }
+
+    fn breach(
+        &mut self,
+        resource: &Resource,
+        owner: Option<&Owner>,
+        breach: &Breach,
+    ) -> Result<Vec<Lock>> {
+        self.transact(resource, true, &mut |state, _| {
+            Ok(engine::breach(resource, state, owner, breach))
+        })
+    }
+
     fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
         self.transact(resource, false, &mut |state, _| {
             Ok(engine::leave(state, owner))
@@ -259,6 +311,9 @@ struct HistoryRow<'a> {
     mode: &'a str,
     lim: Option<i64>,
     note: Option<&'a str>,
+    /// Who broke the tenure, and why (`broken` events).
+    by: Option<&'a str>,
+    reason: Option<&'a str>,
 }
 
 /// # Errors
@@ -277,6 +332,10 @@ fn event(row: &HistoryRow<'_>) -> Result<Event> {
         previous_owner: row.previous_owner.map(Owner::from_store),
         mode: mode_of(row.mode, row.lim)?,
         note: row.note.map(Note::from_store),
+        broken: row.by.zip(row.reason).map(|(by, reason)| Breach {
+            by: Note::from_store(by),
+            reason: Note::from_store(reason),
+        }),
     })
 }
 

@@ -370,11 +370,11 @@ fn apply(
                 run(
                     tx,
                     concat!(
-                        "INSERT INTO distlock.history
-                             (at, resource, owner, fence, event, previous_owner, mode, lim, note)
+                        "INSERT INTO distlock.history (at, resource, owner, fence, event,
+                             previous_owner, mode, lim, note, operator, reason)
                          VALUES (",
                         at_ms!("$1"),
-                        ", $2, $3, $4, $5, $6, $7, $8, $9)"
+                        ", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
                     ),
                     &[
                         &record.at.0,
@@ -386,6 +386,8 @@ fn apply(
                         &mode,
                         &lim,
                         &record.note.as_ref().map(Note::as_str),
+                        &record.broken.as_ref().map(|b| b.by.as_str()),
+                        &record.broken.as_ref().map(|b| b.reason.as_str()),
                     ],
                 )?
             }
@@ -524,7 +526,7 @@ impl Backend for Session {
         let resource = query.resource.as_ref().map(Resource::as_str);
         let rows = self.client.query(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
-                    previous_owner, mode, lim, note
+                    previous_owner, mode, lim, note, operator, reason
              FROM (SELECT * FROM distlock.history
                    WHERE ($1::text IS NULL OR resource = $1)
                      AND ($2::bigint IS NULL OR at >= now() - $2::bigint * interval '1 ms')
@@ -544,6 +546,8 @@ impl Backend for Session {
                     mode: r.get(6),
                     lim: r.get::<_, Option<i32>>(7).map(i64::from),
                     note: r.get(8),
+                    by: r.get(9),
+                    reason: r.get(10),
                 })
             })
             .collect()

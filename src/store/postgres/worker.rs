@@ -10,9 +10,9 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::sql::Session;
 use super::target::{Target, scrub};
-use crate::engine::Request;
+use crate::engine::{Finish, Request};
 use crate::lock::{
-    Acquire, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Status, Ttl,
+    Acquire, Breach, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Status, Ttl,
 };
 use crate::store::{GcReport, LockStore};
 
@@ -184,6 +184,27 @@ impl LockStore for PostgresStore {
 
     fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
         self.call(move |s| s.gc(keep_history))
+    }
+
+    fn finish(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Fence,
+        hold: Option<Duration>,
+    ) -> Result<Finish> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| s.finish(&resource, &owner, fence, hold))
+    }
+
+    fn breach(
+        &mut self,
+        resource: &Resource,
+        owner: Option<&Owner>,
+        breach: &Breach,
+    ) -> Result<Vec<Lock>> {
+        let (resource, owner, breach) = (resource.clone(), owner.cloned(), breach.clone());
+        self.call(move |s| s.breach(&resource, owner.as_ref(), &breach))
     }
 
     fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {

@@ -434,9 +434,9 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
             Change::Record(record) => {
                 let (mode, lim) = mode_columns(record.mode);
                 tx.prepare_cached(
-                    "INSERT INTO history
-                         (at, resource, owner, fence, event, previous_owner, mode, lim, note)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    "INSERT INTO history (at, resource, owner, fence, event, previous_owner,
+                                          mode, lim, note, operator, reason)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 )?
                 .execute(params![
                     record.at.0,
@@ -447,7 +447,9 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
                     record.previous_owner.as_ref().map(Owner::as_str),
                     mode,
                     lim,
-                    record.note.as_ref().map(Note::as_str)
+                    record.note.as_ref().map(Note::as_str),
+                    record.broken.as_ref().map(|b| b.by.as_str()),
+                    record.broken.as_ref().map(|b| b.reason.as_str())
                 ])?
             }
         };
@@ -549,7 +551,8 @@ impl Backend for SqliteStore {
             "?1 IS NULL AND at >= ?2"
         };
         let sql = format!(
-            "SELECT at, resource, owner, fence, event, previous_owner, mode, lim, note FROM (
+            "SELECT at, resource, owner, fence, event, previous_owner, mode, lim, note,
+                    operator, reason FROM (
                  SELECT * FROM history WHERE {filter} ORDER BY id DESC LIMIT ?3
              ) ORDER BY id"
         );
@@ -575,6 +578,8 @@ impl Backend for SqliteStore {
                 mode: &r.get::<_, String>(6)?,
                 lim: r.get(7)?,
                 note: r.get::<_, Option<String>>(8)?.as_deref(),
+                by: r.get::<_, Option<String>>(9)?.as_deref(),
+                reason: r.get::<_, Option<String>>(10)?.as_deref(),
             })?);
         }
         Ok(events)
