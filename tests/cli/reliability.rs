@@ -495,8 +495,14 @@ fn sigkill_at_random_moments_leaves_a_sound_store() {
         );
     }
 
-    // Every lease runs out: after the longest TTL, a new owner takes every resource.
-    thread::sleep((CRASH_MAX_TTL + Duration::from_millis(300)).saturating_sub(ended.elapsed()));
+    // Every lease runs out, and so does the place of every waiter killed in the queue (a dead
+    // waiter stops blocking within 5 s, contract "Fair waiting"): after both, a new owner
+    // takes every resource.
+    let dead_waiter_place = Duration::from_secs(5);
+    thread::sleep(
+        (CRASH_MAX_TTL.max(dead_waiter_place) + Duration::from_millis(300))
+            .saturating_sub(ended.elapsed()),
+    );
     for resource in CRASH_RESOURCES {
         let out = db.json(
             &["acquire", resource, "--owner", "survivor", "--ttl", "30"],
