@@ -1990,6 +1990,195 @@ mod tests {
         }
     }
 
+    fn breach_by(by: &str, reason: &str) -> Breach {
+        Breach {
+            by: Note::parse(by).unwrap(),
+            reason: Note::parse(reason).unwrap(),
+        }
+    }
+
+    #[test]
+    fn finish_table() {
+        use std::time::Duration as D;
+        // The tenure started 1 s ago (`lease`'s acquired_at is NOW - 1000).
+        // (case, rows, fence, hold, expected outcome, expected changes)
+        type Case<'a> = (&'a str, Vec<Lease>, i64, Option<D>, Finish, Vec<&'a str>);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "no hold: released",
+                vec![lease("a", 7, 5_000)],
+                7,
+                None,
+                Finish::Released,
+                vec!["delete 7", "record released a 7"],
+            ),
+            (
+                "a hold still ahead: kept until start + hold",
+                vec![lease("a", 7, 5_000)],
+                7,
+                Some(D::from_secs(60)),
+                Finish::Kept { until: at(59_000) },
+                vec!["update 7", "record kept a 7"],
+            ),
+            (
+                "a hold that ends exactly now: released",
+                vec![lease("a", 7, 5_000)],
+                7,
+                Some(D::from_secs(1)),
+                Finish::Released,
+                vec!["delete 7", "record released a 7"],
+            ),
+            (
+                "a hold already past: released",
+                vec![lease("a", 7, 5_000)],
+                7,
+                Some(D::from_millis(500)),
+                Finish::Released,
+                vec!["delete 7", "record released a 7"],
+            ),
+            (
+                "a hold longer than the lease: kept past the lease",
+                vec![lease("a", 7, 100)],
+                7,
+                Some(D::from_secs(3_000)),
+                Finish::Kept {
+                    until: at(2_999_000),
+                },
+                vec!["update 7", "record kept a 7"],
+            ),
+            (
+                "the tenure is gone (broken, or expired): nothing to do",
+                vec![],
+                7,
+                Some(D::from_secs(60)),
+                Finish::NotFound,
+                vec![],
+            ),
+            (
+                "another tenure of the same owner: never kept or released",
+                vec![lease("a", 9, 5_000)],
+                7,
+                Some(D::from_secs(60)),
+                Finish::NotFound,
+                vec![],
+            ),
+            (
+                "the tenure expired: never revived by a hold",
+                vec![lease("a", 7, -1)],
+                7,
+                Some(D::from_secs(60)),
+                Finish::NotFound,
+                vec![],
+            ),
+        ];
+        for (name, rows, fence, hold, outcome, changes) in cases {
+            let decision = finish(&state(&rows), &own("a"), Fence(fence), hold);
+            assert_eq!(decision.outcome, outcome, "{name}");
+            assert_eq!(kinds(&decision.changes), changes, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_kept_lease_keeps_its_fence_start_and_note() {
+        let rows = [Lease {
+            note: Some(Note::parse("hourly report").unwrap()),
+            ..lease("a", 7, 5_000)
+        }];
+        let decision = finish(
+            &state(&rows),
+            &own("a"),
+            Fence(7),
+            Some(std::time::Duration::from_secs(60)),
+        );
+        let Change::Update(kept) = &decision.changes[0] else {
+            panic!("the lease is updated")
+        };
+        assert_eq!(
+            (kept.fence, kept.acquired_at, kept.expires_at),
+            (Fence(7), at(-1_000), at(59_000))
+        );
+        assert_eq!(kept.note, rows[0].note);
+    }
+
+    #[test]
+    fn breach_table() {
+        let readers = vec![
+            held("a", 1, 5_000, S),
+            held("b", 2, 5_000, S),
+            held("x", 3, -1, S),
+        ];
+        // (case, rows, --owner, removed owners, changes)
+        type Case<'a> = (
+            &'a str,
+            Vec<Lease>,
+            Option<&'a str>,
+            Vec<&'a str>,
+            Vec<&'a str>,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "every live tenure",
+                readers.clone(),
+                None,
+                vec!["a", "b"],
+                vec![
+                    "delete 1",
+                    "record broken a 1",
+                    "delete 2",
+                    "record broken b 2",
+                ],
+            ),
+            (
+                "only the named owner's",
+                readers.clone(),
+                Some("b"),
+                vec!["b"],
+                vec!["delete 2", "record broken b 2"],
+            ),
+            (
+                "an owner with no live tenure",
+                readers.clone(),
+                Some("x"),
+                vec![],
+                vec![],
+            ),
+            ("nobody holds it", vec![], None, vec![], vec![]),
+            (
+                "an exclusive holder",
+                vec![lease("h", 4, 10)],
+                None,
+                vec!["h"],
+                vec!["delete 4", "record broken h 4"],
+            ),
+        ];
+        let why = breach_by("alice@ops", "stuck since Friday");
+        for (name, rows, owner, removed, changes) in cases {
+            let owner = owner.map(own);
+            let decision = breach(&res(), &state(&rows), owner.as_ref(), &why);
+            let got: Vec<&str> = decision.outcome.iter().map(|l| l.owner.as_str()).collect();
+            assert_eq!(got, removed, "{name}");
+            assert_eq!(kinds(&decision.changes), changes, "{name}");
+            for change in &decision.changes {
+                if let Change::Record(record) = change {
+                    assert_eq!(record.broken.as_ref(), Some(&why), "{name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn after_a_break_the_next_tenure_gets_a_higher_fence() {
+        let rows = vec![lease("h", 4, 5_000)];
+        let broken = breach(&res(), &state(&rows), None, &breach_by("op", "stuck"));
+        let rows = applied(rows, &broken.changes);
+        let (decision, _) = acquire_with(&rows, "next", 30);
+        let Acquire::Acquired { lock, tenure } = decision.outcome else {
+            panic!("a broken lock is free")
+        };
+        assert_eq!(tenure, Tenure::New);
+        assert!(lock.fence > Fence(4));
+    }
+
     /// A run of random operations against a model of the contract: the decisions, applied to the
     /// rows, never hand out a fence twice, never let two owners hold at once, and a refusal never
     /// writes.

@@ -866,3 +866,125 @@ fn invariant_workers_left_by_a_command_that_exits_on_sigterm_are_killed_in_time(
         check_invariant(Model::ExitsOnTerm(delay));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// --max-runtime
+
+/// A simulation whose command may run at most `limit` from the acquire.
+fn capped(ttl_secs: u64, kill_after: Duration, limit: Duration, model: Model) -> Sim {
+    let mut sim = Sim::with(ttl_secs, kill_after, model);
+    sim.supervisor = sim.supervisor.clone().with_max_runtime(limit, sim.t0);
+    sim
+}
+
+fn renew_every(sim: &mut Sim, ttl_secs: u64, until: Duration) {
+    let interval = secs(ttl_secs) / 3;
+    let mut at = interval;
+    while at < until {
+        let lease_end = sim.instant(at + secs(ttl_secs));
+        sim.schedule(at, Event::Renewed(lease_end));
+        at += interval;
+    }
+}
+
+#[test]
+fn max_runtime_stops_the_command_with_sigterm_then_sigkill_and_exits_124() {
+    let mut sim = capped(30, secs(5), secs(10), Model::IgnoresTerm);
+    renew_every(&mut sim, 30, secs(60));
+    sim.run_to(secs(60));
+    assert_eq!(
+        sim.times_of(&Action::SignalAll(Signal::SIGTERM)),
+        [secs(10)],
+        "SIGTERM at the limit"
+    );
+    assert_eq!(
+        sim.times_of(&Action::SignalAll(Signal::SIGKILL)),
+        [secs(15), secs(15) + ms(1)],
+        "SIGKILL --kill-after later, and to what is left once it died"
+    );
+    assert_eq!(sim.times_of(&Action::Exit(Exit::LeaseLost)).len(), 1);
+    assert_eq!(sim.supervisor.stopped(), Some(Stop::MaxRuntime));
+    assert_eq!(
+        sim.warnings(),
+        ["the command ran for its --max-runtime of 10s; stopping it"]
+    );
+}
+
+#[test]
+fn a_command_that_ends_before_its_max_runtime_keeps_its_own_status() {
+    let mut sim = capped(30, secs(5), secs(10), Model::Passive);
+    renew_every(&mut sim, 30, secs(9));
+    sim.run_to(secs(9));
+    let actions = sim.at(secs(9), Event::Exited(Ended::Code(3)));
+    assert_eq!(actions, [Action::Exit(Exit::Child(3))]);
+    assert_eq!(sim.supervisor.stopped(), None);
+    assert!(sim.warnings().is_empty());
+}
+
+#[test]
+fn max_runtime_is_the_deadline_while_it_comes_before_the_renewal_stop() {
+    let cases = [
+        // (ttl, limit, expected first deadline)
+        (30, secs(2), secs(2)),
+        (30, secs(3600), secs(30) - secs(3) - secs(5)),
+        (3, secs(1), ms(1_000)),
+    ];
+    for (ttl_secs, limit, expected) in cases {
+        let sim = capped(ttl_secs, secs(5), limit, Model::Passive);
+        assert_eq!(
+            sim.deadline(),
+            Some(expected),
+            "ttl {ttl_secs}, limit {limit:?}"
+        );
+    }
+}
+
+#[test]
+fn a_max_runtime_stop_still_kills_before_the_lease_could_end() {
+    // The limit comes while renewals fail: the SIGKILL may not wait for --kill-after past
+    // lease_end - margin.
+    for (ttl_secs, kill_after, limit) in [
+        (10, secs(60), secs(2)),
+        (6, secs(30), secs(1)),
+        (30, secs(20), secs(15)),
+    ] {
+        let mut sim = capped(ttl_secs, kill_after, limit, Model::IgnoresTerm);
+        sim.schedule(secs(1), Event::Trouble("unreachable".into()));
+        sim.run_to(secs(ttl_secs * 4));
+        let lease_end = secs(ttl_secs);
+        let margin = safety_margin(ttl(ttl_secs));
+        let kills = sim.times_of(&Action::SignalAll(Signal::SIGKILL));
+        assert!(
+            kills.first().is_some_and(|k| *k <= lease_end - margin),
+            "ttl {ttl_secs}, kill_after {kill_after:?}, limit {limit:?}: SIGKILL at {kills:?}"
+        );
+    }
+}
+
+#[test]
+fn news_after_a_max_runtime_stop_changes_nothing() {
+    let mut sim = capped(30, secs(5), secs(2), Model::IgnoresTerm);
+    sim.run_to(secs(2));
+    assert_eq!(sim.supervisor.stopped(), Some(Stop::MaxRuntime));
+    let actions = sim.at(secs(3), Event::Lost("it was broken by op (stuck)".into()));
+    assert!(actions.is_empty(), "{actions:?}");
+    assert_eq!(sim.supervisor.stopped(), Some(Stop::MaxRuntime));
+}
+
+#[test]
+fn a_lost_lease_before_the_max_runtime_is_a_lost_lease() {
+    let mut sim = capped(30, secs(5), secs(20), Model::IgnoresTerm);
+    let actions = sim.at(secs(4), Event::Lost("it was broken by op (stuck)".into()));
+    assert_eq!(
+        actions,
+        [
+            Action::Warn(
+                "lost the lock on r: it was broken by op (stuck); stopping the command".into()
+            ),
+            Action::SignalAll(Signal::SIGTERM)
+        ]
+    );
+    sim.run_to(secs(60));
+    assert_eq!(sim.supervisor.stopped(), Some(Stop::LeaseLost));
+    assert_eq!(sim.times_of(&Action::SignalAll(Signal::SIGTERM)), [secs(4)]);
+}
