@@ -70,6 +70,19 @@ pub struct Request {
     pub waits: bool,
 }
 
+impl Request {
+    /// A plain exclusive request without a note, that tries once.
+    pub fn exclusive(owner: Owner, ttl: Ttl) -> Request {
+        Request {
+            owner,
+            ttl,
+            mode: Mode::Exclusive,
+            note: None,
+            waits: false,
+        }
+    }
+}
+
 /// A place in a resource's queue of waiters (contract, "Fair waiting"). Places are ordered by
 /// the store's ticket, never by a client's clock; a place is live while its liveness lease
 /// runs, which the waiter refreshes as it waits, so a waiter that died stops blocking the queue
@@ -589,13 +602,7 @@ mod tests {
 
     /// An exclusive request without a note.
     fn request(owner: &str, secs: u64) -> Request {
-        Request {
-            owner: own(owner),
-            ttl: ttl(secs),
-            mode: Mode::Exclusive,
-            note: None,
-            waits: false,
-        }
+        Request::exclusive(own(owner), ttl(secs))
     }
 
     fn state(leases: &[Lease]) -> State {

@@ -655,7 +655,7 @@ mod tests {
 
     use super::super::LockStore;
     use crate::engine::Request;
-    use crate::lock::{Acquire, EventKind, Mode, Release, Renew, Tenure, Ttl};
+    use crate::lock::{Acquire, EventKind, Release, Renew, Tenure, Ttl};
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use super::*;
@@ -697,13 +697,7 @@ mod tests {
     }
 
     fn req(owner: &str, secs: u64) -> Request {
-        Request {
-            owner: own(owner),
-            ttl: ttl(secs),
-            mode: Mode::Exclusive,
-            note: None,
-            waits: false,
-        }
+        Request::exclusive(own(owner), ttl(secs))
     }
 
     fn acquired(outcome: Acquire) -> (Lock, Tenure) {
