@@ -10,68 +10,19 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use serde_json::Value;
 
-use crate::common::output::{now_millis, parse_line, timestamp_millis};
-use crate::common::pids::{all_gone_within, ids_of, is_gone};
+use crate::common::files::{read_number, read_trimmed};
+use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
+use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone};
 use crate::common::process::{BIN, Proc, wait_for, wait_for_file};
-use crate::common::store::{Db, Kind, each_store};
-
-/// `distlock run ARGS…` with the scratch folder in `$D` and the binary in `$DL`.
-fn run_cmd(db: &Db, args: &[&str]) -> Command {
-    let mut cmd = db.std_cmd();
-    cmd.arg("run")
-        .args(args)
-        .env("D", db.dir.path())
-        .env("DL", BIN)
-        .stdin(Stdio::null());
-    cmd
-}
-
-fn read_trimmed(path: &Path) -> String {
-    fs::read_to_string(path)
-        .unwrap_or_else(|err| panic!("read {}: {err}", path.display()))
-        .trim()
-        .to_owned()
-}
-
-fn read_number(path: &Path) -> i64 {
-    let text = read_trimmed(path);
-    text.parse()
-        .unwrap_or_else(|err| panic!("{} holds {text:?}, not a number: {err}", path.display()))
-}
-
-/// Asserts that `resource` is free.
-fn assert_free(db: &Db, resource: &str) {
-    let (code, json) = db.status(resource);
-    assert_eq!(code, 1, "{resource} should be free, status says {json}");
-    assert_eq!(json["held"], false);
-}
-
-/// Asserts that `resource` is held by `owner`, and returns the lock object.
-fn assert_held_by(db: &Db, resource: &str, owner: &str) -> Value {
-    let (code, json) = db.status(resource);
-    assert_eq!(
-        code, 0,
-        "{resource} should be held by {owner}, status says {json}"
-    );
-    assert_eq!(json["lock"]["owner"], owner, "{json}");
-    json["lock"].clone()
-}
-
-fn event_names(events: &[Value]) -> Vec<&str> {
-    events
-        .iter()
-        .map(|e| e["event"].as_str().expect("event name"))
-        .collect()
-}
+use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd};
 
 /// Holds SQLite's write lock on `path` from another connection for `hold`, as a stuck writer
 /// would; returns once the lock is taken. Readers still get through (WAL mode); writers wait
@@ -730,21 +681,6 @@ fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
 // ---------------------------------------------------------------------------------------------
 // Everything run started: descendants that left the process group
 // ---------------------------------------------------------------------------------------------
-
-/// Kills the listed processes when dropped, so that a failing test leaves no `sleep 300`
-/// behind. Each pid is one the test saw running (and, for the sleeps here, outliving them is
-/// the failure being reported).
-struct KillOnDrop(Vec<i32>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        for &pid in &self.0 {
-            if !is_gone(pid) {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-        }
-    }
-}
 
 /// The first two numbers in `path`, once it has been written.
 fn read_pair(path: &Path) -> (i32, i32) {

@@ -2,11 +2,12 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`store`] | the store under test ([`store::Db`], [`store::each_store`]: SQLite, and PostgreSQL when the suite has a server), `distlock` command lines, `status` and `log` as values |
-//! | [`output`] | what distlock prints: one JSON line, JSON lines, key sets, RFC 3339 times, the usage and store error shapes |
+//! | [`store`] | the store under test ([`store::Db`], [`store::each_store`]: SQLite, and PostgreSQL when the suite has a server), `distlock` command lines (`run` with `$D` and `$DL`: [`store::run_cmd`]), `status` and `log` as values, "free" and "held by" as assertions |
+//! | [`output`] | what distlock prints: one JSON line, JSON lines and their event names, key sets, RFC 3339 times, the usage and store error shapes |
 //! | [`process`] | the binary, spawning with a deadline ([`process::Proc`]), describing an outcome, waiting for a condition or a file |
 //! | [`tenure`] | a tenure in each lock mode (exclusive, shared, semaphore) and the answers built from tenures: lock and holder objects, busy, mismatch, held |
-//! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children |
+//! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children; killing leftovers ([`pids::KillOnDrop`]) |
+//! | [`files`] | the marker files that commands write: a trimmed line, a number |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
 //! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
 //!
@@ -15,6 +16,7 @@
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
 pub mod fenced_write;
+pub mod files;
 pub mod gate;
 pub mod output;
 pub mod pids;

@@ -1,5 +1,5 @@
 //! What distlock prints, checked against the contract's shapes: one JSON object on one line,
-//! JSON lines (`log`), the keys of an object, RFC 3339 UTC times with milliseconds (read, and
+//! JSON lines (`log`) and their event names, the keys of an object, RFC 3339 UTC times with milliseconds (read, and
 //! written for expected answers), and the usage (64) and store (74) error shapes.
 
 use std::process::Output;
@@ -26,6 +26,14 @@ pub fn parse_lines(stdout: &[u8]) -> Vec<Value> {
         .map(|line| {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("line {line:?} is not JSON: {e}"))
         })
+        .collect()
+}
+
+/// The `"event"` of each of `log`'s events, in order.
+pub fn event_names(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|e| e["event"].as_str().expect("event name"))
         .collect()
 }
 

@@ -1,9 +1,11 @@
 //! What `/proc` says about a pid: whether the process still runs, its `stat` fields, its
-//! children. Linux only, as the suite is.
+//! children; and killing what a failing test leaves
+//! running. Linux only, as the suite is.
 
 use std::fs;
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::process::wait_for;
@@ -64,4 +66,19 @@ pub fn children_of(pid: Pid) -> Vec<i32> {
         }
     }
     children
+}
+
+/// Kills the listed processes when dropped, so that a failing test leaves no long `sleep`
+/// behind. Each pid is one the test saw running (and, for the sleeps in these tests, outliving
+/// the test's checks is the failure being reported).
+pub struct KillOnDrop(pub Vec<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if !is_gone(pid) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
 }

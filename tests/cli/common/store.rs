@@ -210,6 +210,37 @@ pub fn distlock_at(db: impl AsRef<OsStr>) -> std::process::Command {
     cmd
 }
 
+/// `distlock run ARGS…` against `db`, with no stdin, the scratch folder in `$D` (for the
+/// command's marker files) and the binary under test in `$DL` (for commands that look at the
+/// lock from inside).
+pub fn run_cmd(db: &Db, args: &[&str]) -> std::process::Command {
+    let mut cmd = db.std_cmd();
+    cmd.arg("run")
+        .args(args)
+        .env("D", db.dir.path())
+        .env("DL", BIN)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Asserts that `resource` is free.
+pub fn assert_free(db: &Db, resource: &str) {
+    let (code, json) = db.status(resource);
+    assert_eq!(code, 1, "{resource} should be free, status says {json}");
+    assert_eq!(json["held"], false);
+}
+
+/// Asserts that `resource` is held by `owner`, and returns the lock object.
+pub fn assert_held_by(db: &Db, resource: &str, owner: &str) -> Value {
+    let (code, json) = db.status(resource);
+    assert_eq!(
+        code, 0,
+        "{resource} should be held by {owner}, status says {json}"
+    );
+    assert_eq!(json["lock"]["owner"], owner, "{json}");
+    json["lock"].clone()
+}
+
 /// Runs `test` against a fresh SQLite store, then against a fresh PostgreSQL database when
 /// `DISTLOCK_TEST_PG_URL` is set (and says so on stderr when it is not).
 pub fn each_store(test: impl Fn(&Db)) {
