@@ -5,6 +5,7 @@
 mod common;
 mod core;
 mod fair;
+mod fleet;
 mod history;
 mod modes;
 mod postgres;

@@ -187,6 +187,21 @@ impl Db {
         Proc::spawn(&mut cmd, self.dir.path(), name)
     }
 
+    /// `distlock --format text ARGS…`, which must exit `code` and print whole lines on stdout
+    /// (at least one): those lines.
+    pub fn text_lines(&self, args: &[&str], code: i32) -> Vec<String> {
+        let mut all = vec!["--format", "text"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
+        assert_eq!(out.status.code(), Some(code), "{all:?}: {}", describe(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.ends_with('\n') && !stdout.trim().is_empty(),
+            "{all:?}: lines on stdout, got {stdout:?}"
+        );
+        stdout.lines().map(str::to_owned).collect()
+    }
+
     /// `log ARGS…`, which must exit 0: the events, oldest first.
     pub fn log(&self, args: &[&str]) -> Vec<Value> {
         let mut all = vec!["log"];
