@@ -8,14 +8,35 @@
 //! contract fixes (a kept lock's `expires_at`) are compared exactly; waits have deadlines with
 //! generous slack, and lower bounds on durations follow from causality.
 
+use std::time::Duration;
+
 use serde_json::json;
 
-use crate::common::output::parse_line;
-use crate::common::process::describe;
-use crate::common::store::{assert_held_by, each_store, run_cmd};
+use crate::common::files::read_trimmed;
+use crate::common::output::{event_names, keys, now_millis, parse_line, timestamp_millis};
+use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
+use crate::common::process::{Proc, describe, wait_for_file, wait_until};
+use crate::common::store::{assert_free, assert_held_by, each_store, run_cmd};
+
+/// The deadline for anything that should take a few seconds at most.
+const LONG: Duration = Duration::from_secs(20);
 
 /// A command that leaves a mark if it ever runs.
 const MARK: &str = r#"echo ran >> "$D/ran""#;
+
+/// A command that writes its owner to `$D/owner`, then sleeps (and, in its shell, waits)
+/// until it is stopped.
+const HOLD_AND_SLEEP: &str = r#"echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
+    exec sleep 60"#;
+
+/// A command with a tree under it: the shell (`sh.pid`), a child shell (`child.pid`) and, in a
+/// session of its own, a grandchild that ignores SIGTERM (`gc.pid`, started from `$GRANDCHILD`).
+const TREE: &str = r#"sh -c 'setsid sh -c "$GRANDCHILD" & echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 60' &
+    echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
+    echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
+    sleep 60"#;
+const GRANDCHILD: &str =
+    r#"trap "" TERM; echo $$ > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc.pid"; exec sleep 60"#;
 
 // ---------------------------------------------------------------------------------------------
 // --note
@@ -218,5 +239,293 @@ fn reacquire_with_a_note_replaces_it_and_without_one_keeps_it() {
             let after = assert_held_by(db, "deploy", "X");
             assert_eq!(after["note"], expected, "{extra:?}: {after}");
         }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// --hold-at-least
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn hold_at_least_keeps_the_lock_until_the_tenures_start_plus_the_hold() {
+    each_store(|db| {
+        // Whatever the command's status: here it fails.
+        let script = r#"echo "$DISTLOCK_OWNER" > "$D/owner"; exit 3"#;
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "report",
+                "--hold-at-least",
+                "3s",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert!(
+            out.stdout.is_empty() && out.stderr.is_empty(),
+            "a kept lock is not worth a word (cron would mail it): {}",
+            describe(&out)
+        );
+        let owner = read_trimmed(&db.file("owner"));
+        let lock = assert_held_by(db, "report", &owner);
+        let acquired_at = timestamp_millis(lock["acquired_at"].as_str().expect("acquired_at"));
+        let expires_at = timestamp_millis(lock["expires_at"].as_str().expect("expires_at"));
+        assert_eq!(expires_at - acquired_at, 3000, "start + 3 s: {lock}");
+
+        let events = db.log(&["report"]);
+        assert_eq!(event_names(&events), ["acquired", "kept"], "{events:?}");
+        let kept = &events[1];
+        assert_eq!(
+            (&kept["owner"], &kept["fence"]),
+            (&json!(owner), &lock["fence"]),
+            "{kept}"
+        );
+        assert_eq!(
+            keys(kept),
+            ["at", "event", "fence", "owner", "resource"],
+            "{kept}"
+        );
+
+        // Another host finds it busy until then, and free from then on.
+        let busy = db.json(
+            &["acquire", "report", "--owner", "other", "--ttl", "60"],
+            75,
+        );
+        assert_eq!(busy["holder"]["owner"], owner.as_str(), "{busy}");
+        wait_until(LONG, "the hold ends", || db.status("report").0 == 1);
+        let seen_free = now_millis();
+        assert!(
+            seen_free + 10 >= expires_at,
+            "free at {seen_free}, before the hold's end {expires_at}"
+        );
+        let next = db.json(&["acquire", "report", "--owner", "other", "--ttl", "60"], 0);
+        assert!(
+            next["lock"]["fence"].as_i64() > lock["fence"].as_i64(),
+            "{next}"
+        );
+    });
+}
+
+#[test]
+fn hold_at_least_already_past_when_the_command_ends_releases_as_usual() {
+    each_store(|db| {
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "report",
+                "--hold-at-least",
+                "1s",
+                "--",
+                "sleep",
+                "1.5",
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_free(db, "report");
+        let events = db.log(&["report"]);
+        assert_eq!(event_names(&events), ["acquired", "released"], "{events:?}");
+    });
+}
+
+#[test]
+fn a_second_host_skips_quietly_while_the_first_hosts_hold_lasts() {
+    each_store(|db| {
+        // The same crontab line on two hosts; the second fires after the first has finished.
+        for host in ["host-a", "host-b"] {
+            let out = run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "report",
+                    "--owner",
+                    host,
+                    "--hold-at-least",
+                    "5s",
+                    "--conflict-exit-code",
+                    "0",
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"echo "$DISTLOCK_OWNER" >> "$D/ran""#,
+                ],
+            )
+            .output()
+            .expect("run distlock");
+            assert_eq!(out.status.code(), Some(0), "{host}: {}", describe(&out));
+            assert!(
+                out.stdout.is_empty() && out.stderr.is_empty(),
+                "{host}: {}",
+                describe(&out)
+            );
+        }
+        assert_eq!(
+            read_trimmed(&db.file("ran")),
+            "host-a",
+            "only the first ran"
+        );
+        assert_held_by(db, "report", "host-a");
+        let events = db.log(&["report"]);
+        assert_eq!(event_names(&events), ["acquired", "kept"], "{events:?}");
+    });
+}
+
+#[test]
+fn hold_at_least_does_not_keep_a_lock_whose_lease_was_lost() {
+    each_store(|db| {
+        let proc = Proc::spawn(
+            &mut run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "report",
+                    "--ttl",
+                    "3",
+                    "--hold-at-least",
+                    "60s",
+                    "--",
+                    "sh",
+                    "-c",
+                    HOLD_AND_SLEEP,
+                ],
+            ),
+            db.dir.path(),
+            "run",
+        );
+        wait_for_file(&db.file("owner"), LONG);
+        let owner = read_trimmed(&db.file("owner"));
+        let broke = db.json(&["break", "report", "--reason", "testing"], 0);
+        assert_eq!(broke["locks"][0]["owner"], owner.as_str(), "{broke}");
+        let done = proc.finish(LONG);
+        assert_eq!(done.code(), Some(124), "{}", done.describe());
+
+        assert_free(db, "report");
+        let events = db.log(&["report"]);
+        let names = event_names(&events);
+        assert_eq!(names.first(), Some(&"acquired"), "{events:?}");
+        assert_eq!(names.last(), Some(&"broken"), "{events:?}");
+        assert!(
+            !names.contains(&"kept"),
+            "kept after a lost lease: {events:?}"
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// --max-runtime
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn max_runtime_stops_the_command_and_everything_it_started_and_releases() {
+    each_store(|db| {
+        let mut cmd = run_cmd(
+            db,
+            &[
+                "--resource",
+                "capped",
+                "--max-runtime",
+                "2s",
+                "--kill-after",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                TREE,
+            ],
+        );
+        cmd.env("GRANDCHILD", GRANDCHILD);
+        let proc = Proc::spawn(&mut cmd, db.dir.path(), "run");
+        let started = [
+            (pid_in(&db.file("sh.pid"), LONG), "the command"),
+            (pid_in(&db.file("child.pid"), LONG), "its child"),
+            (pid_in(&db.file("gc.pid"), LONG), "its setsid grandchild"),
+        ];
+        let _cleanup = KillOnDrop(started.iter().map(|&(pid, _)| pid).collect());
+        let (shell, grandchild) = (started[0].0, started[2].0);
+        let ids = ids_of(grandchild).expect("the grandchild runs");
+        assert!(
+            ids.session == grandchild && ids_of(shell).is_some_and(|sh| sh.session != ids.session),
+            "the grandchild left the command's session and group: {ids:?}"
+        );
+
+        let done = proc.finish(LONG);
+        assert_eq!(done.code(), Some(124), "{}", done.describe());
+        assert!(
+            done.elapsed >= Duration::from_secs(2),
+            "stopped before its --max-runtime: {}",
+            done.describe()
+        );
+        assert!(done.output.stdout.is_empty(), "{}", done.describe());
+        let stderr = done.stderr();
+        assert!(
+            stderr.lines().count() == 1
+                && stderr.starts_with("distlock: ")
+                && stderr.contains("--max-runtime")
+                && stderr.contains("2s"),
+            "one line naming the limit: {}",
+            done.describe()
+        );
+        all_gone_within(&started.map(|(pid, _)| pid), Duration::from_secs(5));
+        let survivors: Vec<String> = started
+            .iter()
+            .filter(|&&(pid, _)| !is_gone(pid))
+            .map(|&(pid, what)| format!("{what} (pid {pid})"))
+            .collect();
+        assert!(
+            survivors.is_empty(),
+            "outlived --max-runtime: {survivors:?}"
+        );
+
+        assert_free(db, "capped");
+        let events = db.log(&["capped"]);
+        assert_eq!(event_names(&events), ["acquired", "released"], "{events:?}");
+    });
+}
+
+#[test]
+fn max_runtime_under_hold_at_least_keeps_the_lock_until_the_hold_ends() {
+    each_store(|db| {
+        let done = Proc::spawn(
+            &mut run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "capped",
+                    "--max-runtime",
+                    "1s",
+                    "--hold-at-least",
+                    "30s",
+                    "--",
+                    "sh",
+                    "-c",
+                    HOLD_AND_SLEEP,
+                ],
+            ),
+            db.dir.path(),
+            "run",
+        )
+        .finish(LONG);
+        assert_eq!(done.code(), Some(124), "{}", done.describe());
+        let stderr = done.stderr();
+        assert!(
+            stderr.lines().count() == 1 && stderr.contains("--max-runtime"),
+            "{}",
+            done.describe()
+        );
+        let owner = read_trimmed(&db.file("owner"));
+        let lock = assert_held_by(db, "capped", &owner);
+        let acquired_at = timestamp_millis(lock["acquired_at"].as_str().expect("acquired_at"));
+        let expires_at = timestamp_millis(lock["expires_at"].as_str().expect("expires_at"));
+        assert_eq!(expires_at - acquired_at, 30_000, "start + 30 s: {lock}");
+        let events = db.log(&["capped"]);
+        assert_eq!(event_names(&events), ["acquired", "kept"], "{events:?}");
     });
 }

@@ -1,14 +1,16 @@
 //! What `/proc` says about a pid: whether the process still runs, its `stat` fields, its
-//! children; and killing what a failing test leaves
+//! children; the pid files that test commands write; and killing what a failing test leaves
 //! running. Linux only, as the suite is.
 
 use std::fs;
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::process::wait_for;
+use super::files::read_number;
+use super::process::{wait_for, wait_for_file};
 
 /// The fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, session, …
 /// (`None` when there is no such process). The name is skipped by its last `)`: it may hold
@@ -66,6 +68,14 @@ pub fn children_of(pid: Pid) -> Vec<i32> {
         }
     }
     children
+}
+
+/// The pid a command wrote to `path` (written to a temporary name and renamed, so never read
+/// half written), once it is there; fails the test if it does not appear within `limit`.
+pub fn pid_in(path: &Path, limit: Duration) -> i32 {
+    wait_for_file(path, limit);
+    let pid = read_number(path);
+    i32::try_from(pid).unwrap_or_else(|_| panic!("{} holds {pid}, not a pid", path.display()))
 }
 
 /// Kills the listed processes when dropped, so that a failing test leaves no long `sleep`
