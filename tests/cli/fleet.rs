@@ -8,9 +8,9 @@
 //! contract fixes (a kept lock's `expires_at`) are compared exactly; waits have deadlines with
 //! generous slack, and lower bounds on durations follow from causality.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::files::read_trimmed;
 use crate::common::output::{event_names, keys, now_millis, parse_line, timestamp_millis};
@@ -527,5 +527,276 @@ fn max_runtime_under_hold_at_least_keeps_the_lock_until_the_hold_ends() {
         assert_eq!(expires_at - acquired_at, 30_000, "start + 30 s: {lock}");
         let events = db.log(&["capped"]);
         assert_eq!(event_names(&events), ["acquired", "kept"], "{events:?}");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// break
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn break_with_owner_removes_that_tenure_and_leaves_the_others() {
+    each_store(|db| {
+        let shared = |owner: &str, extra: &[&str]| {
+            let mut args = vec![
+                "acquire", "index", "--owner", owner, "--ttl", "60", "--shared",
+            ];
+            args.extend_from_slice(extra);
+            db.json(&args, 0)["lock"].clone()
+        };
+        let a = shared("reader-a", &["--note", "weekly report"]);
+        let b = shared("reader-b", &[]);
+
+        // Nothing of reader-c's to break: 1, and nothing changes.
+        let before = db.state();
+        assert_eq!(
+            db.json(
+                &["break", "index", "--reason", "x", "--owner", "reader-c"],
+                1
+            ),
+            json!({ "broken": false, "resource": "index", "reason": "not_found" })
+        );
+        assert_eq!(db.state(), before);
+
+        let broke = db.json(
+            &[
+                "break",
+                "index",
+                "--reason",
+                "reader-a hung on NFS",
+                "--owner",
+                "reader-a",
+                "--by",
+                "alice",
+            ],
+            0,
+        );
+        assert_eq!(
+            broke,
+            json!({ "broken": true, "resource": "index", "locks": [a] })
+        );
+        assert_eq!(
+            db.json(&["status", "index"], 0),
+            json!({ "held": true, "lock": b, "locks": [b] }),
+            "reader-b's tenure is untouched"
+        );
+        let events = db.log(&["index"]);
+        let last = events.last().expect("events");
+        assert_eq!(
+            *last,
+            json!({
+                "at": last["at"],
+                "resource": "index",
+                "owner": "reader-a",
+                "fence": a["fence"],
+                "event": "broken",
+                "shared": true,
+                "note": "weekly report",
+                "by": "alice",
+                "reason": "reader-a hung on NFS",
+            })
+        );
+        // The evicted holder's script: its tenure is gone, and others hold the resource.
+        db.json(
+            &["renew", "index", "--owner", "reader-a", "--ttl", "60"],
+            77,
+        );
+        db.json(&["release", "index", "--owner", "reader-a"], 77);
+        db.json(&["renew", "index", "--owner", "reader-b", "--ttl", "60"], 0);
+    });
+}
+
+#[test]
+fn break_removes_every_live_tenure_and_the_next_tenure_gets_a_higher_fence() {
+    each_store(|db| {
+        let slots: Vec<Value> = ["s1", "s2", "s3"]
+            .iter()
+            .map(|owner| {
+                db.json(
+                    &[
+                        "acquire", "slots", "--owner", owner, "--ttl", "60", "--limit", "3",
+                    ],
+                    0,
+                )["lock"]
+                    .clone()
+            })
+            .collect();
+        // An owner in the environment does not narrow it down: only --owner does.
+        let out = db
+            .cmd()
+            .env("DISTLOCK_OWNER", "s1")
+            .args(["break", "slots", "--reason", "maintenance", "--by", "ops"])
+            .output()
+            .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(
+            parse_line(&out.stdout),
+            json!({ "broken": true, "resource": "slots", "locks": slots })
+        );
+        assert_free(db, "slots");
+        let events = db.log(&["slots"]);
+        let broken: Vec<Value> = events
+            .iter()
+            .filter(|e| e["event"] == "broken")
+            .map(|e| json!([e["owner"], e["by"], e["reason"]]))
+            .collect();
+        assert_eq!(
+            broken,
+            ["s1", "s2", "s3"].map(|owner| json!([owner, "ops", "maintenance"])),
+            "{events:?}"
+        );
+        // A script that held it with `acquire`: its renew and release find nothing (1).
+        db.json(&["renew", "slots", "--owner", "s1", "--ttl", "60"], 1);
+        db.json(&["release", "slots", "--owner", "s1"], 1);
+
+        let highest = slots.iter().filter_map(|l| l["fence"].as_i64()).max();
+        let next = db.json(
+            &[
+                "acquire", "slots", "--owner", "s4", "--ttl", "60", "--limit", "3",
+            ],
+            0,
+        );
+        assert!(next["lock"]["fence"].as_i64() > highest, "{next}");
+
+        // Nothing live: 1, nothing changes; an expired tenure is not live either.
+        db.json(&["release", "slots", "--owner", "s4"], 0);
+        db.json(&["acquire", "brief", "--owner", "w", "--ttl", "1"], 0);
+        wait_until(LONG, "the 1 s lease ends", || db.status("brief").0 == 1);
+        let before = db.state();
+        for resource in ["slots", "brief", "never-held"] {
+            assert_eq!(
+                db.json(&["break", resource, "--reason", "again"], 1),
+                json!({ "broken": false, "resource": resource, "reason": "not_found" })
+            );
+        }
+        assert_eq!(
+            db.state(),
+            before,
+            "a break that matched nothing wrote something"
+        );
+    });
+}
+
+#[test]
+fn break_by_defaults_to_user_at_hostname() {
+    let hostname = nix::unistd::gethostname()
+        .expect("hostname")
+        .into_string()
+        .expect("utf-8 hostname");
+    each_store(|db| {
+        for (user, resource) in [(Some("alice"), "with-user"), (None, "without")] {
+            db.json(&["acquire", resource, "--owner", "w", "--ttl", "60"], 0);
+            let mut cmd = db.cmd();
+            cmd.env_remove("USER").env_remove("LOGNAME");
+            if let Some(user) = user {
+                cmd.env("USER", user);
+            }
+            let out = cmd
+                .args(["break", resource, "--reason", "stuck"])
+                .output()
+                .expect("run distlock");
+            assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+            let events = db.log(&[resource]);
+            let by = events.last().expect("an event")["by"]
+                .as_str()
+                .expect("\"by\" is a string")
+                .to_owned();
+            let (name, host) = by.split_once('@').expect("<user>@<hostname>");
+            assert_eq!(host, hostname, "{by}");
+            match user {
+                Some(user) => assert_eq!(name, user, "{by}"),
+                None => assert!(!name.is_empty(), "{by}: a user from the system"),
+            }
+        }
+    });
+}
+
+#[test]
+fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
+    each_store(|db| {
+        let script = r#"sleep 60 & echo $! > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"
+            echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
+            wait"#;
+        let proc = Proc::spawn(
+            &mut run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "report",
+                    "--ttl",
+                    "6",
+                    "--note",
+                    "web-3",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ],
+            ),
+            db.dir.path(),
+            "run",
+        );
+        let child = pid_in(&db.file("child.pid"), LONG);
+        let _cleanup = KillOnDrop(vec![child]);
+        wait_for_file(&db.file("owner"), LONG);
+        let owner = read_trimmed(&db.file("owner"));
+
+        let broken_at = Instant::now();
+        let broke = db.json(
+            &[
+                "break",
+                "report",
+                "--reason",
+                "hung since 03:00",
+                "--by",
+                "alice",
+            ],
+            0,
+        );
+        let lock = &broke["locks"][0];
+        assert_eq!(
+            (&lock["owner"], &lock["note"]),
+            (&json!(owner), &json!("web-3"))
+        );
+        let done = proc.finish(LONG);
+        let took = broken_at.elapsed();
+        assert_eq!(done.code(), Some(124), "{}", done.describe());
+        // It renews every ttl/3 = 2 s; allow 2 s more for a loaded machine.
+        assert!(
+            took < Duration::from_secs(4),
+            "the run went on {took:?} after the break"
+        );
+        let stderr = done.stderr();
+        assert!(
+            stderr.lines().count() == 1
+                && stderr.contains("report")
+                && stderr.contains("broken")
+                && stderr.contains("alice")
+                && stderr.contains("hung since 03:00"),
+            "one line saying it was broken, by whom and why: {}",
+            done.describe()
+        );
+        assert!(
+            all_gone_within(&[child], Duration::from_secs(5)),
+            "the command's child outlived the break"
+        );
+
+        assert_free(db, "report");
+        let events = db.log(&["report"]);
+        let last = events.last().expect("events");
+        assert_eq!(
+            (&last["event"], &last["by"], &last["reason"]),
+            (
+                &json!("broken"),
+                &json!("alice"),
+                &json!("hung since 03:00")
+            ),
+            "the evicted run wrote nothing after the break: {events:?}"
+        );
+        let next = db.json(&["acquire", "report", "--owner", "next", "--ttl", "60"], 0);
+        assert!(
+            next["lock"]["fence"].as_i64() > lock["fence"].as_i64(),
+            "{next}"
+        );
     });
 }
