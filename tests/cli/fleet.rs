@@ -13,10 +13,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::files::read_trimmed;
-use crate::common::output::{event_names, keys, now_millis, parse_line, timestamp_millis};
+use crate::common::output::{
+    assert_usage_error, event_names, keys, now_millis, parse_line, timestamp_millis,
+};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
 use crate::common::process::{Proc, describe, wait_for_file, wait_until};
-use crate::common::store::{assert_free, assert_held_by, each_store, run_cmd};
+use crate::common::store::{Kind, assert_free, assert_held_by, each_store, run_cmd};
 
 /// The deadline for anything that should take a few seconds at most.
 const LONG: Duration = Duration::from_secs(20);
@@ -798,5 +800,190 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
             next["lock"]["fence"].as_i64() > lock["fence"].as_i64(),
             "{next}"
         );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn note_reason_and_by_validation_rows_exit_64_and_change_nothing() {
+    // Empty, blank, over 1024 bytes after trimming (in ASCII, and in two-byte characters with
+    // blanks around them), control characters.
+    let long_ascii = "x".repeat(1025);
+    let long_wide = format!("  {}x  ", "é".repeat(512));
+    let refused = [
+        "",
+        "   ",
+        &long_ascii,
+        &long_wide,
+        "tab\there",
+        "two\nlines",
+        "bell\u{7}",
+        "\u{1b}[31mred",
+        "del\u{7f}",
+    ];
+    each_store(|db| {
+        db.json(
+            &[
+                "acquire",
+                "held",
+                "--owner",
+                "a",
+                "--ttl",
+                "60",
+                "--note",
+                "as it was",
+            ],
+            0,
+        );
+        let before = db.state();
+        for text in refused {
+            let note_eq = format!("--note={text}");
+            let cases = [
+                vec![
+                    "acquire", "held", "--owner", "a", "--ttl", "60", "--note", text,
+                ],
+                vec!["acquire", "fresh", "--owner", "b", "--ttl", "60", &note_eq],
+                vec![
+                    "run",
+                    "--resource",
+                    "free",
+                    "--note",
+                    text,
+                    "--",
+                    "sh",
+                    "-c",
+                    MARK,
+                ],
+                vec!["break", "held", "--reason", text],
+                vec!["break", "held", "--reason", "ok", "--by", text],
+            ];
+            for args in &cases {
+                let out = db
+                    .cmd()
+                    .env("D", db.dir.path())
+                    .args(args)
+                    .output()
+                    .expect("run distlock");
+                assert_usage_error(&out, args);
+            }
+            assert_eq!(db.state(), before, "{text:?} changed the store");
+        }
+        assert!(
+            !db.file("ran").exists(),
+            "a refused run started its command"
+        );
+    });
+}
+
+#[test]
+fn note_reason_and_by_are_trimmed_and_may_be_1024_bytes() {
+    let wide = "é".repeat(512);
+    let ascii = "r".repeat(1024);
+    each_store(|db| {
+        let lock = db.json(
+            &[
+                "acquire",
+                "long",
+                "--owner",
+                "a",
+                "--ttl",
+                "60",
+                "--note",
+                &format!("  {wide}  "),
+            ],
+            0,
+        )["lock"]
+            .clone();
+        assert_eq!(lock["note"], wide.as_str(), "trimmed, 1024 bytes kept");
+        db.json(
+            &[
+                "break",
+                "long",
+                "--reason",
+                &format!(" {ascii} "),
+                "--by",
+                &format!("  {wide}"),
+            ],
+            0,
+        );
+        let events = db.log(&["long"]);
+        let last = events.last().expect("events");
+        assert_eq!(
+            (&last["reason"], &last["by"]),
+            (&json!(ascii), &json!(wide)),
+            "trimmed, 1024 bytes kept"
+        );
+    });
+}
+
+#[test]
+fn hold_at_least_and_max_runtime_validation_rows_exit_64_and_start_nothing() {
+    each_store(|db| {
+        for flag in ["--hold-at-least", "--max-runtime"] {
+            for value in [
+                "0", "0s", "0.5s", "999ms", "366d", "8761h", "-1", "-5s", "soon", "",
+            ] {
+                let joined = format!("{flag}={value}");
+                for args in [
+                    vec!["--resource", "u", flag, value, "--", "sh", "-c", MARK],
+                    vec!["--resource", "u", &joined, "--", "sh", "-c", MARK],
+                ] {
+                    let out = run_cmd(db, &args).output().expect("run distlock");
+                    assert_usage_error(&out, &args);
+                }
+            }
+        }
+        assert!(
+            !db.file("ran").exists(),
+            "a refused run started its command"
+        );
+        if db.kind == Kind::Sqlite {
+            assert!(!db.path().exists(), "a usage error created the store");
+        }
+        assert!(db.log(&["u"]).is_empty(), "a usage error wrote history");
+
+        // The bounds themselves are accepted.
+        for (flag, value) in [
+            ("--hold-at-least", "1s"),
+            ("--hold-at-least", "365d"),
+            ("--max-runtime", "1s"),
+            ("--max-runtime", "365d"),
+        ] {
+            let resource = format!("bound{flag}{value}");
+            let out = run_cmd(db, &["--resource", &resource, flag, value, "--", "true"])
+                .output()
+                .expect("run distlock");
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{flag} {value}: {}",
+                describe(&out)
+            );
+        }
+    });
+}
+
+#[test]
+fn break_without_a_reason_or_with_bad_arguments_exits_64_and_changes_nothing() {
+    each_store(|db| {
+        db.json(&["acquire", "held", "--owner", "a", "--ttl", "60"], 0);
+        let before = db.state();
+        for args in [
+            &["break", "held"][..],
+            &["break", "held", "--reason"],
+            &["break", "--reason", "stuck"],
+            &["break", "held", "--reason", "stuck", "--owner", ""],
+            &["break", "held", "--reason", "stuck", "--owner", "   "],
+            &["break", "", "--reason", "stuck"],
+            &["break", "held", "--reason", "stuck", "--bogus"],
+            &["break", "held", "extra", "--reason", "stuck"],
+        ] {
+            assert_usage_error(&db.run(args), &args);
+        }
+        assert_eq!(db.state(), before);
+        assert_held_by(db, "held", "a");
     });
 }
