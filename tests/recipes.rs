@@ -34,7 +34,7 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 7] = [
+const RECIPES: [&str; 9] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
@@ -42,6 +42,8 @@ const RECIPES: [&str; 7] = [
     "examples/fenced-write",
     "examples/ci-deploy-slots.yml",
     "examples/crontab-search-index",
+    "examples/crontab-fleet",
+    "examples/break-lock",
 ];
 
 /// systemd's default `PATH` for services.
@@ -283,7 +285,7 @@ fn readme_shows_each_recipe_file_byte_for_byte() {
 }
 
 #[test]
-fn readme_has_all_eight_kinds_of_recipe() {
+fn readme_has_all_ten_kinds_of_recipe() {
     let cron = Crontab::parse();
     let skip = cron.job("--conflict-exit-code 0");
     assert_eq!(
@@ -353,11 +355,37 @@ fn readme_has_all_eight_kinds_of_recipe() {
             && !rebuild.contains("--limit"),
         "the rebuild holds the index exclusively: {rebuild}"
     );
+
+    let fleet = Crontab::of("crontab-fleet");
+    let (schedule, report) = fleet.job("report.sh");
+    assert_eq!(schedule, "0 * * * *", "the fleet's report runs hourly");
+    assert_eq!(
+        report,
+        r#"distlock run --resource hourly-report --hold-at-least 50m --max-runtime 45m --conflict-exit-code 0 --note "$(hostname)" -- /usr/local/bin/report.sh"#,
+        "once per period across the fleet"
+    );
+    assert!(
+        fleet
+            .env
+            .iter()
+            .any(|(name, value)| name == "DISTLOCK_DB" && value.starts_with("postgresql://")),
+        "the fleet shares one PostgreSQL store"
+    );
+
+    let break_lock = example("break-lock");
+    for needle in [
+        r#"distlock status "$resource""#,
+        r#"distlock --format text log "$resource""#,
+        r#"distlock --format text break "$resource" --reason "$reason""#,
+        "read -r answer",
+    ] {
+        assert!(break_lock.contains(needle), "break-lock lacks {needle}");
+    }
 }
 
 #[test]
 fn recipe_scripts_are_executable_and_parse() {
-    for name in ["deploy.sh", "fenced-write"] {
+    for name in ["deploy.sh", "fenced-write", "break-lock"] {
         let path = root().join("examples").join(name);
         let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
         assert_eq!(mode & 0o111, 0o111, "{name} must be executable");
@@ -1628,4 +1656,307 @@ fn crontab_readers_share_the_index_and_the_rebuild_waits_for_them() {
         "readers together, then the rebuild alone, then the late reader"
     );
     assert_eq!(s.holder("search-index"), None, "released at the end");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Once per period across a fleet (--hold-at-least, --max-runtime)
+
+/// The report line of `crontab-fleet`, with the report pointed at `report` and the hold and
+/// the cap shortened to `hold` and `cap`.
+fn fleet_line(cron: &Crontab, report: &Path, hold: &str, cap: &str) -> String {
+    let hold = format!("--hold-at-least {hold}");
+    let cap = format!("--max-runtime {cap}");
+    substitute(
+        &cron.job("report.sh").1,
+        &[
+            ("/usr/local/bin/report.sh", report),
+            ("--hold-at-least 50m", Path::new(&hold)),
+            ("--max-runtime 45m", Path::new(&cap)),
+        ],
+    )
+}
+
+/// Starts `line` as cron does on the host `host`: as [`Crontab::command`] sets it up, with a
+/// `hostname` first in `PATH` that says `host`.
+fn on_host(s: &Scratch, cron: &Crontab, line: &str, host: &str) -> Proc {
+    let bin = s.path(host);
+    if !bin.exists() {
+        std::fs::create_dir(&bin).expect("mkdir");
+        s.script(&format!("{host}/hostname"), &format!("echo {host}\n"));
+    }
+    let mut cmd = cron.command(s, line);
+    let path = cmd
+        .get_envs()
+        .find(|(name, _)| *name == "PATH")
+        .and_then(|(_, value)| value)
+        .expect("cron's PATH")
+        .to_str()
+        .expect("utf-8 PATH")
+        .to_owned();
+    cmd.env("PATH", format!("{}:{path}", bin.display()));
+    s.spawn(&mut cmd)
+}
+
+/// An RFC 3339 time as milliseconds since the Unix epoch.
+fn millis(value: &Value) -> u128 {
+    let text = value.as_str().expect("a time");
+    humantime::parse_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{text:?}: {e}"))
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis()
+}
+
+/// Cron's result must be silent success: exit 0 and no output (cron mails any output).
+fn assert_quiet_success(done: &process::Finished, host: &str) {
+    assert_eq!(done.code(), Some(0), "{host}: {}", done.describe());
+    assert!(
+        done.stdout().is_empty() && done.stderr().is_empty(),
+        "{host} must say nothing (cron would mail it): {}",
+        done.describe()
+    );
+}
+
+#[test]
+fn fleet_crontab_runs_the_report_once_per_period_across_hosts() {
+    let s = Scratch::new();
+    let cron = Crontab::of("crontab-fleet");
+    let report = s.script(
+        "report.sh",
+        &format!(
+            "echo \"$(hostname) $DISTLOCK_FENCE\" >>'{runs}'\n",
+            runs = s.p("runs")
+        ),
+    );
+    let line = fleet_line(&cron, &report, "5s", "45m");
+    let runs = || -> Vec<String> {
+        read_or_empty(&s.path("runs"))
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    // Every host's cron fires at :00, at the same moment.
+    let period = || {
+        let hosts = ["web-1", "web-2", "web-3"];
+        let jobs: Vec<(&str, Proc)> = hosts
+            .iter()
+            .map(|&host| (host, on_host(&s, &cron, &line, host)))
+            .collect();
+        for (host, job) in jobs {
+            assert_quiet_success(&job.finish(Duration::from_secs(20)), host);
+        }
+    };
+
+    period();
+    let first = runs();
+    assert_eq!(first.len(), 1, "the report ran once: {first:?}");
+    let (host, _) = first[0].split_once(' ').expect("HOST FENCE");
+    // The lock stays held, with the host that ran it as its note, until start + the hold.
+    let lock = s
+        .holder("hourly-report")
+        .expect("held after the report ended");
+    assert_eq!(lock["note"], host, "{lock}");
+    assert_eq!(
+        millis(&lock["expires_at"]) - millis(&lock["acquired_at"]),
+        5000,
+        "{lock}"
+    );
+    let events: Vec<Value> = s.log("hourly-report");
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().expect("event"))
+        .collect();
+    assert_eq!(names, ["acquired", "kept"], "one tenure, kept: {events:?}");
+
+    // A host whose cron fires later (a slow start, a clock behind) still skips.
+    assert_quiet_success(
+        &on_host(&s, &cron, &line, "web-4").finish(Duration::from_secs(20)),
+        "web-4",
+    );
+    assert_eq!(runs(), first, "no second report in the same period");
+
+    // The next period, once the hold is over: one more report, a new tenure.
+    wait_until(Duration::from_secs(20), "the hold ends", || {
+        s.holder("hourly-report").is_none()
+    });
+    period();
+    let second = runs();
+    assert_eq!(second.len(), 2, "one report per period: {second:?}");
+    let fence = |line: &str| -> i64 {
+        line.split(' ')
+            .nth(1)
+            .expect("a fence")
+            .parse()
+            .expect("a number")
+    };
+    assert!(fence(&second[1]) > fence(&second[0]), "{second:?}");
+}
+
+#[test]
+fn fleet_crontab_stops_a_hung_report_and_still_holds_the_period() {
+    let s = Scratch::new();
+    let cron = Crontab::of("crontab-fleet");
+    let report = s.script(
+        "report.sh",
+        &format!(
+            "trap 'echo stopped >\"{stopped}\"; exit 143' TERM\n\
+             while :; do sleep 0.1; done\n",
+            stopped = s.p("stopped"),
+        ),
+    );
+    let line = fleet_line(&cron, &report, "30s", "1s");
+    let done = on_host(&s, &cron, &line, "web-1").finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(124), "{}", done.describe());
+    // (The report's shell may add a line of its own about its `sleep`.)
+    let said: Vec<String> = done
+        .stderr()
+        .lines()
+        .filter(|line| line.starts_with("distlock: "))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("--max-runtime"),
+        "one line for cron to mail, naming the limit: {}",
+        done.describe()
+    );
+    assert!(done.stdout().is_empty(), "{}", done.describe());
+    assert_eq!(
+        read(&s.path("stopped")),
+        "stopped\n",
+        "the report got SIGTERM"
+    );
+
+    let lock = s.holder("hourly-report").expect("kept for the period");
+    assert_eq!(lock["note"], "web-1", "{lock}");
+    assert_eq!(
+        millis(&lock["expires_at"]) - millis(&lock["acquired_at"]),
+        30_000,
+        "{lock}"
+    );
+    assert_quiet_success(
+        &on_host(&s, &cron, &line, "web-2").finish(Duration::from_secs(20)),
+        "web-2",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Breaking a stuck lock (operators)
+
+/// `examples/break-lock ARGS…` with `answer` typed at its question, as the user `alice`.
+fn break_lock(s: &Scratch, answer: &str, args: &[&str]) -> process::Finished {
+    let mut cmd = s.cmd("sh");
+    cmd.args(["-c", r#"printf '%s\n' "$ANSWER" | "$0" "$@""#])
+        .arg(root().join("examples/break-lock"))
+        .args(args)
+        .env("ANSWER", answer)
+        .env("USER", "alice");
+    s.spawn(&mut cmd).finish(Duration::from_secs(20))
+}
+
+#[test]
+fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
+    let s = Scratch::new();
+    // The stuck report: it never ends on its own; it notes the SIGTERM that stops it.
+    let stuck = s.script(
+        "report.sh",
+        &format!(
+            "trap 'echo stopped >\"{stopped}\"; exit 143' TERM\n\
+             : >\"{started}\"\n\
+             while :; do sleep 0.1; done\n",
+            stopped = s.p("stopped"),
+            started = s.p("started"),
+        ),
+    );
+    let run = s.spawn(
+        s.cmd(BIN)
+            .args([
+                "run",
+                "--resource",
+                "hourly-report",
+                "--ttl",
+                "6",
+                "--note",
+                "web-3",
+                "--",
+            ])
+            .arg(&stuck),
+    );
+    wait_for_file(&s.path("started"), Duration::from_secs(10));
+    let holder = s.holder("hourly-report").expect("held");
+
+    // The operator looks, and says no: nothing changes.
+    let looked = break_lock(&s, "n", &["hourly-report", "report hung since 03:00"]);
+    assert_eq!(looked.code(), Some(2), "{}", looked.describe());
+    let shown = looked.stdout();
+    let status: Value =
+        serde_json::from_str(shown.lines().next().unwrap_or_default()).expect("status JSON");
+    // (Its expires_at may have moved on since: the run renews every 2 s.)
+    for key in ["owner", "fence", "acquired_at", "note"] {
+        assert_eq!(
+            status["lock"][key],
+            holder[key],
+            "who holds it, since when, and why: {}",
+            looked.describe()
+        );
+    }
+    assert!(
+        shown.contains("acquired by"),
+        "its history: {}",
+        looked.describe()
+    );
+    let still = s.holder("hourly-report").expect("still held");
+    assert_eq!(still["fence"], holder["fence"], "{still}");
+
+    // The operator says yes.
+    let broke = break_lock(&s, "y", &["hourly-report", "report hung since 03:00"]);
+    let broken_at = Instant::now();
+    assert_eq!(broke.code(), Some(0), "{}", broke.describe());
+    assert!(
+        broke.stdout().contains("broke hourly-report"),
+        "{}",
+        broke.describe()
+    );
+    let by = format!("alice@{}", host_name());
+
+    // The evicted run stops its command at its next renewal (ttl/3 = 2 s) and says why.
+    let done = run.finish(Duration::from_secs(20));
+    assert!(
+        broken_at.elapsed() < Duration::from_secs(5),
+        "the run went on {:?} after the break",
+        broken_at.elapsed()
+    );
+    assert_eq!(done.code(), Some(124), "{}", done.describe());
+    assert!(
+        done.stderr()
+            .contains(&format!("broken by {by} (report hung since 03:00)")),
+        "{}",
+        done.describe()
+    );
+    assert_eq!(
+        read(&s.path("stopped")),
+        "stopped\n",
+        "the report got SIGTERM"
+    );
+
+    // The history says who broke it and why; the next holder gets a higher fence.
+    let events = s.log("hourly-report");
+    let last = events.last().expect("events");
+    assert_eq!(last["event"], "broken", "{events:?}");
+    assert_eq!(last["owner"], holder["owner"]);
+    assert_eq!(last["by"], by.as_str());
+    assert_eq!(last["reason"], "report hung since 03:00");
+    let next = s.hold("hourly-report", "web-1", "60s");
+    assert!(next["fence"].as_i64() > holder["fence"].as_i64(), "{next}");
+    s.release("hourly-report", "web-1");
+
+    // Nobody holds it: 1, without asking. No arguments: 64.
+    let again = break_lock(&s, "y", &["hourly-report", "again"]);
+    assert_eq!(again.code(), Some(1), "{}", again.describe());
+    assert!(
+        !again.stderr().contains("Break the lock"),
+        "{}",
+        again.describe()
+    );
+    let usage = break_lock(&s, "y", &[]);
+    assert_eq!(usage.code(), Some(64), "{}", usage.describe());
 }
