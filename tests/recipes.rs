@@ -1,9 +1,10 @@
 //! The README's recipes are files in `examples/`, and these tests keep them honest: the README
 //! must show each file byte for byte (a `<!-- recipe: examples/NAME -->` line before its code
 //! block), and every recipe is run for real against a scratch SQLite store, with only the job
-//! paths (`/usr/local/bin/backup.sh`, `./deploy.sh`, `/srv/ledger`, …) pointed at test scripts.
-//! The checks are about behaviour — who held the lock while the job ran, whether two deploys
-//! overlapped, which writes the guarded resource accepted — not only exit codes.
+//! paths (`/usr/local/bin/backup.sh`, `./deploy.sh`, `/srv/ledger`, …) pointed at test scripts
+//! and the fleet crontab's minutes made seconds. The checks are about behaviour — who held the
+//! lock while the job ran, whether two deploys overlapped, which writes the guarded resource
+//! accepted, how many hosts ran the report — not only exit codes.
 //!
 //! Processes, deadlines and waits come from the integration suite's `common::process`, and the
 //! guarded resource from its `common::fenced_write`: the same files, compiled into this crate too.
