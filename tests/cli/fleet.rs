@@ -26,17 +26,17 @@ const LONG: Duration = Duration::from_secs(20);
 /// A command that leaves a mark if it ever runs.
 const MARK: &str = r#"echo ran >> "$D/ran""#;
 
-/// A command that writes its owner to `$D/owner`, then sleeps (and, in its shell, waits)
-/// until it is stopped.
+/// A command that writes its owner to `$D/owner`, then sleeps (as `sleep 60`) until it is
+/// stopped.
 const HOLD_AND_SLEEP: &str = r#"echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
     exec sleep 60"#;
 
 /// A command with a tree under it: the shell (`sh.pid`), a child shell (`child.pid`) and, in a
 /// session of its own, a grandchild that ignores SIGTERM (`gc.pid`, started from `$GRANDCHILD`).
 const TREE: &str = r#"sh -c 'setsid sh -c "$GRANDCHILD" & echo $$ > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"; exec sleep 60' &
-    echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
     echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
     sleep 60"#;
+/// [`TREE`]'s grandchild: ignores SIGTERM, so only SIGKILL (after `--kill-after`) ends it.
 const GRANDCHILD: &str =
     r#"trap "" TERM; echo $$ > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc.pid"; exec sleep 60"#;
 
