@@ -187,13 +187,20 @@ pub fn status_text(resource: &Resource, status: &Status) -> String {
 }
 
 pub fn event_text(event: &Event) -> String {
+    let tenure = tenure_text(event.fence, event.mode, event.note.as_ref());
+    if let Some(breach) = &event.broken {
+        // The owner is the evicted holder, not who broke it.
+        return format!(
+            "{} {} broken by {}: the tenure of {}{} ({})",
+            event.at, event.resource, breach.by, event.owner, tenure, breach.reason
+        );
+    }
     let mut line = format!(
-        "{} {} {} by {}{}",
+        "{} {} {} by {}{tenure}",
         event.at,
         event.resource,
         event.event.as_str().replace('_', " "),
         event.owner,
-        tenure_text(event.fence, event.mode, event.note.as_ref())
     );
     if let Some(previous) = &event.previous_owner {
         line.push_str(&format!(" from {previous}"));

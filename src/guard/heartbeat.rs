@@ -25,9 +25,10 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Why this tenure is no longer found: an operator's `break` says who and why in the
-    /// history; otherwise it expired or was released.
-    fn why_gone(&self, store: Option<&mut Box<dyn LockStore>>) -> String {
+    /// Why this tenure is no longer this run's: an operator's `break` says who and why in the
+    /// history (whether the resource is free by now or already someone else's); otherwise
+    /// `otherwise`.
+    fn why_gone(&self, store: Option<&mut Box<dyn LockStore>>, otherwise: &str) -> String {
         let query = LogQuery {
             resource: Some(self.resource.clone()),
             since: None,
@@ -44,7 +45,7 @@ impl Heartbeat {
             .and_then(|event| event.broken);
         match broken {
             Some(breach) => format!("it was broken by {} ({})", breach.by, breach.reason),
-            None => "it expired or was released".to_owned(),
+            None => otherwise.to_owned(),
         }
     }
 
@@ -77,8 +78,12 @@ impl Heartbeat {
                     next = attempt + interval;
                     Event::Renewed(attempt + self.ttl.as_duration())
                 }
-                Ok(Renew::NotFound) => Event::Lost(self.why_gone(store.as_mut())),
-                Ok(Renew::Forbidden) => Event::Lost("another owner holds it".to_owned()),
+                Ok(Renew::NotFound) => {
+                    Event::Lost(self.why_gone(store.as_mut(), "it expired or was released"))
+                }
+                Ok(Renew::Forbidden) => {
+                    Event::Lost(self.why_gone(store.as_mut(), "another owner holds it"))
+                }
                 Err(err) => {
                     // Reconnect for the next try: the connection itself may be what failed.
                     store = None;

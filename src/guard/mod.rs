@@ -131,11 +131,13 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     });
     // On every path, the command's end or a failure to start guarding it alike, this run
     // lets go of its own tenure (owner and fence) only — harmless after a lost lease: the store
-    // refuses if someone else holds it, and frees it early if renewals merely failed. The
-    // hold of --hold-at-least applies whenever the lease is still this run's.
+    // refuses if someone else holds it, and frees it early if renewals merely failed.
     if !joined {
-        let lost = matches!(&supervised, Ok(s) if s.stopped == Some(Stop::LeaseLost));
-        let hold = args.hold_at_least.filter(|_| supervised.is_ok() && !lost);
+        // The hold is for a job that ran: not for one that never started (126, 127, a
+        // failure to start guarding it), which would keep the whole fleet from the period's
+        // run, and not after a lost lease, which is no longer this run's to keep.
+        let ran = matches!(&supervised, Ok(s) if s.started && s.stopped != Some(Stop::LeaseLost));
+        let hold = args.hold_at_least.filter(|_| ran);
         finish(store.as_mut(), &args.resource, &owner, lock.fence, hold);
     }
     supervised.map(|s| s.exit)

@@ -64,6 +64,8 @@ pub struct Job<'a> {
 /// How supervision ended.
 pub struct Supervised {
     pub exit: Exit,
+    /// The command was started (126 and 127 mean it never was).
+    pub started: bool,
     /// Why the command was stopped, if `run` stopped it.
     pub stopped: Option<Stop>,
 }
@@ -86,6 +88,7 @@ pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
         Err(exit) => {
             return Ok(Supervised {
                 exit,
+                started: false,
                 stopped: None,
             });
         }
@@ -112,12 +115,14 @@ pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
         tree::reap_orphans();
         return Ok(Supervised {
             exit: exit.unwrap_or(Exit::LeaseLost),
+            started: true,
             stopped: Some(Stop::LeaseLost),
         });
     }
     let exit = watch(&mut supervisor, &tree, &inbox, &mut helpers);
     Ok(Supervised {
         exit,
+        started: true,
         stopped: supervisor.stopped(),
     })
 }

@@ -804,7 +804,6 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
 }
 
 #[test]
-#[ignore = "src bug: the evicted run says `another owner holds it` when its renewal answers 77"]
 fn an_evicted_run_says_who_broke_it_even_when_others_hold_the_resource_by_then() {
     // The contract: a run whose tenure was broken "says on stderr that the lock was broken, by
     // whom and why". Its next renewal answers 77, not 1, when others hold the resource by
@@ -883,7 +882,6 @@ fn an_evicted_run_says_who_broke_it_even_when_others_hold_the_resource_by_then()
 }
 
 #[test]
-#[ignore = "src bug: `log --format text` says a broken tenure was `broken by OWNER`, without by and reason"]
 fn log_text_of_a_broken_event_says_who_broke_it_and_why() {
     // `--format text` prints the same facts as JSON; the JSON event has "by" and "reason".
     each_store(|db| {
@@ -1080,5 +1078,27 @@ fn break_without_a_reason_or_with_bad_arguments_exits_64_and_changes_nothing() {
         }
         assert_eq!(db.state(), before);
         assert_held_by(db, "held", "a");
+    });
+}
+
+#[test]
+fn hold_at_least_keeps_nothing_for_a_command_that_never_started() {
+    // A host missing the job (127) or unable to run it (126) has not run the period's job:
+    // another host must still be able to.
+    each_store(|db| {
+        let dir = db.dir.path().display().to_string();
+        for (command, code) in [("/nonexistent/report.sh", 127), (dir.as_str(), 126)] {
+            let out = db.run(&[
+                "run",
+                "--resource",
+                "report",
+                "--hold-at-least",
+                "60s",
+                "--",
+                command,
+            ]);
+            assert_eq!(out.status.code(), Some(code), "{command}");
+            assert_free(db, "report");
+        }
     });
 }
