@@ -2,9 +2,13 @@
 //!
 //! - WAL mode with `synchronous=FULL`, so a committed acquire survives power loss and a fence is
 //!   never handed out twice; a busy database is waited on for [`BUSY_TIMEOUT`].
-//! - Every operation that may write runs in one `BEGIN IMMEDIATE` transaction: the write lock is
-//!   taken before the current row is read, so no other process can slip in between the read and
-//!   the write. `resource` is the table's primary key, the `UNIQUE(resource)` guard behind that.
+//! - Every write runs in one `BEGIN IMMEDIATE` transaction: the write lock is taken before the
+//!   resource's rows are read and decided on, so no other process can slip in between the read
+//!   and the write; `resources` keeps `UNIQUE(resource)`. An operation first decides on a read
+//!   snapshot, and takes the write lock only if that decision writes: a refusal (busy, not
+//!   found) is as true of a snapshot, and many woken waiters then do not queue for the lock.
+//! - Places in the queue of waiters are written without an fsync: lost to a power failure, a
+//!   place is taken again at the waiter's next attempt.
 //! - Fences come from a store-wide counter (`fence_counter`), not from the lock row, so deleting
 //!   rows (release, `gc`) can never make a fence repeat.
 //! - Times are milliseconds since the Unix epoch, from the injected [`Clock`].
@@ -298,19 +302,68 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// One operation: decides on a read snapshot first, and only if that writes, again under
+    /// the write lock, then writes. `durable: false` commits without an fsync; so does a
+    /// decision that only moves places in the queue, which need not survive power loss.
     fn decide_and_apply<T>(
         &mut self,
         resource: &Resource,
+        durable: bool,
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<T> {
         let now = self.clock.now();
+        // Look before taking the write lock: a decision that writes nothing (busy, not found,
+        // forbidden) is as true of a consistent read snapshot as of the locked state. So the
+        // waiters that one release wakes together learn that they are still not first without
+        // queueing for the write lock in turn, which would delay the one that is.
+        let needs_sync = {
+            let snapshot = self.conn.transaction()?;
+            let state = state(&snapshot, resource, now)?;
+            // A new tenure's fence is only handed out under the write lock.
+            let mut not_yet = || Ok(Fence(0));
+            let decision = decide(&state, &mut not_yet)?;
+            if decision.changes.is_empty() {
+                return Ok(decision.outcome);
+            }
+            durable && decision.changes.iter().any(Change::is_durable)
+        };
+        // The safety level cannot change inside a transaction: it is set for this one from
+        // the look above, and if the locked state asks for more, the transaction starts over.
+        if !needs_sync {
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        let outcome = self.write(resource, now, !needs_sync && durable, decide);
+        if !needs_sync {
+            self.conn.pragma_update(None, "synchronous", "FULL")?;
+        }
+        match outcome? {
+            Some(outcome) => Ok(outcome),
+            // Unsynced, but the locked state needed a durable change after all.
+            None => self
+                .write(resource, now, false, decide)?
+                .context("the decision changed twice"),
+        }
+    }
+
+    /// Decides under the write lock and writes. `None` when `refuse_durable` is set and the
+    /// decision has a change that must survive power loss (nothing is written then).
+    fn write<T>(
+        &mut self,
+        resource: &Resource,
+        now: Timestamp,
+        refuse_durable: bool,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<Option<T>> {
         let tx = self.write_tx()?;
         let state = state(&tx, resource, now)?;
         let mut fresh = || Ok(Fence(next_fence(&tx)?));
         let decision = decide(&state, &mut fresh)?;
         if decision.changes.is_empty() {
-            // A refusal: dropping the transaction rolls it back.
-            return Ok(decision.outcome);
+            // A refusal after all: dropping the transaction rolls it back.
+            return Ok(Some(decision.outcome));
+        }
+        if refuse_durable && decision.changes.iter().any(Change::is_durable) {
+            return Ok(None);
         }
         apply(&tx, resource, &decision.changes)?;
         tx.commit().context("cannot commit the change")?;
@@ -318,7 +371,7 @@ impl SqliteStore {
         if decision.changes.iter().any(Change::wakes_waiters) {
             doorbell::ring(&self.path);
         }
-        Ok(decision.outcome)
+        Ok(Some(decision.outcome))
     }
 }
 
@@ -487,16 +540,7 @@ impl Backend for SqliteStore {
         durable: bool,
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<T> {
-        // A commit that need not survive power loss skips its fsync; the next durable commit
-        // persists it anyway (the WAL is synced whole).
-        if !durable {
-            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        }
-        let outcome = self.decide_and_apply(resource, decide);
-        if !durable {
-            self.conn.pragma_update(None, "synchronous", "FULL")?;
-        }
-        outcome
+        self.decide_and_apply(resource, durable, decide)
     }
 
     fn watch(&mut self, _resource: &Resource) -> Result<()> {
