@@ -1,7 +1,8 @@
 //! Where locks live. [`LockStore`] is the one interface every command talks to; each backend
 //! (the embedded SQLite file, PostgreSQL) implements it with the same guarantees:
 //!
-//! - every operation is one atomic transaction, guarded by `UNIQUE(resource)`;
+//! - every operation is one atomic transaction on one resource, serialised per resource and
+//!   guarded by `UNIQUE(resource)`; its decision is [`crate::engine`]'s, the same on every store;
 //! - a lock is live while `now < expires_at`, by the store's own clock;
 //! - fences strictly increase with every new tenure and are never reused, not after release,
 //!   expiry, `gc` or a crash;
@@ -34,8 +35,10 @@ const GC_BATCH: i64 = 1000;
 /// know which backend is behind it. Every backend gets it from [`Backend`]: the operations are
 /// written once, below, and their decisions are [`engine`]'s.
 pub trait LockStore: Send {
-    /// Takes the lock if it is free or expired (a new tenure, with a new fence), or extends it if
-    /// `owner` already holds it; otherwise reports the holder and changes nothing.
+    /// Takes a tenure in the request's mode when it is admitted and no earlier waiter comes
+    /// first (a new tenure, with a new fence), or extends the owner's own; otherwise reports
+    /// busy — a waiting request then takes or keeps its place in the queue — or a mismatch, and
+    /// changes no tenure. The rules are [`engine::acquire`]'s.
     ///
     /// # Errors
     ///
