@@ -16,8 +16,8 @@
 //! - every change of state is recorded in the history, in the same transaction.
 
 use crate::lock::{
-    Acquire, Breach, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Release, Renew, Resource,
-    Status, Tenure, Timestamp, Ttl,
+    Acquire, Breach, Event, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Release, Renew,
+    Resource, Status, Tenure, Timestamp, Ttl,
 };
 
 /// One tenure as a store holds it, live or expired.
@@ -143,7 +143,7 @@ pub enum Change {
     /// The tenure `fence` is removed.
     Delete { fence: Fence },
     /// A history row.
-    Record(Record),
+    Record(Event),
     /// `owner` takes a place at the end of the queue (the store hands out its ticket), live
     /// until `expires_at`.
     Enqueue { owner: Owner, expires_at: Timestamp },
@@ -173,20 +173,6 @@ impl Change {
             Change::Enqueue { .. } | Change::Refresh { .. } | Change::Dequeue { .. }
         )
     }
-}
-
-/// A history row to write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub at: Timestamp,
-    pub owner: Owner,
-    pub fence: Fence,
-    pub event: EventKind,
-    pub previous_owner: Option<Owner>,
-    pub mode: Mode,
-    pub note: Option<Note>,
-    /// Who broke the tenure and why (a `broken` event).
-    pub broken: Option<Breach>,
 }
 
 /// What to report, and what to write so that it becomes true.
@@ -245,7 +231,7 @@ pub fn acquire<E>(
         return Ok(Decision {
             changes: vec![
                 Change::Update(lease.clone()),
-                record(now, &lease, EventKind::Extended, None),
+                record(resource, now, &lease, EventKind::Extended, None),
             ],
             outcome: Acquire::Acquired {
                 lock: lease.lock(resource),
@@ -334,8 +320,14 @@ pub fn acquire<E>(
     );
     changes.push(Change::Insert(lease.clone()));
     changes.push(match previous {
-        Some(old) => record(now, &lease, EventKind::TakenOver, Some(old.owner.clone())),
-        None => record(now, &lease, EventKind::Acquired, None),
+        Some(old) => record(
+            resource,
+            now,
+            &lease,
+            EventKind::TakenOver,
+            Some(old.owner.clone()),
+        ),
+        None => record(resource, now, &lease, EventKind::Acquired, None),
     });
     Ok(Decision {
         outcome: Acquire::Acquired {
@@ -407,7 +399,7 @@ pub fn renew(
     Decision {
         changes: vec![
             Change::Update(lease.clone()),
-            record(state.now, &lease, EventKind::Renewed, None),
+            record(resource, state.now, &lease, EventKind::Renewed, None),
         ],
         outcome: Renew::Renewed {
             lock: lease.lock(resource),
@@ -416,7 +408,12 @@ pub fn renew(
 }
 
 /// `release` by `owner` (of tenure `fence`, when given): its live tenure is removed.
-pub fn release(state: &State, owner: &Owner, fence: Option<Fence>) -> Decision<Release> {
+pub fn release(
+    resource: &Resource,
+    state: &State,
+    owner: &Owner,
+    fence: Option<Fence>,
+) -> Decision<Release> {
     let own = match own_tenure(state, owner, fence) {
         Ok(own) => own,
         Err(Refusal::NotFound) => return Decision::unchanged(Release::NotFound),
@@ -425,7 +422,7 @@ pub fn release(state: &State, owner: &Owner, fence: Option<Fence>) -> Decision<R
     Decision {
         changes: vec![
             Change::Delete { fence: own.fence },
-            record(state.now, own, EventKind::Released, None),
+            record(resource, state.now, own, EventKind::Released, None),
         ],
         outcome: Release::Released,
     }
@@ -447,6 +444,7 @@ pub enum Finish {
 /// (history event `kept`), so that nobody else takes the resource before; otherwise it is
 /// released as by `release`.
 pub fn finish(
+    resource: &Resource,
     state: &State,
     owner: &Owner,
     fence: Fence,
@@ -465,12 +463,12 @@ pub fn finish(
         return Decision {
             changes: vec![
                 Change::Update(lease.clone()),
-                record(state.now, &lease, EventKind::Kept, None),
+                record(resource, state.now, &lease, EventKind::Kept, None),
             ],
             outcome: Finish::Kept { until },
         };
     }
-    let released = release(state, owner, Some(fence));
+    let released = release(resource, state, owner, Some(fence));
     Decision {
         changes: released.changes,
         outcome: match released.outcome {
@@ -497,7 +495,8 @@ pub fn breach(
     let mut changes = Vec::new();
     for lease in &removed {
         changes.push(Change::Delete { fence: lease.fence });
-        if let Change::Record(mut row) = record(state.now, lease, EventKind::Broken, None) {
+        if let Change::Record(mut row) = record(resource, state.now, lease, EventKind::Broken, None)
+        {
             row.broken = Some(breach.clone());
             changes.push(Change::Record(row));
         }
@@ -553,9 +552,16 @@ fn expiry(now: Timestamp, ttl: Ttl) -> Timestamp {
     Timestamp(now.0.saturating_add(ttl.as_millis()))
 }
 
-fn record(at: Timestamp, lease: &Lease, event: EventKind, previous: Option<Owner>) -> Change {
-    Change::Record(Record {
+fn record(
+    resource: &Resource,
+    at: Timestamp,
+    lease: &Lease,
+    event: EventKind,
+    previous: Option<Owner>,
+) -> Change {
+    Change::Record(Event {
         at,
+        resource: resource.clone(),
         owner: lease.owner.clone(),
         fence: lease.fence,
         event,
@@ -1009,7 +1015,7 @@ mod tests {
     #[test]
     fn release_table() {
         for (name, rows, who, fence, expected) in ownership_cases() {
-            let decision = release(&state(&rows), &own(who), fence.map(Fence));
+            let decision = release(&res(), &state(&rows), &own(who), fence.map(Fence));
             let outcome = match &decision.outcome {
                 Release::Released => "ok",
                 Release::NotFound => "not_found",
@@ -1073,11 +1079,11 @@ mod tests {
             ),
             (
                 "release",
-                release(&state(&[lease("a", 1, 9)]), &own("a"), None).changes,
+                release(&res(), &state(&[lease("a", 1, 9)]), &own("a"), None).changes,
             ),
         ];
         for (name, changes) in cases {
-            let records: Vec<&Record> = changes
+            let records: Vec<&Event> = changes
                 .iter()
                 .filter_map(|c| {
                     if let Change::Record(r) = c {
@@ -1205,7 +1211,7 @@ mod tests {
             Renew::NotFound
         );
         assert_eq!(
-            release(&state(&rows), &own("a"), None).outcome,
+            release(&res(), &state(&rows), &own("a"), None).outcome,
             Release::NotFound
         );
         let (decision, _) = acquire_with(&rows, "b", 5);
@@ -1227,7 +1233,7 @@ mod tests {
             Renew::Renewed { .. }
         ));
         assert_eq!(
-            release(&state(&rows), &own("b"), None).outcome,
+            release(&res(), &state(&rows), &own("b"), None).outcome,
             Release::Forbidden
         );
     }
@@ -1235,7 +1241,7 @@ mod tests {
     #[test]
     fn a_released_lock_is_free_for_anyone_with_a_new_fence() {
         let rows = vec![lease("a", 7, 5_000)];
-        let released = release(&state(&rows), &own("a"), Some(Fence(7)));
+        let released = release(&res(), &state(&rows), &own("a"), Some(Fence(7)));
         let rows = applied(rows, &released.changes);
         assert!(rows.is_empty());
         let (decision, _) = acquire_with(&rows, "b", 5);
@@ -1281,12 +1287,12 @@ mod tests {
             Renew::NotFound
         );
         assert_eq!(
-            release(&state(&rows), &own("a"), Some(Fence(7))).outcome,
+            release(&res(), &state(&rows), &own("a"), Some(Fence(7))).outcome,
             Release::NotFound
         );
         // Without a fence (the `renew`/`release` commands) the owner's live tenure is meant.
         assert_eq!(
-            release(&state(&rows), &own("a"), None).outcome,
+            release(&res(), &state(&rows), &own("a"), None).outcome,
             Release::Released
         );
     }
@@ -1297,9 +1303,9 @@ mod tests {
         let decisions: Vec<Vec<Change>> = vec![
             acquire_with(&rows, "a", 5).0.changes,
             renew(&res(), &state(&rows), &own("a"), ttl(5), None).changes,
-            release(&state(&rows), &own("a"), None).changes,
+            release(&res(), &state(&rows), &own("a"), None).changes,
             renew(&res(), &state(&rows), &own("b"), ttl(5), Some(Fence(6))).changes,
-            release(&state(&rows), &own("c"), None).changes,
+            release(&res(), &state(&rows), &own("c"), None).changes,
         ];
         for changes in decisions {
             assert_eq!(applied(rows.clone(), &changes), rows);
@@ -1344,11 +1350,12 @@ mod tests {
     #[test]
     fn releasing_records_the_released_tenure_not_the_requester_input() {
         let rows = [lease("a", 7, 5_000)];
-        let decision = release(&state(&rows), &own("a"), None);
+        let decision = release(&res(), &state(&rows), &own("a"), None);
         assert_eq!(
             decision.changes[1],
-            Change::Record(Record {
+            Change::Record(Event {
                 at: Timestamp(NOW),
+                resource: res(),
                 owner: own("a"),
                 fence: Fence(7),
                 event: EventKind::Released,
@@ -1608,7 +1615,7 @@ mod tests {
     #[test]
     fn renew_and_release_act_on_the_owners_own_tenure_only() {
         let rows = [held("a", 1, 5_000, S), held("b", 2, 5_000, S)];
-        let released = release(&state(&rows), &own("a"), None);
+        let released = release(&res(), &state(&rows), &own("a"), None);
         assert_eq!(
             kinds(&released.changes),
             ["delete 1", "record released a 1"]
@@ -1621,7 +1628,7 @@ mod tests {
         );
         // An owner with no tenure: forbidden while others hold it, not found once nobody does.
         assert_eq!(
-            release(&state(&rows), &own("c"), None).outcome,
+            release(&res(), &state(&rows), &own("c"), None).outcome,
             Release::Forbidden
         );
         assert_eq!(
@@ -1629,7 +1636,7 @@ mod tests {
             Renew::Forbidden
         );
         assert_eq!(
-            release(&state(&[]), &own("c"), None).outcome,
+            release(&res(), &state(&[]), &own("c"), None).outcome,
             Release::NotFound
         );
         let renewed = renew(&res(), &state(&rows), &own("b"), ttl(60), Some(Fence(2)));
@@ -1680,7 +1687,7 @@ mod tests {
                     .unwrap()
                     .changes
                 } else {
-                    release(&s, &own(&who), None).changes
+                    release(&res(), &s, &own(&who), None).changes
                 };
                 rows = applied(rows, &changes);
                 let after = State {
@@ -2079,7 +2086,7 @@ mod tests {
             ),
         ];
         for (name, rows, fence, hold, outcome, changes) in cases {
-            let decision = finish(&state(&rows), &own("a"), Fence(fence), hold);
+            let decision = finish(&res(), &state(&rows), &own("a"), Fence(fence), hold);
             assert_eq!(decision.outcome, outcome, "{name}");
             assert_eq!(kinds(&decision.changes), changes, "{name}");
         }
@@ -2092,6 +2099,7 @@ mod tests {
             ..lease("a", 7, 5_000)
         }];
         let decision = finish(
+            &res(),
             &state(&rows),
             &own("a"),
             Fence(7),
@@ -2245,7 +2253,7 @@ mod tests {
                         d.changes
                     }
                     _ => {
-                        let d = release(&s, &who, None);
+                        let d = release(&res(), &s, &who, None);
                         assert_eq!(d.changes.is_empty(), d.outcome != Release::Released);
                         d.changes
                     }

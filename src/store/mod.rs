@@ -247,7 +247,7 @@ impl<B: Backend> LockStore for B {
         // A release need not survive power loss: rolled back, the lock merely stays until its
         // TTL runs out. Acquires and renewals stay fully durable.
         self.transact(resource, false, &mut |state, _| {
-            Ok(engine::release(state, owner, fence))
+            Ok(engine::release(resource, state, owner, fence))
         })
     }
 
@@ -273,7 +273,7 @@ impl<B: Backend> LockStore for B {
         // A kept lease must survive power loss (the hold is what stops a second host); a
         // release need not (see `release`).
         self.transact(resource, hold.is_some(), &mut |state, _| {
-            Ok(engine::finish(state, owner, fence, hold))
+            Ok(engine::finish(resource, state, owner, fence, hold))
         })
     }
 
