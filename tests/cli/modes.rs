@@ -842,24 +842,9 @@ fn log_events_carry_shared_or_limit() {
     });
 }
 
-/// `distlock --format text ARGS…`: checks the exit code and that stdout is whole lines (at least
-/// one); returns them.
-fn text_lines(db: &Db, args: &[&str], code: i32) -> Vec<String> {
-    let mut all = vec!["--format", "text"];
-    all.extend_from_slice(args);
-    let out = db.run(&all);
-    assert_eq!(out.status.code(), Some(code), "{all:?}: {}", describe(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.ends_with('\n') && !stdout.trim().is_empty(),
-        "{all:?}: lines on stdout, got {stdout:?}"
-    );
-    stdout.lines().map(str::to_owned).collect()
-}
-
 /// The one line `distlock --format text ARGS…` prints (an `acquire`: one result, one line).
 fn text_line(db: &Db, args: &[String], code: i32) -> String {
-    let lines = text_lines(db, &strs(args), code);
+    let lines = db.text_lines(&strs(args), code);
     assert_eq!(lines.len(), 1, "{args:?}: one line, got {lines:?}");
     lines[0].clone()
 }
@@ -883,7 +868,7 @@ fn text_output_names_the_mode_and_busy_and_mismatch_have_lines() {
             (&["log", "alpha"][..], Some(2), "shared"),
             (&["log", "beta"][..], Some(1), "limit 3"),
         ] {
-            let text = text_lines(db, args, 0);
+            let text = db.text_lines(args, 0);
             if let Some(n) = lines {
                 assert_eq!(text.len(), n, "{args:?}: {text:?}");
             }
