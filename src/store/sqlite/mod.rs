@@ -163,9 +163,11 @@ impl SqliteStore {
     /// application, or was written by a newer distlock.
     pub fn open(path: &Path, clock: Box<dyn Clock>) -> Result<SqliteStore> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+        // Missing, or the empty file `store::open` creates: the schema is written now.
+        let created = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
         let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
             .with_context(|| format!("cannot open database {}", path.display()))?;
-        SqliteStore::with_connection(conn, path, clock)
+        SqliteStore::with_connection(conn, path, clock, created)
     }
 
     /// Opens the database at `path` only if the file exists: `None` when it does not, and then
@@ -177,7 +179,7 @@ impl SqliteStore {
     pub fn open_existing(path: &Path, clock: Box<dyn Clock>) -> Result<Option<SqliteStore>> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         match Connection::open_with_flags(path, flags) {
-            Ok(conn) => SqliteStore::with_connection(conn, path, clock).map(Some),
+            Ok(conn) => SqliteStore::with_connection(conn, path, clock, false).map(Some),
             Err(err)
                 if err.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen)
                     && !path.exists() =>
@@ -190,10 +192,12 @@ impl SqliteStore {
         }
     }
 
+    /// `created`: the database was new (missing, or the empty file `store::open` makes).
     fn with_connection(
         conn: Connection,
         path: &Path,
         clock: Box<dyn Clock>,
+        created: bool,
     ) -> Result<SqliteStore> {
         let shown = path.display();
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -204,10 +208,13 @@ impl SqliteStore {
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        // Before this connection's first read, which opens the WAL (creating it if needed).
+        let wal_before = identity(&wal);
         let mut store = SqliteStore {
             conn,
             clock,
-            wal: wal.into(),
+            wal,
             path: path.to_owned(),
             identity: identity(path),
             #[cfg(target_os = "linux")]
@@ -218,7 +225,12 @@ impl SqliteStore {
         let start = std::time::Instant::now();
         loop {
             match store.prepare() {
-                Ok(()) => return Ok(store),
+                Ok(()) => {
+                    if created || identity(&store.wal) != wal_before {
+                        sync_folder(path);
+                    }
+                    return Ok(store);
+                }
                 Err(err) if is_busy(&err) && start.elapsed() < BUSY_TIMEOUT => {
                     std::thread::sleep(Duration::from_millis(1 + fastrand::u64(..10)));
                 }
@@ -372,6 +384,26 @@ impl SqliteStore {
             doorbell::ring(&self.path);
         }
         Ok(Some(decision.outcome))
+    }
+}
+
+/// Makes the folder entries of a database or WAL this process created durable.
+///
+/// A commit must survive power loss, and so must the folder entry of the file it went to.
+/// SQLite, unable to tell a WAL it created from one it found, would fsync the folder on every
+/// connection's first commit: a second fsync on each `acquire`. distlock builds SQLite without
+/// that (`SQLITE_DISABLE_DIRSYNC`, in `.cargo/config.toml`) and syncs the folder itself, once,
+/// right after opening, when this process created the database or found a WAL that was not
+/// there (or not the same file) before its first read; a durable commit then costs one fsync.
+/// A build without the flag merely syncs the folder twice. Errors are ignored, as SQLite
+/// ignores them.
+fn sync_folder(database: &Path) {
+    let folder = match database.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if let Ok(folder) = std::fs::File::open(folder) {
+        let _ = folder.sync_all();
     }
 }
 
