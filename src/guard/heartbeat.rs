@@ -7,7 +7,7 @@
 //! Each [`Event::Renewed`] carries the lease end counted from *before* the renewal was sent, so
 //! it never overstates the lease.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::lock::{EventKind, Fence, LogQuery, Owner, Renew, Resource, Ttl};
@@ -49,9 +49,10 @@ impl Heartbeat {
         }
     }
 
-    /// Renews every ttl/3 (counted from this call) until `stop` is dropped or the store says
-    /// the lock is gone; after a store error, retries sooner and on a new connection.
-    pub fn beat(self, events: &Sender<Event>, stop: &Receiver<()>) {
+    /// Renews every ttl/3 (counted from this call) until `stop` is dropped, `report` says
+    /// nobody listens any more, or the store says the lock is gone; after a store error,
+    /// retries sooner and on a new connection.
+    pub fn beat(self, report: impl Fn(Event) -> bool, stop: &Receiver<()>) {
         let interval = self.ttl.as_duration() / 3;
         let retry = interval.min(Duration::from_secs(1));
         let mut store: Option<Box<dyn LockStore>> = None;
@@ -92,7 +93,7 @@ impl Heartbeat {
                 }
             };
             let lost = matches!(event, Event::Lost(_));
-            if events.send(event).is_err() || lost {
+            if !report(event) || lost {
                 return;
             }
         }

@@ -2,34 +2,42 @@
 //! [`Supervisor`] decides on.
 //!
 //! It owns:
-//! - the set-up before the command starts: the subreaper, signal forwarding and every helper
-//!   thread. All of it happens *before* the command is spawned, so a failure there (an
-//!   [`Error::System`]) leaves no command running, and the caller can release the lock;
-//! - the threads: the signal thread turns SIGINT/SIGTERM/SIGHUP/SIGQUIT into events, the
-//!   waiter blocks in `wait()` for the command (handed to it through a channel once spawned),
-//!   the heartbeat renews (see [`super::heartbeat`]);
-//! - the loop: it feeds each event to the supervisor with the current instant, sends
-//!   [`Event::Timer`] when the supervisor's deadline comes, and, once the command has exited,
-//!   looks every few milliseconds whether what it started is gone ([`Event::Emptied`]);
+//! - the set-up before the command starts: the subreaper, the signal handlers and the
+//!   heartbeat thread. All of it happens *before* the command is spawned, so a failure there
+//!   (an [`Error::System`]) leaves no command running, and the caller can release the lock;
+//! - one event loop on this thread. It sleeps in `poll(2)` on a self-pipe that three things
+//!   write to: the handlers of SIGINT/SIGTERM/SIGHUP/SIGQUIT (forwarded to the command), the
+//!   handler of SIGCHLD (the command, or something it started, ended), and the heartbeat
+//!   thread, after each report it queues. A wake-up turns into [`Event`]s for the supervisor,
+//!   fed with the current instant; the poll's timeout is the supervisor's deadline
+//!   ([`Event::Timer`]), and once the command has exited, a probe every few milliseconds
+//!   whether what it started is gone ([`Event::Emptied`]);
+//! - the heartbeat thread, the only other thread: a renewal may block on the store, which
+//!   must never delay the loop (see [`super::heartbeat`]);
 //! - performing the actions: signals through [`Tree`], messages through [`warn`];
 //! - the terminal, handed to the command's process group while it runs and taken back in
 //!   `Drop`, on every path.
 //!
 //! The command runs in a process group of its own, so forwarded signals reach everything in
-//! it, as a terminal signals a foreground job.
+//! it, as a terminal signals a foreground job. Its status is collected with a non-blocking
+//! `waitpid` on its own pid whenever SIGCHLD arrives, so the orphans `run` adopts are never
+//! reaped before it (see [`tree`]).
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Child;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-use signal_hook::iterator::Signals;
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+use signal_hook::iterator::backend::SignalDelivery;
+use signal_hook::iterator::exfiltrator::SignalOnly;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
@@ -76,14 +84,14 @@ pub struct Supervised {
 /// # Errors
 ///
 /// [`Error::System`] when the operating system refuses what guarding needs (the subreaper,
-/// signal forwarding, a thread); the command was then never started.
+/// the signal handlers, the heartbeat thread); the command was then never started.
 pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
     tree::adopt_orphans()
         .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
-    let (events, inbox) = mpsc::channel();
-    // Takes the only sender: once every helper is gone, `inbox` says so.
-    let mut helpers = Helpers::start(job, events)?;
-    let child = match spawn(job) {
+    let mut wakeups = Wakeups::start()?;
+    let (report, inbox) = mpsc::channel();
+    let _heartbeat = start_heartbeat(job, report, wakeups.bell()?)?;
+    let mut child = match spawn(job) {
         Ok(child) => child,
         Err(exit) => {
             return Ok(Supervised {
@@ -106,20 +114,7 @@ pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
     if let Some(limit) = job.max_runtime {
         supervisor = supervisor.with_max_runtime(limit, started);
     }
-    if let Err(mut child) = helpers.hand_over(child) {
-        // The waiter thread is gone: stop the command, as its end could not be seen.
-        let ended = Ended::Unknown("the thread waiting for it is gone".to_owned());
-        let actions = supervisor.step(Event::Exited(ended), Instant::now());
-        let exit = perform(actions, &tree);
-        let _ = child.wait();
-        tree::reap_orphans();
-        return Ok(Supervised {
-            exit: exit.unwrap_or(Exit::LeaseLost),
-            started: true,
-            stopped: Some(Stop::LeaseLost),
-        });
-    }
-    let exit = watch(&mut supervisor, &tree, &inbox, &mut helpers);
+    let exit = watch(&mut supervisor, &tree, &mut child, &mut wakeups, &inbox);
     Ok(Supervised {
         exit,
         started: true,
@@ -127,55 +122,50 @@ pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
     })
 }
 
-/// Feeds events to the supervisor and performs its actions until it says to exit.
+/// The event loop: turns wake-ups into events, feeds them to the supervisor and performs its
+/// actions until it says to exit.
 fn watch(
     supervisor: &mut Supervisor,
     tree: &Tree,
+    child: &mut Child,
+    wakeups: &mut Wakeups,
     inbox: &Receiver<Event>,
-    helpers: &mut Helpers,
 ) -> Exit {
-    // The command's status is known (the waiter reported): orphans may be reaped.
+    // The command's status is known: orphans may be reaped, and what is left is probed.
     let mut exited = false;
-    let mut disconnected = false;
     loop {
         let now = Instant::now();
         let mut wake = supervisor.deadline();
         if exited {
             wake = Some(wake.map_or(now + PROBE, |at| at.min(now + PROBE)));
         }
-        let received = match wake {
-            Some(at) if disconnected => {
-                std::thread::sleep(at.saturating_duration_since(now));
-                Err(RecvTimeoutError::Timeout)
-            }
-            Some(at) => inbox.recv_timeout(at.saturating_duration_since(now)),
-            None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        let event = match received {
-            Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) if exited && !tree.anything_left() => Event::Emptied,
-            Err(RecvTimeoutError::Timeout) => Event::Timer,
-            // Every helper is gone, the waiter without reporting: the command's fate is
-            // unknown, which the supervisor treats as the worst case.
-            Err(RecvTimeoutError::Disconnected) => {
-                disconnected = true;
-                Event::Exited(Ended::Unknown(
-                    "the thread waiting for it is gone".to_owned(),
-                ))
-            }
-        };
-        if matches!(event, Event::Exited(_)) && !exited {
-            exited = true;
-            if let Some(waiter) = helpers.waiter.take() {
-                let _ = waiter.join();
+        wakeups.sleep(wake.map(|at| at.saturating_duration_since(now)));
+        let mut events: Vec<Event> = wakeups.signals().map(Event::Signal).collect();
+        events.extend(inbox.try_iter());
+        if !exited {
+            match child.try_wait() {
+                Ok(None) => {}
+                Ok(Some(status)) => events.push(Event::Exited(Ended::from_wait(Ok(status)))),
+                // Its fate is unknown, which the supervisor treats as the worst case.
+                Err(err) => events.push(Event::Exited(Ended::from_wait(Err(err)))),
             }
         }
-        let actions = supervisor.step(event, Instant::now());
-        if let Some(exit) = perform(actions, tree) {
-            if exited {
-                tree::reap_orphans();
+        if wake.is_some_and(|at| Instant::now() >= at) {
+            events.push(if exited && !tree.anything_left() {
+                Event::Emptied
+            } else {
+                Event::Timer
+            });
+        }
+        for event in events {
+            exited |= matches!(event, Event::Exited(_));
+            let actions = supervisor.step(event, Instant::now());
+            if let Some(exit) = perform(actions, tree) {
+                if exited {
+                    tree::reap_orphans();
+                }
+                return exit;
             }
-            return exit;
         }
     }
 }
@@ -218,108 +208,107 @@ fn spawn(job: &Job<'_>) -> Result<Child, Exit> {
     }
 }
 
-/// The helper threads, all started before the command. Dropping this ends them (see `Drop`).
-#[derive(Default)]
-struct Helpers {
-    signals: Option<signal_hook::iterator::Handle>,
-    signal_thread: Option<JoinHandle<()>>,
-    /// Where the waiter gets the command, once it is spawned.
-    hand_child: Option<Sender<Child>>,
-    waiter: Option<JoinHandle<()>>,
-    /// Dropping it stops the heartbeat.
-    stop_heartbeat: Option<Sender<()>>,
+/// What wakes the event loop: one self-pipe, written by the signal handlers and by the
+/// heartbeat thread. Dropping it removes the handlers again.
+struct Wakeups {
+    delivery: SignalDelivery<UnixStream, SignalOnly>,
+    /// The pipe's write end, for the heartbeat's copy.
+    write: UnixStream,
 }
 
-impl Helpers {
-    /// Sets up signal forwarding and starts the signal, waiter and heartbeat threads, each
-    /// with its own clone of `events`.
+impl Wakeups {
+    /// Installs the handlers of the forwarded signals and of SIGCHLD.
     ///
     /// # Errors
     ///
-    /// [`Error::System`] when signal forwarding cannot be set up or a thread cannot be
-    /// started; what was started by then is ended again (through `Drop`).
-    fn start(job: &Job<'_>, events: Sender<Event>) -> Result<Helpers> {
-        let mut helpers = Helpers::default();
-
-        let mut signals = Signals::new(FORWARDED)
-            .map_err(|err| Error::system("cannot set up signal forwarding", err))?;
-        helpers.signals = Some(signals.handle());
-        let forward = events.clone();
-        helpers.signal_thread = Some(start_thread("signal", move || {
-            for raw in signals.forever() {
-                let Ok(signal) = Signal::try_from(raw) else {
-                    continue;
-                };
-                if forward.send(Event::Signal(signal)).is_err() {
-                    break;
-                }
-            }
-        })?);
-
-        let (hand_child, child_inbox) = mpsc::channel::<Child>();
-        helpers.hand_child = Some(hand_child);
-        let report = events.clone();
-        helpers.waiter = Some(start_thread("waiter", move || {
-            // No command comes when spawning it failed: the channel just closes.
-            if let Ok(mut child) = child_inbox.recv() {
-                let _ = report.send(Event::Exited(Ended::from_wait(child.wait())));
-            }
-        })?);
-
-        let (stop_heartbeat, heartbeat_stopped) = mpsc::channel::<()>();
-        helpers.stop_heartbeat = Some(stop_heartbeat);
-        let heartbeat = Heartbeat {
-            location: job.location.clone(),
-            resource: job.lock.resource.clone(),
-            owner: job.lock.owner.clone(),
-            ttl: job.ttl,
-            fence: job.lock.fence,
-        };
-        // Not joined (see `Drop`), so its handle is not kept.
-        start_thread("heartbeat", move || {
-            heartbeat.beat(&events, &heartbeat_stopped);
-        })?;
-        Ok(helpers)
+    /// [`Error::System`] when the pipe or a handler cannot be set up.
+    fn start() -> Result<Wakeups> {
+        let failed = |err| Error::system("cannot set up signal handling", err);
+        let (read, write) = UnixStream::pair().map_err(failed)?;
+        read.set_nonblocking(true).map_err(failed)?;
+        // A full pipe already wakes the loop: a writer never waits.
+        write.set_nonblocking(true).map_err(failed)?;
+        let mut signals = FORWARDED.to_vec();
+        signals.push(SIGCHLD);
+        let handlers = write.try_clone().map_err(failed)?;
+        let delivery =
+            SignalDelivery::with_pipe(read, handlers, SignalOnly, signals).map_err(failed)?;
+        Ok(Wakeups { delivery, write })
     }
 
-    /// Gives the spawned command to the waiter thread; back if that thread is gone.
-    fn hand_over(&mut self, child: Child) -> Result<(), Child> {
-        match &self.hand_child {
-            Some(hand) => hand.send(child).map_err(|returned| returned.0),
-            None => Err(child),
-        }
+    /// A write end for the heartbeat, which writes a byte after each report.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::System`] when the descriptor cannot be duplicated.
+    fn bell(&self) -> Result<UnixStream> {
+        self.write
+            .try_clone()
+            .map_err(|err| Error::system("cannot set up signal handling", err))
     }
-}
 
-impl Drop for Helpers {
-    fn drop(&mut self) {
-        if let Some(signals) = self.signals.take() {
-            signals.close();
-        }
-        if let Some(thread) = self.signal_thread.take() {
-            let _ = thread.join();
-        }
-        // Without a command handed over, the waiter ends as its channel closes. With one, the
-        // watch loop joined it after it reported; it is never joined while the command runs.
-        self.hand_child = None;
-        self.waiter = None;
-        // The heartbeat ends at its next wake-up. It is not joined: it may be inside a renewal
-        // that an unresponsive store holds up, and a renewal that lands after the release
-        // finds no lock of this tenure and changes nothing.
-        self.stop_heartbeat = None;
+    /// Sleeps until something was written to the pipe, a signal interrupts, or `timeout`
+    /// passes (`None`: no timeout).
+    fn sleep(&self, timeout: Option<Duration>) {
+        let timeout = timeout.map_or(PollTimeout::NONE, |timeout| {
+            // Rounded up: waking before the deadline would only loop once more.
+            let millis = timeout.as_micros().div_ceil(1000);
+            PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
+        });
+        let mut fds = [PollFd::new(
+            self.delivery.get_read().as_fd(),
+            PollFlags::POLLIN,
+        )];
+        // EINTR is a wake-up like any other; the caller looks at everything anyway.
+        let _ = poll(&mut fds, timeout);
+    }
+
+    /// The forwarded signals that arrived since the last call (each once), emptying the pipe.
+    /// SIGCHLD only wakes the loop, which then asks after the command itself.
+    fn signals(&mut self) -> impl Iterator<Item = Signal> + use<> {
+        let arrived: Vec<Signal> = self
+            .delivery
+            .pending()
+            .filter(|&raw| raw != SIGCHLD)
+            .filter_map(|raw| Signal::try_from(raw).ok())
+            .collect();
+        arrived.into_iter()
     }
 }
 
-/// Starts a named helper thread.
+/// Starts the heartbeat thread; it reports into `report` and rings `bell` after each report.
+/// Dropping the returned sender stops it at its next wake-up. It is never joined: it may be
+/// inside a renewal that an unresponsive store holds up, and a renewal that lands after the
+/// release finds no lock of this tenure and changes nothing.
 ///
 /// # Errors
 ///
 /// [`Error::System`] when the operating system refuses a thread.
-fn start_thread(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+fn start_heartbeat(job: &Job<'_>, report: Sender<Event>, bell: UnixStream) -> Result<Sender<()>> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let heartbeat = Heartbeat {
+        location: job.location.clone(),
+        resource: job.lock.resource.clone(),
+        owner: job.lock.owner.clone(),
+        ttl: job.ttl,
+        fence: job.lock.fence,
+    };
     std::thread::Builder::new()
-        .name(format!("distlock-{name}"))
-        .spawn(body)
-        .map_err(|err| Error::system(&format!("cannot start the {name} thread"), err))
+        .name("distlock-heartbeat".to_owned())
+        .spawn(move || {
+            // Signals are the event loop's to handle, on the main thread.
+            let _ = nix::sys::signal::SigSet::all().thread_block();
+            heartbeat.beat(
+                |event| {
+                    let sent = report.send(event).is_ok();
+                    let _ = (&bell).write(&[0]);
+                    sent
+                },
+                &stopped,
+            );
+        })
+        .map_err(|err| Error::system("cannot start the heartbeat thread", err))?;
+    Ok(stop)
 }
 
 /// The controlling terminal, handed to the command's process group while it runs so that an
