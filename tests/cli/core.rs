@@ -1150,6 +1150,73 @@ fn store_uses_wal_mode() {
     assert_eq!(mode.to_lowercase(), "wal");
 }
 
+/// The fsync calls of one `distlock ARGS…` on `db`, as `strace -y` prints them (each with the
+/// path of the file it syncs). `None`, with a note, without strace — unless
+/// `DISTLOCK_TEST_REQUIRE_STRACE` is set (CI): then a missing strace fails the test.
+fn fsyncs_of(db: &Db, args: &[&str]) -> Option<Vec<String>> {
+    let trace = db.file("fsyncs.strace");
+    let traced = std::process::Command::new("strace")
+        .args(["-f", "-y", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(&trace)
+        .arg(BIN)
+        .args(args)
+        .env("DISTLOCK_DB", &db.url)
+        .output();
+    let out = match traced {
+        Ok(out) => out,
+        Err(err) => {
+            assert!(
+                std::env::var_os("DISTLOCK_TEST_REQUIRE_STRACE").is_none(),
+                "DISTLOCK_TEST_REQUIRE_STRACE is set but strace cannot run: {err}"
+            );
+            eprintln!("note: fsync counts not tested: strace cannot run ({err})");
+            return None;
+        }
+    };
+    assert!(out.status.success(), "{args:?}: {}", describe(&out));
+    let text = std::fs::read_to_string(&trace).expect("strace output");
+    Some(
+        text.lines()
+            .filter(|line| line.contains("fsync(") && line.contains(" = 0"))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+#[test]
+fn durable_commits_cost_one_fsync_and_a_new_store_syncs_its_folder() {
+    let db = Db::sqlite();
+    let folder = db.dir.path().to_str().expect("utf-8 path").to_owned();
+    // Creating the store: the folder entries of the database and its WAL are made durable.
+    let Some(first) = fsyncs_of(&db, &["acquire", "r1", "--owner", "w", "--ttl", "60"]) else {
+        return;
+    };
+    assert!(
+        first
+            .iter()
+            .any(|line| line.contains(&format!("<{folder}>"))),
+        "creating the store must fsync its folder {folder}: {first:#?}"
+    );
+    // From then on: one fsync per durable commit (the WAL), no folder, none for a release.
+    let wal = format!("<{}-wal>", db.url);
+    for args in [
+        &["acquire", "r2", "--owner", "w", "--ttl", "60"][..],
+        &["renew", "r2", "--owner", "w", "--ttl", "60"],
+        &["acquire", "r3", "--owner", "w", "--ttl", "60"],
+    ] {
+        let synced = fsyncs_of(&db, args).expect("strace ran a moment ago");
+        assert!(
+            synced.len() == 1 && synced[0].contains(&wal),
+            "{args:?}: exactly one fsync, of the WAL: {synced:#?}"
+        );
+    }
+    let released = fsyncs_of(&db, &["release", "r2", "--owner", "w"]).expect("strace");
+    assert!(
+        released.is_empty(),
+        "a release is not synced: {released:#?}"
+    );
+}
+
 #[test]
 fn store_has_a_unique_constraint_on_resource() {
     let db = Db::sqlite();
