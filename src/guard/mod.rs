@@ -120,7 +120,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     // Joining a tenure this owner already held (a script's `acquire --owner X`, then steps with
     // `run --owner X`): keep it alive while the step runs, and leave it held afterwards.
     let joined = tenure == Tenure::Extended;
-    let supervised = runner::supervise(&runner::Job {
+    let job = runner::Job {
         location,
         lock: &lock,
         ttl: args.ttl,
@@ -128,7 +128,9 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         lease_end: attempt.started + args.ttl.as_duration(),
         command: &args.command,
         max_runtime: args.max_runtime,
-    });
+    };
+    // While the command runs, the store may do what it would otherwise do as `run` exits.
+    let supervised = runner::supervise(&job, &mut || store.tidy());
     // On every path, the command's end or a failure to start guarding it alike, this run
     // lets go of its own tenure (owner and fence) only — harmless after a lost lease: the store
     // refuses if someone else holds it, and frees it early if renewals merely failed.

@@ -80,12 +80,13 @@ pub struct Supervised {
 
 /// Starts the command and supervises it until it exits. Returns its exit (see
 /// [`Supervisor`]), or what keeps it from starting (126, 127; 64 for no command at all).
+/// `idle` is called once, as soon as the command runs: housekeeping that nobody then waits on.
 ///
 /// # Errors
 ///
 /// [`Error::System`] when the operating system refuses what guarding needs (the subreaper,
 /// the signal handlers, the heartbeat thread); the command was then never started.
-pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
+pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
     tree::adopt_orphans()
         .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
     let mut wakeups = Wakeups::start()?;
@@ -114,6 +115,7 @@ pub fn supervise(job: &Job<'_>) -> Result<Supervised> {
     if let Some(limit) = job.max_runtime {
         supervisor = supervisor.with_max_runtime(limit, started);
     }
+    idle();
     let exit = watch(&mut supervisor, &tree, &mut child, &mut wakeups, &inbox);
     Ok(Supervised {
         exit,

@@ -149,6 +149,12 @@ pub trait LockStore: Send {
     ///
     /// Only store failures.
     fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()>;
+
+    /// Housekeeping for a moment when nobody waits on this process — `run` calls it once its
+    /// command is running — so that it is not paid at exit instead. Best effort: it never
+    /// fails, and what it cannot do now is done at a later moment or by another process.
+    /// Nothing by default (PostgreSQL has nothing to do).
+    fn tidy(&mut self) {}
 }
 
 /// Hands out a fresh fence inside the deciding transaction.
@@ -213,6 +219,9 @@ pub trait Backend: Send {
     ///
     /// Only store failures.
     fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()>;
+
+    /// See [`LockStore::tidy`]; nothing by default.
+    fn tidy(&mut self) {}
 }
 
 impl<B: Backend> LockStore for B {
@@ -300,6 +309,10 @@ impl<B: Backend> LockStore for B {
 
     fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
         Backend::wait_for_change(self, resource, timeout)
+    }
+
+    fn tidy(&mut self) {
+        Backend::tidy(self);
     }
 }
 

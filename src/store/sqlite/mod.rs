@@ -36,11 +36,17 @@ use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp
 /// How long an operation waits for another process's write to finish before it gives up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How large the WAL may grow before a closing process checkpoints and truncates it. A process
-/// that opens the database alone rebuilds the WAL index from every frame in the WAL (about
-/// 4,000 instructions a 4 KiB frame) and cannot know which frames were already checkpointed, so
-/// the WAL must be truncated, not merely restarted; at this size that happens every ~20 commits
-/// and costs its two fsyncs there, instead of on every close.
+/// How large the WAL may grow before it is checkpointed into the database and truncated.
+///
+/// A distlock process nearly always opens the database alone, and SQLite then rebuilds the WAL
+/// index from every frame in the WAL: one read and ~2,600 instructions a 4 KiB frame, about
+/// 2 µs. A checkpoint costs two fsyncs and copying the frames. With ~9 frames written by an
+/// acquire and its release, a bound of T frames costs each call ~T/2 × 2 µs at open plus
+/// 9/T of a checkpoint; that sum is lowest near T = 100 (a checkpoint every ~11 runs), and
+/// both a much larger and a much smaller bound cost more per call (see BENCHMARKS.md).
+///
+/// Who pays for the checkpoint: `run` does it while its command runs ([`Backend::tidy`]),
+/// off the path anyone waits on; other commands do it as they close ([`Drop`]).
 const WAL_TRUNCATE_BYTES: u64 = 100 * 4120;
 
 /// Version 1, as distlock 0.1.0 created it. A new store is created at version 1 and upgraded
@@ -124,14 +130,21 @@ pub struct SqliteStore {
 }
 
 impl Drop for SqliteStore {
-    /// Truncates a WAL that has grown past [`WAL_TRUNCATE_BYTES`], without waiting: if another
-    /// process is busy with the database, it is left for a later close.
     fn drop(&mut self) {
+        self.bound_wal();
+    }
+}
+
+impl SqliteStore {
+    /// Checkpoints and truncates a WAL that has grown past [`WAL_TRUNCATE_BYTES`], without
+    /// waiting: if another process is busy with the database, it is left for a later moment.
+    fn bound_wal(&mut self) {
         let large = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > WAL_TRUNCATE_BYTES);
         if large && self.conn.busy_timeout(Duration::ZERO).is_ok() {
             let _ = self
                 .conn
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+            let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
         }
     }
 }
@@ -581,6 +594,10 @@ impl Backend for SqliteStore {
             self.watch = doorbell::Watch::start(&self.path);
         }
         Ok(())
+    }
+
+    fn tidy(&mut self) {
+        self.bound_wal();
     }
 
     fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
