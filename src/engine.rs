@@ -153,18 +153,29 @@ pub enum Change {
     Dequeue { owner: Owner },
 }
 
-impl Change {
-    /// Whether writing this may let a waiter in: a tenure or a place in the queue went away,
-    /// or a waiter was granted (the ones behind it look again, since several shared or
-    /// semaphore waiters may go in together). Stores wake the resource's waiters after
-    /// committing such a change.
-    pub fn wakes_waiters(&self) -> bool {
-        matches!(
-            self,
-            Change::Delete { .. } | Change::Dequeue { .. } | Change::Insert(_)
-        )
-    }
+/// Whether committing `changes` may let a waiter in; stores then wake the resource's waiters.
+/// It may when a tenure went away, when a waiter left the queue without being granted, and
+/// when a shared or semaphore tenure began (the waiters behind it may be admitted beside it).
+/// An exclusive tenure admits nobody else, so beginning one wakes nobody: under contention
+/// each handoff then wakes the queue once (at the release), not twice. The waiters behind it
+/// learn their new place in line at their next look.
+pub fn wakes_waiters(changes: &[Change]) -> bool {
+    let granted = |owner: &Owner| {
+        changes
+            .iter()
+            .any(|change| matches!(change, Change::Insert(lease) if &lease.owner == owner))
+    };
+    changes.iter().any(|change| match change {
+        Change::Delete { .. } => true,
+        Change::Insert(lease) => lease.mode != Mode::Exclusive,
+        Change::Dequeue { owner } => !granted(owner),
+        Change::Update(_) | Change::Record(_) | Change::Enqueue { .. } | Change::Refresh { .. } => {
+            false
+        }
+    })
+}
 
+impl Change {
     /// Whether the change must survive power loss. A place in the queue need not: lost, it is
     /// taken again at the waiter's next attempt.
     pub fn is_durable(&self) -> bool {
@@ -1922,35 +1933,56 @@ mod tests {
     }
 
     #[test]
-    fn only_changes_that_free_or_grant_wake_waiters() {
-        let owner = own("a");
+    fn only_changes_that_may_let_a_waiter_in_wake_waiters() {
+        let shared = Lease {
+            mode: Mode::Shared,
+            ..lease("a", 1, 5)
+        };
+        let semaphore = Lease {
+            mode: Mode::Semaphore(3),
+            ..lease("a", 1, 5)
+        };
+        let dequeue = |name: &str| Change::Dequeue { owner: own(name) };
         let cases = [
-            (Change::Insert(lease("a", 1, 5)), true),
-            (Change::Delete { fence: Fence(1) }, true),
+            // A release, an expired tenure taken over, a break: a tenure went away.
+            (vec![Change::Delete { fence: Fence(1) }], true),
             (
-                Change::Dequeue {
-                    owner: owner.clone(),
-                },
+                vec![
+                    Change::Delete { fence: Fence(1) },
+                    Change::Insert(lease("a", 2, 5)),
+                ],
                 true,
             ),
-            (Change::Update(lease("a", 1, 5)), false),
+            // A waiter gave up: the one behind it may be first now.
+            (vec![dequeue("a")], true),
+            // An exclusive grant, to a waiter or a try-once request: nobody else can go in.
+            (vec![dequeue("a"), Change::Insert(lease("a", 1, 5))], false),
+            (vec![Change::Insert(lease("a", 1, 5))], false),
+            // A shared or semaphore grant: the waiters behind may go in beside it.
+            (vec![dequeue("a"), Change::Insert(shared.clone())], true),
+            (vec![Change::Insert(semaphore)], true),
+            // Another waiter left while `a` was granted.
+            (vec![dequeue("b"), Change::Insert(lease("a", 1, 5))], true),
+            // Renewals and places in the queue admit nobody.
+            (vec![Change::Update(shared)], false),
             (
-                Change::Enqueue {
-                    owner: owner.clone(),
+                vec![Change::Enqueue {
+                    owner: own("a"),
                     expires_at: at(5),
-                },
+                }],
                 false,
             ),
             (
-                Change::Refresh {
-                    owner,
+                vec![Change::Refresh {
+                    owner: own("a"),
                     expires_at: at(5),
-                },
+                }],
                 false,
             ),
+            (vec![], false),
         ];
-        for (change, wakes) in cases {
-            assert_eq!(change.wakes_waiters(), wakes, "{change:?}");
+        for (changes, wakes) in cases {
+            assert_eq!(wakes_waiters(&changes), wakes, "{changes:?}");
         }
     }
 

@@ -23,7 +23,7 @@ use postgres::{Client, GenericClient, Row, Statement, Transaction};
 
 use std::collections::HashMap;
 
-use crate::engine::{Change, Decision, Lease, State, Waiter};
+use crate::engine::{self, Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Mode, Note, Owner, Resource, Timestamp};
 use crate::store::{
     Backend, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event, mode_columns,
@@ -451,7 +451,7 @@ impl Backend for Session {
             }
             // Waiters hear of a change that may let them in when it commits (NOTIFY is
             // delivered on commit, and not at all on a rollback).
-            let wakes = decision.changes.iter().any(Change::wakes_waiters);
+            let wakes = engine::wakes_waiters(&decision.changes);
             let applied = apply(&mut tx, statements, res, &decision.changes)
                 .and_then(|()| {
                     if wakes {

@@ -30,7 +30,7 @@ use super::{
     Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event,
     mode_columns, mode_of, newer_schema,
 };
-use crate::engine::{Change, Decision, Lease, State, Waiter};
+use crate::engine::{self, Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
 
 /// How long an operation waits for another process's write to finish before it gives up.
@@ -393,7 +393,7 @@ impl SqliteStore {
         apply(&tx, resource, &decision.changes)?;
         tx.commit().context("cannot commit the change")?;
         #[cfg(target_os = "linux")]
-        if decision.changes.iter().any(Change::wakes_waiters) {
+        if engine::wakes_waiters(&decision.changes) {
             doorbell::ring(&self.path);
         }
         Ok(Some(decision.outcome))
