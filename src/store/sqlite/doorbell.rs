@@ -1,7 +1,8 @@
 //! Kernel wake-ups for waiters on the SQLite store.
 //!
 //! Beside the database `locks.db` lies `locks.db-turnstile`, an empty file. Every commit that
-//! may let a waiter in (a release, a takeover, a grant, a waiter leaving the queue) "rings" it
+//! may let a waiter in ([`crate::engine::wakes_waiters`]: a release, a takeover, a shared or
+//! semaphore grant, a waiter leaving the queue) "rings" it
 //! by writing one byte to it; a waiter watches it with inotify and sleeps in `poll(2)` until it
 //! is written or its timeout passes — so a release wakes waiters at once, as `flock(1)` waiters
 //! wake, whichever command released (`run`, or a plain `release`).
