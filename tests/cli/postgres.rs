@@ -1482,3 +1482,79 @@ fn a_urls_application_name_reaches_the_server() {
         "the URL's application_name must reach the server; the server saw {names:?}"
     );
 }
+
+/// Values travel to the server inside the SQL text (so that an operation takes two round
+/// trips): quotes and backslashes must come back exactly as given, also when the server reads
+/// `'…'` strings the pre-9.1 way (`standard_conforming_strings=off`, where a backslash escapes
+/// the quote after it), and nothing in them may run as SQL.
+#[test]
+fn quotes_and_backslashes_are_stored_as_given_whatever_standard_conforming_strings() {
+    let Some(db) = Db::postgres() else { return };
+    let url = PgUrl::parse(db.pg_url())
+        .with_setting("options", "-c%20standard_conforming_strings%3Doff")
+        .to_string();
+    let resource = r"a\'b'' \\c'; DROP TABLE distlock.locks; --";
+    let owner = r"o\'w\";
+    let note = r"n\x27 \\' E'\\' end\";
+    let json = |args: &[&str], code: i32, name: &str| {
+        let out = finish(
+            pg_at(&url, args),
+            db.dir.path(),
+            name,
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.code(), Some(code), "{args:?}: {}", out.describe());
+        assert!(out.stderr().is_empty(), "{args:?}: {}", out.describe());
+        parse_line(&out.output.stdout)
+    };
+    let acquired = json(
+        &[
+            "acquire", resource, "--owner", owner, "--ttl", "60", "--note", note,
+        ],
+        0,
+        "acquire",
+    );
+    let fence = acquired["lock"]["fence"].clone();
+    for lock in [
+        &acquired["lock"],
+        &json(&["status", resource], 0, "status")["lock"],
+        &json(&["list"], 0, "list")["locks"][0],
+    ] {
+        assert_eq!(lock["resource"], resource, "{lock}");
+        assert_eq!(lock["owner"], owner, "{lock}");
+        assert_eq!(lock["note"], note, "{lock}");
+        assert_eq!(lock["fence"], fence, "{lock}");
+    }
+    // Renewing and re-acquiring update the row these values name, and only that one.
+    json(
+        &["renew", resource, "--owner", owner, "--ttl", "60"],
+        0,
+        "renew",
+    );
+    json(
+        &["acquire", resource, "--owner", owner, "--ttl", "60"],
+        0,
+        "again",
+    );
+    json(&["release", resource, "--owner", owner], 0, "release");
+    let events: Vec<(String, String, String)> = db
+        .log(&[])
+        .iter()
+        .map(|e| {
+            (
+                e["resource"].as_str().expect("resource").to_owned(),
+                e["owner"].as_str().expect("owner").to_owned(),
+                e["event"].as_str().expect("event").to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = ["acquired", "renewed", "extended", "released"]
+        .iter()
+        .map(|event| (resource.to_owned(), owner.to_owned(), (*event).to_owned()))
+        .collect();
+    assert_eq!(events, expected);
+    assert_eq!(
+        json(&["status", resource], 1, "status-after")["held"],
+        false
+    );
+}
