@@ -1319,6 +1319,33 @@ fn tls_sslmode_disable_does_not_encrypt() {
     assert_encryption(&db, &url, false, "disable");
 }
 
+/// The README recommends `channel_binding=require` beside TLS: the SCRAM login is then bound to
+/// the TLS channel (a man in the middle cannot relay it, even under `sslmode=require`), and a
+/// connection without TLS is refused instead of logging in unbound.
+#[test]
+fn channel_binding_require_logs_in_over_tls_and_refuses_a_plain_connection() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    let bound = |mode: &str| {
+        PgUrl::parse(&tls_url(&db, &server_as("127.0.0.1"), mode, None))
+            .with_setting("channel_binding", "require")
+            .to_string()
+    };
+    let url = bound("require");
+    let distlock = |args: &[&str]| distlock_tls(&url, args);
+    assert_lock_cycle(&db, &distlock, "bound", "channel_binding=require");
+    let out = finish(
+        distlock_tls(&bound("disable"), &["status", "bound"]),
+        db.dir.path(),
+        "unbound",
+        Duration::from_secs(30),
+    );
+    let line = assert_store_error(&out.output, &"channel_binding=require without TLS");
+    assert!(line.contains("channel binding"), "{line}");
+}
+
 #[test]
 fn tls_verify_full_with_the_servers_ca_works_for_localhost_and_127_0_0_1() {
     let Some(db) = Db::postgres() else { return };
