@@ -4,16 +4,16 @@
 //!   truncated to milliseconds as times are printed) in the transaction that decides, after it
 //!   holds the resource, never from this host, so a client whose clock is off still gets
 //!   exactly its TTL.
-//! - **One resource, one writer at a time.** Each write transaction first upserts the
-//!   resource's row in `distlock.resources` (`UNIQUE(resource)`), which locks it until the
+//! - **One resource, one writer at a time.** Each write transaction first inserts or locks the
+//!   resource's row in `distlock.resources` (`UNIQUE(resource)`), which it holds until the
 //!   transaction ends — also for a resource that had no row yet: a racing insert waits on the
-//!   unique index, then takes the update path and the lock. Only then, in later statements (each
+//!   unique index, then takes the conflict path and the lock. Only then, in later statements (each
 //!   with a snapshot of its own), does it read the resource's tenures. A conflicting insert, or a
 //!   row that changed under a decision, starts the transaction over (as do serialization
 //!   failures and deadlocks), a bounded number of times.
 //! - **Two round trips per operation.** A process makes one or two calls, so what costs is the
 //!   number of round trips, not parsing. The statements are sent in two simple-protocol
-//!   batches: `BEGIN`, the upsert and the reads; then the core's writes, `pg_notify` and
+//!   batches: `BEGIN`, the row lock and the reads; then the core's writes, `pg_notify` and
 //!   `COMMIT`. Values go into the SQL as literals ([`text`]: escape strings, so their meaning
 //!   does not depend on server settings). The schema version is read in the first batch too:
 //!   only when it is not this build's, or the batch fails on a connection that has not seen the
@@ -240,11 +240,14 @@ fn one_row(sql: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // The statements.
 
-/// Locks `resource`'s row until the transaction ends, creating it if needed.
+/// Locks `resource`'s row until the transaction ends, creating it if needed. `DO UPDATE …
+/// WHERE false` locks an existing row as an update would (so it also serialises with distlock
+/// versions that rewrite the row) but leaves it as it is: a busy resource leaves no dead row
+/// versions behind, and the statement writes no row to the WAL.
 fn lock_row(resource: &str) -> String {
     format!(
         "INSERT INTO distlock.resources (resource) VALUES ({resource}) \
-         ON CONFLICT (resource) DO UPDATE SET resource = EXCLUDED.resource"
+         ON CONFLICT (resource) DO UPDATE SET resource = EXCLUDED.resource WHERE false"
     )
 }
 
