@@ -1319,6 +1319,33 @@ fn tls_sslmode_disable_does_not_encrypt() {
     assert_encryption(&db, &url, false, "disable");
 }
 
+/// The README recommends `channel_binding=require` beside TLS: the SCRAM login is then bound to
+/// the TLS channel (a man in the middle cannot relay it, even under `sslmode=require`), and a
+/// connection without TLS is refused instead of logging in unbound.
+#[test]
+fn channel_binding_require_logs_in_over_tls_and_refuses_a_plain_connection() {
+    let Some(db) = Db::postgres() else { return };
+    if test_ca().is_none() {
+        return;
+    }
+    let bound = |mode: &str| {
+        PgUrl::parse(&tls_url(&db, &server_as("127.0.0.1"), mode, None))
+            .with_setting("channel_binding", "require")
+            .to_string()
+    };
+    let url = bound("require");
+    let distlock = |args: &[&str]| distlock_tls(&url, args);
+    assert_lock_cycle(&db, &distlock, "bound", "channel_binding=require");
+    let out = finish(
+        distlock_tls(&bound("disable"), &["status", "bound"]),
+        db.dir.path(),
+        "unbound",
+        Duration::from_secs(30),
+    );
+    let line = assert_store_error(&out.output, &"channel_binding=require without TLS");
+    assert!(line.contains("channel binding"), "{line}");
+}
+
 #[test]
 fn tls_verify_full_with_the_servers_ca_works_for_localhost_and_127_0_0_1() {
     let Some(db) = Db::postgres() else { return };
@@ -1480,5 +1507,81 @@ fn a_urls_application_name_reaches_the_server() {
     assert!(
         names.iter().all(|name| name == "nightly-report"),
         "the URL's application_name must reach the server; the server saw {names:?}"
+    );
+}
+
+/// Values travel to the server inside the SQL text (so that an operation takes two round
+/// trips): quotes and backslashes must come back exactly as given, also when the server reads
+/// `'…'` strings the pre-9.1 way (`standard_conforming_strings=off`, where a backslash escapes
+/// the quote after it), and nothing in them may run as SQL.
+#[test]
+fn quotes_and_backslashes_are_stored_as_given_whatever_standard_conforming_strings() {
+    let Some(db) = Db::postgres() else { return };
+    let url = PgUrl::parse(db.pg_url())
+        .with_setting("options", "-c%20standard_conforming_strings%3Doff")
+        .to_string();
+    let resource = r"a\'b'' \\c'; DROP TABLE distlock.locks; --";
+    let owner = r"o\'w\";
+    let note = r"n\x27 \\' E'\\' end\";
+    let json = |args: &[&str], code: i32, name: &str| {
+        let out = finish(
+            pg_at(&url, args),
+            db.dir.path(),
+            name,
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.code(), Some(code), "{args:?}: {}", out.describe());
+        assert!(out.stderr().is_empty(), "{args:?}: {}", out.describe());
+        parse_line(&out.output.stdout)
+    };
+    let acquired = json(
+        &[
+            "acquire", resource, "--owner", owner, "--ttl", "60", "--note", note,
+        ],
+        0,
+        "acquire",
+    );
+    let fence = acquired["lock"]["fence"].clone();
+    for lock in [
+        &acquired["lock"],
+        &json(&["status", resource], 0, "status")["lock"],
+        &json(&["list"], 0, "list")["locks"][0],
+    ] {
+        assert_eq!(lock["resource"], resource, "{lock}");
+        assert_eq!(lock["owner"], owner, "{lock}");
+        assert_eq!(lock["note"], note, "{lock}");
+        assert_eq!(lock["fence"], fence, "{lock}");
+    }
+    // Renewing and re-acquiring update the row these values name, and only that one.
+    json(
+        &["renew", resource, "--owner", owner, "--ttl", "60"],
+        0,
+        "renew",
+    );
+    json(
+        &["acquire", resource, "--owner", owner, "--ttl", "60"],
+        0,
+        "again",
+    );
+    json(&["release", resource, "--owner", owner], 0, "release");
+    let events: Vec<(String, String, String)> = db
+        .log(&[])
+        .iter()
+        .map(|e| {
+            (
+                e["resource"].as_str().expect("resource").to_owned(),
+                e["owner"].as_str().expect("owner").to_owned(),
+                e["event"].as_str().expect("event").to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = ["acquired", "renewed", "extended", "released"]
+        .iter()
+        .map(|event| (resource.to_owned(), owner.to_owned(), (*event).to_owned()))
+        .collect();
+    assert_eq!(events, expected);
+    assert_eq!(
+        json(&["status", resource], 1, "status-after")["held"],
+        false
     );
 }

@@ -4,8 +4,9 @@
 //!   anything connects; the password never appears in a message;
 //! - [`tls`]: the rustls configurations `sslmode` asks for;
 //! - [`worker`]: the connection on a thread of its own, so every call can be given up on;
-//! - [`sql`]: the schema and the transactions, with the server's clock and per-resource
-//!   advisory locks; the decisions themselves are [`crate::engine`]'s.
+//! - [`sql`]: the schema and the transactions, with the server's clock and a per-resource
+//!   row lock, two round trips per operation; the decisions themselves are
+//!   [`crate::engine`]'s.
 //!
 //! Waiting is bounded everywhere: a connect timeout, TCP keepalives and a user timeout,
 //! server-side statement and lock timeouts, and a client-side deadline per call.

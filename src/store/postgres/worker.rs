@@ -38,12 +38,14 @@ pub struct PostgresStore {
 type Job = Box<dyn FnOnce(&mut Session) + Send>;
 
 impl PostgresStore {
-    /// Connects and brings the schema up, on a new worker thread.
+    /// Connects and logs in, on a new worker thread. The schema is checked (created, upgraded,
+    /// or refused when newer) by the first operation, in the same round trip as its first
+    /// statements.
     ///
     /// # Errors
     ///
     /// When the server cannot be reached, refuses the login or does not answer within
-    /// [`OPEN_TIMEOUT`], the schema is newer than this build understands, or a statement fails.
+    /// [`OPEN_TIMEOUT`].
     pub fn open(url: &str) -> Result<PostgresStore> {
         let target = Target::parse(url).map_err(|e| anyhow!(e))?;
         let shown = target.describe();
@@ -53,7 +55,7 @@ impl PostgresStore {
         let spawned = std::thread::Builder::new()
             .name("postgres".into())
             .spawn(move || {
-                let session = target.connect().and_then(Session::open);
+                let session = target.connect().map(Session::new);
                 match session {
                     Ok(mut session) => {
                         if ready_tx.send(Ok(())).is_ok() {
