@@ -2050,8 +2050,8 @@ fn database_folder_removed_while_run_holds_the_lock_stops_the_command() {
 // ---------------------------------------------------------------------------------------------
 
 /// Creates a store (in a folder distlock creates too) under `umask`, and returns the mode of
-/// each file while a `run` holds it open: the folder, the database, `-wal`, `-shm`,
-/// `-turnstile`.
+/// each file: the folder, the database, `-wal` and `-shm` while a `run` holds it open, and
+/// `-turnstile` once it let go (the release rings it, creating it if no waiter has yet).
 fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
     let scratch = tempfile::tempdir().unwrap();
     let path = scratch.path().join("state").join("locks.db");
@@ -2083,16 +2083,20 @@ fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
         "folder".to_owned(),
         fs::metadata(&folder).unwrap().mode() & 0o777,
     ));
-    for suffix in ["", "-wal", "-shm", "-turnstile"] {
+    let mode_of = |suffix: &str, when: &str| {
         let file = format!("{}{suffix}", path.display());
         let mode = fs::metadata(&file)
-            .unwrap_or_else(|e| panic!("{file} while run holds the store: {e}"))
+            .unwrap_or_else(|e| panic!("{file} {when}: {e}"))
             .mode();
-        modes.push((format!("locks.db{suffix}"), mode & 0o777));
+        (format!("locks.db{suffix}"), mode & 0o777)
+    };
+    for suffix in ["", "-wal", "-shm"] {
+        modes.push(mode_of(suffix, "while run holds the store"));
     }
     kill(pid_of(&guard), Signal::SIGTERM).unwrap();
     let exit = wait_within(&mut guard, Duration::from_secs(20), "the guard");
     assert_eq!(exit.code(), Some(128 + 15), "SIGTERM forwarded to sleep");
+    modes.push(mode_of("-turnstile", "after run released the lock"));
     modes
 }
 

@@ -36,6 +36,25 @@ use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp
 /// How long an operation waits for another process's write to finish before it gives up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How an operation waits for the write lock: in short steps at first. A distlock transaction
+/// holds the lock for a fraction of a millisecond, and SQLite's own handler sleeps 1 ms, then
+/// longer; under contention that would put whole milliseconds into a handoff. Steps grow from
+/// 0.1 ms to 2 ms; the wait ends with SQLITE_BUSY after [`BUSY_TIMEOUT`].
+fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
+    let mut since = std::time::Instant::now();
+    move |attempt| {
+        if attempt == 0 {
+            since = std::time::Instant::now();
+        }
+        if since.elapsed() >= BUSY_TIMEOUT {
+            return false;
+        }
+        let step = 100 * (u64::try_from(attempt).unwrap_or(0) + 1);
+        std::thread::sleep(Duration::from_micros(step.min(2_000)));
+        true
+    }
+}
+
 /// How large the WAL may grow before it is checkpointed into the database and truncated.
 ///
 /// A distlock process nearly always opens the database alone, and SQLite then rebuilds the WAL
@@ -140,11 +159,11 @@ impl SqliteStore {
     /// waiting: if another process is busy with the database, it is left for a later moment.
     fn bound_wal(&mut self) {
         let large = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > WAL_TRUNCATE_BYTES);
-        if large && self.conn.busy_timeout(Duration::ZERO).is_ok() {
+        if large && self.conn.busy_handler(None::<fn(i32) -> bool>).is_ok() {
             let _ = self
                 .conn
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
-            let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+            let _ = self.conn.busy_handler(Some(patient()));
         }
     }
 }
@@ -207,13 +226,13 @@ impl SqliteStore {
 
     /// `created`: the database was new (missing, or the empty file `store::open` makes).
     fn with_connection(
-        conn: Connection,
+        mut conn: Connection,
         path: &Path,
         clock: Box<dyn Clock>,
         created: bool,
     ) -> Result<SqliteStore> {
         let shown = path.display();
-        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.busy_handler(Some(patient()))?;
         // A distlock process makes one or two commits and exits. Checkpointing the WAL into the
         // database on every close would cost three or four extra fsyncs; instead the WAL stays
         // until it passes WAL_TRUNCATE_BYTES (see Drop). Durability is unchanged: each commit
@@ -245,7 +264,7 @@ impl SqliteStore {
                     return Ok(store);
                 }
                 Err(err) if is_busy(&err) && start.elapsed() < BUSY_TIMEOUT => {
-                    std::thread::sleep(Duration::from_millis(1 + fastrand::u64(..10)));
+                    std::thread::sleep(Duration::from_micros(100 + fastrand::u64(..900)));
                 }
                 Err(err) => return Err(err.context(format!("cannot use database {shown}"))),
             }
