@@ -8,7 +8,7 @@
 //!   joined a tenure the same owner already held;
 //! - [`supervisor`]: every decision once the command runs, as a pure state machine (events
 //!   and the current instant in, actions out);
-//! - [`runner`]: the threads, the process, the signals and the terminal that carry those
+//! - [`runner`]: the event loop, the process, the signals and the terminal that carry those
 //!   decisions out;
 //! - [`heartbeat`]: renewing every ttl/3 on a store connection of its own;
 //! - [`tree`]: "everything the command started", its process group and (on Linux) every
