@@ -142,7 +142,7 @@ fn watch(
             wake = Some(wake.map_or(now + PROBE, |at| at.min(now + PROBE)));
         }
         wakeups.sleep(wake.map(|at| at.saturating_duration_since(now)));
-        let mut events: Vec<Event> = wakeups.signals().map(Event::Signal).collect();
+        let mut events: Vec<Event> = wakeups.signals().into_iter().map(Event::Signal).collect();
         events.extend(inbox.try_iter());
         if !exited {
             match child.try_wait() {
@@ -267,14 +267,12 @@ impl Wakeups {
 
     /// The forwarded signals that arrived since the last call (each once), emptying the pipe.
     /// SIGCHLD only wakes the loop, which then asks after the command itself.
-    fn signals(&mut self) -> impl Iterator<Item = Signal> + use<> {
-        let arrived: Vec<Signal> = self
-            .delivery
+    fn signals(&mut self) -> Vec<Signal> {
+        self.delivery
             .pending()
             .filter(|&raw| raw != SIGCHLD)
             .filter_map(|raw| Signal::try_from(raw).ok())
-            .collect();
-        arrived.into_iter()
+            .collect()
     }
 }
 

@@ -1155,12 +1155,12 @@ fn store_uses_wal_mode() {
 /// `DISTLOCK_TEST_REQUIRE_STRACE` is set (CI): then a missing strace fails the test.
 fn fsyncs_of(db: &Db, args: &[&str]) -> Option<Vec<String>> {
     let trace = db.file("fsyncs.strace");
-    let traced = std::process::Command::new("strace")
+    let traced = db
+        .env_cmd("strace")
         .args(["-f", "-y", "-e", "trace=fsync,fdatasync", "-o"])
         .arg(&trace)
         .arg(BIN)
         .args(args)
-        .env("DISTLOCK_DB", &db.url)
         .output();
     let out = match traced {
         Ok(out) => out,

@@ -59,9 +59,9 @@ fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
 ///
 /// A distlock process nearly always opens the database alone, and SQLite then rebuilds the WAL
 /// index from every frame in the WAL: one read and ~2,600 instructions a 4 KiB frame, about
-/// 2 µs. A checkpoint costs two fsyncs and copying the frames. With ~9 frames written by an
-/// acquire and its release, a bound of T frames costs each call ~T/2 × 2 µs at open plus
-/// 9/T of a checkpoint; that sum is lowest near T = 100 (a checkpoint every ~11 runs), and
+/// 2 µs. A checkpoint costs three fsyncs (the WAL, the database, the restarted WAL) and
+/// copying the frames. With ~9 frames written by an acquire and its release, a bound of T
+/// frames costs each call ~T/2 × 2 µs at open plus 9/T of a checkpoint; that sum is lowest near T = 100 (a checkpoint every ~11 runs), and
 /// both a much larger and a much smaller bound cost more per call (see BENCHMARKS.md).
 ///
 /// Who pays for the checkpoint: `run` does it while its command runs ([`Backend::tidy`]),
@@ -235,7 +235,7 @@ impl SqliteStore {
         conn.busy_handler(Some(patient()))?;
         // A distlock process makes one or two commits and exits. Checkpointing the WAL into the
         // database on every close would cost three or four extra fsyncs; instead the WAL stays
-        // until it passes WAL_TRUNCATE_BYTES (see Drop). Durability is unchanged: each commit
+        // until it passes WAL_TRUNCATE_BYTES (see `bound_wal`). Durability is unchanged: each commit
         // fsyncs the WAL.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
         let mut wal = path.as_os_str().to_owned();
@@ -430,10 +430,10 @@ impl SqliteStore {
 /// A build without the flag merely syncs the folder twice. Errors are ignored, as SQLite
 /// ignores them.
 fn sync_folder(database: &Path) {
-    let folder = match database.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
+    let folder = database
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if let Ok(folder) = std::fs::File::open(folder) {
         let _ = folder.sync_all();
     }
