@@ -175,6 +175,26 @@ pub fn wakes_waiters(changes: &[Change]) -> bool {
     })
 }
 
+/// The waiter to wake once `changes` are committed on `state`, if they may let one in
+/// ([`wakes_waiters`]): the first live place left in the queue. Only it can be granted next —
+/// nobody goes in ahead of an earlier live waiter — so waking the others would only make them
+/// look and sleep again. A head granted a shared or semaphore tenure wakes the next in turn.
+pub fn next_to_wake<'a>(state: &'a State, changes: &[Change]) -> Option<&'a Owner> {
+    if !wakes_waiters(changes) {
+        return None;
+    }
+    let left = |owner: &Owner| {
+        changes
+            .iter()
+            .any(|change| matches!(change, Change::Dequeue { owner: gone } if gone == owner))
+    };
+    state
+        .waiting()
+        .into_iter()
+        .map(|waiter| &waiter.owner)
+        .find(|owner| !left(owner))
+}
+
 impl Change {
     /// Whether the change must survive power loss. A place in the queue need not: lost, it is
     /// taken again at the waiter's next attempt.
@@ -1983,6 +2003,111 @@ mod tests {
         ];
         for (changes, wakes) in cases {
             assert_eq!(wakes_waiters(&changes), wakes, "{changes:?}");
+        }
+    }
+
+    #[test]
+    fn a_change_that_may_let_a_waiter_in_wakes_the_first_live_waiter_left() {
+        let dequeue = |name: &str| Change::Dequeue { owner: own(name) };
+        let release = || Change::Delete { fence: Fence(1) };
+        let shared = |name: &str| {
+            Change::Insert(Lease {
+                mode: Mode::Shared,
+                ..lease(name, 2, 5)
+            })
+        };
+        let line = [
+            place("a", 1, 4_000),
+            place("b", 2, 4_000),
+            place("c", 3, 4_000),
+        ];
+        /// Why, the queue, the changes committed, and who is woken.
+        type Case = (&'static str, Vec<Waiter>, Vec<Change>, Option<&'static str>);
+        let cases: Vec<Case> = vec![
+            (
+                "a release wakes the head",
+                line.to_vec(),
+                vec![release()],
+                Some("a"),
+            ),
+            ("nobody waits", vec![], vec![release()], None),
+            (
+                "an exclusive grant to the head wakes nobody",
+                line.to_vec(),
+                vec![dequeue("a"), Change::Insert(lease("a", 2, 5))],
+                None,
+            ),
+            (
+                "a shared grant to the head wakes the next",
+                line.to_vec(),
+                vec![dequeue("a"), shared("a")],
+                Some("b"),
+            ),
+            (
+                "the head gave up: the next is first now",
+                line.to_vec(),
+                vec![dequeue("a")],
+                Some("b"),
+            ),
+            (
+                "a waiter behind the head gave up: the head may be first now",
+                line.to_vec(),
+                vec![dequeue("b")],
+                Some("a"),
+            ),
+            (
+                "an expired place is skipped",
+                vec![place("dead", 1, 0), place("b", 2, 4_000)],
+                vec![release()],
+                Some("b"),
+            ),
+            (
+                "an expired place taken out with a release",
+                vec![place("dead", 1, 0), place("b", 2, 4_000)],
+                vec![dequeue("dead"), release()],
+                Some("b"),
+            ),
+            (
+                "order is by ticket, not by row order",
+                vec![place("late", 9, 4_000), place("early", 3, 4_000)],
+                vec![release()],
+                Some("early"),
+            ),
+            (
+                "only expired places left",
+                vec![place("dead", 1, 0), place("gone", 2, -5)],
+                vec![release()],
+                None,
+            ),
+            (
+                "everyone left",
+                vec![place("a", 1, 4_000)],
+                vec![dequeue("a")],
+                None,
+            ),
+            (
+                "a renewal wakes nobody",
+                line.to_vec(),
+                vec![Change::Update(lease("h", 1, 5))],
+                None,
+            ),
+            (
+                "a new place wakes nobody",
+                line.to_vec(),
+                vec![Change::Enqueue {
+                    owner: own("d"),
+                    expires_at: at(5),
+                }],
+                None,
+            ),
+        ];
+        for (why, queue, changes, woken) in cases {
+            let state = queued(&[lease("h", 1, 5_000)], &queue);
+            assert_eq!(
+                next_to_wake(&state, &changes).map(Owner::as_str),
+                woken,
+                "{why}"
+            );
         }
     }
 

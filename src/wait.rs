@@ -84,7 +84,7 @@ pub fn acquire(
     let waits = !wait.is_zero();
     let interrupts = if waits { Interrupts::install() } else { None };
     if waits {
-        store.watch(resource)?;
+        store.watch(resource, &request.owner)?;
     }
     let mut delay = FIRST_DELAY;
     loop {

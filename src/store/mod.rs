@@ -133,17 +133,19 @@ pub trait LockStore: Send {
     /// Only store failures.
     fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
 
-    /// Starts listening for changes to `resource` that may let a waiter in, so that none
-    /// committed after this call is missed by [`LockStore::wait_for_change`].
+    /// Starts listening for changes to `resource` that may let `owner` in, so that none
+    /// committed after this call is missed by [`LockStore::wait_for_change`]. Called once,
+    /// before a waiter's first attempt.
     ///
     /// # Errors
     ///
     /// Only store failures; a store that cannot listen makes waiters poll.
-    fn watch(&mut self, resource: &Resource) -> Result<()>;
+    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
 
     /// Blocks until `resource` may have changed (a release, a waiter leaving), or `timeout`
-    /// passes: a kernel wait on SQLite, `LISTEN`/`NOTIFY` on PostgreSQL. Only a hint — the
-    /// caller tries again either way — so spurious returns are harmless.
+    /// passes: a futex wait on SQLite, `LISTEN`/`NOTIFY` on PostgreSQL. Only a hint — the
+    /// caller tries again either way — so spurious returns are harmless; and no change
+    /// committed after it returns is missed by the next call.
     ///
     /// # Errors
     ///
@@ -211,7 +213,7 @@ pub trait Backend: Send {
     /// # Errors
     ///
     /// Only store failures.
-    fn watch(&mut self, resource: &Resource) -> Result<()>;
+    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
 
     /// See [`LockStore::wait_for_change`].
     ///
@@ -303,8 +305,8 @@ impl<B: Backend> LockStore for B {
         })
     }
 
-    fn watch(&mut self, resource: &Resource) -> Result<()> {
-        Backend::watch(self, resource)
+    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+        Backend::watch(self, resource, owner)
     }
 
     fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {

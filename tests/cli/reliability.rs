@@ -1748,13 +1748,18 @@ fn read_only_database_serves_reads_and_refuses_writes_unchanged() {
     // read-only; as another user, `chmod a-w` does it.
     let db = Db::sqlite();
     let held = db.json(&["acquire", "held", "--owner", "holder", "--ttl", "600"], 0);
-    // `run` creates the turnstile file: it must exist before the folder is locked down.
     db.json(
         &["acquire", "other", "--owner", "holder", "--ttl", "600"],
         0,
     );
     let out = db.run(&["run", "--resource", "r", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // A waiter creates the turnstile file: it must exist before the folder is locked down.
+    let out = db.run(&[
+        "acquire", "held", "--owner", "waiter", "--ttl", "60", "--wait", "0.2",
+    ]);
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(PathBuf::from(format!("{}-turnstile", db.url)).exists());
     let files: Vec<PathBuf> = ["", "-wal", "-shm", "-turnstile"]
         .iter()
         .map(|s| PathBuf::from(format!("{}{s}", db.url)))
@@ -2051,15 +2056,23 @@ fn database_folder_removed_while_run_holds_the_lock_stops_the_command() {
 
 /// Creates a store (in a folder distlock creates too) under `umask`, and returns the mode of
 /// each file: the folder, the database, `-wal` and `-shm` while a `run` holds it open, and
-/// `-turnstile` once it let go (the release rings it, creating it if no waiter has yet).
+/// `-turnstile` once a waiter queued behind it (the first waiter creates it).
 fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
     let scratch = tempfile::tempdir().unwrap();
     let path = scratch.path().join("state").join("locks.db");
     let started = scratch.path().join("started");
-    let mut guard = Command::new("sh")
-        .args(["-c", &format!(r#"umask {umask}; exec "$0" "$@""#), BIN])
-        .arg("--db")
-        .arg(&path)
+    let under_umask = || {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", &format!(r#"umask {umask}; exec "$0" "$@""#), BIN])
+            .arg("--db")
+            .arg(&path)
+            .env_remove("DISTLOCK_DB")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        command
+    };
+    let mut guard = under_umask()
         .args([
             "run",
             "--resource",
@@ -2071,9 +2084,6 @@ fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
             "sh",
         ])
         .arg(&started)
-        .env_remove("DISTLOCK_DB")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .spawn()
         .unwrap();
     wait_for_file(&started, Duration::from_secs(20));
@@ -2093,10 +2103,23 @@ fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
     for suffix in ["", "-wal", "-shm"] {
         modes.push(mode_of(suffix, "while run holds the store"));
     }
+    let mut waiter = under_umask()
+        .args([
+            "acquire", "r", "--owner", "waiter", "--ttl", "60", "--wait", "60s",
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_file(
+        Path::new(&format!("{}-turnstile", path.display())),
+        Duration::from_secs(20),
+    );
+    modes.push(mode_of("-turnstile", "once a waiter queued"));
+    kill(pid_of(&waiter), Signal::SIGTERM).unwrap();
+    let exit = wait_within(&mut waiter, Duration::from_secs(20), "the waiter");
+    assert_eq!(exit.code(), Some(128 + 15), "the waiter left on SIGTERM");
     kill(pid_of(&guard), Signal::SIGTERM).unwrap();
     let exit = wait_within(&mut guard, Duration::from_secs(20), "the guard");
     assert_eq!(exit.code(), Some(128 + 15), "SIGTERM forwarded to sleep");
-    modes.push(mode_of("-turnstile", "after run released the lock"));
     modes
 }
 

@@ -698,7 +698,7 @@ impl Backend for Session {
         }
     }
 
-    fn watch(&mut self, _resource: &Resource) -> Result<()> {
+    fn watch(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
         if !self.listening {
             self.client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
             self.listening = true;

@@ -214,9 +214,9 @@ impl LockStore for PostgresStore {
         self.call(move |s| s.leave(&resource, &owner))
     }
 
-    fn watch(&mut self, resource: &Resource) -> Result<()> {
-        let resource = resource.clone();
-        self.call(move |s| LockStore::watch(s, &resource))
+    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+        let (resource, owner) = (resource.clone(), owner.clone());
+        self.call(move |s| LockStore::watch(s, &resource, &owner))
     }
 
     fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {

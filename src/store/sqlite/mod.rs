@@ -15,7 +15,7 @@
 //! - The schema version lives in `PRAGMA user_version`; a newer one is refused, and a SQLite file
 //!   that holds other tables is never written to.
 
-// inotify is Linux's; elsewhere waiters poll (see the README).
+// Futexes are Linux's; elsewhere waiters poll (see the README).
 #[cfg(target_os = "linux")]
 mod doorbell;
 
@@ -143,9 +143,12 @@ pub struct SqliteStore {
     /// The database's path and the file it named when opened (device, inode).
     path: PathBuf,
     identity: Option<(u64, u64)>,
-    /// A waiter's watch on the store's doorbell, once it waits.
+    /// The store's turnstile, once this process waits or wakes a waiter.
     #[cfg(target_os = "linux")]
-    watch: Option<doorbell::Watch>,
+    turnstile: Option<doorbell::Turnstile>,
+    /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
+    #[cfg(target_os = "linux")]
+    watch: Option<(usize, u32)>,
 }
 
 impl Drop for SqliteStore {
@@ -155,6 +158,19 @@ impl Drop for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Wakes `head`, the first waiter in `resource`'s queue. Best effort: if the turnstile
+    /// cannot be opened, the head finds out at its next poll.
+    #[cfg(target_os = "linux")]
+    fn ring(&mut self, resource: &Resource, head: &Owner) {
+        if self.turnstile.is_none() {
+            // Nobody waits without having created it.
+            self.turnstile = doorbell::Turnstile::open(&self.path, false);
+        }
+        if let Some(turnstile) = &self.turnstile {
+            turnstile.ring(doorbell::slot(resource.as_str(), head.as_str()));
+        }
+    }
+
     /// Checkpoints and truncates a WAL that has grown past [`WAL_TRUNCATE_BYTES`], without
     /// waiting: if another process is busy with the database, it is left for a later moment.
     fn bound_wal(&mut self) {
@@ -249,6 +265,8 @@ impl SqliteStore {
             wal,
             path: path.to_owned(),
             identity: identity(path),
+            #[cfg(target_os = "linux")]
+            turnstile: None,
             #[cfg(target_os = "linux")]
             watch: None,
         };
@@ -412,8 +430,8 @@ impl SqliteStore {
         apply(&tx, resource, &decision.changes)?;
         tx.commit().context("cannot commit the change")?;
         #[cfg(target_os = "linux")]
-        if engine::wakes_waiters(&decision.changes) {
-            doorbell::ring(&self.path);
+        if let Some(head) = engine::next_to_wake(&state, &decision.changes) {
+            self.ring(resource, head);
         }
         Ok(Some(decision.outcome))
     }
@@ -607,11 +625,19 @@ impl Backend for SqliteStore {
         self.decide_and_apply(resource, durable, decide)
     }
 
-    fn watch(&mut self, _resource: &Resource) -> Result<()> {
+    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
         #[cfg(target_os = "linux")]
-        if self.watch.is_none() {
-            self.watch = doorbell::Watch::start(&self.path);
+        {
+            if self.turnstile.is_none() {
+                self.turnstile = doorbell::Turnstile::open(&self.path, true);
+            }
+            if let Some(turnstile) = &self.turnstile {
+                let slot = doorbell::slot(resource.as_str(), owner.as_str());
+                self.watch = Some((slot, turnstile.read(slot)));
+            }
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (resource, owner);
         Ok(())
     }
 
@@ -621,8 +647,10 @@ impl Backend for SqliteStore {
 
     fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
         #[cfg(target_os = "linux")]
-        if let Some(watch) = &self.watch {
-            watch.wait(timeout);
+        if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.watch) {
+            turnstile.wait(*slot, *seen, timeout);
+            // Read before the caller's next look, so that a ring during it is not missed.
+            *seen = turnstile.read(*slot);
             return Ok(());
         }
         std::thread::sleep(timeout);
