@@ -180,9 +180,15 @@ pub fn wakes_waiters(changes: &[Change]) -> bool {
 /// nobody goes in ahead of an earlier live waiter — so waking the others would only make them
 /// look and sleep again. A head granted a shared or semaphore tenure wakes the next in turn.
 pub fn next_to_wake<'a>(state: &'a State, changes: &[Change]) -> Option<&'a Owner> {
-    if !wakes_waiters(changes) {
-        return None;
+    if wakes_waiters(changes) {
+        head_after(state, changes)
+    } else {
+        None
     }
+}
+
+/// The first live place left in the queue once `changes` are committed on `state`.
+pub fn head_after<'a>(state: &'a State, changes: &[Change]) -> Option<&'a Owner> {
     let left = |owner: &Owner| {
         changes
             .iter()

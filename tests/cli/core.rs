@@ -29,13 +29,14 @@ use std::process::{Child, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::common::output::{
     assert_store_error, assert_usage_error, keys, now_millis, parse_line, timestamp_millis,
 };
-use crate::common::process::{BIN, describe};
+use crate::common::process::{BIN, describe, wait_until};
 use crate::common::store::{Db, Kind, distlock_at, each_store};
 
 /// Long enough after a 1 s lease for it to have run out.
@@ -1214,6 +1215,59 @@ fn durable_commits_cost_one_fsync_and_a_new_store_syncs_its_folder() {
     assert!(
         released.is_empty(),
         "a release is not synced: {released:#?}"
+    );
+}
+
+/// The WAL's size in frames (a 32-byte header, then 4120 bytes a frame); 0 if it is missing.
+fn wal_frames(db: &Db) -> u64 {
+    let wal = std::path::PathBuf::from(format!("{}-wal", db.url));
+    std::fs::metadata(wal).map_or(0, |m| m.len().saturating_sub(32) / 4120)
+}
+
+#[test]
+fn the_wal_stays_bounded_and_grows_longer_only_while_waiters_wait() {
+    let db = Db::sqlite();
+    // Nobody waits: it is truncated once past 100 frames, so it never holds much more.
+    let mut longest = 0;
+    for _ in 0..40 {
+        acquire(&db, "r", "w", "60");
+        db.json(&["release", "r", "--owner", "w"], 0);
+        longest = longest.max(wal_frames(&db));
+    }
+    assert!(
+        longest <= 120,
+        "the WAL reached {longest} frames with nobody waiting"
+    );
+    // Someone waits: the holder's checkpoint would stand between its release and the waiter,
+    // so the WAL may grow up to ten times longer.
+    acquire(&db, "r", "holder", "60");
+    let waiter = db.spawn(
+        &[
+            "acquire", "r", "--owner", "waiter", "--ttl", "60", "--wait", "60s",
+        ],
+        "waiter",
+    );
+    wait_until(Duration::from_secs(15), "the waiter queues", || {
+        db.waiting("r") == 1
+    });
+    let mut frames = Vec::new();
+    for _ in 0..60 {
+        db.json(&["renew", "r", "--owner", "holder", "--ttl", "60"], 0);
+        frames.push(wal_frames(&db));
+    }
+    assert!(
+        frames.windows(2).all(|w| w[0] <= w[1]) && frames[frames.len() - 1] > 120,
+        "the WAL was truncated while a waiter waited: {frames:?}"
+    );
+    // The waiter gives up, leaving nobody waiting: its process truncates the WAL as it exits.
+    waiter.signal(Signal::SIGTERM);
+    let left = waiter.finish(Duration::from_secs(20));
+    assert_eq!(left.code(), Some(128 + 15), "{}", left.describe());
+    assert_eq!(db.waiting("r"), 0);
+    assert_eq!(
+        wal_frames(&db),
+        0,
+        "the WAL was not truncated once nobody waited"
     );
 }
 

@@ -4,9 +4,10 @@
 //!   never handed out twice; a busy database is waited on for [`BUSY_TIMEOUT`].
 //! - Every write runs in one `BEGIN IMMEDIATE` transaction: the write lock is taken before the
 //!   resource's rows are read and decided on, so no other process can slip in between the read
-//!   and the write; `resources` keeps `UNIQUE(resource)`. An operation first decides on a read
-//!   snapshot, and takes the write lock only if that decision writes: a refusal (busy, not
-//!   found) is as true of a snapshot, and many woken waiters then do not queue for the lock.
+//!   and the write; `resources` keeps `UNIQUE(resource)`. An acquire or renewal first decides
+//!   on a read snapshot, and takes the write lock only if that decision writes: a refusal
+//!   (busy, not found) is as true of a snapshot, and a waiter that is not first then does not
+//!   queue for the lock.
 //! - Places in the queue of waiters are written without an fsync: lost to a power failure, a
 //!   place is taken again at the waiter's next attempt.
 //! - Fences come from a store-wide counter (`fence_counter`), not from the lock row, so deleting
@@ -67,6 +68,9 @@ fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
 /// Who pays for the checkpoint: `run` does it while its command runs ([`Backend::tidy`]),
 /// off the path anyone waits on; other commands do it as they close ([`Drop`]).
 const WAL_TRUNCATE_BYTES: u64 = 100 * 4120;
+
+/// How many times longer the WAL may grow while waiters are queued (see `bound_wal`).
+const CONTENDED_WAL_FACTOR: u64 = 10;
 
 /// Version 1, as distlock 0.1.0 created it. A new store is created at version 1 and upgraded
 /// like any old one, so the upgrade path is the one every new store takes.
@@ -143,6 +147,8 @@ pub struct SqliteStore {
     /// The database's path and the file it named when opened (device, inode).
     path: PathBuf,
     identity: Option<(u64, u64)>,
+    /// Whether this process's latest write left waiters in the resource's queue.
+    queue_behind: bool,
     /// The store's turnstile, once this process waits or wakes a waiter.
     #[cfg(target_os = "linux")]
     turnstile: Option<doorbell::Turnstile>,
@@ -173,8 +179,20 @@ impl SqliteStore {
 
     /// Checkpoints and truncates a WAL that has grown past [`WAL_TRUNCATE_BYTES`], without
     /// waiting: if another process is busy with the database, it is left for a later moment.
+    ///
+    /// While others wait in the queue this process last wrote to, the bound is
+    /// [`CONTENDED_WAL_FACTOR`] times larger. A checkpoint there would stand between this
+    /// holder's release and the next holder: its three fsyncs, and the write lock it holds.
+    /// And a longer WAL costs nothing while processes keep the database open, as waiters do:
+    /// only a process that opens it alone rebuilds the WAL index. The first process to leave
+    /// nobody waiting truncates the WAL.
     fn bound_wal(&mut self) {
-        let large = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > WAL_TRUNCATE_BYTES);
+        let bound = if self.queue_behind {
+            WAL_TRUNCATE_BYTES * CONTENDED_WAL_FACTOR
+        } else {
+            WAL_TRUNCATE_BYTES
+        };
+        let large = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > bound);
         if large && self.conn.busy_handler(None::<fn(i32) -> bool>).is_ok() {
             let _ = self
                 .conn
@@ -265,6 +283,7 @@ impl SqliteStore {
             wal,
             path: path.to_owned(),
             identity: identity(path),
+            queue_behind: false,
             #[cfg(target_os = "linux")]
             turnstile: None,
             #[cfg(target_os = "linux")]
@@ -364,9 +383,11 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// One operation: decides on a read snapshot first, and only if that writes, again under
-    /// the write lock, then writes. `durable: false` commits without an fsync; so does a
-    /// decision that only moves places in the queue, which need not survive power loss.
+    /// One operation: a durable one (acquire, renew) decides on a read snapshot first, and
+    /// only if that writes, again under the write lock, then writes. `durable: false` (a
+    /// release, a waiter leaving) decides under the write lock at once and commits without an
+    /// fsync; so does a decision that only moves places in the queue, which need not survive
+    /// power loss.
     fn decide_and_apply<T>(
         &mut self,
         resource: &Resource,
@@ -375,10 +396,11 @@ impl SqliteStore {
     ) -> Result<T> {
         let now = self.clock.now();
         // Look before taking the write lock: a decision that writes nothing (busy, not found,
-        // forbidden) is as true of a consistent read snapshot as of the locked state. So the
-        // waiters that one release wakes together learn that they are still not first without
-        // queueing for the write lock in turn, which would delay the one that is.
-        let needs_sync = {
+        // forbidden) is as true of a consistent read snapshot as of the locked state. So a
+        // waiter that is still not first learns it without queueing for the write lock, which
+        // would delay the one that is; and the look tells whether the commit needs an fsync.
+        // A release or a waiter leaving nearly always writes and never needs one: no look.
+        let needs_sync = if durable {
             let snapshot = self.conn.transaction()?;
             let state = state(&snapshot, resource, now)?;
             // A new tenure's fence is only handed out under the write lock.
@@ -387,7 +409,9 @@ impl SqliteStore {
             if decision.changes.is_empty() {
                 return Ok(decision.outcome);
             }
-            durable && decision.changes.iter().any(Change::is_durable)
+            decision.changes.iter().any(Change::is_durable)
+        } else {
+            false
         };
         // The safety level cannot change inside a transaction: it is set for this one from
         // the look above, and if the locked state asks for more, the transaction starts over.
@@ -429,6 +453,7 @@ impl SqliteStore {
         }
         apply(&tx, resource, &decision.changes)?;
         tx.commit().context("cannot commit the change")?;
+        self.queue_behind = engine::head_after(&state, &decision.changes).is_some();
         #[cfg(target_os = "linux")]
         if let Some(head) = engine::next_to_wake(&state, &decision.changes) {
             self.ring(resource, head);
