@@ -23,18 +23,20 @@
 //! `waitpid` on its own pid whenever SIGCHLD arrives, so the orphans `run` adopts are never
 //! reaped before it (see [`tree`]).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::Child;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::unistd::{AccessFlags, Pid, access};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::backend::SignalDelivery;
 use signal_hook::iterator::exfiltrator::SignalOnly;
@@ -189,7 +191,9 @@ fn perform(actions: Vec<Action>, tree: &Tree) -> Option<Exit> {
 fn spawn(job: &Job<'_>) -> Result<Child, Exit> {
     let (program, args) = job.command.split_first().ok_or(Exit::Usage)?;
     let lock = job.lock;
-    let spawned = std::process::Command::new(program)
+    let found = on_path(program, std::env::var_os("PATH").as_deref());
+    let spawned = std::process::Command::new(found.as_deref().unwrap_or(program.as_ref()))
+        .arg0(program)
         .args(args)
         .env("DISTLOCK_RESOURCE", lock.resource.as_str())
         .env("DISTLOCK_OWNER", lock.owner.as_str())
@@ -208,6 +212,32 @@ fn spawn(job: &Job<'_>) -> Result<Child, Exit> {
             })
         }
     }
+}
+
+/// Finds a command name without a slash in the folders of `path` (`PATH`), as `execvp(3)`
+/// does: the first regular file this process may execute. Searching here rather than in the
+/// child saves one failed `execve` per folder before the right one, which the lock's holder
+/// otherwise waits out (the child shares its memory until it execs). `None` for a name with a
+/// slash and when nothing is found: spawning then searches itself and reports the error (127
+/// not found, 126 found but not executable), as before.
+fn on_path(program: &OsStr, path: Option<&OsStr>) -> Option<PathBuf> {
+    if program.is_empty() || program.as_bytes().contains(&b'/') {
+        return None;
+    }
+    std::env::split_paths(path?)
+        .map(|folder| {
+            // An empty entry is the current folder.
+            let folder = if folder.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                folder
+            };
+            folder.join(program)
+        })
+        .find(|candidate| {
+            candidate.metadata().is_ok_and(|m| m.is_file())
+                && access(candidate.as_path(), AccessFlags::X_OK).is_ok()
+        })
 }
 
 /// What wakes the event loop: one self-pipe, written by the signal handlers and by the
@@ -343,5 +373,63 @@ impl Drop for Terminal {
         let _ = ttou.thread_block();
         let _ = nix::unistd::tcsetpgrp(std::io::stdin(), ours);
         let _ = ttou.thread_unblock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn on_path_finds_the_first_executable_file_as_execvp_does() {
+        let scratch = tempfile::tempdir().unwrap();
+        let folder = |name: &str| {
+            let folder = scratch.path().join(name);
+            fs::create_dir(&folder).unwrap();
+            folder
+        };
+        let tool = |folder: &PathBuf, mode: u32| {
+            let file = folder.join("tool");
+            fs::write(&file, "#!/bin/sh\n").unwrap();
+            fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
+        };
+        let (plain, dir, exec, later) = (folder("a"), folder("b"), folder("c"), folder("d"));
+        tool(&plain, 0o644);
+        fs::create_dir(dir.join("tool")).unwrap();
+        tool(&exec, 0o755);
+        tool(&later, 0o700);
+        let path = |folders: &[&PathBuf]| std::env::join_paths(folders).unwrap();
+        let cases: [(&str, Option<OsString>, Option<&PathBuf>); 9] = [
+            // Not executable, a folder: skipped, as execvp skips them.
+            (
+                "tool",
+                Some(path(&[&plain, &dir, &exec, &later])),
+                Some(&exec),
+            ),
+            ("tool", Some(path(&[&later, &exec])), Some(&later)),
+            ("tool", Some(path(&[&plain, &dir])), None),
+            ("missing", Some(path(&[&plain, &dir, &exec])), None),
+            // An empty entry is the current folder, which has no `tool`.
+            (
+                "tool",
+                Some(OsString::from(format!(":{}", exec.display()))),
+                Some(&exec),
+            ),
+            // A name with a slash is not searched for; nor is anything without a PATH.
+            ("./tool", Some(path(&[&exec])), None),
+            ("c/tool", Some(path(&[&scratch.path().to_owned()])), None),
+            ("", Some(path(&[&exec])), None),
+            ("tool", None, None),
+        ];
+        for (program, path, found) in cases {
+            assert_eq!(
+                on_path(OsStr::new(program), path.as_deref()),
+                found.map(|folder| folder.join(program)),
+                "{program} on {path:?}"
+            );
+        }
     }
 }

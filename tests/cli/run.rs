@@ -21,7 +21,7 @@ use nix::unistd::Pid;
 use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone};
-use crate::common::process::{BIN, Proc, wait_for, wait_for_file};
+use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file};
 use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd};
 
 /// Holds SQLite's write lock on `path` from another connection for `hold`, as a stuck writer
@@ -1113,6 +1113,28 @@ fn command_not_found_is_127_and_not_executable_is_126_and_the_lock_is_released()
             assert_free(db, "exec");
         }
         assert!(!db.file("ran").exists(), "the non-executable script ran");
+    });
+}
+
+#[test]
+fn a_command_found_on_path_sees_its_name_as_given() {
+    each_store(|db| {
+        // `sh -c SCRIPT` sets `$0` to its own argv[0]: "sh", not the path `run` found it at.
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "argv0",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$0" > "$D/argv0""#,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(read_trimmed(&db.file("argv0")), "sh");
     });
 }
 

@@ -105,16 +105,20 @@ impl Turnstile {
     }
 
     /// Sleeps until the counter is rung, or `timeout` passes; returns at once if it no longer
-    /// holds `seen`. A signal also ends it, which the caller treats like any wake-up.
-    pub fn wait(&self, slot: usize, seen: u32, timeout: Duration) {
+    /// holds `seen`. A signal also ends it, which the caller treats like any wake-up. Whether
+    /// it was rung (woken, or the counter had moved): the lock is then likely to be free.
+    pub fn wait(&self, slot: usize, seen: u32, timeout: Duration) -> bool {
         let Ok(timeout) = futex::Timespec::try_from(timeout) else {
             std::thread::sleep(timeout);
-            return;
+            return false;
         };
         let counter = &self.counters()[slot % SLOTS];
         // Shared, not private: the counter is woken from other processes. Every outcome (woken,
         // changed, timed out, interrupted) means "look again".
-        let _ = futex::wait(counter, futex::Flags::empty(), seen, Some(&timeout));
+        match futex::wait(counter, futex::Flags::empty(), seen, Some(&timeout)) {
+            Ok(()) => true,
+            Err(err) => err == rustix::io::Errno::AGAIN,
+        }
     }
 
     /// Wakes whoever sleeps on the counter.
@@ -160,7 +164,10 @@ mod tests {
         let me = slot("r", "me");
         let seen = turnstile.read(me);
         let start = Instant::now();
-        turnstile.wait(me, seen, Duration::from_millis(100));
+        assert!(
+            !turnstile.wait(me, seen, Duration::from_millis(100)),
+            "rung?"
+        );
         assert!(
             start.elapsed() >= Duration::from_millis(90),
             "woke without a ring"
@@ -171,7 +178,7 @@ mod tests {
             Turnstile::open(&db, false).unwrap().ring(me);
         });
         let start = Instant::now();
-        turnstile.wait(me, seen, Duration::from_secs(20));
+        assert!(turnstile.wait(me, seen, Duration::from_secs(20)));
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "the ring was missed"
@@ -188,7 +195,7 @@ mod tests {
         let seen = turnstile.read(me);
         Turnstile::open(&db, false).unwrap().ring(me);
         let start = Instant::now();
-        turnstile.wait(me, seen, Duration::from_secs(20));
+        assert!(turnstile.wait(me, seen, Duration::from_secs(20)));
         assert!(start.elapsed() < Duration::from_secs(10));
     }
 
@@ -202,7 +209,7 @@ mod tests {
         let seen = turnstile.read(me);
         Turnstile::open(&db, false).unwrap().ring(other);
         let start = Instant::now();
-        turnstile.wait(me, seen, Duration::from_millis(100));
+        assert!(!turnstile.wait(me, seen, Duration::from_millis(100)));
         assert!(
             start.elapsed() >= Duration::from_millis(90),
             "woken by another's ring"

@@ -155,6 +155,9 @@ pub struct SqliteStore {
     /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
     #[cfg(target_os = "linux")]
     watch: Option<(usize, u32)>,
+    /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
+    /// be granted, so it skips the look at a read snapshot.
+    rung: bool,
 }
 
 impl Drop for SqliteStore {
@@ -288,6 +291,7 @@ impl SqliteStore {
             turnstile: None,
             #[cfg(target_os = "linux")]
             watch: None,
+            rung: false,
         };
         // Opening races with other processes' WAL recovery and truncation, which SQLite
         // reports as SQLITE_BUSY without consulting the busy handler: wait those out too.
@@ -384,7 +388,8 @@ impl SqliteStore {
 
 impl SqliteStore {
     /// One operation: a durable one (acquire, renew) decides on a read snapshot first, and
-    /// only if that writes, again under the write lock, then writes. `durable: false` (a
+    /// only if that writes, again under the write lock, then writes (a waiter just rung goes
+    /// to the write lock at once). `durable: false` (a
     /// release, a waiter leaving) decides under the write lock at once and commits without an
     /// fsync; so does a decision that only moves places in the queue, which need not survive
     /// power loss.
@@ -399,8 +404,10 @@ impl SqliteStore {
         // forbidden) is as true of a consistent read snapshot as of the locked state. So a
         // waiter that is still not first learns it without queueing for the write lock, which
         // would delay the one that is; and the look tells whether the commit needs an fsync.
-        // A release or a waiter leaving nearly always writes and never needs one: no look.
-        let needs_sync = if durable {
+        // A release or a waiter leaving nearly always writes and never needs one: no look. Nor
+        // does a waiter just rung, the head of the queue, which will most likely be granted.
+        let rung = std::mem::take(&mut self.rung);
+        let needs_sync = if durable && !rung {
             let snapshot = self.conn.transaction()?;
             let state = state(&snapshot, resource, now)?;
             // A new tenure's fence is only handed out under the write lock.
@@ -411,7 +418,7 @@ impl SqliteStore {
             }
             decision.changes.iter().any(Change::is_durable)
         } else {
-            false
+            durable
         };
         // The safety level cannot change inside a transaction: it is set for this one from
         // the look above, and if the locked state asks for more, the transaction starts over.
@@ -673,7 +680,7 @@ impl Backend for SqliteStore {
     fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
         #[cfg(target_os = "linux")]
         if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.watch) {
-            turnstile.wait(*slot, *seen, timeout);
+            self.rung = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.
             *seen = turnstile.read(*slot);
             return Ok(());
