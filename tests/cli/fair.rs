@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::common::output::{keys, now_millis, parse_line};
 use crate::common::process::{Finished, Proc, describe, wait_for, wait_for_file, wait_until};
-use crate::common::store::{Db, each_store};
+use crate::common::store::{Db, Kind, each_store};
 
 /// How long a waiter may take to show up in `status`'s count.
 const QUEUED: Duration = Duration::from_secs(15);
@@ -53,6 +53,49 @@ fn until_waiting(db: &Db, resource: &str, k: u64) {
          (no \"waiting\" key reads as 0): {}",
         db.status(resource).1
     );
+}
+
+/// Stops the waiter `w` (SIGSTOP) between two of its looks at the store. Stopped inside one, it
+/// would keep what that look holds — on PostgreSQL the resource's row, between the two
+/// round trips of an attempt; on SQLite the write lock, while it takes or refreshes its
+/// place — and the holder's release would wait for it until a timeout.
+fn stop_between_looks(db: &Db, w: &Proc) {
+    for _ in 0..100 {
+        w.signal(Signal::SIGSTOP);
+        if !inside_a_transaction(db) {
+            return;
+        }
+        w.signal(Signal::SIGCONT);
+        sleep(Duration::from_millis(7));
+    }
+    panic!("the waiter was inside a transaction at each of 100 tries");
+}
+
+/// Whether another process is inside a transaction on the store that holds something.
+fn inside_a_transaction(db: &Db) -> bool {
+    match db.kind {
+        Kind::Postgres => {
+            let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls)
+                .expect("connect to the test database");
+            let open: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()
+                       AND state LIKE 'idle in transaction%'",
+                    &[],
+                )
+                .expect("read pg_stat_activity")
+                .get(0);
+            open > 0
+        }
+        // Without a busy timeout, a write lock held by another process is BUSY at once.
+        Kind::Sqlite => rusqlite::Connection::open(db.path())
+            .and_then(|conn| {
+                conn.busy_timeout(Duration::ZERO)?;
+                conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
+            })
+            .is_err(),
+    }
 }
 
 /// A finished lock command's one JSON line, after checking its exit code.
@@ -139,7 +182,7 @@ fn a_free_resource_is_reserved_for_a_queued_waiter() {
 
         // A stopped waiter is still a live one (for at least its 5 s liveness lease): once h
         // releases, R has no tenure but is reserved for w.
-        w.signal(Signal::SIGSTOP);
+        stop_between_looks(db, &w);
         let stopped = Instant::now();
         db.json(&["release", "R", "--owner", "h"], 0);
         let try_once = db.run(&["acquire", "R", "--owner", "x", "--ttl", "60"]);
