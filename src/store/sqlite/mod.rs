@@ -389,10 +389,9 @@ impl SqliteStore {
 impl SqliteStore {
     /// One operation: a durable one (acquire, renew) decides on a read snapshot first, and
     /// only if that writes, again under the write lock, then writes (a waiter just rung goes
-    /// to the write lock at once). `durable: false` (a
-    /// release, a waiter leaving) decides under the write lock at once and commits without an
-    /// fsync; so does a decision that only moves places in the queue, which need not survive
-    /// power loss.
+    /// to the write lock at once). `durable: false` (a release, a waiter leaving) decides
+    /// under the write lock at once and commits without an fsync; so does a decision that
+    /// only moves places in the queue, which need not survive power loss.
     fn decide_and_apply<T>(
         &mut self,
         resource: &Resource,
