@@ -75,8 +75,7 @@ fn stop_between_looks(db: &Db, w: &Proc) {
 fn inside_a_transaction(db: &Db) -> bool {
     match db.kind {
         Kind::Postgres => {
-            let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls)
-                .expect("connect to the test database");
+            let mut client = db.pg_client();
             let open: i64 = client
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity

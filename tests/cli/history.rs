@@ -183,8 +183,8 @@ fn lock_rows(db: &Db) -> i64 {
             .expect("open the SQLite file")
             .query_row("SELECT count(*) FROM locks", [], |r| r.get(0))
             .expect("count the lock rows"),
-        Kind::Postgres => postgres::Client::connect(db.pg_url(), postgres::NoTls)
-            .expect("connect to the test database")
+        Kind::Postgres => db
+            .pg_client()
             .query_one("SELECT count(*) FROM distlock.locks", &[])
             .expect("count the lock rows")
             .get(0),
@@ -260,7 +260,7 @@ fn list_sorts_by_bytes_whatever_the_postgres_database_collation() {
     ) else {
         return;
     };
-    let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls).expect("connect");
+    let mut client = db.pg_client();
     let dictionary: bool = client
         .query_one("SELECT 'a' < 'B'", &[])
         .expect("compare")

@@ -157,8 +157,7 @@ fn dead_port() -> u16 {
 
 /// The server's `now()` in milliseconds since the Unix epoch.
 fn server_now_millis(db: &Db) -> i64 {
-    let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls)
-        .expect("connect to the test database");
+    let mut client = db.pg_client();
     client
         .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
         .expect("read the server's clock")
@@ -1206,8 +1205,7 @@ fn while_run_holds<T>(
         let out = run.finish(Duration::ZERO);
         panic!("{tag}: the command did not start: {}", out.describe());
     }
-    let mut client = postgres::Client::connect(db.pg_url(), postgres::NoTls)
-        .expect("connect to the test database");
+    let mut client = db.pg_client();
     let seen = look(&mut client);
     fs::write(dir.join("release-hold"), "").expect("release-hold");
     let out = run.finish(Duration::from_secs(30));

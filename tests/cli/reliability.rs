@@ -559,8 +559,7 @@ fn frozen_in_the_way(db: &Db, data: &Path) -> bool {
             conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_err()
         }
         Kind::Postgres => {
-            let mut client =
-                postgres::Client::connect(db.pg_url(), postgres::NoTls).expect("connect");
+            let mut client = db.pg_client();
             let busy: i64 = client
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \

@@ -188,10 +188,6 @@ fn v1_sqlite_copy(path: &Path) -> V1 {
     V1 { locks, history }
 }
 
-fn pg_client(db: &Db) -> postgres::Client {
-    postgres::Client::connect(db.pg_url(), postgres::NoTls).expect("connect to the test database")
-}
-
 /// Makes `db` a version 1 store holding the fixture's rows (live leases moved forward): on
 /// SQLite the fixture itself; on PostgreSQL 0.1.0's schema, filled with plain SQL.
 fn install_v1(db: &Db) -> V1 {
@@ -199,7 +195,7 @@ fn install_v1(db: &Db) -> V1 {
         Kind::Sqlite => v1_sqlite_copy(db.path()),
         Kind::Postgres => {
             let v1 = v1_sqlite_copy(&db.file("v1.db"));
-            let mut client = pg_client(db);
+            let mut client = db.pg_client();
             let mut tx = client.transaction().expect("begin");
             tx.batch_execute(PG_V1_SCHEMA).expect("0.1.0's schema");
             for lock in &v1.locks {
@@ -249,7 +245,7 @@ fn schema_version(db: &Db) -> i64 {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version"),
         Kind::Postgres => i64::from(
-            pg_client(db)
+            db.pg_client()
                 .query_one("SELECT schema_version FROM distlock.meta", &[])
                 .expect("meta")
                 .get::<_, i32>(0),
@@ -264,7 +260,7 @@ fn set_schema_version(db: &Db, version: i32) {
             .pragma_update(None, "user_version", version)
             .expect("set user_version"),
         Kind::Postgres => {
-            pg_client(db)
+            db.pg_client()
                 .execute("UPDATE distlock.meta SET schema_version = $1", &[&version])
                 .expect("set the schema version");
         }
@@ -295,7 +291,7 @@ fn snapshot(db: &Db) -> Vec<String> {
             vec![format!("{} bytes, FNV-1a {hash:016x}", bytes.len())]
         }
         Kind::Postgres => {
-            let mut client = pg_client(db);
+            let mut client = db.pg_client();
             let tables: Vec<String> = client
                 .query(
                     "SELECT table_name::text FROM information_schema.tables

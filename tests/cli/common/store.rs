@@ -87,6 +87,12 @@ impl Db {
         &self.pg.as_ref().expect("a PostgreSQL store").url
     }
 
+    /// A connection to the PostgreSQL database, for tests that talk to the server directly.
+    pub fn pg_client(&self) -> postgres::Client {
+        postgres::Client::connect(self.pg_url(), postgres::NoTls)
+            .expect("connect to the test database")
+    }
+
     /// `distlock` with this store in `DISTLOCK_DB` and no owner inherited from the test's
     /// environment.
     pub fn cmd(&self) -> Command {
