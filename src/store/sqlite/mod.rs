@@ -62,8 +62,9 @@ fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
 /// index from every frame in the WAL: one read and ~2,600 instructions a 4 KiB frame, about
 /// 2 µs. A checkpoint costs three fsyncs (the WAL, the database, the restarted WAL) and
 /// copying the frames. With ~9 frames written by an acquire and its release, a bound of T
-/// frames costs each call ~T/2 × 2 µs at open plus 9/T of a checkpoint; that sum is lowest near T = 100 (a checkpoint every ~11 runs), and
-/// both a much larger and a much smaller bound cost more per call (see BENCHMARKS.md).
+/// frames costs each call ~T/2 × 2 µs at open plus 9/T of a checkpoint; that sum is lowest
+/// near T = 100 (a checkpoint every ~11 runs), and both a much larger and a much smaller bound
+/// cost more per call (see BENCHMARKS.md).
 ///
 /// Who pays for the checkpoint: `run` does it while its command runs ([`Backend::tidy`]),
 /// off the path anyone waits on; other commands do it as they close ([`Drop`]).
@@ -272,8 +273,8 @@ impl SqliteStore {
         conn.busy_handler(Some(patient()))?;
         // A distlock process makes one or two commits and exits. Checkpointing the WAL into the
         // database on every close would cost three or four extra fsyncs; instead the WAL stays
-        // until it passes WAL_TRUNCATE_BYTES (see `bound_wal`). Durability is unchanged: each commit
-        // fsyncs the WAL.
+        // until it passes WAL_TRUNCATE_BYTES (see `bound_wal`). Durability is unchanged: each
+        // commit fsyncs the WAL.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
