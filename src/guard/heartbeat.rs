@@ -49,14 +49,24 @@ impl Heartbeat {
         }
     }
 
-    /// Renews every ttl/3 (counted from this call) until `stop` is dropped, `report` says
-    /// nobody listens any more, or the store says the lock is gone; after a store error,
-    /// retries sooner and on a new connection.
-    pub fn beat(self, report: impl Fn(Event) -> bool, stop: &Receiver<()>) {
-        let interval = self.ttl.as_duration() / 3;
-        let retry = interval.min(Duration::from_secs(1));
+    /// How often the lock is renewed: every third of its TTL.
+    pub fn interval(ttl: Ttl) -> Duration {
+        ttl.as_duration() / 3
+    }
+
+    /// How soon a failed renewal is tried again.
+    pub fn retry(ttl: Ttl) -> Duration {
+        Heartbeat::interval(ttl).min(Duration::from_secs(1))
+    }
+
+    /// Renews at `first`, then every [`Heartbeat::interval`], until `stop` is dropped, `report`
+    /// says nobody listens any more, or the store says the lock is gone; after a store error,
+    /// retries sooner ([`Heartbeat::retry`]) and on a new connection.
+    pub fn beat(self, first: Instant, report: impl Fn(Event) -> bool, stop: &Receiver<()>) {
+        let interval = Heartbeat::interval(self.ttl);
+        let retry = Heartbeat::retry(self.ttl);
         let mut store: Option<Box<dyn LockStore>> = None;
-        let mut next = Instant::now() + interval;
+        let mut next = first;
         loop {
             match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => {}

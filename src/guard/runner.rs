@@ -2,18 +2,23 @@
 //! [`Supervisor`] decides on.
 //!
 //! It owns:
-//! - the set-up before the command starts: the subreaper, the signal handlers and the
-//!   heartbeat thread. All of it happens *before* the command is spawned, so a failure there
-//!   (an [`Error::System`]) leaves no command running, and the caller can release the lock;
+//! - the set-up before the command starts: the subreaper and the signal handlers. Both happen
+//!   *before* the command is spawned, so a failure there (an [`Error::System`]) leaves no
+//!   command running, and the caller can release the lock;
 //! - one event loop on this thread. It sleeps in `poll(2)` on a self-pipe that three things
 //!   write to: the handlers of SIGINT/SIGTERM/SIGHUP/SIGQUIT (forwarded to the command), the
 //!   handler of SIGCHLD (the command, or something it started, ended), and the heartbeat
 //!   thread, after each report it queues. A wake-up turns into [`Event`]s for the supervisor,
 //!   fed with the current instant; the poll's timeout is the supervisor's deadline
-//!   ([`Event::Timer`]), and once the command has exited, a probe every few milliseconds
-//!   whether what it started is gone ([`Event::Emptied`]);
+//!   ([`Event::Timer`]) or the first renewal, and once the command has exited, a probe every
+//!   few milliseconds whether what it started is gone ([`Event::Emptied`]);
 //! - the heartbeat thread, the only other thread: a renewal may block on the store, which
-//!   must never delay the loop (see [`super::heartbeat`]);
+//!   must never delay the loop (see [`super::heartbeat`]). It is started when the first
+//!   renewal is due, a third of the TTL after the command started ([`Pulse`]): most commands
+//!   under `run` are done long before, and a process that never starts a thread is spared
+//!   creating it, its stack and its memory arena, and the cost of being multi-threaded. If
+//!   the system refuses the thread, that is reported and handled as a failed renewal: it is
+//!   tried again, and the command is stopped before the lease could end;
 //! - performing the actions: signals through [`Tree`], messages through [`warn`];
 //! - the terminal, handed to the command's process group while it runs and taken back in
 //!   `Drop`, on every path.
@@ -87,13 +92,13 @@ pub struct Supervised {
 /// # Errors
 ///
 /// [`Error::System`] when the operating system refuses what guarding needs (the subreaper,
-/// the signal handlers, the heartbeat thread); the command was then never started.
+/// the signal handlers); the command was then never started.
 pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
     tree::adopt_orphans()
         .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
     let mut wakeups = Wakeups::start()?;
     let (report, inbox) = mpsc::channel();
-    let _heartbeat = start_heartbeat(job, report, wakeups.bell()?)?;
+    let mut pulse = Pulse::new(job, report, wakeups.bell()?);
     let mut child = match spawn(job) {
         Ok(child) => child,
         Err(exit) => {
@@ -118,7 +123,14 @@ pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
         supervisor = supervisor.with_max_runtime(limit, started);
     }
     idle();
-    let exit = watch(&mut supervisor, &tree, &mut child, &mut wakeups, &inbox);
+    let exit = watch(
+        &mut supervisor,
+        &tree,
+        &mut child,
+        &mut wakeups,
+        &mut pulse,
+        &inbox,
+    );
     Ok(Supervised {
         exit,
         started: true,
@@ -133,6 +145,7 @@ fn watch(
     tree: &Tree,
     child: &mut Child,
     wakeups: &mut Wakeups,
+    pulse: &mut Pulse<'_>,
     inbox: &Receiver<Event>,
 ) -> Exit {
     // The command's status is known: orphans may be reaped, and what is left is probed.
@@ -143,8 +156,10 @@ fn watch(
         if exited {
             wake = Some(wake.map_or(now + PROBE, |at| at.min(now + PROBE)));
         }
-        wakeups.sleep(wake.map(|at| at.saturating_duration_since(now)));
+        let sleep = [wake, pulse.due()].into_iter().flatten().min();
+        wakeups.sleep(sleep.map(|at| at.saturating_duration_since(now)));
         let mut events: Vec<Event> = wakeups.signals().into_iter().map(Event::Signal).collect();
+        events.extend(pulse.start_if_due(Instant::now()));
         events.extend(inbox.try_iter());
         if !exited {
             match child.try_wait() {
@@ -306,15 +321,107 @@ impl Wakeups {
     }
 }
 
-/// Starts the heartbeat thread; it reports into `report` and rings `bell` after each report.
-/// Dropping the returned sender stops it at its next wake-up. It is never joined: it may be
-/// inside a renewal that an unresponsive store holds up, and a renewal that lands after the
+/// The heartbeat thread of a job, started once the first renewal is due (see the module's
+/// doc). Dropping it stops the thread at its next wake-up. The thread is never joined: it may
+/// be inside a renewal that an unresponsive store holds up, and a renewal that lands after the
 /// release finds no lock of this tenure and changes nothing.
-///
-/// # Errors
-///
-/// [`Error::System`] when the operating system refuses a thread.
-fn start_heartbeat(job: &Job<'_>, report: Sender<Event>, bell: UnixStream) -> Result<Sender<()>> {
+struct Pulse<'a> {
+    job: &'a Job<'a>,
+    /// Where the thread reports, and the bell it rings after each report.
+    report: Sender<Event>,
+    bell: UnixStream,
+    thread: Lazily,
+}
+
+impl<'a> Pulse<'a> {
+    /// The heartbeat of `job`, due a renewal interval from now.
+    fn new(job: &'a Job<'a>, report: Sender<Event>, bell: UnixStream) -> Pulse<'a> {
+        Pulse {
+            job,
+            report,
+            bell,
+            thread: Lazily::new(
+                Instant::now() + Heartbeat::interval(job.ttl),
+                Heartbeat::retry(job.ttl),
+            ),
+        }
+    }
+
+    /// When the thread is to be started, while it is not running.
+    fn due(&self) -> Option<Instant> {
+        self.thread.due()
+    }
+
+    /// Starts the thread if it is due, its first renewal at once; see [`Lazily::start_if_due`].
+    fn start_if_due(&mut self, now: Instant) -> Option<Event> {
+        let Pulse {
+            job,
+            report,
+            bell,
+            thread,
+        } = self;
+        thread.start_if_due(now, || {
+            start_heartbeat(job, report.clone(), bell.try_clone()?)
+        })
+    }
+}
+
+/// A thread started when it is first needed, not before, and tried again after a refusal.
+struct Lazily {
+    /// When to start it, while it is not running.
+    due: Instant,
+    /// How long after a refusal to try again.
+    retry: Duration,
+    /// The running thread's stop signal: dropping it stops the thread.
+    stop: Option<Sender<()>>,
+}
+
+impl Lazily {
+    fn new(due: Instant, retry: Duration) -> Lazily {
+        Lazily {
+            due,
+            retry,
+            stop: None,
+        }
+    }
+
+    fn due(&self) -> Option<Instant> {
+        self.stop.is_none().then_some(self.due)
+    }
+
+    /// Calls `start` if the thread is due and not running. A refusal is reported as a failed
+    /// renewal ([`Event::Trouble`]), so the supervisor stops the command before the lease
+    /// could end unless a later try succeeds; the next try is `retry` later.
+    fn start_if_due(
+        &mut self,
+        now: Instant,
+        start: impl FnOnce() -> std::io::Result<Sender<()>>,
+    ) -> Option<Event> {
+        if self.stop.is_some() || now < self.due {
+            return None;
+        }
+        match start() {
+            Ok(stop) => {
+                self.stop = Some(stop);
+                None
+            }
+            Err(err) => {
+                self.due = now + self.retry;
+                Some(Event::Trouble(format!(
+                    "cannot start the heartbeat thread: {err}"
+                )))
+            }
+        }
+    }
+}
+
+/// Starts the heartbeat thread, its first renewal at once; it reports into `report` and rings
+/// `bell` after each report. Dropping the returned sender stops it.
+fn start_heartbeat(
+    job: &Job<'_>,
+    report: Sender<Event>,
+    bell: UnixStream,
+) -> std::io::Result<Sender<()>> {
     let (stop, stopped) = mpsc::channel::<()>();
     let heartbeat = Heartbeat {
         location: job.location.clone(),
@@ -329,6 +436,7 @@ fn start_heartbeat(job: &Job<'_>, report: Sender<Event>, bell: UnixStream) -> Re
             // Signals are the event loop's to handle, on the main thread.
             let _ = nix::sys::signal::SigSet::all().thread_block();
             heartbeat.beat(
+                Instant::now(),
                 |event| {
                     let sent = report.send(event).is_ok();
                     let _ = (&bell).write(&[0]);
@@ -336,8 +444,7 @@ fn start_heartbeat(job: &Job<'_>, report: Sender<Event>, bell: UnixStream) -> Re
                 },
                 &stopped,
             );
-        })
-        .map_err(|err| Error::system("cannot start the heartbeat thread", err))?;
+        })?;
     Ok(stop)
 }
 
@@ -382,6 +489,49 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    #[test]
+    fn the_heartbeat_thread_starts_when_due_and_a_refusal_is_a_failed_renewal_retried_later() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let retry = ms(1000);
+        // (now, what starting answers) → (started, reported trouble, due afterwards)
+        type Start = fn() -> std::io::Result<Sender<()>>;
+        let started: Start = || Ok(mpsc::channel().0);
+        let refusing: Start = || Err(std::io::ErrorKind::WouldBlock.into());
+        let cases: [(Duration, Start, bool, bool, Option<Instant>); 4] = [
+            // Before it is due nothing is started, whatever starting would answer.
+            (ms(0), started, false, false, Some(t0 + ms(500))),
+            (ms(499), refusing, false, false, Some(t0 + ms(500))),
+            // Due: started, and no longer due.
+            (ms(500), started, true, false, None),
+            // Due but refused: one failed renewal, tried again `retry` later.
+            (ms(700), refusing, false, true, Some(t0 + ms(700) + retry)),
+        ];
+        for (at, start, want_started, want_trouble, want_due) in cases {
+            let mut thread = Lazily::new(t0 + ms(500), retry);
+            let mut called = false;
+            let event = thread.start_if_due(t0 + at, || {
+                called = true;
+                start()
+            });
+            assert_eq!(called, at >= ms(500), "at {at:?}");
+            assert_eq!(thread.stop.is_some(), want_started, "at {at:?}");
+            match event {
+                Some(Event::Trouble(message)) => {
+                    assert!(want_trouble, "at {at:?}: {message}");
+                    assert!(message.starts_with("cannot start the heartbeat thread: "));
+                }
+                other => assert!(!want_trouble && other.is_none(), "at {at:?}: {other:?}"),
+            }
+            assert_eq!(thread.due(), want_due, "at {at:?}");
+        }
+        // Once running, it is never started again.
+        let mut thread = Lazily::new(t0, retry);
+        assert!(thread.start_if_due(t0, started).is_none());
+        let event = thread.start_if_due(t0 + ms(5000), || panic!("started twice"));
+        assert!(event.is_none());
+    }
 
     #[test]
     fn on_path_finds_the_first_executable_file_as_execvp_does() {

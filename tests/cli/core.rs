@@ -1155,29 +1155,10 @@ fn store_uses_wal_mode() {
 /// path of the file it syncs). `None`, with a note, without strace — unless
 /// `DISTLOCK_TEST_REQUIRE_STRACE` is set (CI): then a missing strace fails the test.
 fn fsyncs_of(db: &Db, args: &[&str]) -> Option<Vec<String>> {
-    let trace = db.file("fsyncs.strace");
-    let traced = db
-        .env_cmd("strace")
-        .args(["-f", "-y", "-e", "trace=fsync,fdatasync", "-o"])
-        .arg(&trace)
-        .arg(BIN)
-        .args(args)
-        .output();
-    let out = match traced {
-        Ok(out) => out,
-        Err(err) => {
-            assert!(
-                std::env::var_os("DISTLOCK_TEST_REQUIRE_STRACE").is_none(),
-                "DISTLOCK_TEST_REQUIRE_STRACE is set but strace cannot run: {err}"
-            );
-            eprintln!("note: fsync counts not tested: strace cannot run ({err})");
-            return None;
-        }
-    };
-    assert!(out.status.success(), "{args:?}: {}", describe(&out));
-    let text = std::fs::read_to_string(&trace).expect("strace output");
+    let trace = db.strace("fsync,fdatasync", args)?;
     Some(
-        text.lines()
+        trace
+            .lines()
             .filter(|line| line.contains("fsync(") && line.contains(" = 0"))
             .map(str::to_owned)
             .collect(),

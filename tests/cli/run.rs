@@ -403,6 +403,42 @@ fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
     });
 }
 
+#[test]
+fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
+    each_store(|db| {
+        let threads = |trace: &str| trace.matches("CLONE_THREAD").count();
+        // Done long before a third of its TTL: nothing to renew, so no thread is started.
+        let args = ["run", "--resource", "short", "--ttl", "60", "--", "true"];
+        let Some(short) = db.strace("clone,clone3", &args) else {
+            return;
+        };
+        assert_eq!(threads(&short), 0, "{short}");
+        assert_free(db, "short");
+        // Still running a third of its TTL after it started: the thread starts then, and renews.
+        let args = [
+            "run",
+            "--resource",
+            "long",
+            "--ttl",
+            "2",
+            "--",
+            "sleep",
+            "1",
+        ];
+        let long = db
+            .strace("clone,clone3", &args)
+            .expect("strace ran a moment ago");
+        assert_eq!(threads(&long), 1, "{long}");
+        let renewals = db
+            .log(&["long"])
+            .iter()
+            .filter(|e| e["event"] == "renewed")
+            .count();
+        assert!(renewals >= 1, "no renewal in 1 s with --ttl 2");
+        assert_free(db, "long");
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Lease lost
 // ---------------------------------------------------------------------------------------------
@@ -964,6 +1000,68 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
             "{:?}: no task limit made run fail after taking the lock: nothing was tested",
             db.kind
         );
+    });
+}
+
+#[test]
+fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_time() {
+    if PidsCgroup::create(1).is_none() {
+        eprintln!(
+            "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
+        );
+        return;
+    }
+    each_store(|db| {
+        // The fewest tasks a short `run` needs (PostgreSQL's connection has a thread of its
+        // own): with those, a longer command runs, but its heartbeat thread is refused.
+        let fewest = (1..=MOST_TASKS)
+            .find(|&max| {
+                let cgroup = PidsCgroup::create(max).expect("a pids cgroup, as a moment ago");
+                let mut cmd = cgroup.distlock(db, &["run", "--resource", "probe", "--", "true"]);
+                let done = Proc::spawn(&mut cmd, db.dir.path(), "probe").finish(LONG);
+                done.code() == Some(0)
+            })
+            .expect("run succeeds with some task limit");
+        let cgroup = PidsCgroup::create(fewest).expect("a pids cgroup, as a moment ago");
+        let pid_file = db.file("command.pid");
+        let mut cmd = cgroup.distlock(
+            db,
+            &[
+                "run",
+                "--resource",
+                "refused",
+                "--ttl",
+                "3",
+                "--kill-after",
+                "200ms",
+                "--",
+                "sh",
+                "-c",
+                r#"echo $$ > "$0"; exec sleep 20"#,
+                pid_file.to_str().expect("utf-8 path"),
+            ],
+        );
+        let started = Instant::now();
+        let done = Proc::spawn(&mut cmd, db.dir.path(), "refused").finish(LONG);
+        let took = started.elapsed();
+        let what = format!("{:?}, pids.max {fewest}", db.kind);
+        assert_eq!(done.code(), Some(124), "{what}: {}", done.describe());
+        let stderr = done.stderr();
+        assert!(
+            stderr.contains(
+                "cannot renew the lock on refused (retrying): cannot start the heartbeat thread"
+            ) && stderr.contains("could not be renewed and may expire; stopping the command"),
+            "{what}: {}",
+            done.describe()
+        );
+        // Stopped before the lease (3 s from before the acquire) could end.
+        assert!(took < Duration::from_secs(3), "{what}: took {took:?}");
+        let command = i32::try_from(read_number(&pid_file)).expect("pid");
+        assert!(
+            all_gone_within(&[command], Duration::from_secs(2)),
+            "{what}: the command (pid {command}) outlived its guard"
+        );
+        assert_free(db, "refused");
     });
 }
 

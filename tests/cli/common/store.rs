@@ -116,6 +116,33 @@ impl Db {
         cmd
     }
 
+    /// Runs `distlock ARGS…` under `strace -f -y -e trace=SYSCALLS`, which must succeed, and
+    /// returns the trace. `None` when strace cannot run here, unless the suite requires it
+    /// (`DISTLOCK_TEST_REQUIRE_STRACE`, set in CI).
+    pub fn strace(&self, syscalls: &str, args: &[&str]) -> Option<String> {
+        let trace = self.file("distlock.strace");
+        let traced = self
+            .env_cmd("strace")
+            .args(["-f", "-y", "-e", &format!("trace={syscalls}"), "-o"])
+            .arg(&trace)
+            .arg(BIN)
+            .args(args)
+            .output();
+        let out = match traced {
+            Ok(out) => out,
+            Err(err) => {
+                assert!(
+                    std::env::var_os("DISTLOCK_TEST_REQUIRE_STRACE").is_none(),
+                    "DISTLOCK_TEST_REQUIRE_STRACE is set but strace cannot run: {err}"
+                );
+                eprintln!("note: system calls not traced: strace cannot run ({err})");
+                return None;
+            }
+        };
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        Some(std::fs::read_to_string(&trace).expect("strace output"))
+    }
+
     /// The SQLite file, for tests that inspect it.
     pub fn path(&self) -> &Path {
         assert_eq!(self.kind, Kind::Sqlite, "only SQLite stores have a file");
