@@ -2,7 +2,7 @@
 //!
 //! This file stays thin: parse the command line, dispatch, and turn the outcome into the exit
 //! code the contract promises. Returning `ExitCode` (rather than calling `exit`) lets every
-//! destructor run, so connections close and the heartbeat thread is joined.
+//! destructor run, so connections close and `run` stops its heartbeat thread.
 
 use std::process::ExitCode;
 
