@@ -181,6 +181,23 @@ impl SqliteStore {
         }
     }
 
+    /// Prepares, while a waiter has time, the statements its grant and release will run, so
+    /// that they are not parsed between the previous holder's release and this grant, where the
+    /// next command waits for them. A statement that cannot be prepared now is prepared (and
+    /// its error reported) where it is used.
+    fn prepare_grant(&mut self) {
+        for sql in [
+            NEXT_FENCE,
+            INSERT_RESOURCE,
+            INSERT_LOCK,
+            DELETE_LOCK,
+            INSERT_HISTORY,
+            DEQUEUE,
+        ] {
+            let _ = self.conn.prepare_cached(sql);
+        }
+    }
+
     /// Checkpoints and truncates a WAL that has grown past [`WAL_TRUNCATE_BYTES`], without
     /// waiting: if another process is busy with the database, it is left for a later moment.
     ///
@@ -550,9 +567,21 @@ fn leases(conn: &Connection, resource: &Resource) -> Result<Vec<Lease>> {
 }
 
 fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
-    tx.prepare_cached("UPDATE fence_counter SET last = last + 1 WHERE id = 0 RETURNING last")?
-        .query_row([], |r| r.get(0))
+    tx.prepare_cached(NEXT_FENCE)?.query_row([], |r| r.get(0))
 }
+
+/// The statements of a grant to a waiter and of its release, beyond the looks (see
+/// [`SqliteStore::prepare_grant`]).
+const NEXT_FENCE: &str = "UPDATE fence_counter SET last = last + 1 WHERE id = 0 RETURNING last";
+const INSERT_RESOURCE: &str = "INSERT OR IGNORE INTO resources (resource) VALUES (?1)";
+const INSERT_LOCK: &str = "INSERT INTO locks
+        (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+const DELETE_LOCK: &str = "DELETE FROM locks WHERE resource = ?1 AND fence = ?2";
+const INSERT_HISTORY: &str = "INSERT INTO history
+        (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+const DEQUEUE: &str = "DELETE FROM waiters WHERE resource = ?1 AND owner = ?2";
 
 /// Writes the core's changes, in order. A row that is not where the decision saw it means the
 /// transaction did not hold what it read: that is refused, never written around.
@@ -561,15 +590,9 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
     for change in changes {
         let rows = match change {
             Change::Insert(lease) => {
-                tx.prepare_cached("INSERT OR IGNORE INTO resources (resource) VALUES (?1)")?
-                    .execute([res])?;
+                tx.prepare_cached(INSERT_RESOURCE)?.execute([res])?;
                 let (mode, lim) = mode_columns(lease.mode);
-                tx.prepare_cached(
-                    "INSERT INTO locks
-                         (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                )?
-                .execute(params![
+                tx.prepare_cached(INSERT_LOCK)?.execute(params![
                     res,
                     lease.owner.as_str(),
                     lease.fence.0,
@@ -593,19 +616,14 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
                     lease.note.as_ref().map(Note::as_str)
                 ])?,
             Change::Delete { fence } => tx
-                .prepare_cached("DELETE FROM locks WHERE resource = ?1 AND fence = ?2")?
+                .prepare_cached(DELETE_LOCK)?
                 .execute(params![res, fence.0])?,
             Change::Enqueue { .. } | Change::Refresh { .. } | Change::Dequeue { .. } => {
                 apply_queue(tx, res, change)?
             }
             Change::Record(record) => {
                 let (mode, lim) = mode_columns(record.mode);
-                tx.prepare_cached(
-                    "INSERT INTO history (at, resource, owner, fence, event, previous_owner,
-                                          mode, lim, note, operator, reason)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                )?
-                .execute(params![
+                tx.prepare_cached(INSERT_HISTORY)?.execute(params![
                     record.at.0,
                     res,
                     record.owner.as_str(),
@@ -641,7 +659,7 @@ fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize
             )?
             .execute(params![res, owner.as_str(), expires_at.0])?,
         Change::Dequeue { owner } => tx
-            .prepare_cached("DELETE FROM waiters WHERE resource = ?1 AND owner = ?2")?
+            .prepare_cached(DEQUEUE)?
             .execute(params![res, owner.as_str()])?,
         _ => 0,
     })
@@ -658,6 +676,7 @@ impl Backend for SqliteStore {
     }
 
     fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+        self.prepare_grant();
         #[cfg(target_os = "linux")]
         {
             if self.turnstile.is_none() {
