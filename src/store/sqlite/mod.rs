@@ -21,6 +21,8 @@
 mod doorbell;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -56,22 +58,25 @@ fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
     }
 }
 
-/// How large the WAL may grow before it is checkpointed into the database and truncated.
+/// How many frames the WAL may hold before it is checkpointed into the database and restarted.
 ///
 /// A distlock process nearly always opens the database alone, and SQLite then rebuilds the WAL
 /// index from every frame in the WAL: one read and ~2,600 instructions a 4 KiB frame, about
-/// 2 µs. A checkpoint costs three fsyncs (the WAL, the database, the restarted WAL) and
-/// copying the frames. With ~9 frames written by an acquire and its release, a bound of T
+/// 2 µs. A checkpoint costs three fsyncs (the WAL, the database, the restarted WAL's header)
+/// and copying the frames. With ~9 frames written by an acquire and its release, a bound of T
 /// frames costs each call ~T/2 × 2 µs at open plus 9/T of a checkpoint; that sum is lowest
 /// near T = 100 (a checkpoint every ~11 runs), and both a much larger and a much smaller bound
 /// cost more per call (see BENCHMARKS.md).
 ///
 /// Who pays for the checkpoint: `run` does it while its command runs ([`Backend::tidy`]),
 /// off the path anyone waits on; other commands do it as they close ([`Drop`]).
-const WAL_TRUNCATE_BYTES: u64 = 100 * 4120;
+const WAL_FRAMES: u32 = 100;
 
 /// How many times longer the WAL may grow while waiters are queued (see `bound_wal`).
-const CONTENDED_WAL_FACTOR: u64 = 10;
+const CONTENDED_WAL_FACTOR: u32 = 10;
+
+/// The bytes of a WAL frame: a 24-byte header and a 4 KiB page.
+const WAL_FRAME_BYTES: i64 = 24 + 4096;
 
 /// Version 1, as distlock 0.1.0 created it. A new store is created at version 1 and upgraded
 /// like any old one, so the upgrade path is the one every new store takes.
@@ -145,6 +150,8 @@ pub struct SqliteStore {
     clock: Box<dyn Clock>,
     /// The `-wal` file beside the database.
     wal: PathBuf,
+    /// How many frames the WAL held after this connection's latest commit (SQLite's WAL hook).
+    frames: Arc<AtomicU32>,
     /// The database's path and the file it named when opened (device, inode).
     path: PathBuf,
     identity: Option<(u64, u64)>,
@@ -198,28 +205,62 @@ impl SqliteStore {
         }
     }
 
-    /// Checkpoints and truncates a WAL that has grown past [`WAL_TRUNCATE_BYTES`], without
-    /// waiting: if another process is busy with the database, it is left for a later moment.
+    /// Checkpoints a WAL that holds more than [`WAL_FRAMES`] frames and restarts it from its
+    /// first frame, without waiting: if another process is busy with the database, it is left
+    /// for a later moment.
+    ///
+    /// The file keeps its length, so the commits that follow overwrite it rather than grow it.
+    /// A commit that grows the file costs its fsync more: ext4 allocates the new blocks as
+    /// unwritten and must convert them once written, in a kernel worker that a busy machine
+    /// makes the fsync wait for (0.8 ms against 0.5 ms a grant, 8 × 50 contended runs; see
+    /// BENCHMARKS.md). `journal_size_limit` caps what the file may keep.
     ///
     /// While others wait in the queue this process last wrote to, the bound is
     /// [`CONTENDED_WAL_FACTOR`] times larger. A checkpoint there would stand between this
-    /// holder's release and the next holder: its three fsyncs, and the write lock it holds.
-    /// And a longer WAL costs nothing while processes keep the database open, as waiters do:
-    /// only a process that opens it alone rebuilds the WAL index. The first process to leave
-    /// nobody waiting truncates the WAL.
+    /// holder's release and the next holder: its fsyncs, and the write lock it holds. And a
+    /// longer WAL costs nothing while processes keep the database open, as waiters do: only a
+    /// process that opens it alone rebuilds the WAL index. The first process to leave nobody
+    /// waiting checkpoints it back to the smaller bound.
     fn bound_wal(&mut self) {
         let bound = if self.queue_behind {
-            WAL_TRUNCATE_BYTES * CONTENDED_WAL_FACTOR
+            WAL_FRAMES * CONTENDED_WAL_FACTOR
         } else {
-            WAL_TRUNCATE_BYTES
+            WAL_FRAMES
         };
-        let large = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > bound);
+        let large = self.frames.load(Ordering::Relaxed) > bound;
         if large && self.conn.busy_handler(None::<fn(i32) -> bool>).is_ok() {
-            let _ = self
+            // The first column is 0 once every frame is in the database and no reader is left
+            // in the WAL: the next write starts it over.
+            let restartable = self
                 .conn
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0))
+                .is_ok_and(|busy| busy == 0);
+            if restartable {
+                let _ = self.restart_wal();
+            }
             let _ = self.conn.busy_handler(Some(patient()));
         }
+    }
+
+    /// Restarts a checkpointed WAL now, with a write that changes nothing (the schema version,
+    /// rewritten as it is), unsynced: SQLite writes the WAL's header anew, with a new salt, and
+    /// fsyncs it. Left to the next writer, the restart would be skipped whenever every
+    /// connection closed first, as distlock's processes do: the next process to open the
+    /// database alone rebuilds the WAL index from the file, where the old frames, still under
+    /// the old salt, look new, and it would append after all of them.
+    fn restart_wal(&mut self) -> Result<()> {
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let written = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(anyhow::Error::from)
+            .and_then(|tx| {
+                let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+                tx.pragma_update(None, "user_version", version)?;
+                Ok(tx.commit()?)
+            });
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        written
     }
 }
 
@@ -290,9 +331,19 @@ impl SqliteStore {
         conn.busy_handler(Some(patient()))?;
         // A distlock process makes one or two commits and exits. Checkpointing the WAL into the
         // database on every close would cost three or four extra fsyncs; instead the WAL stays
-        // until it passes WAL_TRUNCATE_BYTES (see `bound_wal`). Durability is unchanged: each
+        // until it passes WAL_FRAMES (see `bound_wal`). Durability is unchanged: each
         // commit fsyncs the WAL.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        // This takes the place of SQLite's automatic checkpoint (its WAL hook too), which would
+        // checkpoint inside whichever commit passed 1,000 frames: `bound_wal` does it instead.
+        let frames = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&frames);
+        conn.wal_hook(Some(
+            move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                counted.store(u32::try_from(pages).unwrap_or(0), Ordering::Relaxed);
+                Ok(())
+            },
+        ))?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         let wal = PathBuf::from(wal);
@@ -302,6 +353,7 @@ impl SqliteStore {
             conn,
             clock,
             wal,
+            frames,
             path: path.to_owned(),
             identity: identity(path),
             queue_behind: false,
@@ -354,6 +406,13 @@ impl SqliteStore {
             }
         }
         self.conn.pragma_update(None, "synchronous", "FULL")?;
+        // What a restarted WAL may keep of its length (see `bound_wal`): all that a contended
+        // bound fills, and no more once a long reader has let it grow past that.
+        let keep = i64::from(WAL_FRAMES * CONTENDED_WAL_FACTOR + 1) * WAL_FRAME_BYTES + 32;
+        self.conn
+            .query_row(&format!("PRAGMA journal_size_limit = {keep}"), [], |_| {
+                Ok(())
+            })?;
         if version < SCHEMA_VERSION {
             self.upgrade_schema()?;
         }
