@@ -210,10 +210,10 @@ impl SqliteStore {
     /// for a later moment.
     ///
     /// The file keeps its length, so the commits that follow overwrite it rather than grow it.
-    /// A commit that grows the file costs its fsync more: ext4 allocates the new blocks as
-    /// unwritten and must convert them once written, in a kernel worker that a busy machine
-    /// makes the fsync wait for (0.8 ms against 0.5 ms a grant, 8 × 50 contended runs; see
-    /// BENCHMARKS.md). `journal_size_limit` caps what the file may keep.
+    /// On a busy machine a commit that grows the file pays more for its fsync (0.8 ms against
+    /// 0.5 ms a grant in 8 × 50 contended runs; see BENCHMARKS.md), most likely because ext4
+    /// allocates new blocks as unwritten and converts them in a kernel worker that the fsync
+    /// waits for. `journal_size_limit` caps what the file may keep.
     ///
     /// While others wait in the queue this process last wrote to, the bound is
     /// [`CONTENDED_WAL_FACTOR`] times larger. A checkpoint there would stand between this
