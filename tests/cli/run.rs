@@ -880,6 +880,17 @@ impl PidsCgroup {
         Some(cgroup)
     }
 
+    /// Whether this machine lets the tests make `pids` cgroups; if not, a note says so.
+    fn available() -> bool {
+        let available = PidsCgroup::create(1).is_some();
+        if !available {
+            eprintln!(
+                "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
+            );
+        }
+        available
+    }
+
     /// `distlock ARGS…` (with `db`'s store) started inside the cgroup: a shell joins it, then
     /// execs distlock. Exit 99 means the shell could not join.
     fn distlock(&self, db: &Db, args: &[&str]) -> Command {
@@ -919,10 +930,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
     // free, nothing it started left running. 126 is accepted only when the lock was taken but
     // the command never ran (a fork that failed: "the command cannot be executed"). At least
     // one round must take the lock and then fail: the path under test.
-    if PidsCgroup::create(1).is_none() {
-        eprintln!(
-            "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
-        );
+    if !PidsCgroup::available() {
         return;
     }
     each_store(|db| {
@@ -1011,10 +1019,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
 
 #[test]
 fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_time() {
-    if PidsCgroup::create(1).is_none() {
-        eprintln!(
-            "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
-        );
+    if !PidsCgroup::available() {
         return;
     }
     each_store(|db| {
