@@ -1278,6 +1278,41 @@ fn the_wal_stays_bounded_and_grows_longer_only_while_waiters_wait() {
 }
 
 #[test]
+fn a_wal_grown_long_behind_a_reader_is_cut_back_once_checkpointed() {
+    let db = Db::sqlite();
+    acquire(&db, "r", "w", "60");
+    // A reader's snapshot keeps every checkpoint from finishing, so the WAL grows past the
+    // ~1,000 frames a restarted WAL may keep.
+    let reader = Connection::open(db.path()).expect("open");
+    // As distlock's own connections: closing it must not checkpoint (and delete) the WAL.
+    reader
+        .set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .expect("no checkpoint on close");
+    reader
+        .execute_batch("BEGIN; SELECT count(*) FROM locks;")
+        .expect("a read snapshot");
+    let mut length = 0;
+    while length <= 1100 {
+        for _ in 0..20 {
+            db.json(&["renew", "r", "--owner", "w", "--ttl", "60"], 0);
+        }
+        length = wal_frames(&db).1;
+    }
+    // Once the reader is gone, the next process checkpoints, restarts the WAL and cuts the file.
+    reader.execute_batch("COMMIT").expect("end the snapshot");
+    drop(reader);
+    db.json(&["renew", "r", "--owner", "w", "--ttl", "60"], 0);
+    let (live, cut) = wal_frames(&db);
+    assert!(
+        live <= 1 && cut <= 1001,
+        "the WAL grew to {length} frames and was cut to {cut} ({live} live)"
+    );
+}
+
+#[test]
 fn store_has_a_unique_constraint_on_resource() {
     let db = Db::sqlite();
     acquire(&db, "r1", "w1", "60");

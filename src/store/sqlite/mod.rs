@@ -236,6 +236,15 @@ impl SqliteStore {
                 .query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0))
                 .is_ok_and(|busy| busy == 0);
             if restartable {
+                // What the restarted WAL may keep of its length: all that a contended bound
+                // fills, and no more once a long reader has let it grow past that. SQLite cuts
+                // the file at the restart's commit.
+                let keep = i64::from(WAL_FRAMES * CONTENDED_WAL_FACTOR + 1) * WAL_FRAME_BYTES + 32;
+                let _ =
+                    self.conn
+                        .query_row(&format!("PRAGMA journal_size_limit = {keep}"), [], |_| {
+                            Ok(())
+                        });
                 let _ = self.restart_wal();
             }
             let _ = self.conn.busy_handler(Some(patient()));
@@ -406,13 +415,6 @@ impl SqliteStore {
             }
         }
         self.conn.pragma_update(None, "synchronous", "FULL")?;
-        // What a restarted WAL may keep of its length (see `bound_wal`): all that a contended
-        // bound fills, and no more once a long reader has let it grow past that.
-        let keep = i64::from(WAL_FRAMES * CONTENDED_WAL_FACTOR + 1) * WAL_FRAME_BYTES + 32;
-        self.conn
-            .query_row(&format!("PRAGMA journal_size_limit = {keep}"), [], |_| {
-                Ok(())
-            })?;
         if version < SCHEMA_VERSION {
             self.upgrade_schema()?;
         }
