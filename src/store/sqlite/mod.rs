@@ -240,11 +240,7 @@ impl SqliteStore {
                 // fills, and no more once a long reader has let it grow past that. SQLite cuts
                 // the file at the restart's commit.
                 let keep = i64::from(WAL_FRAMES * CONTENDED_WAL_FACTOR + 1) * WAL_FRAME_BYTES + 32;
-                let _ =
-                    self.conn
-                        .query_row(&format!("PRAGMA journal_size_limit = {keep}"), [], |_| {
-                            Ok(())
-                        });
+                let _ = self.conn.pragma_update(None, "journal_size_limit", keep);
                 let _ = self.restart_wal();
             }
             let _ = self.conn.busy_handler(Some(patient()));
@@ -258,18 +254,24 @@ impl SqliteStore {
     /// database alone rebuilds the WAL index from the file, where the old frames, still under
     /// the old salt, look new, and it would append after all of them.
     fn restart_wal(&mut self) -> Result<()> {
+        self.unsynced(|store| {
+            let tx = store
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            tx.pragma_update(None, "user_version", version)?;
+            Ok(tx.commit()?)
+        })?
+    }
+
+    /// Runs `work`, whose commits go without an fsync (`synchronous=NORMAL`), then sets every
+    /// later commit back to `FULL`. The level cannot change inside a transaction: `work` begins
+    /// and ends its own.
+    fn unsynced<T>(&mut self, work: impl FnOnce(&mut Self) -> T) -> Result<T> {
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let written = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(anyhow::Error::from)
-            .and_then(|tx| {
-                let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-                tx.pragma_update(None, "user_version", version)?;
-                Ok(tx.commit()?)
-            });
+        let done = work(self);
         self.conn.pragma_update(None, "synchronous", "FULL")?;
-        written
+        Ok(done)
     }
 }
 
@@ -500,13 +502,11 @@ impl SqliteStore {
         };
         // The safety level cannot change inside a transaction: it is set for this one from
         // the look above, and if the locked state asks for more, the transaction starts over.
-        if !needs_sync {
-            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        }
-        let outcome = self.write(resource, now, !needs_sync && durable, decide);
-        if !needs_sync {
-            self.conn.pragma_update(None, "synchronous", "FULL")?;
-        }
+        let outcome = if needs_sync {
+            self.write(resource, now, false, decide)
+        } else {
+            self.unsynced(|store| store.write(resource, now, durable, decide))?
+        };
         match outcome? {
             Some(outcome) => Ok(outcome),
             // Unsynced, but the locked state needed a durable change after all.
