@@ -88,20 +88,22 @@ impl Turnstile {
         Some(Turnstile { map })
     }
 
-    fn counters(&self) -> &[AtomicU32; SLOTS] {
+    /// The counter of `slot` (taken modulo [`SLOTS`]).
+    fn counter(&self, slot: usize) -> &AtomicU32 {
         let start = self.map.as_ptr().cast::<[AtomicU32; SLOTS]>();
         // SAFETY: the mapping is `LEN` bytes of a file at least that long (`open` grew it),
         // page-aligned, and lives as long as `self`, so `start` points to `SLOTS` valid,
         // aligned `u32`s for the lifetime of the borrow. `AtomicU32` has the layout of `u32`.
         // Other processes write the same memory, but only with atomic operations (this module
         // is the only code that maps the file), which is what sharing an `AtomicU32` allows.
-        unsafe { &*start }
+        let counters = unsafe { &*start };
+        &counters[slot % SLOTS]
     }
 
     /// The counter's value now: read before a look at the database, passed to [`Self::wait`]
     /// after it.
     pub fn read(&self, slot: usize) -> u32 {
-        self.counters()[slot % SLOTS].load(Ordering::SeqCst)
+        self.counter(slot).load(Ordering::SeqCst)
     }
 
     /// Sleeps until the counter is rung, or `timeout` passes; returns at once if it no longer
@@ -112,7 +114,7 @@ impl Turnstile {
             std::thread::sleep(timeout);
             return false;
         };
-        let counter = &self.counters()[slot % SLOTS];
+        let counter = self.counter(slot);
         // Shared, not private: the counter is woken from other processes. Every outcome (woken,
         // changed, timed out, interrupted) means "look again".
         match futex::wait(counter, futex::Flags::empty(), seen, Some(&timeout)) {
@@ -123,7 +125,7 @@ impl Turnstile {
 
     /// Wakes whoever sleeps on the counter.
     pub fn ring(&self, slot: usize) {
-        let counter = &self.counters()[slot % SLOTS];
+        let counter = self.counter(slot);
         counter.fetch_add(1, Ordering::SeqCst);
         let _ = futex::wake(counter, futex::Flags::empty(), u32::MAX);
     }
