@@ -59,14 +59,15 @@ impl Heartbeat {
         Heartbeat::interval(ttl).min(Duration::from_secs(1))
     }
 
-    /// Renews at `first`, then every [`Heartbeat::interval`], until `stop` is dropped, `report`
+    /// Renews at once, then every [`Heartbeat::interval`], until `stop` is dropped, `report`
     /// says nobody listens any more, or the store says the lock is gone; after a store error,
-    /// retries sooner ([`Heartbeat::retry`]) and on a new connection.
-    pub fn beat(self, first: Instant, report: impl Fn(Event) -> bool, stop: &Receiver<()>) {
+    /// retries sooner ([`Heartbeat::retry`]) and on a new connection. It is started when the
+    /// first renewal is due.
+    pub fn beat(self, report: impl Fn(Event) -> bool, stop: &Receiver<()>) {
         let interval = Heartbeat::interval(self.ttl);
         let retry = Heartbeat::retry(self.ttl);
         let mut store: Option<Box<dyn LockStore>> = None;
-        let mut next = first;
+        let mut next = Instant::now();
         loop {
             match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => {}

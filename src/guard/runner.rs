@@ -436,7 +436,6 @@ fn start_heartbeat(
             // Signals are the event loop's to handle, on the main thread.
             let _ = nix::sys::signal::SigSet::all().thread_block();
             heartbeat.beat(
-                Instant::now(),
                 |event| {
                     let sent = report.send(event).is_ok();
                     let _ = (&bell).write(&[0]);
