@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::common::output::{keys, now_millis, parse_line};
 use crate::common::process::{Finished, Proc, describe, wait_for, wait_for_file, wait_until};
-use crate::common::store::{Db, Kind, each_store};
+use crate::common::store::{Db, each_store};
 
 /// How long a waiter may take to show up in `status`'s count.
 const QUEUED: Duration = Duration::from_secs(15);
@@ -62,39 +62,13 @@ fn until_waiting(db: &Db, resource: &str, k: u64) {
 fn stop_between_looks(db: &Db, w: &Proc) {
     for _ in 0..100 {
         w.signal(Signal::SIGSTOP);
-        if !inside_a_transaction(db) {
+        if !db.busy_elsewhere() {
             return;
         }
         w.signal(Signal::SIGCONT);
         sleep(Duration::from_millis(7));
     }
     panic!("the waiter was inside a transaction at each of 100 tries");
-}
-
-/// Whether another process is inside a transaction on the store that holds something.
-fn inside_a_transaction(db: &Db) -> bool {
-    match db.kind {
-        Kind::Postgres => {
-            let mut client = db.pg_client();
-            let open: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                     WHERE datname = current_database() AND pid <> pg_backend_pid()
-                       AND state LIKE 'idle in transaction%'",
-                    &[],
-                )
-                .expect("read pg_stat_activity")
-                .get(0);
-            open > 0
-        }
-        // Without a busy timeout, a write lock held by another process is BUSY at once.
-        Kind::Sqlite => rusqlite::Connection::open(db.path())
-            .and_then(|conn| {
-                conn.busy_timeout(Duration::ZERO)?;
-                conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
-            })
-            .is_err(),
-    }
 }
 
 /// A finished lock command's one JSON line, after checking its exit code.

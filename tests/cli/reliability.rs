@@ -552,26 +552,7 @@ fn frozen_in_the_way(db: &Db, data: &Path) -> bool {
         .status()
         .expect("flock(1)")
         .success();
-    let store_locked = match db.kind {
-        Kind::Sqlite => {
-            let conn = Connection::open(db.path()).expect("open the database");
-            conn.busy_timeout(Duration::ZERO).unwrap();
-            conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_err()
-        }
-        Kind::Postgres => {
-            let mut client = db.pg_client();
-            let busy: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                     AND pid <> pg_backend_pid() AND state <> 'idle'",
-                    &[],
-                )
-                .expect("pg_stat_activity")
-                .get(0);
-            busy > 0
-        }
-    };
-    resource_locked || store_locked
+    resource_locked || db.busy_elsewhere()
 }
 
 /// Continues and kills what a failing pause test would otherwise leave stopped forever.

@@ -116,6 +116,33 @@ impl Db {
         cmd
     }
 
+    /// Whether another process is inside a transaction on the store that a writer would wait
+    /// for: SQLite's write lock (without a busy timeout, it is BUSY at once), or on PostgreSQL a
+    /// session that is not idle (inside a statement, or idle in a transaction).
+    pub fn busy_elsewhere(&self) -> bool {
+        match self.kind {
+            Kind::Sqlite => rusqlite::Connection::open(self.path())
+                .and_then(|conn| {
+                    conn.busy_timeout(std::time::Duration::ZERO)?;
+                    conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
+                })
+                .is_err(),
+            Kind::Postgres => {
+                let busy: i64 = self
+                    .pg_client()
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                         WHERE datname = current_database() AND pid <> pg_backend_pid()
+                           AND state <> 'idle'",
+                        &[],
+                    )
+                    .expect("read pg_stat_activity")
+                    .get(0);
+                busy > 0
+            }
+        }
+    }
+
     /// Runs `distlock ARGS…` under `strace -f -y -e trace=SYSCALLS`, which must succeed, and
     /// returns the trace. `None` when strace cannot run here, unless the suite requires it
     /// (`DISTLOCK_TEST_REQUIRE_STRACE`, set in CI).
