@@ -8,8 +8,9 @@
 //!   joined a tenure the same owner already held;
 //! - [`supervisor`]: every decision once the command runs, as a pure state machine (events
 //!   and the current instant in, actions out);
-//! - [`runner`]: the event loop, the process, the signals and the terminal that carry those
-//!   decisions out;
+//! - [`runner`]: the event loop that carries those decisions out, through [`signals`] (every
+//!   catchable signal, and the loop's wake-ups), [`spawn`] (the command started as `execvp`
+//!   starts it, tied to the guard by [`process`]) and [`terminal`] (job control);
 //! - [`heartbeat`]: renewing every ttl/3 on a store connection of its own;
 //! - [`tree`]: "everything the command started", its process group and (on Linux) every
 //!   descendant, found through `/proc` with `run` as their subreaper.
@@ -20,8 +21,12 @@
 //! before any other owner can take the lock, even while the store is unreachable.
 
 mod heartbeat;
+mod process;
 mod runner;
+mod signals;
+mod spawn;
 mod supervisor;
+mod terminal;
 mod tree;
 
 use supervisor::Stop;
