@@ -86,7 +86,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly')
             [CompletionResult]::new('--hold-at-least', '--hold-at-least', [CompletionResultType]::ParameterName, 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m')
             [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h')
-            [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After the lease is lost, wait this long between SIGTERM and SIGKILL')
+            [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost lease no longer than the lease could last, after --max-runtime the whole of it while renewals succeed')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)')

@@ -188,7 +188,9 @@ pub struct RunArgs {
     /// Stop the command (exit 124) if it still runs this long after it started; e.g. 2h
     #[arg(long, value_parser = parse_span, value_name = "DURATION")]
     pub max_runtime: Option<Duration>,
-    /// After the lease is lost, wait this long between SIGTERM and SIGKILL
+    /// When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost
+    /// lease no longer than the lease could last, after --max-runtime the whole of it while
+    /// renewals succeed
     #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
     pub kill_after: Duration,
     /// The command and its arguments, run directly (no shell)
