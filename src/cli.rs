@@ -30,9 +30,11 @@ Exit codes: the command's own status (128+N if it died of signal N); 75 busy (or
 #[derive(Debug, Parser)]
 #[command(name = "distlock", version, about, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Lock store: a SQLite file path, or a postgres:// URL
+    /// Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB]
     /// [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]
-    #[arg(long, global = true, env = "DISTLOCK_DB", value_name = "PATH|URL")]
+    // Read by hand, not through clap's `env`: an empty DISTLOCK_DB counts as unset, and the
+    // variable may hold a password, which help and usage lines must never show.
+    #[arg(long, global = true, value_name = "PATH|URL")]
     pub db: Option<String>,
 
     /// Output format of lock commands
@@ -87,7 +89,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct OwnerArg {
     /// Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$
-    #[arg(long, env = "DISTLOCK_OWNER", value_parser = Owner::parse)]
+    #[arg(long, env = "DISTLOCK_OWNER", hide_env_values = true, value_parser = Owner::parse)]
     pub owner: Owner,
 }
 
@@ -100,7 +102,7 @@ pub struct ModeArgs {
     pub shared: bool,
     /// Hold one of N slots: at most N holders at once, each asking with the same N (2-10000;
     /// 1 is the plain exclusive lock)
-    #[arg(long, value_name = "N", value_parser = Mode::parse_limit)]
+    #[arg(long, value_name = "N", value_parser = Mode::parse_limit, allow_hyphen_values = true)]
     pub limit: Option<Mode>,
     /// Why or for whom the lock is held (shown by status, list and log)
     #[arg(long, value_name = "TEXT", value_parser = Note::parse)]
@@ -125,10 +127,10 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub owner: OwnerArg,
     /// Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)
-    #[arg(long, value_parser = Ttl::parse)]
+    #[arg(long, value_parser = Ttl::parse, allow_hyphen_values = true)]
     pub ttl: Ttl,
     /// Keep trying for this long while another owner holds the lock [default: 0, try once]
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub wait: Option<Duration>,
     #[command(flatten)]
     pub mode: ModeArgs,
@@ -158,7 +160,7 @@ pub struct RenewArgs {
     #[command(flatten)]
     pub owner: OwnerArg,
     /// New lease length from now: whole seconds, e.g. 30, 90s, 5m
-    #[arg(long, value_parser = Ttl::parse)]
+    #[arg(long, value_parser = Ttl::parse, allow_hyphen_values = true)]
     pub ttl: Ttl,
 }
 
@@ -171,27 +173,33 @@ pub struct RunArgs {
     #[arg(long, value_parser = Owner::parse)]
     pub owner: Option<Owner>,
     /// Lease length, renewed every ttl/3 while the command runs
-    #[arg(long, value_parser = Ttl::parse, default_value = "30s")]
+    #[arg(long, value_parser = Ttl::parse, default_value = "30s", allow_hyphen_values = true)]
     pub ttl: Ttl,
     /// Keep trying for this long while another owner holds the lock [default: 0, try once]
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub wait: Option<Duration>,
     #[command(flatten)]
     pub mode: ModeArgs,
     /// Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub conflict_exit_code: Option<u8>,
     /// Keep the lock until this long after the tenure started, however soon the command ends
     /// (once per period across hosts); e.g. 50m
-    #[arg(long, value_parser = parse_span, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_span, value_name = "DURATION", allow_hyphen_values = true)]
     pub hold_at_least: Option<Duration>,
     /// Stop the command (exit 124) if it still runs this long after it started; e.g. 2h
-    #[arg(long, value_parser = parse_span, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_span, value_name = "DURATION", allow_hyphen_values = true)]
     pub max_runtime: Option<Duration>,
     /// When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost
     /// lease no longer than the lease could last, after --max-runtime the whole of it while
     /// renewals succeed
-    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    #[arg(
+        long,
+        value_parser = parse_duration,
+        default_value = "5s",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub kill_after: Duration,
     /// The command and its arguments, run directly (no shell)
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -211,7 +219,7 @@ pub struct LogArgs {
     #[arg(value_parser = Resource::parse)]
     pub resource: Option<Resource>,
     /// Only events from this long ago until now, e.g. 1h or 7d
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub since: Option<Duration>,
     /// At most this many events (the newest), still printed oldest first
     #[arg(long, value_name = "N")]
@@ -237,8 +245,59 @@ pub struct BreakArgs {
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Keep history events younger than this
-    #[arg(long, value_parser = parse_duration, default_value = "30d", value_name = "DURATION")]
+    #[arg(
+        long,
+        value_parser = parse_duration,
+        default_value = "30d",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub keep_history: Duration,
+}
+
+/// Clap's message for a command line it refused, made safe to print: every value it echoes
+/// (the bad value, the unknown argument) is shortened and has its control characters escaped
+/// ([`crate::output::shown`]). `None` when nothing needs it, so clap prints its own, in colour
+/// where the terminal has it.
+pub fn refusal(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let echoed: Vec<&str> = err
+        .context()
+        .flat_map(|(_, value)| match value {
+            ContextValue::String(value) => vec![value.as_str()],
+            ContextValue::Strings(values) => values.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        })
+        .filter(|value| crate::output::shown(value) != *value)
+        .collect();
+    if echoed.is_empty() {
+        return None;
+    }
+    let arg = err.get(ContextKind::InvalidArg);
+    let value = err.get(ContextKind::InvalidValue);
+    if let (ErrorKind::ValueValidation, Some(arg), Some(ContextValue::String(value))) =
+        (err.kind(), arg, value)
+    {
+        // Clap's own rendering drops what looks like a terminal escape from the value, so the
+        // line is written here, whole.
+        let why = std::error::Error::source(err).map_or(String::new(), |why| format!(": {why}"));
+        return Some(format!(
+            "error: invalid value '{}' for '{arg}'{why}\n\nFor more information, try '--help'.\n",
+            crate::output::shown(value)
+        ));
+    }
+    let mut text = err.render().to_string();
+    for value in echoed {
+        text = text.replace(value, &crate::output::shown(value));
+    }
+    // What could not be found to be replaced is cut short all the same.
+    let lines: Vec<String> = text.lines().map(crate::output::shown_line).collect();
+    Some(lines.join("\n") + "\n")
+}
+
+/// `--version` (or `-V`) was given with other arguments, which it would ignore.
+pub fn version_with_extra_arguments() -> bool {
+    std::env::args_os().len() > 2
 }
 
 #[cfg(test)]

@@ -403,22 +403,44 @@ pub enum Location {
 }
 
 impl Location {
-    /// Reads `--db` / `DISTLOCK_DB`: a `postgres://` or `postgresql://` URL selects PostgreSQL,
-    /// anything else is a file path. Without one, the default path under the user's state folder.
+    /// Reads `--db` / `DISTLOCK_DB`. What it names is never guessed: a value with a URL
+    /// scheme (`word://…` or `word:/…`, the scheme in any case) is a URL, and only
+    /// `postgres`/`postgresql` (PostgreSQL) are stores; any other scheme is refused, so a
+    /// mistyped URL never becomes a local file named after it. Anything else is a file path
+    /// (one with a colon in it is written `./a:b`). Without one, the default path under the
+    /// user's state folder.
     ///
     /// # Errors
     ///
-    /// A usage message when a PostgreSQL URL cannot be read, `--db` is empty, or no `--db` was
-    /// given and neither `XDG_STATE_HOME` nor `HOME` is set.
+    /// A usage message when a URL has an unknown scheme or cannot be read, `--db` is empty or
+    /// blank, or no `--db` was given and neither `XDG_STATE_HOME` nor `HOME` is an absolute
+    /// path.
     pub fn resolve(db: Option<&str>) -> Result<Location, String> {
-        match db {
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                postgres::Target::parse(url)?;
-                Ok(Location::Postgres(url.to_owned()))
+        let Some(db) = db else {
+            return default_path().map(Location::Sqlite);
+        };
+        if db.trim().is_empty() {
+            return Err("--db must not be empty or blank".to_owned());
+        }
+        let Some((scheme, rest)) = url_scheme(db) else {
+            return Ok(Location::Sqlite(PathBuf::from(db)));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            known @ ("postgres" | "postgresql") => {
+                let url = format!("{known}:{rest}");
+                postgres::Target::parse(&url)?;
+                Ok(Location::Postgres(url))
             }
-            Some("") => Err("--db must not be empty".to_owned()),
-            Some(path) => Ok(Location::Sqlite(PathBuf::from(path))),
-            None => default_path().map(Location::Sqlite),
+            "http" | "https" => Err(format!(
+                "--db {scheme}://…: distlock servers are not supported by this build; use a file \
+                 path or a postgres:// URL"
+            )),
+            _ => Err(format!(
+                "--db: unknown URL scheme {:?}; distlock knows postgres:// and postgresql:// \
+                 (PostgreSQL) and file paths (write a path with a colon in it as ./{}…)",
+                crate::output::shown(scheme),
+                crate::output::shown(scheme),
+            )),
         }
     }
 
@@ -429,6 +451,16 @@ impl Location {
             Location::Postgres(url) => url.into(),
         }
     }
+}
+
+/// The scheme of a value that is a URL, and what follows its colon: `word:/…`, where the word
+/// is a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`).
+fn url_scheme(value: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = value.split_once(':')?;
+    let mut chars = scheme.chars();
+    let starts = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let word = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (starts && word && rest.starts_with('/')).then_some((scheme, rest))
 }
 
 /// `$XDG_STATE_HOME/distlock/locks.db`, else `$HOME/.local/state/distlock/locks.db`.
@@ -444,7 +476,12 @@ fn default_path() -> Result<PathBuf, String> {
     if let Some(home) = absolute("HOME") {
         return Ok(home.join(".local/state/distlock/locks.db"));
     }
-    Err("cannot find a default database: neither XDG_STATE_HOME nor HOME is set; pass --db".into())
+    let why = if std::env::var_os("HOME").is_some() {
+        "HOME is not an absolute path"
+    } else {
+        "neither XDG_STATE_HOME nor HOME is set"
+    };
+    Err(format!("cannot find a default database: {why}; pass --db"))
 }
 
 /// Opens the store at `location` with the host's clock.
@@ -506,5 +543,62 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> crate::lock::Timestamp {
         crate::lock::Timestamp::now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn db_values_with_a_url_scheme_are_urls_and_only_known_schemes_are_stores() {
+        // (value, what it names: Ok(path or url), or Err(a word the message must hold))
+        let path = |p: &str| Ok(Location::Sqlite(PathBuf::from(p)));
+        let pg = |u: &str| Ok(Location::Postgres(u.to_owned()));
+        let refused = |word: &'static str| Err(word);
+        let cases: [(&str, Result<Location, &str>); 22] = [
+            ("locks.db", path("locks.db")),
+            (
+                "/var/lib/distlock/locks.db",
+                path("/var/lib/distlock/locks.db"),
+            ),
+            ("./a:b", path("./a:b")),
+            ("a:b", path("a:b")),
+            ("dir/x:/y", path("dir/x:/y")),
+            ("1x://y", path("1x://y")),
+            ("_x://y", path("_x://y")),
+            ("postgres://u@h/db", pg("postgres://u@h/db")),
+            ("postgresql://u@h/db", pg("postgresql://u@h/db")),
+            // Schemes in any case, passed on in lower case.
+            ("POSTGRES://u@h/db", pg("postgres://u@h/db")),
+            ("PostgreSQL://u@h/db", pg("postgresql://u@h/db")),
+            // Typos and other databases are never files.
+            ("postgress://u@h/db", refused("\"postgress\"")),
+            ("mysql://x/y", refused("\"mysql\"")),
+            ("sqlite:/tmp/x.db", refused("\"sqlite\"")),
+            ("file:///tmp/x.db", refused("\"file\"")),
+            ("a+b.c-d://x", refused("\"a+b.c-d\"")),
+            ("postgres:/x", refused("PostgreSQL")),
+            ("http://locks:7878", refused("servers")),
+            ("HTTPS://locks:7878", refused("servers")),
+            ("", refused("empty")),
+            (" ", refused("blank")),
+            ("\t\n", refused("blank")),
+        ];
+        for (value, want) in cases {
+            let got = Location::resolve(Some(value));
+            match (&got, &want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{value:?}"),
+                (Err(message), Err(word)) => {
+                    assert!(message.contains(word), "{value:?}: {message}");
+                    // The URL itself is never echoed: it may hold a password.
+                    assert!(
+                        !message.contains("x/y") && !message.contains("u@h"),
+                        "{message}"
+                    );
+                }
+                _ => panic!("{value:?}: got {got:?}, want {want:?}"),
+            }
+        }
     }
 }

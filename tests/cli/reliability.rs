@@ -736,9 +736,9 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
 // Hostile input, parsing layer (the contract's validation table as an oracle)
 // ---------------------------------------------------------------------------------------------
 
-/// The contract's control characters: U+0000–U+001F and U+007F.
+/// The contract's control characters: U+0000–U+001F and U+007F–U+009F (C0, DEL and C1).
 fn contract_control(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}')
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
 }
 
 /// RESOURCE: taken as given; 1..=255 bytes of UTF-8; not blank; no control characters.
