@@ -14,15 +14,16 @@
 //!   so that a write fails with an error instead; forwarding them would hand the command
 //!   signals that `run`'s own writes raised.
 
-use std::os::fd::AsFd;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use signal_hook::iterator::backend::SignalDelivery;
-use signal_hook::iterator::exfiltrator::SignalOnly;
 
 use crate::error::{Error, Result};
+
+use super::process;
 
 /// Not forwarded: see the module's doc.
 const KEPT: [i32; 9] = [
@@ -52,12 +53,14 @@ pub fn forwarded() -> Vec<i32> {
     named.chain(realtime).collect()
 }
 
-/// What wakes the event loop: one self-pipe, written by the signal handlers and by the
-/// heartbeat thread. Dropping it removes the handlers again.
+/// What wakes the event loop: one self-pipe, written by the signal handlers (each signal's
+/// number) and by the heartbeat thread (a zero). Dropping it puts the signals' previous
+/// actions back.
 pub struct Wakeups {
-    delivery: SignalDelivery<UnixStream, SignalOnly>,
+    read: UnixStream,
     /// The pipe's write end, for the heartbeat's copy.
     write: UnixStream,
+    _catch: process::Catch,
 }
 
 impl Wakeups {
@@ -74,10 +77,13 @@ impl Wakeups {
         write.set_nonblocking(true).map_err(failed)?;
         let mut signals = forwarded();
         signals.push(libc::SIGCHLD);
-        let handlers = write.try_clone().map_err(failed)?;
-        let delivery =
-            SignalDelivery::with_pipe(read, handlers, SignalOnly, signals).map_err(failed)?;
-        Ok(Wakeups { delivery, write })
+        let handlers = OwnedFd::from(write.try_clone().map_err(failed)?);
+        let catch = process::Catch::start(&signals, handlers).map_err(failed)?;
+        Ok(Wakeups {
+            read,
+            write,
+            _catch: catch,
+        })
     }
 
     /// A write end for the heartbeat, which writes a byte after each report.
@@ -99,22 +105,30 @@ impl Wakeups {
             let millis = timeout.as_micros().div_ceil(1000);
             PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
         });
-        let mut fds = [PollFd::new(
-            self.delivery.get_read().as_fd(),
-            PollFlags::POLLIN,
-        )];
+        let mut fds = [PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
         // EINTR is a wake-up like any other; the caller looks at everything anyway.
         let _ = poll(&mut fds, timeout);
     }
 
-    /// The forwarded signals that arrived since the last call (each once, by number),
-    /// emptying the pipe. SIGCHLD only wakes the loop, which then asks after the command
-    /// itself.
+    /// The forwarded signals that arrived since the last call, in the order they came (a
+    /// signal sent twice before the loop looked counts once, as the kernel itself merges
+    /// it), emptying the pipe. SIGCHLD and the heartbeat's bell only wake the loop, which
+    /// then asks after the command and the heartbeat itself.
     pub fn signals(&mut self) -> Vec<i32> {
-        self.delivery
-            .pending()
-            .filter(|&raw| raw != libc::SIGCHLD)
-            .collect()
+        let mut arrived = Vec::new();
+        let mut buffer = [0u8; 256];
+        while let Ok(read) = (&self.read).read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+            for &byte in &buffer[..read] {
+                let signal = i32::from(byte);
+                if signal != 0 && signal != libc::SIGCHLD && !arrived.contains(&signal) {
+                    arrived.push(signal);
+                }
+            }
+        }
+        arrived
     }
 }
 
@@ -161,13 +175,8 @@ mod tests {
         for signal in KEPT {
             assert!(!forwarded.contains(&signal), "{signal} is forwarded");
         }
-        // Every handler can be installed: none of them is one signal-hook refuses.
-        for signal in &forwarded {
-            assert!(
-                !signal_hook::consts::FORBIDDEN.contains(signal),
-                "{signal} cannot be caught"
-            );
-        }
+        // Every one fits in the byte the handler writes.
+        assert!(forwarded.iter().all(|&signal| (1..128).contains(&signal)));
         // The C library's own real-time signals are left alone.
         #[cfg(target_os = "linux")]
         assert!(!forwarded.contains(&(libc::SIGRTMIN() - 1)));
