@@ -422,10 +422,17 @@ impl Location {
         }
     }
 
-    /// The value `run` exports to its command as `DISTLOCK_DB`.
+    /// The value `run` exports to its command as `DISTLOCK_DB`: a URL as given, a file path
+    /// made absolute against the current folder, so that a command that changes folders still
+    /// reaches this store. As [`std::path::absolute`] does it: `.` components are dropped and
+    /// nothing else is touched — no symlink is resolved, no `..` collapsed, the file need not
+    /// exist — so the value names the store exactly as `--db` did. Should the current folder
+    /// be unreadable (removed), the path is exported as given.
     pub fn to_env_value(&self) -> std::ffi::OsString {
         match self {
-            Location::Sqlite(path) => path.clone().into_os_string(),
+            Location::Sqlite(path) => std::path::absolute(path)
+                .unwrap_or_else(|_| path.clone())
+                .into_os_string(),
             Location::Postgres(url) => url.into(),
         }
     }
@@ -506,5 +513,41 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> crate::lock::Timestamp {
         crate::lock::Timestamp::now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::path::PathBuf;
+
+    use super::Location;
+
+    #[test]
+    fn the_exported_db_is_absolute_for_a_file_and_unchanged_for_a_url() {
+        let here = std::env::current_dir().expect("the current folder");
+        for (given, exported) in [
+            ("locks.db", here.join("locks.db")),
+            ("./state/locks.db", here.join("state/locks.db")),
+            // Kept as named: `..` is not collapsed (a symlink may stand before it).
+            ("link/../locks.db", here.join("link/../locks.db")),
+            (
+                "/var/lib/distlock/locks.db",
+                PathBuf::from("/var/lib/distlock/locks.db"),
+            ),
+        ] {
+            let location = Location::Sqlite(PathBuf::from(given));
+            // Compared as strings: `Path` equality would overlook a `.` left in.
+            assert_eq!(
+                location.to_env_value(),
+                exported.into_os_string(),
+                "--db {given}"
+            );
+        }
+        let url = "postgres://distlock@db.internal/ops";
+        assert_eq!(
+            Location::Postgres(url.to_owned()).to_env_value(),
+            OsString::from(url)
+        );
     }
 }
