@@ -444,10 +444,17 @@ impl Location {
         }
     }
 
-    /// The value `run` exports to its command as `DISTLOCK_DB`.
+    /// The value `run` exports to its command as `DISTLOCK_DB`: a URL as given, a file path
+    /// made absolute against the current folder, so that a command that changes folders still
+    /// reaches this store. As [`std::path::absolute`] does it: `.` components are dropped and
+    /// nothing else is touched — no symlink is resolved, no `..` collapsed, the file need not
+    /// exist — so the value names the store exactly as `--db` did. Should the current folder
+    /// be unreadable (removed), the path is exported as given.
     pub fn to_env_value(&self) -> std::ffi::OsString {
         match self {
-            Location::Sqlite(path) => path.clone().into_os_string(),
+            Location::Sqlite(path) => std::path::absolute(path)
+                .unwrap_or_else(|_| path.clone())
+                .into_os_string(),
             Location::Postgres(url) => url.into(),
         }
     }
@@ -511,6 +518,39 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn LockStore>>> 
     }
 }
 
+/// Opens again a store this process opened before (`run`'s heartbeat, on a connection of its
+/// own, and after a failure on a new one): as [`open`], except that a SQLite store is never
+/// created — not its file, not its folders. One that is gone is [`Vanished`]: its locks went
+/// with it, and a store made anew at its path would hold none of them.
+///
+/// # Errors
+///
+/// [`Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
+pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
+    match location {
+        Location::Sqlite(path) => match SqliteStore::open_existing(path, Box::new(SystemClock))? {
+            Some(store) => Ok(Box::new(store)),
+            None => Err(Vanished(path.clone()).into()),
+        },
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// A SQLite store that was there and is gone: its file (or its folder) was removed after this
+/// process opened it. [`reopen`] reports it, and so does a write through a connection opened
+/// before the removal, which would otherwise go to the unlinked file. The locks it held are
+/// lost to everyone: whoever opens the path next makes an empty store there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vanished(pub PathBuf);
+
+impl std::fmt::Display for Vanished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the store {} no longer exists", self.0.display())
+    }
+}
+
+impl std::error::Error for Vanished {}
+
 fn open_sqlite(path: &Path) -> Result<SqliteStore> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
@@ -548,7 +588,11 @@ impl Clock for SystemClock {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+
     use super::*;
+    use crate::engine::Request;
+    use crate::lock::{Acquire, Owner, Resource, Ttl};
 
     #[test]
     fn db_values_with_a_url_scheme_are_urls_and_only_known_schemes_are_stores() {
@@ -600,5 +644,80 @@ mod tests {
                 _ => panic!("{value:?}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_removed_sqlite_store_is_vanished_to_its_open_connection_and_is_never_reopened_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join("locks.db");
+        let location = Location::Sqlite(path.clone());
+        let resource = Resource::parse("r").unwrap();
+        let owner = Owner::parse("o").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let mut held = open(&location).unwrap();
+        let request = Request::exclusive(owner.clone(), ttl);
+        let Acquire::Acquired { lock, .. } = held.acquire(&resource, &request).unwrap() else {
+            panic!("a new store's first acquire is granted");
+        };
+        let vanished = |err: anyhow::Error| err.downcast_ref::<Vanished>().cloned();
+        let gone = Some(Vanished(path.clone()));
+
+        // The file alone, then its folder too.
+        for remove in [dir.path().join("state/locks.db"), dir.path().join("state")] {
+            if remove.is_dir() {
+                std::fs::remove_dir_all(&remove).unwrap();
+            } else {
+                std::fs::remove_file(&remove).unwrap();
+            }
+            let renewed = held.renew(&resource, &owner, ttl, Some(lock.fence));
+            assert_eq!(
+                renewed.err().and_then(vanished),
+                gone,
+                "{remove:?}: a write"
+            );
+            let reopened = reopen(&location).map(|_| ());
+            assert_eq!(
+                reopened.err().and_then(vanished),
+                gone,
+                "{remove:?}: reopen"
+            );
+            assert!(!path.exists(), "{remove:?}: reopen made a new store");
+        }
+        assert!(
+            !path.parent().unwrap().exists(),
+            "reopen made the folder anew"
+        );
+        assert_eq!(
+            gone.map(|g| g.to_string()),
+            Some(format!("the store {} no longer exists", path.display()))
+        );
+    }
+
+    #[test]
+    fn the_exported_db_is_absolute_for_a_file_and_unchanged_for_a_url() {
+        let here = std::env::current_dir().expect("the current folder");
+        for (given, exported) in [
+            ("locks.db", here.join("locks.db")),
+            ("./state/locks.db", here.join("state/locks.db")),
+            // Kept as named: `..` is not collapsed (a symlink may stand before it).
+            ("link/../locks.db", here.join("link/../locks.db")),
+            (
+                "/var/lib/distlock/locks.db",
+                PathBuf::from("/var/lib/distlock/locks.db"),
+            ),
+        ] {
+            let location = Location::Sqlite(PathBuf::from(given));
+            // Compared as strings: `Path` equality would overlook a `.` left in.
+            assert_eq!(
+                location.to_env_value(),
+                exported.into_os_string(),
+                "--db {given}"
+            );
+        }
+        let url = "postgres://distlock@db.internal/ops";
+        assert_eq!(
+            Location::Postgres(url.to_owned()).to_env_value(),
+            OsString::from(url)
+        );
     }
 }

@@ -207,6 +207,48 @@ fn command_gets_the_four_variables_and_its_fence_is_the_one_status_reports() {
 }
 
 #[test]
+fn a_relative_db_is_exported_as_an_absolute_path_so_a_command_that_cds_reaches_the_same_store() {
+    // `--db ./link/rel.db`, relative to run's folder, through a symlink: the command gets the
+    // path made absolute against that folder (the symlink kept, `.` dropped), and finds its
+    // own lock held after `cd /`.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    // What the command's `pwd -P` would say: the kernel resolves the scratch folder's own path.
+    let folder = fs::canonicalize(scratch.path()).expect("canonical scratch folder");
+    fs::create_dir(folder.join("real")).expect("mkdir real");
+    std::os::unix::fs::symlink("real", folder.join("link")).expect("symlink link -> real");
+    let script = r#"printf '%s\n' "$DISTLOCK_DB" > "$D/db"
+        cd / && "$DL" status r > "$D/status""#;
+    let out = Command::new(BIN)
+        .current_dir(&folder)
+        .env_remove("DISTLOCK_DB")
+        .env_remove("DISTLOCK_OWNER")
+        .env("D", &folder)
+        .env("DL", BIN)
+        .args(["--db", "./link/rel.db", "run", "--resource", "r"])
+        .args(["--", "sh", "-c", script])
+        .output()
+        .expect("run distlock");
+    let exported = read_trimmed(&folder.join("db"));
+    assert_eq!(
+        Some(exported.as_str()),
+        folder.join("link/rel.db").to_str(),
+        "DISTLOCK_DB: absolute, symlinks not resolved"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "after `cd /`, status must find the lock held in the same store: {}",
+        describe(&out)
+    );
+    let seen = parse_line(&fs::read(folder.join("status")).expect("status file"));
+    assert_eq!(seen["held"], true, "{seen}");
+    assert!(
+        folder.join("real/rel.db").exists(),
+        "the store is where --db named it"
+    );
+}
+
+#[test]
 fn stdout_is_exactly_the_commands_own() {
     each_store(|db| {
         for format in ["json", "text"] {

@@ -30,7 +30,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 
 use super::{
-    Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event,
+    Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, Vanished, event,
     mode_columns, mode_of, newer_schema,
 };
 use crate::engine::{self, Change, Decision, Lease, State, Waiter};
@@ -310,7 +310,8 @@ impl SqliteStore {
     }
 
     /// Opens the database at `path` only if the file exists: `None` when it does not, and then
-    /// nothing is created (the read-only commands answer as for an empty store).
+    /// nothing is created (the read-only commands answer as for an empty store; `run`'s
+    /// heartbeat finds its store gone).
     ///
     /// # Errors
     ///
@@ -453,9 +454,14 @@ impl SqliteStore {
 
     fn write_tx(&mut self) -> Result<Transaction<'_>> {
         // A connection held open (by `run`) keeps writing to its file even after the file is
-        // deleted or replaced, while a new store appears at the path: refuse, so `run` treats
-        // it as a store failure and stops its command before the lease could be doubled.
+        // deleted or replaced, while a new store appears at the path: refuse, so that `run`
+        // stops its command before the lease could be doubled. A path that surely names
+        // nothing any more is a store that vanished, and its locks with it: `run` stops at
+        // once. Any other difference is a store failure, retried on a new connection.
         if identity(&self.path) != self.identity {
+            if matches!(self.path.try_exists(), Ok(false)) {
+                return Err(Vanished(self.path.clone()).into());
+            }
             bail!(
                 "the database {} was removed or replaced while in use",
                 self.path.display()
