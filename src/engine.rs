@@ -29,6 +29,10 @@ pub struct Lease {
     pub expires_at: Timestamp,
     pub mode: Mode,
     pub note: Option<Note>,
+    /// Taken by `run`, which guards it: nobody joins it, not even its own owner. Set when the
+    /// tenure begins and kept for its whole life (extending, renewing and keeping it change
+    /// only its times and note).
+    pub guarded: bool,
 }
 
 impl Lease {
@@ -347,6 +351,7 @@ pub fn acquire<E>(
         expires_at,
         mode: request.mode,
         note: request.note.clone(),
+        guarded: false,
     };
     changes.extend(
         state
@@ -640,6 +645,7 @@ mod tests {
             expires_at: Timestamp(NOW + left),
             mode: Mode::Exclusive,
             note: None,
+            guarded: false,
         }
     }
 
@@ -846,6 +852,7 @@ mod tests {
                     expires_at: lock.expires_at,
                     mode: Mode::Exclusive,
                     note: None,
+                    guarded: false,
                 })
             );
         }

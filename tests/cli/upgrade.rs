@@ -52,8 +52,8 @@ INSERT INTO distlock.meta (schema_version)
     SELECT 1 WHERE NOT EXISTS (SELECT FROM distlock.meta);
 ";
 
-/// The schema version this change brings.
-const NEW_VERSION: i64 = 2;
+/// The schema version of this build.
+const NEW_VERSION: i64 = 3;
 
 /// Query parameter `$N`, a time in milliseconds, as a `timestamptz`, exactly (integer
 /// arithmetic).
@@ -491,8 +491,10 @@ fn store_newer_than_the_binary_is_refused_naming_both_versions() {
             let line = assert_store_error(&db.run(args), &args);
             let numbers = numbers_named(&line, db);
             assert!(
-                numbers.iter().any(|n| n == "99") && numbers.iter().any(|n| n == "2"),
-                "{args:?}: the message names the store's version (99) and this binary's (2): {line:?}"
+                numbers.iter().any(|n| n == "99")
+                    && numbers.iter().any(|n| *n == NEW_VERSION.to_string()),
+                "{args:?}: the message names the store's version (99) and this binary's \
+                 ({NEW_VERSION}): {line:?}"
             );
         }
         let out = db

@@ -145,6 +145,12 @@ CREATE TABLE waiters (
 );
 ";
 
+/// Version 2 → 3: a tenure records whether `run` took it, which guards it: only a tenure that
+/// `acquire` took may be joined. Every tenure already there is one that may be joined.
+const UPGRADE_V3: &str = "
+ALTER TABLE locks ADD COLUMN guarded INTEGER NOT NULL DEFAULT 0; -- 1: taken by run
+";
+
 pub struct SqliteStore {
     conn: Connection,
     clock: Box<dyn Clock>,
@@ -276,7 +282,7 @@ impl SqliteStore {
 }
 
 /// The lease columns, in the order [`lease`] reads them.
-const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note";
+const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note, guarded";
 
 /// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
 fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
@@ -290,6 +296,7 @@ fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
             .get::<_, Option<String>>(first + 6)?
             .as_deref()
             .map(Note::from_store),
+        guarded: r.get(first + 7)?,
     })
 }
 
@@ -443,6 +450,10 @@ impl SqliteStore {
         if version < 2 {
             tx.execute_batch(UPGRADE_V2)
                 .context("cannot upgrade the schema to version 2")?;
+        }
+        if version < 3 {
+            tx.execute_batch(UPGRADE_V3)
+                .context("cannot upgrade the schema to version 3")?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -636,8 +647,8 @@ fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
 const NEXT_FENCE: &str = "UPDATE fence_counter SET last = last + 1 WHERE id = 0 RETURNING last";
 const INSERT_RESOURCE: &str = "INSERT OR IGNORE INTO resources (resource) VALUES (?1)";
 const INSERT_LOCK: &str = "INSERT INTO locks
-        (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+        (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 const DELETE_LOCK: &str = "DELETE FROM locks WHERE resource = ?1 AND fence = ?2";
 const INSERT_HISTORY: &str = "INSERT INTO history
         (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason)
@@ -661,7 +672,8 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
                     lease.expires_at.0,
                     mode,
                     lim,
-                    lease.note.as_ref().map(Note::as_str)
+                    lease.note.as_ref().map(Note::as_str),
+                    lease.guarded
                 ])?
             }
             Change::Update(lease) => tx
