@@ -1006,6 +1006,36 @@ mod tests {
     }
 
     #[test]
+    fn a_tenure_run_took_is_stored_guarded_and_only_one_acquire_took_is_joined() {
+        let (_dir, mut store, _) = store();
+        let run = Request {
+            guarded: true,
+            ..req("a", 10)
+        };
+        acquired(store.acquire(&res("ran"), &run).unwrap());
+        for request in [&run, &req("a", 10)] {
+            assert!(matches!(
+                store.acquire(&res("ran"), request).unwrap(),
+                Acquire::Busy { .. }
+            ));
+        }
+        acquired(store.acquire(&res("took"), &req("a", 10)).unwrap());
+        for request in [&run, &req("a", 10)] {
+            let (_, tenure) = acquired(store.acquire(&res("took"), request).unwrap());
+            assert_eq!(tenure, Tenure::Extended);
+        }
+        let stored: Vec<(String, i64)> = store
+            .conn
+            .prepare("SELECT resource, guarded FROM locks ORDER BY resource")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(stored, [("ran".to_owned(), 1), ("took".to_owned(), 0)]);
+    }
+
+    #[test]
     fn fence_survives_release_expiry_and_gc() {
         let (_dir, mut store, clock) = store();
         let mut last = Fence(0);
