@@ -85,6 +85,7 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
         mode: args.mode.mode(),
         note: args.mode.note,
         waits: false,
+        guarded: false,
     };
     let resource = &args.resource;
     let mut on_busy = StatusLine::reporter(args.wait, resource);

@@ -26,7 +26,7 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
 const GC_BATCH: i64 = 1000;
