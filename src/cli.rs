@@ -14,17 +14,34 @@ Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbi
 78 mode mismatch; run also: the command's status, 124 lease lost, 126 cannot execute,
 127 not found.";
 
+// The crontab line is short enough to stay one line at 80 columns, so it survives a paste.
 const RUN_AFTER_HELP: &str = "\
 Examples:
-  # cron: back up every 5 minutes, skip quietly while the previous run still holds the lock
-  */5 * * * * distlock run --resource backup --ttl 2m --conflict-exit-code 0 -- /usr/local/bin/backup.sh
+# cron: back up every 5 minutes, skip quietly while the last run holds the lock
+*/5 * * * * distlock run --resource backup --conflict-exit-code 0 -- backup.sh
 
-  # wait up to 10 minutes for the deploy lock, then deploy
-  distlock run --resource deploy --wait 10m -- ./deploy.sh production
+# wait up to 10 minutes for the deploy lock, then deploy
+distlock run --resource deploy --wait 10m -- ./deploy.sh production
 
 Exit codes: the command's own status (128+N if it died of signal N); 75 busy (or
---conflict-exit-code); 78 mode mismatch; 124 lease lost, the command was stopped;
-126 cannot execute; 127 command not found; 64 usage; 74 store error.";
+--conflict-exit-code); 78 mode mismatch; 124 distlock stopped the command (lease
+lost, or --max-runtime); 126 cannot execute; 127 command (or its interpreter) not
+found; 64 usage; 74 store error.";
+
+const RUN_LONG_ABOUT: &str = "\
+Run a command while holding a lock, renewing it until the command exits.
+
+run acquires the lock (waiting in line up to --wait), starts the command directly (no shell), \
+with DISTLOCK_RESOURCE, DISTLOCK_OWNER, DISTLOCK_FENCE and DISTLOCK_DB in its environment, and \
+renews the lease every ttl/3. If the lease is lost (the lock expired and was taken, was \
+broken, or renewals failed so long that it could expire), or the command runs past \
+--max-runtime, run stops the command and everything it started (SIGTERM, SIGKILL after \
+--kill-after) and exits 124; with failing renewals the command is gone before the lease can \
+end.
+
+Every signal run can catch is forwarded to the command; ^Z stops both, and fg continues \
+both. When the command exits, run releases the lock (or keeps it until --hold-at-least) and \
+exits with the command's status.";
 
 /// Leased, named locks for scripts, cron jobs and CI steps.
 #[derive(Debug, Parser)]
@@ -74,7 +91,7 @@ pub enum Command {
     /// Extend your lock's lease; exit 1 if not held, 77 if another owner holds it
     Renew(RenewArgs),
     /// Run a command while holding a lock, renewing it until the command exits
-    #[command(after_help = RUN_AFTER_HELP)]
+    #[command(after_help = RUN_AFTER_HELP, long_about = RUN_LONG_ABOUT)]
     Run(RunArgs),
     /// List the live locks, sorted by resource
     List(ListArgs),
