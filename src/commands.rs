@@ -1,7 +1,8 @@
 //! One function per subcommand: call the store, print the result, return the exit code.
 
-use serde_json::json;
-
+use crate::answer::{
+    AcquireAnswer, Answer, BreakAnswer, ListAnswer, ReleaseAnswer, RenewAnswer, StatusAnswer,
+};
 use crate::cli::{
     AcquireArgs, BreakArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs,
     RunArgs,
@@ -10,10 +11,8 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{
-    Acquire, Breach, LogQuery, MAX_NOTE_BYTES, Note, Release, Renew, Resource, Status,
-};
-use crate::output::{self, Printer, StatusLine};
+use crate::lock::{Breach, LogQuery, MAX_NOTE_BYTES, Note, Resource, Status};
+use crate::output::{Printer, StatusLine};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
 
@@ -95,32 +94,9 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
         Ok(attempt) => attempt,
         Err(interrupted) => return Ok(interrupted),
     };
-    Ok(match attempt.outcome {
-        Acquire::Acquired { lock, .. } => {
-            printer.emit(&output::acquired(&lock), || {
-                output::lock_text("acquired", &lock)
-            })?;
-            Exit::Done
-        }
-        Acquire::Busy {
-            holder,
-            holders,
-            waiting,
-            ..
-        } => {
-            printer.emit(
-                &output::busy(resource, holder.as_ref(), &holders, waiting),
-                || output::busy_text(resource, holder.as_ref(), &holders, waiting),
-            )?;
-            Exit::Busy
-        }
-        Acquire::Mismatch { holders } => {
-            printer.emit(&output::mismatch(resource, &holders), || {
-                output::mismatch_text(resource, request.mode, &holders)
-            })?;
-            Exit::Mismatch
-        }
-    })
+    let answer = AcquireAnswer::new(resource, &attempt.outcome, request.mode);
+    printer.emit(&answer)?;
+    Ok(answer.exit())
 }
 
 fn status(
@@ -132,60 +108,19 @@ fn status(
         Some(mut store) => store.status(resource)?,
         None => Status::default(),
     };
-    printer.emit(&output::status(resource, &status), || {
-        output::status_text(resource, &status)
-    })?;
-    Ok(if status.locks.is_empty() {
-        Exit::NotHeld
-    } else {
-        Exit::Done
-    })
+    answer(printer, &StatusAnswer::new(resource, &status))
 }
 
 fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Result<Exit> {
     let resource = &args.resource;
-    let (exit, reason) = match store.release(resource, &args.owner.owner, None)? {
-        Release::Released => {
-            printer.emit(&json!({ "released": true, "resource": resource }), || {
-                format!("released {resource}")
-            })?;
-            return Ok(Exit::Done);
-        }
-        Release::NotFound => (Exit::NotHeld, "not_found"),
-        Release::Forbidden => (Exit::Forbidden, "forbidden"),
-    };
-    printer.emit(
-        &json!({ "released": false, "resource": resource, "reason": reason }),
-        || refusal_text("release", resource, exit),
-    )?;
-    Ok(exit)
+    let outcome = store.release(resource, &args.owner.owner, None)?;
+    answer(printer, &ReleaseAnswer::new(resource, &outcome))
 }
 
 fn renew(store: &mut dyn LockStore, printer: Printer, args: RenewArgs) -> Result<Exit> {
     let resource = &args.resource;
-    let (exit, reason) = match store.renew(resource, &args.owner.owner, args.ttl, None)? {
-        Renew::Renewed { lock } => {
-            printer.emit(&json!({ "renewed": true, "lock": lock }), || {
-                output::lock_text("renewed", &lock)
-            })?;
-            return Ok(Exit::Done);
-        }
-        Renew::NotFound => (Exit::NotHeld, "not_found"),
-        Renew::Forbidden => (Exit::Forbidden, "forbidden"),
-    };
-    printer.emit(
-        &json!({ "renewed": false, "resource": resource, "reason": reason }),
-        || refusal_text("renew", resource, exit),
-    )?;
-    Ok(exit)
-}
-
-fn refusal_text(verb: &str, resource: &Resource, exit: Exit) -> String {
-    if exit == Exit::Forbidden {
-        format!("cannot {verb} {resource}: it is held by another owner")
-    } else {
-        format!("cannot {verb} {resource}: it is not held")
-    }
+    let outcome = store.renew(resource, &args.owner.owner, args.ttl, None)?;
+    answer(printer, &RenewAnswer::new(resource, &outcome))
 }
 
 fn list(store: Option<Box<dyn LockStore>>, printer: Printer, args: ListArgs) -> Result<Exit> {
@@ -193,14 +128,7 @@ fn list(store: Option<Box<dyn LockStore>>, printer: Printer, args: ListArgs) -> 
         Some(mut store) => store.list(&args.prefix)?,
         None => Vec::new(),
     };
-    printer.emit(&json!({ "locks": locks }), || {
-        if locks.is_empty() {
-            return "no live locks".to_owned();
-        }
-        let lines: Vec<String> = locks.iter().map(output::held_text).collect();
-        lines.join("\n")
-    })?;
-    Ok(Exit::Done)
+    answer(printer, &ListAnswer { locks })
 }
 
 fn log(store: Option<Box<dyn LockStore>>, printer: Printer, args: LogArgs) -> Result<Exit> {
@@ -213,7 +141,7 @@ fn log(store: Option<Box<dyn LockStore>>, printer: Printer, args: LogArgs) -> Re
         limit: args.limit,
     };
     for event in store.log(&query)? {
-        printer.emit(&json!(event), || output::event_text(&event))?;
+        printer.emit(&event)?;
     }
     Ok(Exit::Done)
 }
@@ -225,26 +153,13 @@ fn breach(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Resul
         reason: args.reason,
     };
     let removed = store.breach(resource, args.owner.as_ref(), &breach)?;
-    if removed.is_empty() {
-        printer.emit(
-            &json!({ "broken": false, "resource": resource, "reason": "not_found" }),
-            || format!("cannot break {resource}: nothing live matched"),
-        )?;
-        return Ok(Exit::NotHeld);
-    }
-    printer.emit(
-        &json!({ "broken": true, "resource": resource, "locks": removed }),
-        || {
-            let owners: Vec<&str> = removed.iter().map(|l| l.owner.as_str()).collect();
-            format!(
-                "broke {resource}: removed the tenure of {} (by {}: {})",
-                owners.join(", "),
-                breach.by,
-                breach.reason
-            )
-        },
-    )?;
-    Ok(Exit::Done)
+    answer(printer, &BreakAnswer::new(resource, removed, &breach))
+}
+
+/// Prints `answer` and returns its exit code.
+fn answer(printer: Printer, answer: &impl Answer) -> Result<Exit> {
+    printer.emit(answer)?;
+    Ok(answer.exit())
 }
 
 /// `<user>@<hostname>`: who runs this `break`, for the history.
@@ -276,11 +191,5 @@ fn operator() -> Note {
 
 fn gc(store: &mut dyn LockStore, printer: Printer, args: GcArgs) -> Result<Exit> {
     let report = store.gc(args.keep_history)?;
-    printer.emit(&json!(report), || {
-        format!(
-            "removed {} expired locks and {} history events",
-            report.expired_locks, report.history_events
-        )
-    })?;
-    Ok(Exit::Done)
+    answer(printer, &report)
 }

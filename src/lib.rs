@@ -4,6 +4,7 @@
 //! project's own tools — the benchmarks use the store API, and the man pages and shell
 //! completions are generated from [`cli::Cli`] — not as a stable Rust API.
 
+pub mod answer;
 pub mod cli;
 pub mod commands;
 pub mod engine;

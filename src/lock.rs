@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The longest resource name or owner, in bytes of UTF-8.
 pub const MAX_NAME_BYTES: usize = 255;
@@ -20,10 +20,25 @@ pub const MAX_TTL_SECS: u64 = 365 * 24 * 60 * 60;
 /// that adding it to a clock reading can never overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(1000 * 366 * 24 * 60 * 60);
 
-/// The name of a lockable resource, exactly as the user gave it (not trimmed).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
+/// The name of a lockable resource, exactly as the user gave it (not trimmed). Read back from
+/// JSON (a server's answer), it is checked as a command-line value is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Resource(String);
+
+impl From<Resource> for String {
+    fn from(resource: Resource) -> String {
+        resource.0
+    }
+}
+
+impl TryFrom<String> for Resource {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Resource, String> {
+        Resource::parse(&raw)
+    }
+}
 
 impl Resource {
     /// Checks a resource name against the contract: 1..=255 bytes, not blank, no control
@@ -58,9 +73,23 @@ impl fmt::Display for Resource {
 
 /// Who holds (or wants) a lock. Surrounding whitespace is trimmed, so `" w1 "` and `"w1"` are
 /// one owner and `"   "` is no owner at all.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Owner(String);
+
+impl From<Owner> for String {
+    fn from(owner: Owner) -> String {
+        owner.0
+    }
+}
+
+impl TryFrom<String> for Owner {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Owner, String> {
+        Owner::parse(&raw)
+    }
+}
 
 impl Owner {
     /// Trims `raw`, then checks it against the contract: 1..=255 bytes, no control characters.
@@ -261,7 +290,7 @@ pub fn parse_span(raw: &str) -> Result<Duration, String> {
 }
 
 /// A fencing token: strictly increases with every new tenure of a resource, never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Fence(pub i64);
 
@@ -303,8 +332,36 @@ impl Serialize for Timestamp {
     }
 }
 
-/// How a tenure holds its resource (contract, "Lock modes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+impl Timestamp {
+    /// Reads an RFC 3339 time (`2026-11-30T04:08:52.123Z`), as [`Timestamp`]'s `Display`
+    /// writes it.
+    ///
+    /// # Errors
+    ///
+    /// A message for anything else, or a time before the Unix epoch.
+    pub fn parse(text: &str) -> Result<Timestamp, String> {
+        let time = humantime::parse_rfc3339(text).map_err(|e| format!("{text:?}: {e}"))?;
+        let since = time
+            .duration_since(UNIX_EPOCH)
+            .map_err(|_| format!("{text:?} is before 1970"))?;
+        i64::try_from(since.as_millis())
+            .map(Timestamp)
+            .map_err(|_| format!("{text:?} is too far ahead"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Timestamp::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// How a tenure holds its resource (contract, "Lock modes"). In a lock or holder object it is
+/// the fields that apply (`"shared":true`, `"limit":N`, none for an exclusive one), flattened
+/// into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(into = "ModeFields", try_from = "ModeFields")]
 pub enum Mode {
     /// One owner at a time (the default, and `--limit 1`).
     #[default]
@@ -313,6 +370,56 @@ pub enum Mode {
     Shared,
     /// At most N owners (N ≥ 2), each asking with the same N, as `consul lock -n N`.
     Semaphore(u32),
+}
+
+/// A [`Mode`] as the fields of a lock or holder object.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct ModeFields {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    shared: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<u32>,
+}
+
+impl From<Mode> for ModeFields {
+    fn from(mode: Mode) -> ModeFields {
+        match mode {
+            Mode::Exclusive => ModeFields::default(),
+            Mode::Shared => ModeFields {
+                shared: true,
+                limit: None,
+            },
+            Mode::Semaphore(n) => ModeFields {
+                shared: false,
+                limit: Some(n),
+            },
+        }
+    }
+}
+
+impl TryFrom<ModeFields> for Mode {
+    type Error = String;
+
+    fn try_from(fields: ModeFields) -> Result<Mode, String> {
+        match fields {
+            ModeFields {
+                shared: false,
+                limit: None,
+            } => Ok(Mode::Exclusive),
+            ModeFields {
+                shared: true,
+                limit: None,
+            } => Ok(Mode::Shared),
+            ModeFields {
+                shared: false,
+                limit: Some(n),
+            } => Mode::parse_limit(&n.to_string()),
+            ModeFields {
+                shared: true,
+                limit: Some(_),
+            } => Err("a lock is not both shared and limited".to_owned()),
+        }
+    }
 }
 
 /// The largest `--limit`.
@@ -354,9 +461,23 @@ impl Mode {
 }
 
 /// Why or for whom a lock is held: 1..=1024 bytes after trimming, no control characters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Note(String);
+
+impl From<Note> for String {
+    fn from(note: Note) -> String {
+        note.0
+    }
+}
+
+impl TryFrom<String> for Note {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Note, String> {
+        Note::parse(&raw)
+    }
+}
 
 /// The longest `--note`, `--reason` or `--by`, in bytes of UTF-8 after trimming.
 pub const MAX_NOTE_BYTES: usize = 1024;
@@ -398,68 +519,32 @@ impl fmt::Display for Note {
     }
 }
 
-/// Writes the fields a lock or holder object gains only when they apply: `"shared":true`,
-/// `"limit":N`, `"note":"…"`. A plain exclusive lock prints exactly as before modes existed.
-fn serialize_extras<M: serde::ser::SerializeMap>(
-    map: &mut M,
-    mode: Mode,
-    note: Option<&Note>,
-) -> Result<(), M::Error> {
-    match mode {
-        Mode::Exclusive => {}
-        Mode::Shared => map.serialize_entry("shared", &true)?,
-        Mode::Semaphore(n) => map.serialize_entry("limit", &n)?,
-    }
-    if let Some(note) = note {
-        map.serialize_entry("note", note)?;
-    }
-    Ok(())
-}
-
-/// One tenure of a lock, as the store holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One tenure of a lock, as the store holds it. As JSON, a lock object gains fields only when
+/// they apply: `"shared":true`, `"limit":N`, `"note":"…"`; a plain exclusive lock is exactly
+/// the contract's first shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lock {
     pub resource: Resource,
     pub owner: Owner,
     pub fence: Fence,
     pub acquired_at: Timestamp,
     pub expires_at: Timestamp,
+    #[serde(flatten)]
     pub mode: Mode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<Note>,
 }
 
-impl Serialize for Lock {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("resource", &self.resource)?;
-        map.serialize_entry("owner", &self.owner)?;
-        map.serialize_entry("fence", &self.fence)?;
-        map.serialize_entry("acquired_at", &self.acquired_at)?;
-        map.serialize_entry("expires_at", &self.expires_at)?;
-        serialize_extras(&mut map, self.mode, self.note.as_ref())?;
-        map.end()
-    }
-}
-
-/// Who holds a lock that someone else asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who holds a lock that someone else asked for: its owner and lease end, and the mode and
+/// note fields as a lock object has them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub owner: Owner,
     pub expires_at: Timestamp,
+    #[serde(flatten)]
     pub mode: Mode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<Note>,
-}
-
-impl Serialize for Holder {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("owner", &self.owner)?;
-        map.serialize_entry("expires_at", &self.expires_at)?;
-        serialize_extras(&mut map, self.mode, self.note.as_ref())?;
-        map.end()
-    }
 }
 
 /// How an acquire that succeeded came about.
@@ -523,50 +608,34 @@ pub enum Renew {
     Forbidden,
 }
 
-/// One recorded state change, as `log` prints it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One recorded state change, as `log` prints it: a lock object's fields, the event, the
+/// previous owner of a `taken_over`, and who broke a `broken` tenure and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub at: Timestamp,
     pub resource: Resource,
     pub owner: Owner,
     pub fence: Fence,
     pub event: EventKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_owner: Option<Owner>,
+    #[serde(flatten)]
     pub mode: Mode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<Note>,
     /// Who broke the tenure, and why (a `broken` event).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub broken: Option<Breach>,
 }
 
 /// Who broke a lock with `break`, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Breach {
     pub by: Note,
     pub reason: Note,
 }
 
-impl Serialize for Event {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("at", &self.at)?;
-        map.serialize_entry("resource", &self.resource)?;
-        map.serialize_entry("owner", &self.owner)?;
-        map.serialize_entry("fence", &self.fence)?;
-        map.serialize_entry("event", &self.event)?;
-        if let Some(previous) = &self.previous_owner {
-            map.serialize_entry("previous_owner", previous)?;
-        }
-        serialize_extras(&mut map, self.mode, self.note.as_ref())?;
-        if let Some(breach) = &self.broken {
-            map.serialize_entry("by", &breach.by)?;
-            map.serialize_entry("reason", &breach.reason)?;
-        }
-        map.end()
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     Acquired,

@@ -5,10 +5,9 @@
 
 use std::io::Write;
 
-use serde_json::{Value, json};
-
+use crate::answer::Answer;
 use crate::error::{Error, Result};
-use crate::lock::{Event, Fence, Holder, Lock, Mode, Note, Resource, Status, Timestamp};
+use crate::lock::{Holder, Resource, Timestamp};
 
 /// The longest part of a value that a message echoes, in characters.
 const SHOWN_CHARS: usize = 64;
@@ -78,190 +77,26 @@ impl Printer {
         Printer { format }
     }
 
-    /// Prints `json`, or the line `text` builds, followed by a newline.
+    /// Prints `answer` as its JSON line or its text, followed by a newline.
     ///
     /// # Errors
     ///
     /// [`Error::Output`] when stdout cannot be written or flushed.
-    pub fn emit(&self, json: &Value, text: impl FnOnce() -> String) -> Result<()> {
+    pub fn emit(&self, answer: &impl Answer) -> Result<()> {
         let line = match self.format {
-            Format::Json => json.to_string(),
-            Format::Text => visible(&text()),
+            // Serializing these types cannot fail: their maps have string keys only.
+            Format::Json => serde_json::to_string(answer).unwrap_or_default(),
+            // One line per result: each escaped on its own.
+            Format::Text => {
+                let lines: Vec<String> = answer.text().lines().map(visible).collect();
+                lines.join("\n")
+            }
         };
         let mut out = std::io::stdout().lock();
         writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .map_err(Error::Output)
     }
-}
-
-/// " (fence 7)", " (fence 7, shared, note: …)": what a text line adds after a tenure.
-fn tenure_text(fence: Fence, mode: Mode, note: Option<&Note>) -> String {
-    let mut parts = vec![format!("fence {fence}")];
-    parts.extend(mode.describe());
-    if let Some(note) = note {
-        parts.push(format!("note: {note}"));
-    }
-    format!(" ({})", parts.join(", "))
-}
-
-/// " (shared, note: …)" for a holder; empty for a plain exclusive one.
-fn holder_text(holder: &Holder) -> String {
-    let mut parts: Vec<String> = holder.mode.describe().into_iter().collect();
-    if let Some(note) = &holder.note {
-        parts.push(format!("note: {note}"));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", parts.join(", "))
-    }
-}
-
-pub fn lock_text(verb: &str, lock: &Lock) -> String {
-    format!(
-        "{verb} {} as {} until {}{}",
-        lock.resource,
-        lock.owner,
-        lock.expires_at,
-        tenure_text(lock.fence, lock.mode, lock.note.as_ref())
-    )
-}
-
-pub fn held_text(lock: &Lock) -> String {
-    format!(
-        "{} is held by {} until {}{}",
-        lock.resource,
-        lock.owner,
-        lock.expires_at,
-        tenure_text(lock.fence, lock.mode, lock.note.as_ref())
-    )
-}
-
-pub fn acquired(lock: &Lock) -> Value {
-    json!({ "acquired": true, "lock": lock })
-}
-
-/// The busy answer (75): the holder whose lease ends first (none when the resource is free
-/// but reserved for earlier waiters), every holder when they are shared or a semaphore's, and
-/// how many wait.
-pub fn busy(
-    resource: &Resource,
-    holder: Option<&Holder>,
-    holders: &[Holder],
-    waiting: usize,
-) -> Value {
-    let mut value = json!({ "acquired": false, "resource": resource });
-    if let Some(holder) = holder {
-        value["holder"] = json!(holder);
-    }
-    if !holders.is_empty() {
-        value["holders"] = json!(holders);
-    }
-    if waiting > 0 {
-        value["waiting"] = json!(waiting);
-    }
-    value
-}
-
-/// The first line of a busy answer; the same words `run` writes on stderr.
-pub fn busy_text(
-    resource: &Resource,
-    holder: Option<&Holder>,
-    holders: &[Holder],
-    waiting: usize,
-) -> String {
-    let queue = waiting_text(waiting);
-    let Some(holder) = holder else {
-        return format!("busy: {resource} is free but reserved for earlier waiters{queue}");
-    };
-    let others = match holders.len() {
-        0 | 1 => String::new(),
-        n => format!(" and {} more", n - 1),
-    };
-    format!(
-        "busy: {resource} is held by {}{} until {}{others}{queue}",
-        holder.owner,
-        holder_text(holder),
-        holder.expires_at
-    )
-}
-
-/// "; 3 waiting", or nothing.
-fn waiting_text(waiting: usize) -> String {
-    if waiting > 0 {
-        format!("; {waiting} waiting")
-    } else {
-        String::new()
-    }
-}
-
-/// The mismatch answer (78): every live tenure, so the user sees how it is held.
-pub fn mismatch(resource: &Resource, holders: &[Holder]) -> Value {
-    json!({ "acquired": false, "resource": resource, "reason": "mismatch", "holders": holders })
-}
-
-pub fn mismatch_text(resource: &Resource, asked: Mode, holders: &[Holder]) -> String {
-    let held: Vec<String> = holders
-        .iter()
-        .map(|h| format!("{}{}", h.owner, holder_text(h)))
-        .collect();
-    let asked = asked.describe().unwrap_or_else(|| "exclusive".to_owned());
-    format!(
-        "mismatch: {resource} is held by {}; a request for {asked} conflicts with how it is \
-         held (everyone must ask the same way)",
-        held.join(", ")
-    )
-}
-
-/// `status`: not held (with the waiters, if any), or its oldest tenure, and every live tenure
-/// when they are shared or a semaphore's.
-pub fn status(resource: &Resource, status: &Status) -> Value {
-    let mut value = match status.locks.first() {
-        None => json!({ "held": false, "resource": resource }),
-        Some(oldest) => json!({ "held": true, "lock": oldest }),
-    };
-    if status.locks.iter().any(|l| l.mode != Mode::Exclusive) {
-        value["locks"] = json!(status.locks);
-    }
-    if status.waiting > 0 {
-        value["waiting"] = json!(status.waiting);
-    }
-    value
-}
-
-pub fn status_text(resource: &Resource, status: &Status) -> String {
-    let queue = waiting_text(status.waiting);
-    if status.locks.is_empty() {
-        return format!("{resource} is not held{queue}");
-    }
-    let mut lines: Vec<String> = status.locks.iter().map(held_text).collect();
-    if let Some(last) = lines.last_mut() {
-        last.push_str(&queue);
-    }
-    lines.join("\n")
-}
-
-pub fn event_text(event: &Event) -> String {
-    let tenure = tenure_text(event.fence, event.mode, event.note.as_ref());
-    if let Some(breach) = &event.broken {
-        // The owner is the evicted holder, not who broke it.
-        return format!(
-            "{} {} broken by {}: the tenure of {}{} ({})",
-            event.at, event.resource, breach.by, event.owner, tenure, breach.reason
-        );
-    }
-    let mut line = format!(
-        "{} {} {} by {}{tenure}",
-        event.at,
-        event.resource,
-        event.event.as_str().replace('_', " "),
-        event.owner,
-    );
-    if let Some(previous) = &event.previous_owner {
-        line.push_str(&format!(" from {previous}"));
-    }
-    line
 }
 
 /// Writes a one-line message on stderr, ignoring failures (see the module note). Messages are

@@ -35,11 +35,12 @@ use supervisor::Stop;
 use std::ffi::OsString;
 use std::time::Duration;
 
+use crate::answer::{AcquireAnswer, Answer};
 use crate::engine::Request;
 use crate::error::Result;
 use crate::exit::Exit;
 use crate::lock::{Acquire, Fence, Mode, Note, Owner, Resource, Tenure, Ttl};
-use crate::output::{self, StatusLine, warn};
+use crate::output::{StatusLine, warn};
 use crate::store::{self, Location, LockStore};
 use crate::wait;
 
@@ -101,28 +102,28 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         Ok(attempt) => attempt,
         Err(interrupted) => return Ok(interrupted),
     };
-    let (lock, tenure) = match attempt.outcome {
-        Acquire::Acquired { lock, tenure } => (lock, tenure),
-        Acquire::Busy {
-            holder,
-            holders,
-            waiting,
-            ..
-        } => {
-            return Ok(match args.conflict_exit_code {
-                Some(code) => Exit::Child(code),
-                None => {
-                    let line =
-                        output::busy_text(&args.resource, holder.as_ref(), &holders, waiting);
-                    warn(format_args!("{}", line.trim_start_matches("busy: ")));
-                    Exit::Busy
-                }
-            });
-        }
-        Acquire::Mismatch { holders } => {
-            let line = output::mismatch_text(&args.resource, args.mode, &holders);
-            warn(format_args!("{line}"));
-            return Ok(Exit::Mismatch);
+    let (lock, tenure) = match &attempt.outcome {
+        Acquire::Acquired { lock, tenure } => (lock.clone(), *tenure),
+        refused => {
+            return Ok(
+                match AcquireAnswer::new(&args.resource, refused, args.mode) {
+                    // A mismatch is a configuration error: never skipped quietly.
+                    AcquireAnswer::Mismatch(mismatch) => {
+                        warn(format_args!("{}", mismatch.text()));
+                        Exit::Mismatch
+                    }
+                    AcquireAnswer::Busy(_) if args.conflict_exit_code.is_some() => {
+                        Exit::Child(args.conflict_exit_code.unwrap_or_default())
+                    }
+                    answer => {
+                        warn(format_args!(
+                            "{}",
+                            answer.text().trim_start_matches("busy: ")
+                        ));
+                        answer.exit()
+                    }
+                },
+            );
         }
     };
     // Joining a tenure this owner took with `acquire` (a script's `acquire --owner X`, then

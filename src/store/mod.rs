@@ -389,7 +389,7 @@ fn newer_schema(version: i64) -> String {
 }
 
 /// What `gc` removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GcReport {
     pub expired_locks: u64,
     pub history_events: u64,
