@@ -10,7 +10,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use distlock::engine::Request;
 use distlock::lock::{Mode, Owner, Resource, Ttl};
-use distlock::store::{LockStore, SqliteStore, SystemClock};
+use distlock::store::{Locks, SqliteStore, SystemClock};
 use rusqlite::{Connection, TransactionBehavior, params};
 
 const LIVE_LOCKS: i64 = 100_000;

@@ -13,7 +13,7 @@ use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
 use crate::lock::{Breach, LogQuery, MAX_NOTE_BYTES, Note, Resource, Status};
 use crate::output::{Printer, StatusLine};
-use crate::store::{self, Location, LockStore};
+use crate::store::{self, Location, LockStore, Locks};
 use crate::wait;
 
 /// Runs the parsed command line.

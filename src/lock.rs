@@ -678,7 +678,7 @@ impl EventKind {
 }
 
 /// Which history to read.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogQuery {
     pub resource: Option<Resource>,
     /// Only events from this long ago until now, by the store's clock.

@@ -24,7 +24,7 @@ use crate::engine::Request;
 use crate::exit::Exit;
 use crate::lock::{Acquire, Holder, Resource};
 use crate::output::warn;
-use crate::store::LockStore;
+use crate::store::{LockStore, Locks};
 
 const FIRST_DELAY: Duration = Duration::from_millis(5);
 /// The longest sleep between attempts: bounds how late an expired lease is noticed, and how

@@ -15,7 +15,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::lock::{EventKind, Fence, LogQuery, Owner, Renew, Resource, Ttl};
-use crate::store::{self, Location, LockStore};
+use crate::store::{self, Location, LockStore, Locks};
 
 use super::supervisor::Event;
 

@@ -41,7 +41,7 @@ use crate::error::Result;
 use crate::exit::Exit;
 use crate::lock::{Acquire, Fence, Mode, Note, Owner, Resource, Tenure, Ttl};
 use crate::output::{StatusLine, warn};
-use crate::store::{self, Location, LockStore};
+use crate::store::{self, Location, LockStore, Locks};
 use crate::wait;
 
 /// What to run, under which lock: the command line's `run`, as plain values.

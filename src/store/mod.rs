@@ -8,6 +8,7 @@
 //!   expiry, `gc` or a crash;
 //! - every state change is recorded in the history in the same transaction.
 
+mod op;
 mod postgres;
 mod sqlite;
 
@@ -16,12 +17,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::engine::{self, Decision, Finish, Request, State};
+use crate::engine::{self, Decision, State};
 use crate::lock::{
-    Acquire, Breach, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Release, Renew,
-    Resource, Status, Timestamp, Ttl,
+    Breach, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Resource, Timestamp,
 };
 
+pub use op::{Durability, Locks, Op, Outcome};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -32,125 +33,16 @@ pub const SCHEMA_VERSION: i64 = 3;
 const GC_BATCH: i64 = 1000;
 
 /// A lock store. Synchronous and object-safe, so commands hold a `Box<dyn LockStore>` and never
-/// know which backend is behind it. Every backend gets it from [`Backend`]: the operations are
-/// written once, below, and their decisions are [`engine`]'s.
+/// know which backend is behind it. A store does one thing: it carries out an [`Op`]
+/// ([`Locks`] gives each one a typed method). Every local backend gets it from [`Backend`]:
+/// the operations are written once, below, and their decisions are [`engine`]'s.
 pub trait LockStore: Send {
-    /// Takes a tenure in the request's mode when it is admitted and no earlier waiter comes
-    /// first (a new tenure, with a new fence), or extends the owner's own; otherwise reports
-    /// busy — a waiting request then takes or keeps its place in the queue — or a mismatch, and
-    /// changes no tenure. The rules are [`engine::acquire`]'s.
+    /// Carries out `op`.
     ///
     /// # Errors
     ///
-    /// Only store failures; a busy lock is [`Acquire::Busy`].
-    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire>;
-
-    /// The live tenures of `resource`, oldest (smallest fence) first, and its live waiters. An
-    /// expired tenure is never reported.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn status(&mut self, resource: &Resource) -> Result<Status>;
-
-    /// Moves the live lock's expiry to now + `ttl`. With `fence`, only that tenure is renewed.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn renew(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        ttl: Ttl,
-        fence: Option<Fence>,
-    ) -> Result<Renew>;
-
-    /// Removes the live lock held by `owner`. With `fence`, only that tenure is released.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn release(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-    ) -> Result<Release>;
-
-    /// The live locks whose resource starts with `prefix`, sorted by resource.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>>;
-
-    /// Recorded state changes, oldest first.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>>;
-
-    /// Deletes expired lock rows and history older than `keep_history`, in bounded batches.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn gc(&mut self, keep_history: Duration) -> Result<GcReport>;
-
-    /// `run`'s end of its tenure `fence`: released, or — with `hold` (`--hold-at-least`) whose
-    /// end is still ahead — kept until the tenure's start + `hold`.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn finish(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Fence,
-        hold: Option<Duration>,
-    ) -> Result<Finish>;
-
-    /// An operator's `break`: removes every live tenure of `resource` (only `owner`'s, when
-    /// given), recording who and why; returns the removed tenures.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn breach(
-        &mut self,
-        resource: &Resource,
-        owner: Option<&Owner>,
-        breach: &Breach,
-    ) -> Result<Vec<Lock>>;
-
-    /// Takes `owner` out of `resource`'s queue of waiters (it gave up).
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
-
-    /// Starts listening for changes to `resource` that may let `owner` in, so that none
-    /// committed after this call is missed by [`LockStore::wait_for_change`]. Called once,
-    /// before a waiter's first attempt.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures; a store that cannot listen makes waiters poll.
-    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
-
-    /// Blocks until `resource` may have changed (a release, a waiter leaving), or `timeout`
-    /// passes: a futex wait on SQLite, `LISTEN`/`NOTIFY` on PostgreSQL. Only a hint — the
-    /// caller tries again either way — so spurious returns are harmless; and no change
-    /// committed after it returns is missed by the next call.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()>;
+    /// Only store failures; every "no" (busy, not held, forbidden) is an [`Outcome`].
+    fn perform(&mut self, op: Op) -> Result<Outcome>;
 
     /// Housekeeping for a moment when nobody waits on this process — `run` calls it once its
     /// command is running — so that it is not paid at exit instead. Best effort: it never
@@ -168,7 +60,7 @@ pub trait Backend: Send {
     /// One write transaction on `resource`: reads its rows and the store's "now" under the
     /// store's per-resource serialisation, lets `decide` choose, writes the changes it returns in
     /// order, and commits. `decide` may run again if the store retries the transaction.
-    /// `durable: false` lets the store skip flushing this commit to stable storage.
+    /// [`Durability::Relaxed`] lets the store skip flushing this commit to stable storage.
     ///
     /// # Errors
     ///
@@ -176,7 +68,7 @@ pub trait Backend: Send {
     fn transact<T>(
         &mut self,
         resource: &Resource,
-        durable: bool,
+        durability: Durability,
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<T>;
 
@@ -187,35 +79,35 @@ pub trait Backend: Send {
     /// Only store failures.
     fn read(&mut self, resource: &Resource) -> Result<State>;
 
-    /// The live locks for [`LockStore::list`].
+    /// The live locks for [`Op::List`].
     ///
     /// # Errors
     ///
     /// Only store failures.
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>>;
 
-    /// The history for [`LockStore::log`].
+    /// The history for [`Op::Log`].
     ///
     /// # Errors
     ///
     /// Only store failures.
     fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>>;
 
-    /// The deletions of [`LockStore::gc`].
+    /// The deletions of [`Op::Gc`].
     ///
     /// # Errors
     ///
     /// Only store failures.
     fn prune(&mut self, keep_history: Duration) -> Result<GcReport>;
 
-    /// See [`LockStore::watch`].
+    /// See [`Op::Watch`].
     ///
     /// # Errors
     ///
     /// Only store failures.
     fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
 
-    /// See [`LockStore::wait_for_change`].
+    /// See [`Op::WaitForChange`].
     ///
     /// # Errors
     ///
@@ -227,90 +119,71 @@ pub trait Backend: Send {
 }
 
 impl<B: Backend> LockStore for B {
-    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire> {
-        self.transact(resource, true, &mut |state, fresh| {
-            engine::acquire(resource, state, request, &mut *fresh)
+    fn perform(&mut self, op: Op) -> Result<Outcome> {
+        use Durability::{Durable, Relaxed};
+        Ok(match op {
+            Op::Acquire { resource, request } => {
+                Outcome::Acquire(self.transact(&resource, Durable, &mut |state, fresh| {
+                    engine::acquire(&resource, state, &request, &mut *fresh)
+                })?)
+            }
+            Op::Status { resource } => {
+                Outcome::Status(engine::status(&resource, &self.read(&resource)?))
+            }
+            Op::Renew {
+                resource,
+                owner,
+                ttl,
+                fence,
+            } => Outcome::Renew(self.transact(&resource, Durable, &mut |state, _| {
+                Ok(engine::renew(&resource, state, &owner, ttl, fence))
+            })?),
+            // A release need not survive power loss (see `Durability`).
+            Op::Release {
+                resource,
+                owner,
+                fence,
+            } => Outcome::Release(self.transact(&resource, Relaxed, &mut |state, _| {
+                Ok(engine::release(&resource, state, &owner, fence))
+            })?),
+            // A kept lease must survive power loss (the hold is what stops a second host); a
+            // release need not.
+            Op::Finish {
+                resource,
+                owner,
+                fence,
+                hold,
+            } => {
+                let durability = if hold.is_some() { Durable } else { Relaxed };
+                Outcome::Finish(self.transact(&resource, durability, &mut |state, _| {
+                    Ok(engine::finish(&resource, state, &owner, fence, hold))
+                })?)
+            }
+            Op::Break {
+                resource,
+                owner,
+                breach,
+            } => Outcome::Break(self.transact(&resource, Durable, &mut |state, _| {
+                Ok(engine::breach(&resource, state, owner.as_ref(), &breach))
+            })?),
+            Op::Leave { resource, owner } => {
+                self.transact(&resource, Relaxed, &mut |state, _| {
+                    Ok(engine::leave(state, &owner))
+                })?;
+                Outcome::Left
+            }
+            Op::List { prefix } => Outcome::List(self.scan(&prefix)?),
+            Op::Log { query } => Outcome::Log(self.history(&query)?),
+            Op::Gc { keep_history } => Outcome::Gc(self.prune(keep_history)?),
+            Op::Watch { resource, owner } => {
+                Backend::watch(self, &resource, &owner)?;
+                Outcome::Watching
+            }
+            Op::WaitForChange { resource, timeout } => {
+                Backend::wait_for_change(self, &resource, timeout)?;
+                Outcome::Woken
+            }
         })
-    }
-
-    fn status(&mut self, resource: &Resource) -> Result<Status> {
-        Ok(engine::status(resource, &self.read(resource)?))
-    }
-
-    fn renew(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        ttl: Ttl,
-        fence: Option<Fence>,
-    ) -> Result<Renew> {
-        self.transact(resource, true, &mut |state, _| {
-            Ok(engine::renew(resource, state, owner, ttl, fence))
-        })
-    }
-
-    fn release(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-    ) -> Result<Release> {
-        // A release need not survive power loss: rolled back, the lock merely stays until its
-        // TTL runs out. Acquires and renewals stay fully durable.
-        self.transact(resource, false, &mut |state, _| {
-            Ok(engine::release(resource, state, owner, fence))
-        })
-    }
-
-    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>> {
-        self.scan(prefix)
-    }
-
-    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
-        self.history(query)
-    }
-
-    fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
-        self.prune(keep_history)
-    }
-
-    fn finish(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Fence,
-        hold: Option<Duration>,
-    ) -> Result<Finish> {
-        // A kept lease must survive power loss (the hold is what stops a second host); a
-        // release need not (see `release`).
-        self.transact(resource, hold.is_some(), &mut |state, _| {
-            Ok(engine::finish(resource, state, owner, fence, hold))
-        })
-    }
-
-    fn breach(
-        &mut self,
-        resource: &Resource,
-        owner: Option<&Owner>,
-        breach: &Breach,
-    ) -> Result<Vec<Lock>> {
-        self.transact(resource, true, &mut |state, _| {
-            Ok(engine::breach(resource, state, owner, breach))
-        })
-    }
-
-    fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
-        self.transact(resource, false, &mut |state, _| {
-            Ok(engine::leave(state, owner))
-        })
-    }
-
-    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
-        Backend::watch(self, resource, owner)
-    }
-
-    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
-        Backend::wait_for_change(self, resource, timeout)
     }
 
     fn tidy(&mut self) {

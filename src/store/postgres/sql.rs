@@ -39,8 +39,8 @@ use postgres::{Client, GenericClient, Row, SimpleQueryMessage, SimpleQueryRow};
 use crate::engine::{self, Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
 use crate::store::{
-    Backend, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event, mode_columns,
-    mode_of, newer_schema,
+    Backend, Durability, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event,
+    mode_columns, mode_of, newer_schema,
 };
 
 /// Attempts per operation when the server reports a serialization failure, a deadlock, or a
@@ -562,9 +562,10 @@ impl Backend for Session {
     fn transact<T>(
         &mut self,
         resource: &Resource,
-        durable: bool,
+        durability: Durability,
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<T> {
+        let durable = durability == Durability::Durable;
         let res = text(resource.as_str());
         let mut attempt = 0;
         let mut rechecked = false;

@@ -10,11 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::sql::Session;
 use super::target::{Target, scrub};
-use crate::engine::{Finish, Request};
-use crate::lock::{
-    Acquire, Breach, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Status, Ttl,
-};
-use crate::store::{GcReport, LockStore};
+use crate::store::{LockStore, Op, Outcome};
 
 /// How long this client waits for connecting and logging in, and for each operation: a little
 /// over the server-side limits, so a slow server's own error arrives first.
@@ -143,86 +139,15 @@ impl Drop for PostgresStore {
 }
 
 impl LockStore for PostgresStore {
-    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire> {
-        let (resource, request) = (resource.clone(), request.clone());
-        self.call(move |s| s.acquire(&resource, &request))
-    }
-
-    fn status(&mut self, resource: &Resource) -> Result<Status> {
-        let resource = resource.clone();
-        self.call(move |s| s.status(&resource))
-    }
-
-    fn renew(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        ttl: Ttl,
-        fence: Option<Fence>,
-    ) -> Result<Renew> {
-        let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |s| s.renew(&resource, &owner, ttl, fence))
-    }
-
-    fn release(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-    ) -> Result<Release> {
-        let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |s| s.release(&resource, &owner, fence))
-    }
-
-    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>> {
-        let prefix = prefix.to_owned();
-        self.call(move |s| s.list(&prefix))
-    }
-
-    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
-        let query = query.clone();
-        self.call(move |s| s.log(&query))
-    }
-
-    fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
-        self.call(move |s| s.gc(keep_history))
-    }
-
-    fn finish(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Fence,
-        hold: Option<Duration>,
-    ) -> Result<Finish> {
-        let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |s| s.finish(&resource, &owner, fence, hold))
-    }
-
-    fn breach(
-        &mut self,
-        resource: &Resource,
-        owner: Option<&Owner>,
-        breach: &Breach,
-    ) -> Result<Vec<Lock>> {
-        let (resource, owner, breach) = (resource.clone(), owner.cloned(), breach.clone());
-        self.call(move |s| s.breach(&resource, owner.as_ref(), &breach))
-    }
-
-    fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
-        let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |s| s.leave(&resource, &owner))
-    }
-
-    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
-        let (resource, owner) = (resource.clone(), owner.clone());
-        self.call(move |s| LockStore::watch(s, &resource, &owner))
-    }
-
-    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
-        // Bounded well inside the call's own deadline.
-        let timeout = timeout.min(CALL_TIMEOUT / 2);
-        let resource = resource.clone();
-        self.call(move |s| LockStore::wait_for_change(s, &resource, timeout))
+    fn perform(&mut self, op: Op) -> Result<Outcome> {
+        let op = match op {
+            // Bounded well inside the call's own deadline.
+            Op::WaitForChange { resource, timeout } => Op::WaitForChange {
+                resource,
+                timeout: timeout.min(CALL_TIMEOUT / 2),
+            },
+            op => op,
+        };
+        self.call(move |session| session.perform(op))
     }
 }

@@ -30,8 +30,8 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 
 use super::{
-    Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, Vanished, event,
-    mode_columns, mode_of, newer_schema,
+    Backend, Clock, Durability, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION,
+    Vanished, event, mode_columns, mode_of, newer_schema,
 };
 use crate::engine::{self, Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
@@ -748,10 +748,10 @@ impl Backend for SqliteStore {
     fn transact<T>(
         &mut self,
         resource: &Resource,
-        durable: bool,
+        durability: Durability,
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<T> {
-        self.decide_and_apply(resource, durable, decide)
+        self.decide_and_apply(resource, durability == Durability::Durable, decide)
     }
 
     fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
@@ -923,7 +923,7 @@ mod tests {
 
     use rusqlite::Connection;
 
-    use super::super::LockStore;
+    use super::super::Locks;
     use crate::engine::Request;
     use crate::lock::{Acquire, EventKind, Release, Renew, Tenure, Ttl};
     use std::sync::atomic::{AtomicI64, Ordering};
