@@ -82,44 +82,108 @@ pub fn acquire(
     wait: Option<Duration>,
     on_busy: &mut dyn FnMut(Option<&Holder>, usize),
 ) -> Result<Waited> {
-    let start = Instant::now();
-    let wait = wait.unwrap_or(Duration::ZERO);
-    let waits = !wait.is_zero();
-    let interrupts = if waits { Interrupts::install() } else { None };
-    if waits {
+    let mut patience = Patience::new(Instant::now(), wait.unwrap_or(Duration::ZERO));
+    let interrupts = if patience.waits() {
+        Interrupts::install()
+    } else {
+        None
+    };
+    if patience.waits() {
         store.watch(resource, &request.owner)?;
     }
-    let mut delay = FIRST_DELAY;
     loop {
-        let left = wait.saturating_sub(start.elapsed());
+        let started = Instant::now();
         let attempt = Request {
-            waits: !left.is_zero(),
+            waits: patience.has_time(started),
             ..request.clone()
         };
-        let started = Instant::now();
         let outcome = store.acquire(resource, &attempt)?;
-        let position = match &outcome {
-            Acquire::Busy { position, .. } if !left.is_zero() => position.unwrap_or(1),
-            Acquire::Acquired { .. } => return Ok(Waited::Done(Attempt { outcome, started })),
-            // Out of time, or a mismatch: give the place up and answer.
-            Acquire::Busy { .. } | Acquire::Mismatch { .. } => {
-                if waits {
-                    store.leave(resource, &request.owner)?;
-                }
+        match patience.after(&outcome, started, fastrand::f64()) {
+            Next::Answer => return Ok(Waited::Done(Attempt { outcome, started })),
+            Next::LeaveAndAnswer => {
+                store.leave(resource, &request.owner)?;
                 return Ok(Waited::Done(Attempt { outcome, started }));
             }
-        };
-        if let Acquire::Busy { holder, .. } = &outcome {
-            on_busy(holder.as_ref(), position);
+            Next::Sleep { pause, position } => {
+                if let Acquire::Busy { holder, .. } = &outcome {
+                    on_busy(holder.as_ref(), position);
+                }
+                store.wait_for_change(resource, pause)?;
+            }
         }
-        // Full jitter between half the delay and the delay spreads pollers that all saw the
-        // same expiry, so they do not stampede the store together. A release ends it at once.
-        let pause = delay.mul_f64(0.5 + fastrand::f64() * 0.5).min(left);
-        delay = (delay * 2).min(MAX_DELAY);
-        store.wait_for_change(resource, pause)?;
         if let Some(signal) = interrupts.as_ref().and_then(Interrupts::arrived) {
             store.leave(resource, &request.owner)?;
             return Ok(Waited::Interrupted(signal));
+        }
+    }
+}
+
+/// What a waiter does after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Answer with this attempt's outcome.
+    Answer,
+    /// Give up the place in the queue, then answer (out of time, or a mismatch).
+    LeaveAndAnswer,
+    /// Sleep until the resource may have changed or `pause` passes, then try again; the
+    /// waiter's place in the queue is `position` (1 = next).
+    Sleep { pause: Duration, position: usize },
+}
+
+/// The waiting policy of [`acquire`], as a pure state machine: each attempt's outcome and the
+/// monotonic instant it was sent in, what to do next out. The pause between attempts doubles
+/// from [`FIRST_DELAY`] to [`MAX_DELAY`], with full jitter between half of it and all of it
+/// (so pollers that saw the same expiry do not stampede the store together), and never runs
+/// past the end of the wait.
+#[derive(Debug, Clone)]
+struct Patience {
+    /// When the wait runs out.
+    until: Instant,
+    /// `--wait` was not zero.
+    waits: bool,
+    /// The next pause, before jitter.
+    delay: Duration,
+}
+
+impl Patience {
+    fn new(start: Instant, wait: Duration) -> Patience {
+        Patience {
+            until: start + wait,
+            waits: !wait.is_zero(),
+            delay: FIRST_DELAY,
+        }
+    }
+
+    /// Whether this waiter queues at all.
+    fn waits(&self) -> bool {
+        self.waits
+    }
+
+    /// Whether the wait has time left at `now`: an attempt then asks for a place in the
+    /// queue.
+    fn has_time(&self, now: Instant) -> bool {
+        now < self.until
+    }
+
+    /// What to do after an attempt sent at `now` came out as `outcome`; `jitter` is a random
+    /// number in `0..1`.
+    fn after(&mut self, outcome: &Acquire, now: Instant, jitter: f64) -> Next {
+        let left = self.until.saturating_duration_since(now);
+        match outcome {
+            Acquire::Acquired { .. } => Next::Answer,
+            Acquire::Busy { position, .. } if !left.is_zero() => {
+                let pause = self
+                    .delay
+                    .mul_f64(0.5 + jitter.clamp(0.0, 1.0) * 0.5)
+                    .min(left);
+                self.delay = (self.delay * 2).min(MAX_DELAY);
+                Next::Sleep {
+                    pause,
+                    position: position.unwrap_or(1),
+                }
+            }
+            Acquire::Busy { .. } | Acquire::Mismatch { .. } if self.waits => Next::LeaveAndAnswer,
+            Acquire::Busy { .. } | Acquire::Mismatch { .. } => Next::Answer,
         }
     }
 }
@@ -161,6 +225,137 @@ impl Drop for Interrupts {
     fn drop(&mut self) {
         for id in self.ids.drain(..) {
             signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::{Fence, Lock, Mode, Owner, Tenure, Timestamp};
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    fn busy(position: Option<usize>) -> Acquire {
+        Acquire::Busy {
+            holder: None,
+            holders: Vec::new(),
+            waiting: 0,
+            position,
+        }
+    }
+
+    fn granted() -> Acquire {
+        let owner = Owner::parse("o").expect("an owner");
+        Acquire::Acquired {
+            lock: Lock {
+                resource: Resource::parse("r").expect("a resource"),
+                owner,
+                fence: Fence(1),
+                acquired_at: Timestamp(0),
+                expires_at: Timestamp(1000),
+                mode: Mode::Exclusive,
+                note: None,
+            },
+            tenure: Tenure::New,
+        }
+    }
+
+    fn mismatch() -> Acquire {
+        Acquire::Mismatch {
+            holders: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_waiter_answers_leaves_or_sleeps_as_its_wait_and_the_outcome_say() {
+        let t0 = Instant::now();
+        // (--wait, attempt at, outcome, jitter) → next
+        let cases: Vec<(Duration, Duration, Acquire, f64, Next)> = vec![
+            // Try once: every outcome is the answer, and nothing was queued to leave.
+            (Duration::ZERO, ms(0), granted(), 0.5, Next::Answer),
+            (Duration::ZERO, ms(0), busy(None), 0.5, Next::Answer),
+            (Duration::ZERO, ms(0), mismatch(), 0.5, Next::Answer),
+            // Waiting: a grant is the answer.
+            (ms(1000), ms(10), granted(), 0.5, Next::Answer),
+            // Busy with time left: sleep, between half the first delay and all of it.
+            (
+                ms(1000),
+                ms(0),
+                busy(Some(3)),
+                0.0,
+                Next::Sleep {
+                    pause: FIRST_DELAY / 2,
+                    position: 3,
+                },
+            ),
+            (
+                ms(1000),
+                ms(0),
+                busy(None),
+                1.0,
+                Next::Sleep {
+                    pause: FIRST_DELAY,
+                    position: 1,
+                },
+            ),
+            // Never past the end of the wait.
+            (
+                ms(1000),
+                ms(998),
+                busy(Some(1)),
+                1.0,
+                Next::Sleep {
+                    pause: ms(2),
+                    position: 1,
+                },
+            ),
+            // Out of time, or a mismatch (answered at once, even with time left): leave.
+            (ms(1000), ms(1000), busy(Some(1)), 0.5, Next::LeaveAndAnswer),
+            (ms(1000), ms(5000), busy(Some(1)), 0.5, Next::LeaveAndAnswer),
+            (ms(1000), ms(10), mismatch(), 0.5, Next::LeaveAndAnswer),
+        ];
+        for (wait, at, outcome, jitter, next) in cases {
+            let mut patience = Patience::new(t0, wait);
+            assert_eq!(
+                patience.after(&outcome, t0 + at, jitter),
+                next,
+                "--wait {wait:?}, at {at:?}, {outcome:?}, jitter {jitter}"
+            );
+            assert_eq!(patience.has_time(t0 + at), at < wait, "{wait:?} at {at:?}");
+        }
+    }
+
+    #[test]
+    fn the_pause_doubles_up_to_the_longest_and_jitter_stays_within_half_of_it() {
+        let t0 = Instant::now();
+        let mut patience = Patience::new(t0, Duration::from_secs(3600));
+        let mut delays = Vec::new();
+        for round in 0..12 {
+            let Next::Sleep { pause, .. } = patience.after(&busy(Some(1)), t0, 1.0) else {
+                panic!("round {round}: a waiter with time left sleeps");
+            };
+            delays.push(pause);
+        }
+        let expected: Vec<Duration> = [5, 10, 20, 40, 80, 160, 250, 250, 250, 250, 250, 250]
+            .into_iter()
+            .map(ms)
+            .collect();
+        assert_eq!(delays, expected);
+        for jitter in [0.0, 0.25, 0.5, 0.99, 1.0, -3.0, 7.0] {
+            let mut patience = Patience::new(t0, Duration::from_secs(3600));
+            for _ in 0..10 {
+                patience.after(&busy(Some(1)), t0, 1.0);
+            }
+            let Next::Sleep { pause, .. } = patience.after(&busy(Some(1)), t0, jitter) else {
+                panic!("a waiter with time left sleeps");
+            };
+            assert!(
+                (MAX_DELAY / 2..=MAX_DELAY).contains(&pause),
+                "jitter {jitter}: {pause:?}"
+            );
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The renewing side of `run`: its own store connection, its own thread.
+//! The renewing side of `run`: its own store connection, its own thread, and that thread's
+//! whole life ([`Pulse`]: started when the first renewal is due, stopped when dropped).
 //!
 //! A slow or blocked renewal therefore never delays the supervisor's reaction: the deadline by
 //! which the command must be stopped is kept by the supervisor, not here. The heartbeat only
@@ -11,12 +12,15 @@
 //! store removed while the command runs is reported as gone ([`store::Vanished`], a lost
 //! lease), not made anew and then searched in vain for the lock.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use crate::lock::{EventKind, Fence, LogQuery, Owner, Renew, Resource, Ttl};
 use crate::store::{self, Location, LockStore, Locks};
 
+use super::runner::Job;
 use super::supervisor::Event;
 
 /// What to keep renewing.
@@ -66,10 +70,10 @@ impl Heartbeat {
     /// Renews at once, then every [`Heartbeat::interval`], until `stop` is dropped, `report`
     /// says nobody listens any more, or the store says the lock is gone — or is gone itself;
     /// after another store error, retries sooner ([`Heartbeat::retry`]) and on a new
-    /// connection. It is started when the first renewal is due.
+    /// connection. It is started when the first renewal is due. What each answer means is
+    /// [`Cadence::after`]'s.
     pub fn beat(self, report: impl Fn(Event) -> bool, stop: &Receiver<()>) {
-        let interval = Heartbeat::interval(self.ttl);
-        let retry = Heartbeat::retry(self.ttl);
+        let cadence = Cadence::new(self.ttl);
         let mut store: Option<Box<dyn LockStore>> = None;
         let mut next = Instant::now();
         loop {
@@ -89,32 +93,373 @@ impl Heartbeat {
                     )
                 }),
             };
-            let event = match renewed {
-                Ok(Renew::Renewed { .. }) => {
-                    next = attempt + interval;
-                    Event::Renewed(attempt + self.ttl.as_duration())
+            let event = match cadence.after(&renewed, attempt, Instant::now()) {
+                Beat::Renewed { until, next: at } => {
+                    next = at;
+                    Event::Renewed(until)
                 }
-                Ok(Renew::NotFound) => {
-                    Event::Lost(self.why_gone(store.as_mut(), "it expired or was released"))
+                Beat::Gone { otherwise } => Event::Lost(self.why_gone(store.as_mut(), otherwise)),
+                Beat::Vanished(why) => Event::Lost(why),
+                Beat::Failed { message, next: at } => {
+                    // Reconnect for the next try: the connection itself may be what failed.
+                    store = None;
+                    next = at;
+                    Event::Trouble(message)
                 }
-                Ok(Renew::Forbidden) => {
-                    Event::Lost(self.why_gone(store.as_mut(), "another owner holds it"))
-                }
-                Err(err) => match err.downcast_ref::<store::Vanished>() {
-                    // The lock went with the store: nobody opening it now finds it held.
-                    Some(gone) => Event::Lost(gone.to_string()),
-                    None => {
-                        // Reconnect for the next try: the connection itself may be what failed.
-                        store = None;
-                        next = Instant::now() + retry;
-                        Event::Trouble(format!("{err:#}"))
-                    }
-                },
             };
             let lost = matches!(event, Event::Lost(_));
             if !report(event) || lost {
                 return;
             }
+        }
+    }
+}
+
+/// The heartbeat thread of a job, started once the first renewal is due (see the module's
+/// doc). Dropping it stops the thread at its next wake-up. The thread is never joined: it may
+/// be inside a renewal that an unresponsive store holds up, and a renewal that lands after the
+/// release finds no lock of this tenure and changes nothing.
+pub struct Pulse<'a> {
+    job: &'a Job<'a>,
+    /// Where the thread reports, and the bell it rings after each report.
+    report: Sender<Event>,
+    bell: UnixStream,
+    thread: Lazily,
+}
+
+impl<'a> Pulse<'a> {
+    /// The heartbeat of `job`, due a renewal interval from now.
+    pub fn new(job: &'a Job<'a>, report: Sender<Event>, bell: UnixStream) -> Pulse<'a> {
+        Pulse {
+            job,
+            report,
+            bell,
+            thread: Lazily::new(
+                Instant::now() + Heartbeat::interval(job.ttl),
+                Heartbeat::retry(job.ttl),
+            ),
+        }
+    }
+
+    /// When the thread is to be started, while it is not running.
+    pub fn due(&self) -> Option<Instant> {
+        self.thread.due()
+    }
+
+    /// Starts the thread if it is due, its first renewal at once; see [`Lazily::start_if_due`].
+    pub fn start_if_due(&mut self, now: Instant) -> Option<Event> {
+        let Pulse {
+            job,
+            report,
+            bell,
+            thread,
+        } = self;
+        thread.start_if_due(now, || {
+            start_heartbeat(job, report.clone(), bell.try_clone()?)
+        })
+    }
+}
+
+/// A thread started when it is first needed, not before, and tried again after a refusal.
+struct Lazily {
+    /// When to start it, while it is not running.
+    due: Instant,
+    /// How long after a refusal to try again.
+    retry: Duration,
+    /// The running thread's stop signal: dropping it stops the thread.
+    stop: Option<Sender<()>>,
+}
+
+impl Lazily {
+    fn new(due: Instant, retry: Duration) -> Lazily {
+        Lazily {
+            due,
+            retry,
+            stop: None,
+        }
+    }
+
+    fn due(&self) -> Option<Instant> {
+        self.stop.is_none().then_some(self.due)
+    }
+
+    /// Calls `start` if the thread is due and not running. A refusal is reported as a failed
+    /// renewal ([`Event::Trouble`]), so the supervisor stops the command before the lease
+    /// could end unless a later try succeeds; the next try is `retry` later.
+    fn start_if_due(
+        &mut self,
+        now: Instant,
+        start: impl FnOnce() -> std::io::Result<Sender<()>>,
+    ) -> Option<Event> {
+        if self.stop.is_some() || now < self.due {
+            return None;
+        }
+        match start() {
+            Ok(stop) => {
+                self.stop = Some(stop);
+                None
+            }
+            Err(err) => {
+                self.due = now + self.retry;
+                Some(Event::Trouble(format!(
+                    "cannot start the heartbeat thread: {err}"
+                )))
+            }
+        }
+    }
+}
+
+/// Starts the heartbeat thread, its first renewal at once; it reports into `report` and rings
+/// `bell` after each report. Dropping the returned sender stops it.
+fn start_heartbeat(
+    job: &Job<'_>,
+    report: Sender<Event>,
+    bell: UnixStream,
+) -> std::io::Result<Sender<()>> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let heartbeat = Heartbeat {
+        location: job.location.clone(),
+        resource: job.lock.resource.clone(),
+        owner: job.lock.owner.clone(),
+        ttl: job.ttl,
+        fence: job.lock.fence,
+    };
+    std::thread::Builder::new()
+        .name("distlock-heartbeat".to_owned())
+        .spawn(move || {
+            // Signals are the event loop's to handle, on the main thread.
+            let _ = nix::sys::signal::SigSet::all().thread_block();
+            heartbeat.beat(
+                |event| {
+                    let sent = report.send(event).is_ok();
+                    let _ = (&bell).write(&[0]);
+                    sent
+                },
+                &stopped,
+            );
+        })?;
+    Ok(stop)
+}
+
+/// What one renewal's answer means (see [`Cadence::after`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Beat {
+    /// The lease lasts at least `until`; renew again at `next`.
+    Renewed { until: Instant, next: Instant },
+    /// The lock is no longer this run's: the history may say why (a `break`), else
+    /// `otherwise`. The heartbeat stops.
+    Gone { otherwise: &'static str },
+    /// The store itself is gone, and the lock with it. The heartbeat stops.
+    Vanished(String),
+    /// A store error: try again at `next`, on a new connection.
+    Failed { message: String, next: Instant },
+}
+
+/// The heartbeat's timing rules, as a pure function of each renewal's answer.
+#[derive(Debug, Clone, Copy)]
+struct Cadence {
+    ttl: Duration,
+    interval: Duration,
+    retry: Duration,
+}
+
+impl Cadence {
+    fn new(ttl: Ttl) -> Cadence {
+        Cadence {
+            ttl: ttl.as_duration(),
+            interval: Heartbeat::interval(ttl),
+            retry: Heartbeat::retry(ttl),
+        }
+    }
+
+    /// The renewal sent at `attempt` was answered with `renewed` at `now`. A renewal's lease is
+    /// counted from before it was sent, so it never overstates the lease; the next renewal is
+    /// an interval after that same instant, and a retry is counted from the failure's answer.
+    fn after(&self, renewed: &anyhow::Result<Renew>, attempt: Instant, now: Instant) -> Beat {
+        match renewed {
+            Ok(Renew::Renewed { .. }) => Beat::Renewed {
+                until: attempt + self.ttl,
+                next: attempt + self.interval,
+            },
+            Ok(Renew::NotFound) => Beat::Gone {
+                otherwise: "it expired or was released",
+            },
+            Ok(Renew::Forbidden) => Beat::Gone {
+                otherwise: "another owner holds it",
+            },
+            Err(err) => match err.downcast_ref::<store::Vanished>() {
+                // The lock went with the store: nobody opening it now finds it held.
+                Some(gone) => Beat::Vanished(gone.to_string()),
+                None => Beat::Failed {
+                    message: format!("{err:#}"),
+                    next: now + self.retry,
+                },
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn the_heartbeat_thread_starts_when_due_and_a_refusal_is_a_failed_renewal_retried_later() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let retry = ms(1000);
+        // (now, what starting answers) → (started, reported trouble, due afterwards)
+        type Start = fn() -> std::io::Result<Sender<()>>;
+        let started: Start = || Ok(mpsc::channel().0);
+        let refusing: Start = || Err(std::io::ErrorKind::WouldBlock.into());
+        let cases: [(Duration, Start, bool, bool, Option<Instant>); 4] = [
+            // Before it is due nothing is started, whatever starting would answer.
+            (ms(0), started, false, false, Some(t0 + ms(500))),
+            (ms(499), refusing, false, false, Some(t0 + ms(500))),
+            // Due: started, and no longer due.
+            (ms(500), started, true, false, None),
+            // Due but refused: one failed renewal, tried again `retry` later.
+            (ms(700), refusing, false, true, Some(t0 + ms(700) + retry)),
+        ];
+        for (at, start, want_started, want_trouble, want_due) in cases {
+            let mut thread = Lazily::new(t0 + ms(500), retry);
+            let mut called = false;
+            let event = thread.start_if_due(t0 + at, || {
+                called = true;
+                start()
+            });
+            assert_eq!(called, at >= ms(500), "at {at:?}");
+            assert_eq!(thread.stop.is_some(), want_started, "at {at:?}");
+            match event {
+                Some(Event::Trouble(message)) => {
+                    assert!(want_trouble, "at {at:?}: {message}");
+                    assert!(message.starts_with("cannot start the heartbeat thread: "));
+                }
+                other => assert!(!want_trouble && other.is_none(), "at {at:?}: {other:?}"),
+            }
+            assert_eq!(thread.due(), want_due, "at {at:?}");
+        }
+        // Once running, it is never started again.
+        let mut thread = Lazily::new(t0, retry);
+        assert!(thread.start_if_due(t0, started).is_none());
+        let event = thread.start_if_due(t0 + ms(5000), || panic!("started twice"));
+        assert!(event.is_none());
+    }
+
+    use crate::lock::{Lock, Mode, Resource, Timestamp};
+
+    fn renewed() -> anyhow::Result<Renew> {
+        Ok(Renew::Renewed {
+            lock: Lock {
+                resource: Resource::parse("r").expect("a resource"),
+                owner: Owner::parse("o").expect("an owner"),
+                fence: Fence(3),
+                acquired_at: Timestamp(0),
+                expires_at: Timestamp(30_000),
+                mode: Mode::Exclusive,
+                note: None,
+            },
+        })
+    }
+
+    #[test]
+    fn each_answer_is_news_and_a_next_time_or_the_end() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let secs = Duration::from_secs;
+        // (ttl, answer, sent at, answered at) → beat
+        let cases: Vec<(u64, anyhow::Result<Renew>, Duration, Duration, Beat)> = vec![
+            // The lease and the next renewal count from before the request was sent, however
+            // long the answer took.
+            (
+                30,
+                renewed(),
+                secs(10),
+                secs(10) + ms(7),
+                Beat::Renewed {
+                    until: t0 + secs(40),
+                    next: t0 + secs(20),
+                },
+            ),
+            (
+                30,
+                renewed(),
+                secs(10),
+                secs(14),
+                Beat::Renewed {
+                    until: t0 + secs(40),
+                    next: t0 + secs(20),
+                },
+            ),
+            (
+                3,
+                renewed(),
+                secs(1),
+                secs(1),
+                Beat::Renewed {
+                    until: t0 + secs(4),
+                    next: t0 + secs(2),
+                },
+            ),
+            (
+                30,
+                Ok(Renew::NotFound),
+                secs(10),
+                secs(10),
+                Beat::Gone {
+                    otherwise: "it expired or was released",
+                },
+            ),
+            (
+                30,
+                Ok(Renew::Forbidden),
+                secs(10),
+                secs(10),
+                Beat::Gone {
+                    otherwise: "another owner holds it",
+                },
+            ),
+            // A store error is retried a second after its answer at most (sooner for a short
+            // TTL: a third of it).
+            (
+                30,
+                Err(anyhow::anyhow!("connection refused")),
+                secs(10),
+                secs(12),
+                Beat::Failed {
+                    message: "connection refused".to_owned(),
+                    next: t0 + secs(13),
+                },
+            ),
+            (
+                1,
+                Err(anyhow::anyhow!("busy")),
+                secs(10),
+                secs(10),
+                Beat::Failed {
+                    message: "busy".to_owned(),
+                    next: t0 + secs(10) + secs(1) / 3,
+                },
+            ),
+            (
+                30,
+                Err(anyhow::Error::new(store::Vanished(PathBuf::from(
+                    "/x/locks.db",
+                )))),
+                secs(10),
+                secs(10),
+                Beat::Vanished("the store /x/locks.db no longer exists".to_owned()),
+            ),
+        ];
+        for (ttl, answer, sent, answered, beat) in cases {
+            let cadence = Cadence::new(Ttl::from_secs(ttl).expect("a ttl"));
+            assert_eq!(
+                cadence.after(&answer, t0 + sent, t0 + answered),
+                beat,
+                "ttl {ttl}, {answer:?} sent at {sent:?}"
+            );
         }
     }
 }

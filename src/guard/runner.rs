@@ -13,12 +13,9 @@
 //!   deadline ([`Event::Timer`]) or the first renewal, and once the command has exited, a
 //!   probe every few milliseconds whether what it started is gone ([`Event::Emptied`]);
 //! - the heartbeat thread, the only other thread: a renewal may block on the store, which
-//!   must never delay the loop (see [`super::heartbeat`]). It is started when the first
-//!   renewal is due, a third of the TTL after the command started ([`Pulse`]): most commands
-//!   under `run` are done long before, and a process that never starts a thread is spared
-//!   creating it, its stack and its memory arena, and the cost of being multi-threaded. If
-//!   the system refuses the thread, that is reported and handled as a failed renewal: it is
-//!   tried again, and the command is stopped before the lease could end;
+//!   must never delay the loop. It is started when the first renewal is due, a third of the
+//!   TTL after the command started ([`Pulse`], in [`super::heartbeat`], which owns the
+//!   thread's whole life);
 //! - performing the actions: signals through [`Tree`], messages through [`warn`], job control
 //!   through [`Terminal`] and [`process::stop_self`];
 //! - the terminal, handed to the command's process group while it runs and taken back when
@@ -32,9 +29,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::io::Write;
-use std::os::unix::net::UnixStream;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -47,7 +42,7 @@ use crate::lock::{Lock, Ttl};
 use crate::output::warn;
 use crate::store::Location;
 
-use super::heartbeat::Heartbeat;
+use super::heartbeat::Pulse;
 use super::process;
 use super::signals::Wakeups;
 use super::spawn::spawn;
@@ -230,178 +225,4 @@ fn news_of(command: Pid) -> Option<Event> {
         command,
         Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED),
     ))
-}
-
-/// The heartbeat thread of a job, started once the first renewal is due (see the module's
-/// doc). Dropping it stops the thread at its next wake-up. The thread is never joined: it may
-/// be inside a renewal that an unresponsive store holds up, and a renewal that lands after the
-/// release finds no lock of this tenure and changes nothing.
-struct Pulse<'a> {
-    job: &'a Job<'a>,
-    /// Where the thread reports, and the bell it rings after each report.
-    report: Sender<Event>,
-    bell: UnixStream,
-    thread: Lazily,
-}
-
-impl<'a> Pulse<'a> {
-    /// The heartbeat of `job`, due a renewal interval from now.
-    fn new(job: &'a Job<'a>, report: Sender<Event>, bell: UnixStream) -> Pulse<'a> {
-        Pulse {
-            job,
-            report,
-            bell,
-            thread: Lazily::new(
-                Instant::now() + Heartbeat::interval(job.ttl),
-                Heartbeat::retry(job.ttl),
-            ),
-        }
-    }
-
-    /// When the thread is to be started, while it is not running.
-    fn due(&self) -> Option<Instant> {
-        self.thread.due()
-    }
-
-    /// Starts the thread if it is due, its first renewal at once; see [`Lazily::start_if_due`].
-    fn start_if_due(&mut self, now: Instant) -> Option<Event> {
-        let Pulse {
-            job,
-            report,
-            bell,
-            thread,
-        } = self;
-        thread.start_if_due(now, || {
-            start_heartbeat(job, report.clone(), bell.try_clone()?)
-        })
-    }
-}
-
-/// A thread started when it is first needed, not before, and tried again after a refusal.
-struct Lazily {
-    /// When to start it, while it is not running.
-    due: Instant,
-    /// How long after a refusal to try again.
-    retry: Duration,
-    /// The running thread's stop signal: dropping it stops the thread.
-    stop: Option<Sender<()>>,
-}
-
-impl Lazily {
-    fn new(due: Instant, retry: Duration) -> Lazily {
-        Lazily {
-            due,
-            retry,
-            stop: None,
-        }
-    }
-
-    fn due(&self) -> Option<Instant> {
-        self.stop.is_none().then_some(self.due)
-    }
-
-    /// Calls `start` if the thread is due and not running. A refusal is reported as a failed
-    /// renewal ([`Event::Trouble`]), so the supervisor stops the command before the lease
-    /// could end unless a later try succeeds; the next try is `retry` later.
-    fn start_if_due(
-        &mut self,
-        now: Instant,
-        start: impl FnOnce() -> std::io::Result<Sender<()>>,
-    ) -> Option<Event> {
-        if self.stop.is_some() || now < self.due {
-            return None;
-        }
-        match start() {
-            Ok(stop) => {
-                self.stop = Some(stop);
-                None
-            }
-            Err(err) => {
-                self.due = now + self.retry;
-                Some(Event::Trouble(format!(
-                    "cannot start the heartbeat thread: {err}"
-                )))
-            }
-        }
-    }
-}
-
-/// Starts the heartbeat thread, its first renewal at once; it reports into `report` and rings
-/// `bell` after each report. Dropping the returned sender stops it.
-fn start_heartbeat(
-    job: &Job<'_>,
-    report: Sender<Event>,
-    bell: UnixStream,
-) -> std::io::Result<Sender<()>> {
-    let (stop, stopped) = mpsc::channel::<()>();
-    let heartbeat = Heartbeat {
-        location: job.location.clone(),
-        resource: job.lock.resource.clone(),
-        owner: job.lock.owner.clone(),
-        ttl: job.ttl,
-        fence: job.lock.fence,
-    };
-    std::thread::Builder::new()
-        .name("distlock-heartbeat".to_owned())
-        .spawn(move || {
-            // Signals are the event loop's to handle, on the main thread.
-            let _ = nix::sys::signal::SigSet::all().thread_block();
-            heartbeat.beat(
-                |event| {
-                    let sent = report.send(event).is_ok();
-                    let _ = (&bell).write(&[0]);
-                    sent
-                },
-                &stopped,
-            );
-        })?;
-    Ok(stop)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_heartbeat_thread_starts_when_due_and_a_refusal_is_a_failed_renewal_retried_later() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let retry = ms(1000);
-        // (now, what starting answers) → (started, reported trouble, due afterwards)
-        type Start = fn() -> std::io::Result<Sender<()>>;
-        let started: Start = || Ok(mpsc::channel().0);
-        let refusing: Start = || Err(std::io::ErrorKind::WouldBlock.into());
-        let cases: [(Duration, Start, bool, bool, Option<Instant>); 4] = [
-            // Before it is due nothing is started, whatever starting would answer.
-            (ms(0), started, false, false, Some(t0 + ms(500))),
-            (ms(499), refusing, false, false, Some(t0 + ms(500))),
-            // Due: started, and no longer due.
-            (ms(500), started, true, false, None),
-            // Due but refused: one failed renewal, tried again `retry` later.
-            (ms(700), refusing, false, true, Some(t0 + ms(700) + retry)),
-        ];
-        for (at, start, want_started, want_trouble, want_due) in cases {
-            let mut thread = Lazily::new(t0 + ms(500), retry);
-            let mut called = false;
-            let event = thread.start_if_due(t0 + at, || {
-                called = true;
-                start()
-            });
-            assert_eq!(called, at >= ms(500), "at {at:?}");
-            assert_eq!(thread.stop.is_some(), want_started, "at {at:?}");
-            match event {
-                Some(Event::Trouble(message)) => {
-                    assert!(want_trouble, "at {at:?}: {message}");
-                    assert!(message.starts_with("cannot start the heartbeat thread: "));
-                }
-                other => assert!(!want_trouble && other.is_none(), "at {at:?}: {other:?}"),
-            }
-            assert_eq!(thread.due(), want_due, "at {at:?}");
-        }
-        // Once running, it is never started again.
-        let mut thread = Lazily::new(t0, retry);
-        assert!(thread.start_if_due(t0, started).is_none());
-        let event = thread.start_if_due(t0 + ms(5000), || panic!("started twice"));
-        assert!(event.is_none());
-    }
 }
