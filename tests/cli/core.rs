@@ -460,9 +460,14 @@ fn race_on_a_brand_new_database_file_has_one_winner() {
 fn atk_11_status_of_a_missing_or_expired_lock_is_not_held() {
     each_store(|db| {
         assert_eq!(status(db, "nonexistent"), None);
-        let lock = acquire(db, "payment:42", "w1", "1");
+        // Long enough that the look while it is held comes before its end on a loaded machine;
+        // then a wait until just past the end it reports.
+        let lock = acquire(db, "payment:42", "w1", "3");
+        let expires_at = lock.expires_at;
         assert_eq!(status(db, "payment:42"), Some(lock));
-        sleep(PAST_EXPIRY);
+        sleep(Duration::from_millis(
+            u64::try_from(expires_at + 200 - now_millis()).unwrap_or(0),
+        ));
         // Exactly {"held":false,"resource":…}: no stale lock data (checked by `status`).
         assert_eq!(status(db, "payment:42"), None);
         assert_eq!(db.json(&["list"], 0), json!({"locks": []}));

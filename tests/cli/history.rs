@@ -405,7 +405,9 @@ fn log_since_excludes_older_events() {
     each_store(|db| {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
-        sleep(Duration::from_millis(2_200));
+        // Old events are at least 5 s old when the log is read; the new ones are younger than
+        // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
+        sleep(Duration::from_millis(5_000));
         acquire(db, "new", "w2", "60");
         db.json(&["renew", "new", "--owner", "w2", "--ttl", "60"], 0);
         let all = log(db, &[]);
@@ -421,16 +423,16 @@ fn log_since_excludes_older_events() {
                 "new renewed w2"
             ]
         );
-        assert_eq!(log(db, &["--since", "2s"]), all[2..]);
+        assert_eq!(log(db, &["--since", "3s"]), all[2..]);
         assert_eq!(
-            log(db, &["--since", "2"]),
+            log(db, &["--since", "3"]),
             all[2..],
             "a bare integer is seconds"
         );
         assert_eq!(log(db, &["--since", "1h"]), all);
-        assert!(log(db, &["old", "--since", "2s"]).is_empty());
-        assert_eq!(log(db, &["new", "--since", "2s"]), all[2..]);
-        assert_eq!(log(db, &["--since", "2s", "--limit", "1"]), all[3..]);
+        assert!(log(db, &["old", "--since", "3s"]).is_empty());
+        assert_eq!(log(db, &["new", "--since", "3s"]), all[2..]);
+        assert_eq!(log(db, &["--since", "3s", "--limit", "1"]), all[3..]);
         assert_eq!(log(db, &["--since", "1h", "--limit", "3"]), all[1..]);
     });
 }
@@ -507,7 +509,9 @@ fn gc_keeps_history_younger_than_keep_history() {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
         acquire(db, "held", "w1", "60");
-        sleep(Duration::from_millis(2_200));
+        // Old events are at least 5 s old when the log is read; the new ones are younger than
+        // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
+        sleep(Duration::from_millis(5_000));
         let renewed = db.json(&["renew", "held", "--owner", "w1", "--ttl", "60"], 0);
         acquire(db, "new", "w2", "60");
         let all = log(db, &[]);
