@@ -10,7 +10,9 @@
 //! - [`signal_group`]: a signal by number to a process group, for the real-time signals that
 //!   the typed signal APIs do not name;
 //! - [`stop_self`]: `run` stopping itself with a job-control signal's own default action, as
-//!   a shell's job expects (`jobs` says "Stopped", not "Stopped (signal)").
+//!   a shell's job expects (`jobs` says "Stopped", not "Stopped (signal)");
+//! - [`poll_child`], [`peek_zombie`], [`reap`]: `waitpid(2)` and `waitid(2)` by raw numbers,
+//!   since a typed wait refuses (EINVAL) the status of a child killed by a real-time signal.
 //!
 //! Each `unsafe` block states why it is sound.
 #![allow(unsafe_code)]
@@ -157,4 +159,68 @@ pub fn stop_self(signal: Signal) {
     let _ = nix::sys::signal::raise(signal);
     // SAFETY: as above; this restores [`Catch`]'s handler as it was.
     let _ = unsafe { sigaction(signal, &previous) };
+}
+
+/// A child's state, as a non-blocking `waitpid(2)` reports it, by raw numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildState {
+    /// Nothing new.
+    Running,
+    /// It exited with this status.
+    Exited(i32),
+    /// Signal N killed it.
+    Killed(i32),
+    /// Signal N stopped it (reported only with `stops`).
+    Stopped(i32),
+}
+
+/// What became of child `pid`, without waiting; with `stops`, a stop is reported too.
+///
+/// # Errors
+///
+/// The wait failed (`ECHILD`: it is not this process's child, or was reaped already).
+pub fn poll_child(pid: Pid, stops: bool) -> std::io::Result<ChildState> {
+    let flags = libc::WNOHANG | if stops { libc::WUNTRACED } else { 0 };
+    let mut status: libc::c_int = 0;
+    // SAFETY: `status` outlives the call, which writes one integer to it.
+    let got = unsafe { libc::waitpid(pid.as_raw(), &raw mut status, flags) };
+    if got < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(if got == 0 {
+        ChildState::Running
+    } else if libc::WIFEXITED(status) {
+        ChildState::Exited(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        ChildState::Killed(libc::WTERMSIG(status))
+    } else if libc::WIFSTOPPED(status) {
+        ChildState::Stopped(libc::WSTOPSIG(status))
+    } else {
+        ChildState::Running
+    })
+}
+
+/// A zombie child of this process, left unreaped (`WNOWAIT`), if there is one.
+#[cfg(target_os = "linux")]
+pub fn peek_zombie() -> Option<Pid> {
+    // SAFETY: a zeroed `siginfo_t` is a valid value of it; `waitid` fills it in, and `si_pid`
+    // reads the field that `waitid` sets for every child it reports (0 when none is waitable).
+    let pid = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        if libc::waitid(libc::P_ALL, 0, &raw mut info, flags) != 0 {
+            return None;
+        }
+        info.si_pid()
+    };
+    (pid > 0).then(|| Pid::from_raw(pid))
+}
+
+/// Reaps zombie child `pid` (`None`: any zombie child), without waiting. Whether one was
+/// reaped.
+pub fn reap(pid: Option<Pid>) -> bool {
+    let mut status: libc::c_int = 0;
+    let pid = pid.map_or(-1, Pid::as_raw);
+    // SAFETY: as in `poll_child`.
+    unsafe { libc::waitpid(pid, &raw mut status, libc::WNOHANG) > 0 }
 }

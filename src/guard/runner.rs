@@ -33,7 +33,6 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
@@ -221,8 +220,5 @@ impl Guard<'_> {
 
 /// What `waitpid` says of the command, without waiting (see [`Event::from_wait`]).
 fn news_of(command: Pid) -> Option<Event> {
-    Event::from_wait(waitpid(
-        command,
-        Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED),
-    ))
+    Event::from_wait(process::poll_child(command, true))
 }

@@ -18,8 +18,10 @@
 //!   read), `run` suspends itself with the same signal, the terminal taken back, so that the
 //!   shell regains control. Continued, it first checks its lease: while the lease is surely
 //!   still this run's (before the renewal stop below), the terminal is handed back and the
-//!   command continued; past it, the command is stopped as on a lost lease. A stop by any
-//!   other signal (SIGSTOP of the command alone) leaves `run` guarding and renewing.
+//!   command continued; past it, the command is stopped as on a lost lease, and past
+//!   `lease_end - margin` SIGKILLed while still stopped, so it never runs beside the next
+//!   holder. A stop by any other signal (SIGSTOP of the command alone) leaves `run` guarding
+//!   and renewing.
 //! - When the command exits after being stopped, what it started gets the rest of its grace
 //!   (or less, once nothing is left), then SIGKILL; `run` exits 124.
 //! - When the command exits on its own, `run` exits with its status at once.
@@ -37,7 +39,8 @@
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use nix::sys::wait::WaitStatus;
+
+use super::process::ChildState;
 
 use crate::exit::Exit;
 use crate::lock::{Resource, Ttl};
@@ -92,22 +95,19 @@ pub enum Event {
 }
 
 impl Event {
-    /// What a non-blocking `waitpid` on the command (with `WUNTRACED`) tells: that it ended,
-    /// or stopped on a job-control signal. A stop on any other signal (SIGSTOP of the command
+    /// What a non-blocking wait on the command (stops included) tells: that it ended, or
+    /// stopped on a job-control signal. A stop on any other signal (SIGSTOP of the command
     /// alone) is no news: `run` goes on guarding and renewing. A failed wait is the worst
     /// case, a command whose fate is unknown.
-    pub fn from_wait(waited: nix::Result<WaitStatus>) -> Option<Event> {
+    pub fn from_wait(waited: std::io::Result<ChildState>) -> Option<Event> {
+        let job_control = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
         match waited {
-            Ok(WaitStatus::Exited(_, code)) => Some(Event::Exited(Ended::Code(code))),
-            Ok(WaitStatus::Signaled(_, signal, _)) => {
-                Some(Event::Exited(Ended::Signal(signal as i32)))
+            Ok(ChildState::Exited(code)) => Some(Event::Exited(Ended::Code(code))),
+            Ok(ChildState::Killed(signal)) => Some(Event::Exited(Ended::Signal(signal))),
+            Ok(ChildState::Stopped(signal)) if job_control.contains(&signal) => {
+                Signal::try_from(signal).ok().map(Event::Stopped)
             }
-            Ok(WaitStatus::Stopped(_, signal))
-                if matches!(signal, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) =>
-            {
-                Some(Event::Stopped(signal))
-            }
-            Ok(_) => None,
+            Ok(ChildState::Stopped(_) | ChildState::Running) => None,
             Err(err) => Some(Event::Exited(Ended::Unknown(err.to_string()))),
         }
     }
@@ -383,14 +383,28 @@ impl Supervisor {
     }
 
     /// `run` was continued after suspending itself. No renewal was sent while it was stopped:
-    /// the command may continue only while the lease surely lasts (before the renewal stop);
-    /// past that, it is stopped as on a lost lease, and continued so that it gets the SIGTERM.
+    /// the command may continue only while the lease surely lasts (before the renewal stop).
+    /// Past that but before `lease_end - margin`, it is stopped as on a lost lease, continued
+    /// so that it gets the SIGTERM, and SIGKILLed by `lease_end - margin`. Past
+    /// `lease_end - margin`, the lease may be another owner's already: the command, still
+    /// stopped, is SIGKILLed without running another instruction.
     fn continued(&mut self, now: Instant) -> Vec<Action> {
         let resume = Action::SignalGroup(Signal::SIGCONT as SignalNumber);
         match self.phase {
+            Phase::Running if now >= self.earlier(self.lease_end, self.margin) => {
+                self.phase = Phase::Killed;
+                self.stopped = Some(Stop::LeaseLost);
+                vec![
+                    Action::Warn(format!(
+                        "the lock on {} may have expired while the job was stopped; killing the command",
+                        self.resource
+                    )),
+                    Action::SignalAll(Signal::SIGKILL),
+                ]
+            }
             Phase::Running if now >= self.stop_at() => {
                 let why = format!(
-                    "the lock on {} may have expired while the job was stopped; stopping the command",
+                    "the lock on {} may expire soon after the job was stopped; stopping the command",
                     self.resource
                 );
                 let mut actions = self.stop_for_lease(now, why);

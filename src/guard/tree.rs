@@ -20,7 +20,6 @@
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 #[cfg(target_os = "linux")]
@@ -54,14 +53,9 @@ pub fn adopt_orphans() -> Result<(), Errno> {
 /// `waitpid`. Stops at the command's zombie, which the caller then collects.
 #[cfg(target_os = "linux")]
 pub fn reap_orphans_but(command: Pid) {
-    use nix::sys::wait::{Id, waitid};
-    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    while let Ok(status) = waitid(Id::All, peek) {
-        match status.pid() {
-            Some(pid) if pid != command => {
-                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-            }
-            _ => break,
+    while let Some(pid) = super::process::peek_zombie() {
+        if pid == command || !super::process::reap(Some(pid)) {
+            break;
         }
     }
 }
@@ -73,11 +67,7 @@ pub fn reap_orphans_but(_command: Pid) {}
 /// Reaps every zombie child of `run`, without waiting. Only once the command's own status is
 /// known (see the module note).
 pub fn reap_orphans() {
-    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
-        }
-    }
+    while super::process::reap(None) {}
 }
 
 /// The command's process group and what else it started.

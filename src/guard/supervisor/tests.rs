@@ -224,43 +224,37 @@ fn the_commands_status_passes_through_and_a_death_by_signal_n_is_128_plus_n() {
 
 #[test]
 fn wait_results_become_events() {
-    use nix::errno::Errno;
-    use nix::sys::wait::WaitStatus;
-    use nix::unistd::Pid;
-    let pid = Pid::from_raw(42);
+    use crate::guard::process::ChildState;
     let exited = |ended| Some(Event::Exited(ended));
+    let rtmin = libc::SIGRTMIN();
     let table = [
-        (Ok(WaitStatus::Exited(pid, 0)), exited(Ended::Code(0))),
-        (Ok(WaitStatus::Exited(pid, 3)), exited(Ended::Code(3))),
+        (Ok(ChildState::Exited(0)), exited(Ended::Code(0))),
+        (Ok(ChildState::Exited(3)), exited(Ended::Code(3))),
+        (Ok(ChildState::Killed(9)), exited(Ended::Signal(9))),
+        // A real-time signal has no typed name, and still counts.
+        (Ok(ChildState::Killed(rtmin)), exited(Ended::Signal(rtmin))),
+        // The job-control stops are news; a stop by SIGSTOP or a real-time signal, or
+        // nothing new, are not.
         (
-            Ok(WaitStatus::Signaled(pid, Signal::SIGKILL, false)),
-            exited(Ended::Signal(9)),
-        ),
-        // With a core dump.
-        (
-            Ok(WaitStatus::Signaled(pid, Signal::SIGTERM, true)),
-            exited(Ended::Signal(15)),
-        ),
-        // The job-control stops are news; a stop by SIGSTOP alone, a continue, or nothing
-        // new are not.
-        (
-            Ok(WaitStatus::Stopped(pid, Signal::SIGTSTP)),
+            Ok(ChildState::Stopped(libc::SIGTSTP)),
             Some(Event::Stopped(Signal::SIGTSTP)),
         ),
         (
-            Ok(WaitStatus::Stopped(pid, Signal::SIGTTIN)),
+            Ok(ChildState::Stopped(libc::SIGTTIN)),
             Some(Event::Stopped(Signal::SIGTTIN)),
         ),
         (
-            Ok(WaitStatus::Stopped(pid, Signal::SIGTTOU)),
+            Ok(ChildState::Stopped(libc::SIGTTOU)),
             Some(Event::Stopped(Signal::SIGTTOU)),
         ),
-        (Ok(WaitStatus::Stopped(pid, Signal::SIGSTOP)), None),
-        (Ok(WaitStatus::Continued(pid)), None),
-        (Ok(WaitStatus::StillAlive), None),
+        (Ok(ChildState::Stopped(libc::SIGSTOP)), None),
+        (Ok(ChildState::Stopped(rtmin)), None),
+        (Ok(ChildState::Running), None),
         (
-            Err(Errno::ECHILD),
-            exited(Ended::Unknown(Errno::ECHILD.to_string())),
+            Err(std::io::Error::from_raw_os_error(libc::ECHILD)),
+            exited(Ended::Unknown(
+                std::io::Error::from_raw_os_error(libc::ECHILD).to_string(),
+            )),
         ),
     ];
     for (waited, event) in table {
@@ -411,24 +405,41 @@ fn a_command_stopped_by_job_control_suspends_run_with_the_same_signal() {
 }
 
 #[test]
-fn a_job_continued_past_what_its_lease_allows_is_stopped_not_continued() {
-    // (ttl, kill_after, continued at, renewed until) → SIGKILL at
+fn a_job_continued_past_what_its_lease_allows_is_stopped_or_killed_not_continued() {
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Then {
+        /// Continued: the terminal and the command back.
+        Resumed,
+        /// SIGTERM and a SIGCONT so it acts on it; SIGKILL at the given offset.
+        Stopped(Duration),
+        /// SIGKILL at once, the command never continued.
+        Killed,
+    }
+    // (ttl, kill_after, continued at, renewed until) → then
     let cases = [
-        // Continued just before the renewal stop (lease end 30 − margin 3 − grace 5): resumed.
-        (30, secs(5), secs(21), None, None),
-        // At the renewal stop: SIGTERM, SIGKILL at lease end − margin at the latest.
-        (30, secs(5), secs(22), None, Some(secs(27))),
-        (30, secs(60), secs(23), None, Some(secs(27))),
-        // Past the lease itself: SIGKILL at once.
-        (30, secs(5), secs(40), None, Some(secs(40))),
-        (3, secs(5), secs(3600), None, Some(secs(3600))),
+        // Lease end 30 s, margin 3 s, grace 5 s: the renewal stop is at 22 s.
+        (30, secs(5), secs(21), None, Then::Resumed),
+        // Between the renewal stop and lease end − margin: SIGKILL by 27 s at the latest.
+        (30, secs(5), secs(22), None, Then::Stopped(secs(27))),
+        (30, secs(60), secs(23), None, Then::Stopped(secs(27))),
+        (30, secs(1), secs(26), None, Then::Stopped(secs(27))),
+        // At or past lease end − margin: killed while still stopped.
+        (30, secs(5), secs(27), None, Then::Killed),
+        (30, secs(5), secs(40), None, Then::Killed),
+        (3, secs(5), secs(3600), None, Then::Killed),
         // A renewal just before the stop moved the lease end to 40 s: continued long after
-        // the acquire, before the stop at 40 − 3 − 5 s; and after it.
-        (30, secs(5), secs(31), Some(secs(40)), None),
-        (30, secs(5), secs(33), Some(secs(40)), Some(secs(37))),
-        (30, secs(5), secs(45), Some(secs(40)), Some(secs(45))),
+        // the acquire, before the stop at 40 − 3 − 5 s; after it; past 37 s.
+        (30, secs(5), secs(31), Some(secs(40)), Then::Resumed),
+        (
+            30,
+            secs(5),
+            secs(33),
+            Some(secs(40)),
+            Then::Stopped(secs(37)),
+        ),
+        (30, secs(5), secs(45), Some(secs(40)), Then::Killed),
     ];
-    for (ttl_secs, kill_after, continued, renewed, killed) in cases {
+    for (ttl_secs, kill_after, continued, renewed, then) in cases {
         let shown = format!("ttl {ttl_secs}, continued at {continued:?}, renewed {renewed:?}");
         let mut sim = Sim::with(ttl_secs, kill_after, Model::IgnoresTerm);
         if let Some(until) = renewed {
@@ -440,14 +451,17 @@ fn a_job_continued_past_what_its_lease_allows_is_stopped_not_continued() {
             [Action::Suspend(Signal::SIGTSTP)]
         );
         let actions = sim.continued_at(continued);
-        match killed {
-            None => assert_eq!(actions, [Action::Foreground, CONT], "{shown}"),
-            Some(kill_at) => {
+        match then {
+            Then::Resumed => {
+                assert_eq!(actions, [Action::Foreground, CONT], "{shown}");
+                continue;
+            }
+            Then::Stopped(kill_at) => {
                 assert_eq!(
                     actions,
                     [
                         warn(
-                            "the lock on r may have expired while the job was stopped; stopping the command"
+                            "the lock on r may expire soon after the job was stopped; stopping the command"
                         ),
                         TERM_ALL,
                         CONT
@@ -456,10 +470,25 @@ fn a_job_continued_past_what_its_lease_allows_is_stopped_not_continued() {
                 );
                 sim.run_to(continued + secs(120));
                 assert_eq!(sim.times_of(&KILL_ALL).first(), Some(&kill_at), "{shown}");
-                assert_eq!(sim.times_of(&LOST).len(), 1, "{shown}");
-                assert_eq!(sim.supervisor.stopped(), Some(Stop::LeaseLost), "{shown}");
+            }
+            Then::Killed => {
+                assert_eq!(
+                    actions,
+                    [
+                        warn(
+                            "the lock on r may have expired while the job was stopped; killing the command"
+                        ),
+                        KILL_ALL,
+                    ],
+                    "{shown}"
+                );
+                // Its death is all that is left to hear.
+                sim.run_to(continued + secs(120));
+                assert!(!sim.log.iter().any(|(_, a)| *a == CONT), "{shown}");
             }
         }
+        assert_eq!(sim.times_of(&LOST).len(), 1, "{shown}");
+        assert_eq!(sim.supervisor.stopped(), Some(Stop::LeaseLost), "{shown}");
     }
 }
 
