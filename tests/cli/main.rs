@@ -6,6 +6,7 @@ mod common;
 mod core;
 mod fair;
 mod fleet;
+mod guard;
 mod history;
 mod modes;
 mod postgres;

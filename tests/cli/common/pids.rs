@@ -40,6 +40,12 @@ pub fn ids_of(pid: i32) -> Option<Ids> {
     })
 }
 
+/// The state letter of `pid` (`R`, `S`, `D`, `T` stopped, `t` traced, `Z` zombie, …), or
+/// `None` when there is no such process.
+pub fn state_of(pid: i32) -> Option<char> {
+    stat_fields(pid)?.first()?.chars().next()
+}
+
 /// A process no longer runs: it does not exist, or it is a zombie (`Z`, or `X` on its way
 /// out). A zombie is dead for every purpose of these tests — it holds no lock and runs no
 /// code — but `kill(pid, 0)` still finds it until its parent (for an orphan, init or a

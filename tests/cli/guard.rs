@@ -1,0 +1,397 @@
+//! `run`, the exec guard, as issue 21 fixes it (contract, "`run`, the exec guard", items 4, 6
+//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard.
+//!
+//! The long-running commands are bash scripts ([`beating`]) that wait in bash's own `read -t`
+//! on a FIFO, so that while they wait they have no child for a forwarded signal to reach as
+//! well, and that write a *beat* (`$EPOCHREALTIME`) each time round: the last beat says when
+//! a command last ran. "No command outlives its guard's lease" is then checked without
+//! sleeps: every beat of the first holder's command comes before the next holder's command
+//! started. Marker files other processes wait for are written to a temporary name and renamed.
+//! Every wait is bounded, and what a failing test leaves running is killed ([`KillOnDrop`],
+//! [`Proc`]'s drop).
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use nix::libc;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::common::files::read_trimmed;
+use crate::common::pids::{KillOnDrop, is_gone, pid_in, state_of};
+use crate::common::process::{Proc, wait_for};
+use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd};
+
+/// The bound for what should take well under a second.
+const SHORT: Duration = Duration::from_secs(5);
+/// The bound for what may wait for a lease to run out, or for a busy machine.
+const LONG: Duration = Duration::from_secs(20);
+
+/// `distlock run ARGS…` against `db` (see [`run_cmd`]), working in the scratch folder (a core
+/// dump of anything under test lands there, never in the source tree), in the C locale (so
+/// that `$EPOCHREALTIME` has a decimal point).
+fn run_in(db: &Db, args: &[&str]) -> Command {
+    let mut cmd = run_cmd(db, args);
+    cmd.current_dir(db.dir.path()).env("LC_ALL", "C");
+    cmd
+}
+
+/// A bash script for a command called `name`: runs `setup` (its traps), records its pid in
+/// `NAME.pid`, then writes a beat to `NAME.beats` about every 25 ms until `NAME.quit` appears
+/// (exit 3), for 10 s at most (exit 4). It waits in the builtin `read -t`, so it has no child
+/// while it waits; it cannot dump core.
+fn beating(name: &str, setup: &str) -> String {
+    format!(
+        r#"ulimit -c 0
+        {setup}
+        mkfifo "$D/{name}.fifo" && exec 3<> "$D/{name}.fifo" || exit 90
+        echo $$ > "$D/{name}.tmp"; mv "$D/{name}.tmp" "$D/{name}.pid"
+        for ((i = 0; i < 400; i++)); do
+            [ -e "$D/{name}.quit" ] && exit 3
+            echo "$EPOCHREALTIME" >> "$D/{name}.beats"
+            read -t 0.025 -u 3
+        done
+        exit 4"#
+    )
+}
+
+/// Tells the [`beating`] command `name` to exit 3.
+fn quit(db: &Db, name: &str) {
+    fs::write(db.file(&format!("{name}.quit")), "").expect("write the quit file");
+}
+
+/// The beats the [`beating`] command `name` has written so far (seconds since the epoch).
+fn beats(db: &Db, name: &str) -> Vec<f64> {
+    let text = fs::read_to_string(db.file(&format!("{name}.beats"))).unwrap_or_default();
+    // A line being written may be cut short: only whole lines count.
+    let whole = text.rsplit_once('\n').map_or("", |(whole, _)| whole);
+    whole
+        .lines()
+        .map(|line| {
+            line.parse()
+                .unwrap_or_else(|e| panic!("{name}.beats holds {line:?}: {e}"))
+        })
+        .collect()
+}
+
+/// The last beat of the [`beating`] command `name`.
+fn last_beat(db: &Db, name: &str) -> f64 {
+    beats(db, name)
+        .into_iter()
+        .reduce(f64::max)
+        .unwrap_or_else(|| panic!("{name} never beat"))
+}
+
+/// The `$EPOCHREALTIME` a command wrote to `path`.
+fn epoch_in(path: &Path) -> f64 {
+    let text = read_trimmed(path);
+    text.parse()
+        .unwrap_or_else(|e| panic!("{} holds {text:?}: {e}", path.display()))
+}
+
+/// The next holder's command, for the overlap checks: it records when it started
+/// (`$N.start`, `$EPOCHREALTIME`) and its owner (`$N.owner`), runs for `$T` seconds and
+/// records when it ends (`$N.end`).
+const NEXT: &str = r#"echo "$DISTLOCK_OWNER" > "$D/$N.owner"
+    echo "$EPOCHREALTIME" > "$D/$N.tmp"; mv "$D/$N.tmp" "$D/$N.start"
+    sleep "$T"
+    echo "$EPOCHREALTIME" > "$D/$N.tmp"; mv "$D/$N.tmp" "$D/$N.end""#;
+
+/// `run --wait 15 --ttl 3 -- bash -c NEXT` on `resource`, as the command `name` running for
+/// `seconds`.
+fn spawn_next(db: &Db, resource: &str, name: &str, seconds: &str) -> Proc {
+    let mut cmd = run_in(
+        db,
+        &[
+            "--resource",
+            resource,
+            "--ttl",
+            "3",
+            "--wait",
+            "15",
+            "--",
+            "bash",
+            "-c",
+            NEXT,
+        ],
+    );
+    cmd.env("N", name).env("T", seconds);
+    Proc::spawn(&mut cmd, db.dir.path(), name)
+}
+
+/// How a process stands, for a failed assertion: its state letter, or gone.
+fn standing(pid: i32) -> String {
+    match state_of(pid) {
+        Some(state) => format!("pid {pid} in state {state}"),
+        None => format!("pid {pid} gone"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals
+// ---------------------------------------------------------------------------------------------
+
+/// A signal by number: the standard ones and the real-time ones alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sig(i32);
+
+impl Sig {
+    fn name(self) -> String {
+        match Signal::try_from(self.0) {
+            Ok(signal) => signal.as_str().to_owned(),
+            Err(_) => format!("SIGRTMIN+{}", self.0 - libc::SIGRTMIN()),
+        }
+    }
+
+    /// Sends the signal to `pid` (not to its group). The real-time signals, which nix has no
+    /// name for, go through the shell's `kill -N`.
+    fn send(self, pid: i32) {
+        match Signal::try_from(self.0) {
+            Ok(signal) => kill(Pid::from_raw(pid), signal)
+                .unwrap_or_else(|e| panic!("send {} to {pid}: {e}", self.name())),
+            Err(_) => {
+                let status = Command::new("sh")
+                    .args(["-c", r#"kill -"$0" "$1""#])
+                    .arg(self.0.to_string())
+                    .arg(pid.to_string())
+                    .status()
+                    .expect("run kill");
+                assert!(status.success(), "kill -{} {pid}: {status}", self.0);
+            }
+        }
+    }
+
+    /// Whether the signal's default action ends a process (all here but WINCH and URG).
+    fn ends_by_default(self) -> bool {
+        !matches!(
+            Signal::try_from(self.0),
+            Ok(Signal::SIGWINCH | Signal::SIGURG)
+        )
+    }
+}
+
+/// Every signal a process can catch, paired with whether `run` must forward it — all but
+/// SIGPIPE and SIGXFSZ, which distlock handles itself (a closed pipe, a file-size limit) and
+/// must only survive. Left out: SIGKILL and SIGSTOP (uncatchable), the synchronous faults
+/// (SIGSEGV, SIGBUS, SIGILL, SIGFPE: a program raises them on itself), SIGCHLD, and job
+/// control (SIGTSTP, SIGTTIN, SIGTTOU, SIGCONT: see the job control tests). The real-time
+/// signals are those the C library leaves to programs, SIGRTMIN..=SIGRTMAX.
+fn catchable() -> Vec<(Sig, bool)> {
+    use Signal::*;
+    let mut all: Vec<(Sig, bool)> = [
+        SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGPIPE, SIGWINCH, SIGURG,
+        SIGPROF, SIGVTALRM, SIGXCPU, SIGXFSZ, SIGSTKFLT, SIGPWR, SIGSYS, SIGTRAP, SIGABRT, SIGIO,
+    ]
+    .into_iter()
+    .map(|signal| (Sig(signal as i32), !matches!(signal, SIGPIPE | SIGXFSZ)))
+    .collect();
+    all.extend((libc::SIGRTMIN()..=libc::SIGRTMAX()).map(|n| (Sig(n), true)));
+    all
+}
+
+/// The signal numbers the command of [`every_catchable_signal_reaches_the_command_and_none_ends_the_guard`]
+/// recorded in `path`, one a line.
+fn received(path: &Path) -> Vec<i32> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn every_catchable_signal_reaches_the_command_and_none_ends_the_guard() {
+    each_store(|db| {
+        let signals = catchable();
+        let numbers: Vec<String> = signals.iter().map(|(sig, _)| sig.0.to_string()).collect();
+        // The command traps each signal and records its number.
+        let setup = format!(
+            r#"for n in {}; do trap "echo $n >> \"\$D/got\"" "$n"; done
+            echo "$DISTLOCK_OWNER" > "$D/owner""#,
+            numbers.join(" ")
+        );
+        let script = beating("cmd", &setup);
+        let proc = Proc::spawn(
+            &mut run_in(
+                db,
+                &[
+                    "--resource",
+                    "signals",
+                    "--ttl",
+                    "2",
+                    "--",
+                    "bash",
+                    "-c",
+                    &script,
+                ],
+            ),
+            db.dir.path(),
+            "run",
+        );
+        let guard = proc.pid().as_raw();
+        let command = pid_in(&db.file("cmd.pid"), LONG);
+        let _cleanup = KillOnDrop(vec![command]);
+        let owner = read_trimmed(&db.file("owner"));
+        let got = db.file("got");
+        for &(sig, forwarded) in &signals {
+            sig.send(guard);
+            // SIGPIPE and SIGXFSZ need not arrive; the next signal's round shows whether the
+            // guard survived them.
+            if forwarded {
+                let reached = wait_for(SHORT, || received(&got).contains(&sig.0) || is_gone(guard))
+                    && received(&got).contains(&sig.0);
+                assert!(
+                    !is_gone(guard),
+                    "{} ended the guard; its command is {}",
+                    sig.name(),
+                    standing(command)
+                );
+                assert!(
+                    reached,
+                    "{} never reached the command (it got {:?})",
+                    sig.name(),
+                    received(&got)
+                );
+            }
+            assert!(
+                !is_gone(command),
+                "the command, which catches every signal, ended after {}",
+                sig.name()
+            );
+        }
+        // The guard renewed all along, and the command's exit is still run's to pass on.
+        assert_held_by(db, "signals", &owner);
+        quit(db, "cmd");
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(3), "{}", proc.describe());
+        assert_free(db, "signals");
+    });
+}
+
+#[test]
+fn a_signal_the_command_does_not_catch_ends_it_and_run_exits_128_plus_n() {
+    each_store(|db| {
+        for (sig, forwarded) in catchable() {
+            if !forwarded || !sig.ends_by_default() {
+                continue;
+            }
+            let name = sig.name();
+            let script = format!(
+                r#"ulimit -c 0; echo $$ > "$D/{name}.tmp"; mv "$D/{name}.tmp" "$D/{name}.pid"
+                exec sleep 30"#
+            );
+            let proc = Proc::spawn(
+                &mut run_in(db, &["--resource", "uncaught", "--", "sh", "-c", &script]),
+                db.dir.path(),
+                &name,
+            );
+            let command = pid_in(&db.file(&format!("{name}.pid")), LONG);
+            let _cleanup = KillOnDrop(vec![command]);
+            sig.send(proc.pid().as_raw());
+            let proc = proc.finish(SHORT);
+            assert_eq!(
+                proc.code(),
+                Some(128 + sig.0),
+                "{name}: the command is {}; {}",
+                standing(command),
+                proc.describe()
+            );
+            assert!(
+                is_gone(command),
+                "{name}: the command is {}",
+                standing(command)
+            );
+            assert_free(db, "uncaught");
+        }
+    });
+}
+
+/// SIGUSR1 to the guard of a [`beating`] command under `--ttl 2` that catches it (`caught`)
+/// or not, then a second `run --wait` on the same resource: the two commands never run at
+/// the same time.
+fn sigusr1_then_the_next_holder(db: &Db, case: &str, caught: bool) {
+    let resource = format!("usr1-{case}");
+    let first = format!("{case}-a");
+    let second = format!("{case}-b");
+    let setup = if caught {
+        format!(r#"trap 'echo got > "$D/{first}.usr1"' USR1"#)
+    } else {
+        String::new()
+    };
+    let a = Proc::spawn(
+        &mut run_in(
+            db,
+            &[
+                "--resource",
+                &resource,
+                "--ttl",
+                "2",
+                "--",
+                "bash",
+                "-c",
+                &beating(&first, &setup),
+            ],
+        ),
+        db.dir.path(),
+        &first,
+    );
+    let guard = a.pid().as_raw();
+    let command = pid_in(&db.file(&format!("{first}.pid")), LONG);
+    let _cleanup = KillOnDrop(vec![command]);
+    a.signal(Signal::SIGUSR1);
+    let b = spawn_next(db, &resource, &second, "0.2");
+    let b_start = db.file(&format!("{second}.start"));
+
+    let a = if caught {
+        // The command runs on, and its guard keeps the lease past the TTL: the next holder
+        // waits for it however long it runs.
+        let taken = wait_for(Duration::from_secs(3), || b_start.exists());
+        assert!(
+            !taken,
+            "{case}: the next run got the lock 3 s after SIGUSR1 while the first command \
+             still ran ({}; its guard: {})",
+            standing(command),
+            standing(guard)
+        );
+        assert!(
+            db.file(&format!("{first}.usr1")).exists(),
+            "{case}: SIGUSR1 never reached the command"
+        );
+        quit(db, &first);
+        a.finish(LONG)
+    } else {
+        a.finish(SHORT)
+    };
+    let b = b.finish(LONG);
+    assert_eq!(b.code(), Some(0), "{case}: the next run: {}", b.describe());
+    let (last, started) = (last_beat(db, &first), epoch_in(&b_start));
+    assert!(
+        last < started,
+        "{case}: the first command still ran {:.3} s after the next holder's started (the \
+         first run: {})",
+        last - started,
+        a.describe()
+    );
+    let expected = if caught {
+        3
+    } else {
+        128 + Signal::SIGUSR1 as i32
+    };
+    assert_eq!(a.code(), Some(expected), "{case}: {}", a.describe());
+    assert!(
+        is_gone(command),
+        "{case}: the first command is {}",
+        standing(command)
+    );
+    assert_free(db, &resource);
+}
+
+#[test]
+fn no_command_outlives_its_guards_lease_after_a_sigusr1() {
+    each_store(|db| {
+        sigusr1_then_the_next_holder(db, "caught", true);
+        sigusr1_then_the_next_holder(db, "uncaught", false);
+    });
+}
