@@ -1,5 +1,5 @@
 //! `run`, the exec guard, as issue 21 fixes it (contract, "`run`, the exec guard", items 4, 6
-//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard.
+//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard; job control from `kill`.
 //!
 //! The long-running commands are bash scripts ([`beating`]) that wait in bash's own `read -t`
 //! on a FIFO, so that while they wait they have no child for a forwarded signal to reach as
@@ -11,6 +11,7 @@
 //! [`Proc`]'s drop).
 
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -20,8 +21,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::common::files::read_trimmed;
-use crate::common::pids::{KillOnDrop, is_gone, pid_in, state_of};
-use crate::common::process::{Proc, wait_for};
+use crate::common::pids::{KillOnDrop, all_gone_within, is_gone, pid_in, state_of};
+use crate::common::process::{Proc, wait_for, wait_for_file, wait_until};
 use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd};
 
 /// The bound for what should take well under a second.
@@ -393,5 +394,144 @@ fn no_command_outlives_its_guards_lease_after_a_sigusr1() {
     each_store(|db| {
         sigusr1_then_the_next_holder(db, "caught", true);
         sigusr1_then_the_next_holder(db, "uncaught", false);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Job control, by kill
+// ---------------------------------------------------------------------------------------------
+
+/// A guard of a [`beating`] command called `name`, in a process group of its own (a child of
+/// this test in the test's session, so neither its group nor its command's is orphaned, and
+/// stop signals are not discarded), with its stdout and stderr in `NAME.stdout`/`.stderr`.
+fn spawn_stoppable(db: &Db, resource: &str, ttl: &str, name: &str, setup: &str) -> Proc {
+    let mut cmd = run_in(
+        db,
+        &[
+            "--resource",
+            resource,
+            "--ttl",
+            ttl,
+            "--kill-after",
+            "1",
+            "--",
+            "bash",
+            "-c",
+            &beating(name, setup),
+        ],
+    );
+    cmd.process_group(0);
+    Proc::spawn(&mut cmd, db.dir.path(), name)
+}
+
+/// Whether `pid` is stopped (`T`).
+fn stopped(pid: i32) -> bool {
+    state_of(pid) == Some('T')
+}
+
+/// Whether `pid` exists and is not stopped.
+fn running(pid: i32) -> bool {
+    state_of(pid).is_some_and(|state| !matches!(state, 'T' | 't' | 'Z' | 'X'))
+}
+
+#[test]
+fn a_stop_signal_to_the_guard_stops_its_command_and_then_itself_and_sigcont_resumes_both() {
+    each_store(|db| {
+        for signal in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+            let name = signal.as_str().to_lowercase();
+            let setup = format!(r#"echo "$DISTLOCK_OWNER" > "$D/{name}.owner""#);
+            let proc = spawn_stoppable(db, "stop", "3", &name, &setup);
+            let guard = proc.pid().as_raw();
+            let command = pid_in(&db.file(&format!("{name}.pid")), LONG);
+            let _cleanup = KillOnDrop(vec![command]);
+            let owner = read_trimmed(&db.file(&format!("{name}.owner")));
+
+            proc.signal(signal);
+            let both = wait_for(SHORT, || stopped(command) && stopped(guard));
+            assert!(
+                both,
+                "{signal}: the command and its guard should both stop: the command is {}, \
+                 the guard {}",
+                standing(command),
+                standing(guard)
+            );
+
+            proc.signal(Signal::SIGCONT);
+            let both = wait_for(SHORT, || running(command) && running(guard));
+            assert!(
+                both,
+                "after {signal} and SIGCONT both should run again: the command is {}, the \
+                 guard {}",
+                standing(command),
+                standing(guard)
+            );
+            let so_far = beats(db, &name).len();
+            wait_until(SHORT, "the command beats again after SIGCONT", || {
+                beats(db, &name).len() > so_far + 2
+            });
+            // Stopped for well under the TTL: the lease is still this run's.
+            assert_held_by(db, "stop", &owner);
+            quit(db, &name);
+            let proc = proc.finish(LONG);
+            assert_eq!(proc.code(), Some(3), "{signal}: {}", proc.describe());
+            assert_free(db, "stop");
+        }
+    });
+}
+
+#[test]
+fn a_guard_stopped_past_its_lease_finds_it_lost_and_its_command_never_runs_beside_the_next() {
+    each_store(|db| {
+        // The command beats in its SIGTERM handler too: if it is let run at all once its
+        // lease is gone, a beat says so.
+        let setup = r#"trap 'echo "$EPOCHREALTIME" >> "$D/a.beats"; exit 0' TERM"#;
+        let a = spawn_stoppable(db, "stale", "2", "a", setup);
+        let guard = a.pid().as_raw();
+        let command = pid_in(&db.file("a.pid"), LONG);
+        let _cleanup = KillOnDrop(vec![command]);
+
+        a.signal(Signal::SIGTSTP);
+        wait_until(SHORT, "the guard stops on SIGTSTP", || stopped(guard));
+        // A stopped guard does not renew: its 2 s lease runs out and the next holder gets it.
+        let b = spawn_next(db, "stale", "b", "1.5");
+        let b_start = db.file("b.start");
+        wait_for_file(&b_start, LONG);
+        let when_taken = standing(command);
+        assert!(
+            stopped(guard),
+            "the next holder got the lock, but the first guard is {}",
+            standing(guard)
+        );
+        assert!(
+            !db.file("b.end").exists(),
+            "the next holder's command ended too soon"
+        );
+
+        // Continued while the next holder's command runs.
+        a.signal(Signal::SIGCONT);
+        let a = a.finish(SHORT);
+        assert!(
+            all_gone_within(&[command], SHORT),
+            "the first command is {} after its guard exited",
+            standing(command)
+        );
+        // The guard's clean-up left the next holder's tenure alone.
+        let b_owner = read_trimmed(&db.file("b.owner"));
+        if !db.file("b.end").exists() {
+            assert_held_by(db, "stale", &b_owner);
+        }
+        let b = b.finish(LONG);
+        assert_eq!(b.code(), Some(0), "the next run: {}", b.describe());
+
+        let (last, started) = (last_beat(db, "a"), epoch_in(&b_start));
+        assert!(
+            last < started,
+            "the first command ran {:.3} s after the next holder's command started (it was \
+             {when_taken} then; the first run: {})",
+            last - started,
+            a.describe()
+        );
+        assert_eq!(a.code(), Some(124), "{}", a.describe());
+        assert_free(db, "stale");
     });
 }
