@@ -1,5 +1,5 @@
 //! `run`, the exec guard, as issue 21 fixes it (contract, "`run`, the exec guard", items 4, 6
-//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard; job control from `kill`.
+//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard; job control from `kill`; job control from ^Z typed at an interactive shell.
 //!
 //! The long-running commands are bash scripts ([`beating`]) that wait in bash's own `read -t`
 //! on a FIFO, so that while they wait they have no child for a forwarded signal to reach as
@@ -11,18 +11,21 @@
 //! [`Proc`]'s drop).
 
 use std::fs;
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use nix::libc;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::common::files::read_trimmed;
-use crate::common::pids::{KillOnDrop, all_gone_within, is_gone, pid_in, state_of};
-use crate::common::process::{Proc, wait_for, wait_for_file, wait_until};
+use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in, state_of};
+use crate::common::process::{BIN, Proc, spawn_lock, wait_for, wait_for_file, wait_until};
 use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd};
 
 /// The bound for what should take well under a second.
@@ -533,5 +536,202 @@ fn a_guard_stopped_past_its_lease_finds_it_lost_and_its_command_never_runs_besid
         );
         assert_eq!(a.code(), Some(124), "{}", a.describe());
         assert_free(db, "stale");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Job control, typed at an interactive shell in a pseudo-terminal
+// ---------------------------------------------------------------------------------------------
+
+/// What the shell's prompt shows: `PS1` is typed as `[dl-$((6*7))]$ `, so the typed text
+/// never matches it, only the prompt does.
+const PROMPT: &str = "[dl-42]$ ";
+
+/// An interactive bash in a pseudo-terminal made by `script(1)`, typed into through a pipe,
+/// with an expect-style reader of what the terminal shows. Independent of the test's own
+/// terminal (in CI there is none). Killed if dropped while it runs.
+struct Shell {
+    child: Child,
+    keys: ChildStdin,
+    shown: Arc<Mutex<Vec<u8>>>,
+    /// How much of `shown` the expectations so far have consumed.
+    consumed: usize,
+}
+
+impl Shell {
+    /// Starts the shell in `db`'s scratch folder with `$D`, `$DL` (the binary) and `$DB` (the
+    /// store), and waits for its first prompt.
+    fn start(db: &Db) -> Shell {
+        let mut cmd = Command::new("script");
+        cmd.args(["-qfec", "bash --norc --noprofile -i", "/dev/null"])
+            .current_dir(db.dir.path())
+            .env("D", db.dir.path())
+            .env("DL", BIN)
+            .env("DB", &db.url)
+            .env("TERM", "dumb")
+            .env("HISTFILE", "/dev/null")
+            .env("LC_ALL", "C")
+            .env_remove("DISTLOCK_DB")
+            .env_remove("DISTLOCK_OWNER")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = {
+            let _guard = spawn_lock();
+            cmd.spawn()
+                .expect("spawn script(1) (util-linux) for a pseudo-terminal")
+        };
+        let keys = child.stdin.take().expect("stdin");
+        let mut screen = child.stdout.take().expect("stdout");
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&shown);
+        // Not joined: it ends when script(1) does and its stdout closes.
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match screen.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sink.lock().expect("lock").extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+        let mut shell = Shell {
+            child,
+            keys,
+            shown,
+            consumed: 0,
+        };
+        shell.type_keys("PS1='[dl-$((6*7))]$ '\r");
+        shell.expect(PROMPT, LONG, "the shell's first prompt");
+        shell
+    }
+
+    /// Types `keys` (`\r` is Enter, `\x1a` ^Z, `\x03` ^C).
+    fn type_keys(&mut self, keys: &str) {
+        self.keys
+            .write_all(keys.as_bytes())
+            .and_then(|()| self.keys.flush())
+            .expect("type into the terminal");
+    }
+
+    fn shown(&self) -> String {
+        String::from_utf8_lossy(&self.shown.lock().expect("lock")).into_owned()
+    }
+
+    /// Waits until the terminal shows `needle` after what earlier expectations consumed, at
+    /// most `limit`; consumes up to its end and returns what came before it. Fails the test,
+    /// saying `what` was expected, if it does not come.
+    fn expect(&mut self, needle: &str, limit: Duration, what: &str) -> String {
+        self.expect_or(needle, limit, || what.to_owned())
+    }
+
+    /// [`Shell::expect`], with the failure's message made when it fails (so that it can say
+    /// how things stand then).
+    fn expect_or(&mut self, needle: &str, limit: Duration, what: impl Fn() -> String) -> String {
+        let from = self.consumed;
+        let mut found = None;
+        wait_for(limit, || {
+            let shown = self.shown();
+            found = shown
+                .get(from..)
+                .and_then(|rest| rest.find(needle))
+                .map(|at| (shown[from..from + at].to_owned(), from + at + needle.len()));
+            found.is_some()
+        });
+        let Some((before, end)) = found else {
+            panic!(
+                "{}: the terminal did not show {needle:?} within {limit:?}; since the last \
+                 expectation it showed {:?}",
+                what(),
+                self.shown().get(from..).unwrap_or_default()
+            )
+        };
+        self.consumed = end;
+        before
+    }
+
+    /// Exits the shell, at most `limit`.
+    fn exit(mut self, limit: Duration) {
+        self.type_keys("exit\r");
+        let start = Instant::now();
+        while self.child.try_wait().expect("try_wait").is_none() {
+            assert!(
+                start.elapsed() < limit,
+                "the shell did not exit; the terminal showed {:?}",
+                self.shown()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn ctrl_z_at_an_interactive_shell_stops_the_job_fg_resumes_it_and_ctrl_c_ends_it_with_130() {
+    each_store(|db| {
+        let mut shell = Shell::start(db);
+        shell.type_keys(
+            r#""$DL" --db "$DB" run --resource tty -- sh -c 'echo $$ > "$D/cmd.tmp"; mv "$D/cmd.tmp" "$D/cmd.pid"; exec sleep 20'"#,
+        );
+        shell.type_keys("\r");
+        let command = pid_in(&db.file("cmd.pid"), LONG);
+        let guard = ids_of(command).expect("the command runs").ppid;
+        let _cleanup = KillOnDrop(vec![command, guard]);
+        assert!(running(guard), "the guard is {}", standing(guard));
+
+        // ^Z: the shell gets its terminal back, and the job is stopped, command and guard.
+        shell.type_keys("\x1a");
+        shell.expect_or(PROMPT, SHORT, || {
+            format!(
+                "after ^Z the shell should prompt again (the command is {}, the guard {})",
+                standing(command),
+                standing(guard)
+            )
+        });
+        assert!(
+            stopped(command) && stopped(guard),
+            "after ^Z the command is {}, the guard {}",
+            standing(command),
+            standing(guard)
+        );
+        shell.type_keys("jobs\r");
+        let jobs = shell.expect(PROMPT, SHORT, "jobs lists the job");
+        assert!(jobs.contains("Stopped"), "jobs showed {jobs:?}");
+        // The lease is still this run's (stopped for well under the default TTL).
+        let (held, status) = db.status("tty");
+        assert_eq!(held, 0, "the stopped job's lock: {status}");
+
+        // fg: the job runs again, both of it.
+        shell.type_keys("fg\r");
+        let both = wait_for(SHORT, || running(command) && running(guard));
+        assert!(
+            both,
+            "after fg the command is {}, the guard {}",
+            standing(command),
+            standing(guard)
+        );
+
+        // ^C: the command dies of SIGINT, run exits 130 and releases the lock.
+        shell.type_keys("\x03");
+        shell.expect(PROMPT, SHORT, "after ^C the shell should prompt again");
+        shell.type_keys("echo \"rc=$?\"\r");
+        let answer = shell.expect(PROMPT, SHORT, "echo $?");
+        assert!(answer.contains("rc=130"), "echo $? showed {answer:?}");
+        assert!(
+            all_gone_within(&[command, guard], SHORT),
+            "after ^C the command is {}, the guard {}",
+            standing(command),
+            standing(guard)
+        );
+        assert_free(db, "tty");
+        shell.exit(SHORT);
     });
 }
