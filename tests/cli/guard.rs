@@ -1,5 +1,5 @@
 //! `run`, the exec guard, as issue 21 fixes it (contract, "`run`, the exec guard", items 4, 6
-//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard; job control from `kill`; job control from ^Z typed at an interactive shell.
+//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard; job control from `kill`; job control from ^Z typed at an interactive shell; a SIGKILLed guard's command dies with it; orphans are reaped as they come.
 //!
 //! The long-running commands are bash scripts ([`beating`]) that wait in bash's own `read -t`
 //! on a FIFO, so that while they wait they have no child for a forwarded signal to reach as
@@ -24,7 +24,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::common::files::read_trimmed;
-use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in, state_of};
+use crate::common::pids::{
+    KillOnDrop, all_gone_within, children_of, ids_of, is_gone, pid_in, state_of,
+};
 use crate::common::process::{BIN, Proc, spawn_lock, wait_for, wait_for_file, wait_until};
 use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd};
 
@@ -733,5 +735,122 @@ fn ctrl_z_at_an_interactive_shell_stops_the_job_fg_resumes_it_and_ctrl_c_ends_it
         );
         assert_free(db, "tty");
         shell.exit(SHORT);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A SIGKILLed guard
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_sigkilled_guards_command_dies_with_it_and_the_lock_waits_for_its_ttl() {
+    each_store(|db| {
+        // The shell (the direct child) waits for a background sleep (its child, run's
+        // grandchild).
+        let script = r#"sleep 30 & echo $! > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc.pid"
+            echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
+            wait"#;
+        let proc = Proc::spawn(
+            &mut run_in(
+                db,
+                &[
+                    "--resource",
+                    "killed",
+                    "--ttl",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ],
+            ),
+            db.dir.path(),
+            "run",
+        );
+        let command = pid_in(&db.file("sh.pid"), LONG);
+        let grandchild = pid_in(&db.file("gc.pid"), LONG);
+        let _cleanup = KillOnDrop(vec![command, grandchild]);
+        proc.signal(Signal::SIGKILL);
+        let killed_at = Instant::now();
+        let killed = proc.finish(SHORT);
+        assert!(!killed.timed_out, "SIGKILL did not end the guard");
+
+        // By design the lock stays until its TTL runs out.
+        let (code, seen) = db.status("killed");
+        assert_eq!(code, 0, "the lock vanished with the guard: {seen}");
+
+        assert!(
+            all_gone_within(&[command], Duration::from_secs(2)),
+            "the command is {} 2 s after its guard was SIGKILLed",
+            standing(command)
+        );
+        let gone_after = killed_at.elapsed();
+        // The grandchild's fate is the README's to state: observed, not asserted.
+        let fate = if all_gone_within(&[grandchild], Duration::from_millis(500)) {
+            "died too".to_owned()
+        } else {
+            let parent = ids_of(grandchild).map_or(0, |ids| ids.ppid);
+            format!("runs on, its parent now pid {parent}")
+        };
+        eprintln!(
+            "note: {:?}: the command was gone {gone_after:?} after the guard's SIGKILL; its \
+             own child (the background sleep) {fate}",
+            db.kind
+        );
+
+        wait_until(LONG, "the lock expires by its TTL", || {
+            db.status("killed").0 == 1
+        });
+        assert_free(db, "killed");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Orphans
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn orphans_are_reaped_while_the_command_runs_and_its_own_status_passes_through() {
+    each_store(|db| {
+        // Twenty orphans, reparented to run (their subreaper), each dead after 0.1 s.
+        let script = r#"for i in $(seq 20); do ( sleep 0.1 & echo $! >> "$D/orphans" ); done
+            echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
+            for i in $(seq 200); do [ -e "$D/quit" ] && exit 7; sleep 0.05; done
+            exit 8"#;
+        let proc = Proc::spawn(
+            &mut run_in(db, &["--resource", "orphans", "--", "sh", "-c", script]),
+            db.dir.path(),
+            "run",
+        );
+        let guard = proc.pid();
+        let command = pid_in(&db.file("sh.pid"), LONG);
+        let orphans: Vec<i32> = read_trimmed(&db.file("orphans"))
+            .lines()
+            .map(|line| line.parse().expect("a pid"))
+            .collect();
+        assert_eq!(orphans.len(), 20, "{orphans:?}");
+        let _cleanup = KillOnDrop(orphans.clone());
+        assert!(
+            all_gone_within(&orphans, SHORT),
+            "the orphans should have ended after 0.1 s"
+        );
+        let zombies = || -> Vec<i32> {
+            children_of(guard)
+                .into_iter()
+                .filter(|&pid| state_of(pid) == Some('Z'))
+                .collect()
+        };
+        let reaped = wait_for(Duration::from_secs(1), || zombies().is_empty());
+        assert!(
+            reaped,
+            "zombies pile up under the guard while the command runs: {:?} (the command is {})",
+            zombies(),
+            standing(command)
+        );
+        assert!(running(command), "the command is {}", standing(command));
+        fs::write(db.file("quit"), "").expect("write the quit file");
+        let proc = proc.finish(LONG);
+        assert_eq!(proc.code(), Some(7), "{}", proc.describe());
+        assert_free(db, "orphans");
     });
 }
