@@ -1,5 +1,8 @@
 //! `run`, the exec guard, as issue 21 fixes it (contract, "`run`, the exec guard", items 4, 6
-//! and 7): every catchable signal sent to the guard reaches its command and none ends the guard; job control from `kill`; job control from ^Z typed at an interactive shell; a SIGKILLed guard's command dies with it; orphans are reaped as they come.
+//! and 7): every catchable signal sent to the guard reaches its command and none ends the
+//! guard; job control, from `kill` and from ^Z typed at an interactive shell; a SIGKILLed
+//! guard's command dies with it; orphans are reaped as they come; the command starts as
+//! `execvp` would start it, with `DISTLOCK_DB` absolute.
 //!
 //! The long-running commands are bash scripts ([`beating`]) that wait in bash's own `read -t`
 //! on a FIFO, so that while they wait they have no child for a forwarded signal to reach as
@@ -27,7 +30,9 @@ use crate::common::files::read_trimmed;
 use crate::common::pids::{
     KillOnDrop, all_gone_within, children_of, ids_of, is_gone, pid_in, state_of,
 };
-use crate::common::process::{BIN, Proc, spawn_lock, wait_for, wait_for_file, wait_until};
+use crate::common::process::{
+    BIN, Proc, describe, spawn_lock, wait_for, wait_for_file, wait_until,
+};
 use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd};
 
 /// The bound for what should take well under a second.
@@ -853,4 +858,107 @@ fn orphans_are_reaped_while_the_command_runs_and_its_own_status_passes_through()
         assert_eq!(proc.code(), Some(7), "{}", proc.describe());
         assert_free(db, "orphans");
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Starting the command as execvp would
+// ---------------------------------------------------------------------------------------------
+
+/// Writes an executable file `name` with `text` in the scratch folder (under the spawn lock:
+/// see [`spawn_lock`]).
+fn executable(db: &Db, name: &str, text: &str) -> String {
+    let path = db.file(name);
+    let _guard = spawn_lock();
+    fs::write(&path, text).expect("write the script");
+    let mut perms = fs::metadata(&path).expect("metadata").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    fs::set_permissions(&path, perms).expect("chmod 755");
+    path.to_str().expect("utf-8 path").to_owned()
+}
+
+#[test]
+fn a_script_without_a_shebang_runs_under_bin_sh() {
+    each_store(|db| {
+        let script = executable(db, "no-shebang", "echo \"$1\" > \"$D/$1\"\n");
+        // By path, and by name on PATH.
+        let path = format!(
+            "{}:{}",
+            db.dir.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        for (command, marker) in [(script.as_str(), "by-path"), ("no-shebang", "by-name")] {
+            let mut cmd = run_in(db, &["--resource", "exec", "--", command, marker]);
+            cmd.env("PATH", &path);
+            let out = cmd.output().expect("run distlock");
+            assert_eq!(out.status.code(), Some(0), "{command}: {}", describe(&out));
+            assert_eq!(read_trimmed(&db.file(marker)), marker, "{command}");
+            assert_free(db, "exec");
+        }
+    });
+}
+
+#[test]
+fn a_missing_interpreter_is_127_and_named_as_such() {
+    each_store(|db| {
+        let script = executable(
+            db,
+            "bad-interpreter",
+            "#!/nonexistent/interp\necho ran > \"$D/ran\"\n",
+        );
+        let out = run_in(db, &["--resource", "exec", "--", &script])
+            .output()
+            .expect("run distlock");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+        assert!(
+            stderr.contains("/nonexistent/interp"),
+            "the message should name the missing interpreter: {stderr:?}"
+        );
+        assert!(!db.file("ran").exists(), "the script ran");
+        assert_free(db, "exec");
+    });
+}
+
+#[test]
+fn distlock_db_is_exported_as_an_absolute_path() {
+    // A SQLite path only: a PostgreSQL URL is exported as it is.
+    let db = Db::sqlite();
+    // The command looks at its lock from another folder.
+    let script = r#"printf '%s\n' "$DISTLOCK_DB" > "$D/exported"
+        cd / && "$DL" status "$DISTLOCK_RESOURCE" > "$D/status"
+        exit 0"#;
+    for (how, flag) in [("--db locks.db", true), ("DISTLOCK_DB=./locks.db", false)] {
+        let mut cmd = db.std_cmd();
+        cmd.current_dir(db.dir.path())
+            .env("D", db.dir.path())
+            .env("DL", BIN)
+            .stdin(Stdio::null());
+        if flag {
+            cmd.env_remove("DISTLOCK_DB").args(["--db", "locks.db"]);
+        } else {
+            cmd.env("DISTLOCK_DB", "./locks.db");
+        }
+        let out = cmd
+            .args(["run", "--resource", "abs", "--", "sh", "-c", script])
+            .output()
+            .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0), "{how}: {}", describe(&out));
+        let exported = read_trimmed(&db.file("exported"));
+        assert!(
+            Path::new(&exported).is_absolute(),
+            "{how}: DISTLOCK_DB={exported:?}"
+        );
+        assert_eq!(
+            fs::canonicalize(&exported).ok(),
+            fs::canonicalize(db.path()).ok(),
+            "{how}: DISTLOCK_DB={exported:?}"
+        );
+        let status = read_trimmed(&db.file("status"));
+        assert!(
+            status.contains(r#""held":true"#),
+            "{how}: the command's status of its own lock from / said {status:?}"
+        );
+        assert_free(&db, "abs");
+    }
 }
