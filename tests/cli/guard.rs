@@ -693,6 +693,11 @@ fn ctrl_z_at_an_interactive_shell_stops_the_job_fg_resumes_it_and_ctrl_c_ends_it
         let guard = ids_of(command).expect("the command runs").ppid;
         let _cleanup = KillOnDrop(vec![command, guard]);
         assert!(running(guard), "the guard is {}", standing(guard));
+        // As a user would, type ^Z once the command has the terminal (the guard hands it over
+        // after starting it).
+        wait_until(SHORT, "the guard hands the terminal to its command", || {
+            ids_of(command).is_some_and(|ids| ids.tpgid == ids.pgrp)
+        });
 
         // ^Z: the shell gets its terminal back, and the job is stopped, command and guard.
         shell.type_keys("\x1a");
