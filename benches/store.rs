@@ -73,6 +73,7 @@ fn request(owner: &str, mode: Mode) -> Request {
         mode,
         note: None,
         waits: false,
+        guarded: false,
     }
 }
 

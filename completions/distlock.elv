@@ -18,7 +18,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
     }
     var completions = [
         &'distlock'= {
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -41,21 +41,21 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --wait 'Keep trying for this long while another owner holds the lock [default: 0, try once]'
             cand --limit 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)'
             cand --note 'Why or for whom the lock is held (shown by status, list and log)'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand --shared 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;status'= {
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;release'= {
             cand --owner 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -63,7 +63,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;renew'= {
             cand --owner 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$'
             cand --ttl 'New lease length from now: whole seconds, e.g. 30, 90s, 5m'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -78,8 +78,8 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --conflict-exit-code 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly'
             cand --hold-at-least 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m'
             cand --max-runtime 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h'
-            cand --kill-after 'After the lease is lost, wait this long between SIGTERM and SIGKILL'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --kill-after 'When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost lease no longer than the lease could last, after --max-runtime the whole of it while renewals succeed'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand --shared 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
             cand -h 'Print help (see more with ''--help'')'
@@ -87,7 +87,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
         }
         &'distlock;list'= {
             cand --prefix 'Only locks whose resource starts with this'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -95,14 +95,14 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;log'= {
             cand --since 'Only events from this long ago until now, e.g. 1h or 7d'
             cand --limit 'At most this many events (the newest), still printed oldest first'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;gc'= {
             cand --keep-history 'Keep history events younger than this'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -111,7 +111,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --reason 'Why (recorded in the history, and told to the evicted run)'
             cand --owner 'Only this owner''s tenure (never read from DISTLOCK_OWNER) [default: every tenure]'
             cand --by 'Who breaks it [default: <user>@<hostname>]'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'

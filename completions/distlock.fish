@@ -24,7 +24,7 @@ function __fish_distlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c distlock -n "__fish_distlock_needs_command" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_needs_command" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_needs_command" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -44,23 +44,23 @@ complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l ttl -d 'Le
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l wait -d 'Keep trying for this long while another owner holds the lock [default: 0, try once]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l limit -d 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l note -d 'Why or for whom the lock is held (shown by status, list and log)' -r
-complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l shared -d 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand status" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand status" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand status" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand release" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
-complete -c distlock -n "__fish_distlock_using_subcommand release" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand release" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand release" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -l ttl -d 'New lease length from now: whole seconds, e.g. 30, 90s, 5m' -r
-complete -c distlock -n "__fish_distlock_using_subcommand renew" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand renew" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -73,32 +73,32 @@ complete -c distlock -n "__fish_distlock_using_subcommand run" -l note -d 'Why o
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l conflict-exit-code -d 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l hold-at-least -d 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l max-runtime -d 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h' -r
-complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'After the lease is lost, wait this long between SIGTERM and SIGKILL' -r
-complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost lease no longer than the lease could last, after --max-runtime the whole of it while renewals succeed' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l shared -d 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
 complete -c distlock -n "__fish_distlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand list" -l prefix -d 'Only locks whose resource starts with this' -r
-complete -c distlock -n "__fish_distlock_using_subcommand list" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand list" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand list" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand log" -l since -d 'Only events from this long ago until now, e.g. 1h or 7d' -r
 complete -c distlock -n "__fish_distlock_using_subcommand log" -l limit -d 'At most this many events (the newest), still printed oldest first' -r
-complete -c distlock -n "__fish_distlock_using_subcommand log" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand log" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand log" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand log" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -l keep-history -d 'Keep history events younger than this' -r
-complete -c distlock -n "__fish_distlock_using_subcommand gc" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand gc" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l reason -d 'Why (recorded in the history, and told to the evicted run)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l owner -d 'Only this owner\'s tenure (never read from DISTLOCK_OWNER) [default: every tenure]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l by -d 'Who breaks it [default: <user>@<hostname>]' -r
-complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -14,25 +14,44 @@ Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbi
 78 mode mismatch; run also: the command's status, 124 lease lost, 126 cannot execute,
 127 not found.";
 
+// The crontab line is short enough to stay one line at 80 columns, so it survives a paste.
 const RUN_AFTER_HELP: &str = "\
 Examples:
-  # cron: back up every 5 minutes, skip quietly while the previous run still holds the lock
-  */5 * * * * distlock run --resource backup --ttl 2m --conflict-exit-code 0 -- /usr/local/bin/backup.sh
+# cron: back up every 5 minutes, skip quietly while the last run holds the lock
+*/5 * * * * distlock run --resource backup --conflict-exit-code 0 -- backup.sh
 
-  # wait up to 10 minutes for the deploy lock, then deploy
-  distlock run --resource deploy --wait 10m -- ./deploy.sh production
+# wait up to 10 minutes for the deploy lock, then deploy
+distlock run --resource deploy --wait 10m -- ./deploy.sh production
 
 Exit codes: the command's own status (128+N if it died of signal N); 75 busy (or
---conflict-exit-code); 78 mode mismatch; 124 lease lost, the command was stopped;
-126 cannot execute; 127 command not found; 64 usage; 74 store error.";
+--conflict-exit-code); 78 mode mismatch; 124 distlock stopped the command (lease
+lost, or --max-runtime); 126 cannot execute; 127 command (or its interpreter) not
+found; 64 usage; 74 store error.";
+
+const RUN_LONG_ABOUT: &str = "\
+Run a command while holding a lock, renewing it until the command exits.
+
+run acquires the lock (waiting in line up to --wait), starts the command directly (no shell), \
+with DISTLOCK_RESOURCE, DISTLOCK_OWNER, DISTLOCK_FENCE and DISTLOCK_DB in its environment, and \
+renews the lease every ttl/3. If the lease is lost (the lock expired and was taken, was \
+broken, or renewals failed so long that it could expire), or the command runs past \
+--max-runtime, run stops the command and everything it started (SIGTERM, SIGKILL after \
+--kill-after) and exits 124; with failing renewals the command is gone before the lease can \
+end.
+
+Every signal run can catch is forwarded to the command; ^Z stops both, and fg continues \
+both. When the command exits, run releases the lock (or keeps it until --hold-at-least) and \
+exits with the command's status.";
 
 /// Leased, named locks for scripts, cron jobs and CI steps.
 #[derive(Debug, Parser)]
 #[command(name = "distlock", version, about, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Lock store: a SQLite file path, or a postgres:// URL
+    /// Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB]
     /// [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]
-    #[arg(long, global = true, env = "DISTLOCK_DB", value_name = "PATH|URL")]
+    // Read by hand, not through clap's `env`: an empty DISTLOCK_DB counts as unset, and the
+    // variable may hold a password, which help and usage lines must never show.
+    #[arg(long, global = true, value_name = "PATH|URL")]
     pub db: Option<String>,
 
     /// Output format of lock commands
@@ -72,7 +91,7 @@ pub enum Command {
     /// Extend your lock's lease; exit 1 if not held, 77 if another owner holds it
     Renew(RenewArgs),
     /// Run a command while holding a lock, renewing it until the command exits
-    #[command(after_help = RUN_AFTER_HELP)]
+    #[command(after_help = RUN_AFTER_HELP, long_about = RUN_LONG_ABOUT)]
     Run(RunArgs),
     /// List the live locks, sorted by resource
     List(ListArgs),
@@ -87,7 +106,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct OwnerArg {
     /// Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$
-    #[arg(long, env = "DISTLOCK_OWNER", value_parser = Owner::parse)]
+    #[arg(long, env = "DISTLOCK_OWNER", hide_env_values = true, value_parser = Owner::parse)]
     pub owner: Owner,
 }
 
@@ -100,7 +119,7 @@ pub struct ModeArgs {
     pub shared: bool,
     /// Hold one of N slots: at most N holders at once, each asking with the same N (2-10000;
     /// 1 is the plain exclusive lock)
-    #[arg(long, value_name = "N", value_parser = Mode::parse_limit)]
+    #[arg(long, value_name = "N", value_parser = Mode::parse_limit, allow_hyphen_values = true)]
     pub limit: Option<Mode>,
     /// Why or for whom the lock is held (shown by status, list and log)
     #[arg(long, value_name = "TEXT", value_parser = Note::parse)]
@@ -125,10 +144,10 @@ pub struct AcquireArgs {
     #[command(flatten)]
     pub owner: OwnerArg,
     /// Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)
-    #[arg(long, value_parser = Ttl::parse)]
+    #[arg(long, value_parser = Ttl::parse, allow_hyphen_values = true)]
     pub ttl: Ttl,
     /// Keep trying for this long while another owner holds the lock [default: 0, try once]
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub wait: Option<Duration>,
     #[command(flatten)]
     pub mode: ModeArgs,
@@ -158,7 +177,7 @@ pub struct RenewArgs {
     #[command(flatten)]
     pub owner: OwnerArg,
     /// New lease length from now: whole seconds, e.g. 30, 90s, 5m
-    #[arg(long, value_parser = Ttl::parse)]
+    #[arg(long, value_parser = Ttl::parse, allow_hyphen_values = true)]
     pub ttl: Ttl,
 }
 
@@ -171,25 +190,33 @@ pub struct RunArgs {
     #[arg(long, value_parser = Owner::parse)]
     pub owner: Option<Owner>,
     /// Lease length, renewed every ttl/3 while the command runs
-    #[arg(long, value_parser = Ttl::parse, default_value = "30s")]
+    #[arg(long, value_parser = Ttl::parse, default_value = "30s", allow_hyphen_values = true)]
     pub ttl: Ttl,
     /// Keep trying for this long while another owner holds the lock [default: 0, try once]
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub wait: Option<Duration>,
     #[command(flatten)]
     pub mode: ModeArgs,
     /// Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub conflict_exit_code: Option<u8>,
     /// Keep the lock until this long after the tenure started, however soon the command ends
     /// (once per period across hosts); e.g. 50m
-    #[arg(long, value_parser = parse_span, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_span, value_name = "DURATION", allow_hyphen_values = true)]
     pub hold_at_least: Option<Duration>,
     /// Stop the command (exit 124) if it still runs this long after it started; e.g. 2h
-    #[arg(long, value_parser = parse_span, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_span, value_name = "DURATION", allow_hyphen_values = true)]
     pub max_runtime: Option<Duration>,
-    /// After the lease is lost, wait this long between SIGTERM and SIGKILL
-    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DURATION")]
+    /// When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost
+    /// lease no longer than the lease could last, after --max-runtime the whole of it while
+    /// renewals succeed
+    #[arg(
+        long,
+        value_parser = parse_duration,
+        default_value = "5s",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub kill_after: Duration,
     /// The command and its arguments, run directly (no shell)
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -209,7 +236,7 @@ pub struct LogArgs {
     #[arg(value_parser = Resource::parse)]
     pub resource: Option<Resource>,
     /// Only events from this long ago until now, e.g. 1h or 7d
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub since: Option<Duration>,
     /// At most this many events (the newest), still printed oldest first
     #[arg(long, value_name = "N")]
@@ -235,8 +262,59 @@ pub struct BreakArgs {
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Keep history events younger than this
-    #[arg(long, value_parser = parse_duration, default_value = "30d", value_name = "DURATION")]
+    #[arg(
+        long,
+        value_parser = parse_duration,
+        default_value = "30d",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     pub keep_history: Duration,
+}
+
+/// Clap's message for a command line it refused, made safe to print: every value it echoes
+/// (the bad value, the unknown argument) is shortened and has its control characters escaped
+/// ([`crate::output::shown`]). `None` when nothing needs it, so clap prints its own, in colour
+/// where the terminal has it.
+pub fn refusal(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let echoed: Vec<&str> = err
+        .context()
+        .flat_map(|(_, value)| match value {
+            ContextValue::String(value) => vec![value.as_str()],
+            ContextValue::Strings(values) => values.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        })
+        .filter(|value| crate::output::shown(value) != *value)
+        .collect();
+    if echoed.is_empty() {
+        return None;
+    }
+    let arg = err.get(ContextKind::InvalidArg);
+    let value = err.get(ContextKind::InvalidValue);
+    if let (ErrorKind::ValueValidation, Some(arg), Some(ContextValue::String(value))) =
+        (err.kind(), arg, value)
+    {
+        // Clap's own rendering drops what looks like a terminal escape from the value, so the
+        // line is written here, whole.
+        let why = std::error::Error::source(err).map_or(String::new(), |why| format!(": {why}"));
+        return Some(format!(
+            "error: invalid value '{}' for '{arg}'{why}\n\nFor more information, try '--help'.\n",
+            crate::output::shown(value)
+        ));
+    }
+    let mut text = err.render().to_string();
+    for value in echoed {
+        text = text.replace(value, &crate::output::shown(value));
+    }
+    // What could not be found to be replaced is cut short all the same.
+    let lines: Vec<String> = text.lines().map(crate::output::shown_line).collect();
+    Some(lines.join("\n") + "\n")
+}
+
+/// `--version` (or `-V`) was given with other arguments, which it would ignore.
+pub fn version_with_extra_arguments() -> bool {
+    std::env::args_os().len() > 2
 }
 
 #[cfg(test)]

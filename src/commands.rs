@@ -25,7 +25,11 @@ use crate::wait;
 /// every expected "no" is an [`Exit`] value.
 pub fn dispatch(cli: Cli) -> Result<Exit> {
     let printer = Printer::new(cli.format.into());
-    let location = Location::resolve(cli.db.as_deref()).map_err(Error::Usage)?;
+    let db = match cli.db {
+        Some(db) => Some(db),
+        None => db_from_env()?,
+    };
+    let location = Location::resolve(db.as_deref()).map_err(Error::Usage)?;
     let open = || store::open(&location).map_err(Error::Store);
     // The read-only commands answer a SQLite store that does not exist as an empty one.
     let existing = || store::open_existing(&location).map_err(Error::Store);
@@ -39,6 +43,22 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Command::Log(args) => log(existing()?, printer, args),
         Command::Gc(args) => gc(open()?.as_mut(), printer, args),
         Command::Break(args) => breach(open()?.as_mut(), printer, args),
+    }
+}
+
+/// `DISTLOCK_DB`, when `--db` is not given; empty counts as unset.
+///
+/// # Errors
+///
+/// A usage error for a value that is not UTF-8.
+fn db_from_env() -> Result<Option<String>> {
+    match std::env::var_os("DISTLOCK_DB") {
+        None => Ok(None),
+        Some(value) if value.is_empty() => Ok(None),
+        Some(value) => value
+            .into_string()
+            .map(Some)
+            .map_err(|_| Error::Usage("DISTLOCK_DB must be valid UTF-8".to_owned())),
     }
 }
 
@@ -65,6 +85,7 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
         mode: args.mode.mode(),
         note: args.mode.note,
         waits: false,
+        guarded: false,
     };
     let resource = &args.resource;
     let mut on_busy = StatusLine::reporter(args.wait, resource);
@@ -78,7 +99,7 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
         Acquire::Acquired { lock, .. } => {
             printer.emit(&output::acquired(&lock), || {
                 output::lock_text("acquired", &lock)
-            });
+            })?;
             Exit::Done
         }
         Acquire::Busy {
@@ -90,13 +111,13 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
             printer.emit(
                 &output::busy(resource, holder.as_ref(), &holders, waiting),
                 || output::busy_text(resource, holder.as_ref(), &holders, waiting),
-            );
+            )?;
             Exit::Busy
         }
         Acquire::Mismatch { holders } => {
             printer.emit(&output::mismatch(resource, &holders), || {
                 output::mismatch_text(resource, request.mode, &holders)
-            });
+            })?;
             Exit::Mismatch
         }
     })
@@ -113,7 +134,7 @@ fn status(
     };
     printer.emit(&output::status(resource, &status), || {
         output::status_text(resource, &status)
-    });
+    })?;
     Ok(if status.locks.is_empty() {
         Exit::NotHeld
     } else {
@@ -127,7 +148,7 @@ fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Re
         Release::Released => {
             printer.emit(&json!({ "released": true, "resource": resource }), || {
                 format!("released {resource}")
-            });
+            })?;
             return Ok(Exit::Done);
         }
         Release::NotFound => (Exit::NotHeld, "not_found"),
@@ -136,7 +157,7 @@ fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Re
     printer.emit(
         &json!({ "released": false, "resource": resource, "reason": reason }),
         || refusal_text("release", resource, exit),
-    );
+    )?;
     Ok(exit)
 }
 
@@ -146,7 +167,7 @@ fn renew(store: &mut dyn LockStore, printer: Printer, args: RenewArgs) -> Result
         Renew::Renewed { lock } => {
             printer.emit(&json!({ "renewed": true, "lock": lock }), || {
                 output::lock_text("renewed", &lock)
-            });
+            })?;
             return Ok(Exit::Done);
         }
         Renew::NotFound => (Exit::NotHeld, "not_found"),
@@ -155,7 +176,7 @@ fn renew(store: &mut dyn LockStore, printer: Printer, args: RenewArgs) -> Result
     printer.emit(
         &json!({ "renewed": false, "resource": resource, "reason": reason }),
         || refusal_text("renew", resource, exit),
-    );
+    )?;
     Ok(exit)
 }
 
@@ -178,7 +199,7 @@ fn list(store: Option<Box<dyn LockStore>>, printer: Printer, args: ListArgs) -> 
         }
         let lines: Vec<String> = locks.iter().map(output::held_text).collect();
         lines.join("\n")
-    });
+    })?;
     Ok(Exit::Done)
 }
 
@@ -192,7 +213,7 @@ fn log(store: Option<Box<dyn LockStore>>, printer: Printer, args: LogArgs) -> Re
         limit: args.limit,
     };
     for event in store.log(&query)? {
-        printer.emit(&json!(event), || output::event_text(&event));
+        printer.emit(&json!(event), || output::event_text(&event))?;
     }
     Ok(Exit::Done)
 }
@@ -208,7 +229,7 @@ fn breach(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Resul
         printer.emit(
             &json!({ "broken": false, "resource": resource, "reason": "not_found" }),
             || format!("cannot break {resource}: nothing live matched"),
-        );
+        )?;
         return Ok(Exit::NotHeld);
     }
     printer.emit(
@@ -222,7 +243,7 @@ fn breach(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Resul
                 breach.reason
             )
         },
-    );
+    )?;
     Ok(Exit::Done)
 }
 
@@ -260,6 +281,6 @@ fn gc(store: &mut dyn LockStore, printer: Printer, args: GcArgs) -> Result<Exit>
             "removed {} expired locks and {} history events",
             report.expired_locks, report.history_events
         )
-    });
+    })?;
     Ok(Exit::Done)
 }

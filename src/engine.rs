@@ -12,6 +12,8 @@
 //! - only a live lease's owner may extend, renew or release it; with a fence, only that tenure;
 //! - a new tenure always gets a fresh fence from the store (never reused, strictly increasing);
 //!   extending and renewing keep the fence;
+//! - only a tenure `acquire` took may be extended (joined); one `run` took is guarded by that
+//!   run, and refuses its own owner as it refuses any other;
 //! - a refusal (busy, not found, forbidden) changes nothing, so it writes no history;
 //! - every change of state is recorded in the history, in the same transaction.
 
@@ -29,6 +31,10 @@ pub struct Lease {
     pub expires_at: Timestamp,
     pub mode: Mode,
     pub note: Option<Note>,
+    /// Taken by `run`, which guards it: nobody joins it, not even its own owner. Set when the
+    /// tenure begins and kept for its whole life (extending, renewing and keeping it change
+    /// only its times and note).
+    pub guarded: bool,
 }
 
 impl Lease {
@@ -68,10 +74,14 @@ pub struct Request {
     pub note: Option<Note>,
     /// A waiter (`--wait` not zero): when refused, it takes (or keeps) a place in the queue.
     pub waits: bool,
+    /// `run`'s request: a new tenure it takes is guarded by that run ([`Lease::guarded`]). It
+    /// may still join its owner's tenure that is not guarded, which then stays not guarded.
+    pub guarded: bool,
 }
 
 impl Request {
-    /// A plain exclusive request without a note, that tries once.
+    /// A plain exclusive request without a note, that tries once, as `acquire` makes it (not
+    /// guarded).
     pub fn exclusive(owner: Owner, ttl: Ttl) -> Request {
         Request {
             owner,
@@ -79,6 +89,7 @@ impl Request {
             mode: Mode::Exclusive,
             note: None,
             waits: false,
+            guarded: false,
         }
     }
 }
@@ -229,14 +240,21 @@ impl<T> Decision<T> {
     }
 }
 
-/// `acquire` (contract, "Lock modes", admission):
-/// 1. the owner's own live tenure: same mode → extended (same fence, both times move to now,
-///    the note replaced when one is given); another mode → mismatch;
-/// 2. no live tenure → a new tenure;
+/// `acquire` (contract, "Lock modes", admission, and "`run`, the exec guard", item 5):
+/// 1. the owner's own live tenure that is not guarded (one `acquire` took): same mode →
+///    extended (same fence, both times move to now, the note replaced when one is given; it
+///    stays not guarded, also when `run` joins it); another mode → mismatch;
+/// 2. no live tenure → a new tenure, guarded when the request is `run`'s;
 /// 3. live tenures of others: a mode of another family (read/write against a semaphore, or a
 ///    semaphore of another N) → mismatch; in the read/write family an exclusive request or an
 ///    exclusive holder → busy, shared beside shared → a new tenure; a semaphore of N → a new
 ///    tenure while fewer than N are live, else busy.
+///
+/// The owner's own guarded tenure (one `run` took) counts as another owner's in 3: the
+/// request gets the mismatch or the busy answer another owner would get, and a waiter queues
+/// as behind any holder. Where another owner would be granted a tenure beside it (shared
+/// beside shared, a semaphore with room), the owner is busy too: it holds one tenure of a
+/// resource at most, so it waits for that one to end.
 ///
 /// A new tenure's fence comes from `fresh_fence`, asked only then (a refusal costs the store
 /// no write). Expired rows of the resource make way for it.
@@ -253,7 +271,8 @@ pub fn acquire<E>(
     let now = state.now;
     let expires_at = expiry(now, request.ttl);
     let live = state.live();
-    if let Some(own) = live.iter().find(|l| l.owner == request.owner) {
+    let own = live.iter().find(|l| l.owner == request.owner);
+    if let Some(own) = own.filter(|own| !own.guarded) {
         if own.mode != request.mode {
             return Ok(Decision::unchanged(Acquire::Mismatch {
                 holders: live.iter().map(|l| l.holder()).collect(),
@@ -283,7 +302,8 @@ pub fn acquire<E>(
                 holders: holders(),
             }));
         }
-        Admission::Admitted => true,
+        // Beside its own guarded tenure, an owner is never admitted to a second one.
+        Admission::Admitted => own.is_none(),
         Admission::Busy => false,
     };
     // Strict order: nobody goes in ahead of an earlier live waiter.
@@ -347,6 +367,7 @@ pub fn acquire<E>(
         expires_at,
         mode: request.mode,
         note: request.note.clone(),
+        guarded: request.guarded,
     };
     changes.extend(
         state
@@ -640,6 +661,7 @@ mod tests {
             expires_at: Timestamp(NOW + left),
             mode: Mode::Exclusive,
             note: None,
+            guarded: false,
         }
     }
 
@@ -846,6 +868,7 @@ mod tests {
                     expires_at: lock.expires_at,
                     mode: Mode::Exclusive,
                     note: None,
+                    guarded: false,
                 })
             );
         }
@@ -1191,6 +1214,12 @@ mod tests {
                         .iter_mut()
                         .find(|l| l.fence == lease.fence)
                         .expect("updated row");
+                    // The stores write only the times and the note of an update.
+                    assert_eq!(
+                        (&row.owner, row.mode, row.guarded),
+                        (&lease.owner, lease.mode, lease.guarded),
+                        "an update changes only the times and the note"
+                    );
                     *row = lease.clone();
                 }
                 Change::Delete { fence } => {
@@ -2167,6 +2196,397 @@ mod tests {
         }
     }
 
+    /// A live tenure of `owner` with `fence` in `mode`, expiring `left` ms from now, that `run`
+    /// took (guarded).
+    fn run_held(owner: &str, fence: i64, left: i64, mode: Mode) -> Lease {
+        Lease {
+            guarded: true,
+            ..held(owner, fence, left, mode)
+        }
+    }
+
+    /// `run`'s request: guarded.
+    fn running(owner: &str, mode: Mode) -> Request {
+        Request {
+            guarded: true,
+            ..asking(owner, mode)
+        }
+    }
+
+    /// What an acquire comes to — a new or extended tenure with its fence and whether it is
+    /// guarded, or the busy answer as `queue_verdict` spells it — and every change it writes.
+    fn guard_verdict(state: &State, req: &Request) -> (String, Vec<String>) {
+        let decision = acquire(&res(), state, req, || Ok::<_, Infallible>(Fence(100))).unwrap();
+        let tenure = |lock: &Lock, how: &str| {
+            let lease = decision.changes.iter().find_map(|c| match c {
+                Change::Insert(l) | Change::Update(l) => Some(l),
+                _ => None,
+            });
+            let guarded = lease.expect("a tenure is written").guarded;
+            format!(
+                "{how} {} {}",
+                lock.fence,
+                if guarded { "guarded" } else { "joinable" }
+            )
+        };
+        let verdict = match &decision.outcome {
+            Acquire::Acquired {
+                lock,
+                tenure: Tenure::New,
+            } => tenure(lock, "new"),
+            Acquire::Acquired { lock, .. } => tenure(lock, "extended"),
+            Acquire::Mismatch { .. } => "mismatch".to_owned(),
+            Acquire::Busy { .. } => queue_verdict(state, req).0,
+        };
+        (verdict, kinds(&decision.changes))
+    }
+
+    #[test]
+    fn only_a_tenure_acquire_took_may_be_joined() {
+        let sem = Mode::Semaphore;
+        let none: Vec<Waiter> = vec![];
+        // (case, tenures, queue, request, verdict, changes)
+        type Case = (
+            &'static str,
+            Vec<Lease>,
+            Vec<Waiter>,
+            Request,
+            &'static str,
+            Vec<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            // A new tenure records who took it.
+            (
+                "acquire on a free resource: a tenure that may be joined",
+                vec![],
+                none.clone(),
+                asking("a", X),
+                "new 100 joinable",
+                vec!["insert a 100", "record acquired a 100"],
+            ),
+            (
+                "run on a free resource: a guarded tenure",
+                vec![],
+                none.clone(),
+                running("a", X),
+                "new 100 guarded",
+                vec!["insert a 100", "record acquired a 100"],
+            ),
+            (
+                "run beside shared holders: a guarded shared tenure",
+                vec![held("b", 1, 5_000, S)],
+                none.clone(),
+                running("a", S),
+                "new 100 guarded",
+                vec!["insert a 100", "record acquired a 100"],
+            ),
+            // The owner's tenure that acquire took: joined by run, re-acquired by acquire, and
+            // never made guarded by either.
+            (
+                "acquire of the owner's own acquired tenure: re-acquired",
+                vec![lease("a", 7, 5_000)],
+                none.clone(),
+                asking("a", X),
+                "extended 7 joinable",
+                vec!["update 7", "record extended a 7"],
+            ),
+            (
+                "run of the owner's own acquired tenure: joined, still joinable",
+                vec![lease("a", 7, 5_000)],
+                none.clone(),
+                running("a", X),
+                "extended 7 joinable",
+                vec!["update 7", "record extended a 7"],
+            ),
+            (
+                "run joining an acquired shared tenure beside another reader",
+                vec![held("a", 7, 5_000, S), held("b", 8, 5_000, S)],
+                none.clone(),
+                running("a", S),
+                "extended 7 joinable",
+                vec!["update 7", "record extended a 7"],
+            ),
+            (
+                "run joining an acquired semaphore tenure of a full semaphore",
+                vec![held("a", 7, 5_000, sem(2)), held("b", 8, 5_000, sem(2))],
+                none.clone(),
+                running("a", sem(2)),
+                "extended 7 joinable",
+                vec!["update 7", "record extended a 7"],
+            ),
+            (
+                "run of the owner's acquired tenure in another mode: mismatch, as before",
+                vec![lease("a", 7, 5_000)],
+                none.clone(),
+                running("a", S),
+                "mismatch",
+                vec![],
+            ),
+            (
+                "a waiting run joins its owner's acquired tenure without queueing",
+                vec![lease("a", 7, 5_000)],
+                vec![place("w", 1, 4_000)],
+                Request {
+                    waits: true,
+                    ..running("a", X)
+                },
+                "extended 7 joinable",
+                vec!["update 7", "record extended a 7"],
+            ),
+            // The owner's tenure that run took: busy, as for another owner.
+            (
+                "acquire of the owner's own guarded tenure: busy",
+                vec![run_held("a", 7, 5_000, X)],
+                none.clone(),
+                asking("a", X),
+                "busy holder=a waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "run of the owner's own guarded tenure: busy",
+                vec![run_held("a", 7, 5_000, X)],
+                none.clone(),
+                running("a", X),
+                "busy holder=a waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "guarded, live by one millisecond: still busy",
+                vec![run_held("a", 7, 1, X)],
+                none.clone(),
+                running("a", X),
+                "busy holder=a waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "guarded, expired exactly now: a new tenure, as after any expiry",
+                vec![run_held("a", 7, 0, X)],
+                none.clone(),
+                running("a", X),
+                "new 100 guarded",
+                vec!["delete 7", "insert a 100", "record taken_over a 100 from a"],
+            ),
+            (
+                "guarded and expired, then acquire: a tenure that may be joined",
+                vec![run_held("a", 7, -5_000, X)],
+                none.clone(),
+                asking("a", X),
+                "new 100 joinable",
+                vec!["delete 7", "insert a 100", "record taken_over a 100 from a"],
+            ),
+            (
+                "another owner's guarded tenure: busy, as any holder",
+                vec![run_held("b", 7, 5_000, X)],
+                none.clone(),
+                running("a", X),
+                "busy holder=b waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "a waiting run behind its owner's guarded tenure takes a place",
+                vec![run_held("a", 7, 5_000, X)],
+                none.clone(),
+                Request {
+                    waits: true,
+                    ..running("a", X)
+                },
+                "busy holder=a waiting=0 position=1",
+                vec!["enqueue a"],
+            ),
+            (
+                "a waiting acquire behind its owner's guarded tenure takes a place",
+                vec![run_held("a", 7, 5_000, X)],
+                none.clone(),
+                waiting("a", X),
+                "busy holder=a waiting=0 position=1",
+                vec!["enqueue a"],
+            ),
+            (
+                "a waiting run behind its owner's guarded tenure queues behind the waiters there",
+                vec![run_held("a", 7, 5_000, X)],
+                vec![place("w", 1, 4_000)],
+                Request {
+                    waits: true,
+                    ..running("a", X)
+                },
+                "busy holder=a waiting=1 position=2",
+                vec!["enqueue a"],
+            ),
+            (
+                "a waiting run keeps its place while its owner's guarded tenure lives",
+                vec![run_held("a", 7, 5_000, X)],
+                vec![place("a", 1, 4_900)],
+                Request {
+                    waits: true,
+                    ..running("a", X)
+                },
+                "busy holder=a waiting=0 position=1",
+                vec![],
+            ),
+            (
+                "a waiting run at the head is granted once its owner's guarded tenure ended",
+                vec![run_held("a", 7, -1, X)],
+                vec![place("a", 1, 4_000)],
+                Request {
+                    waits: true,
+                    ..running("a", X)
+                },
+                "new 100 guarded",
+                vec![
+                    "dequeue a",
+                    "delete 7",
+                    "insert a 100",
+                    "record taken_over a 100 from a",
+                ],
+            ),
+            // Lock modes: the answer another owner would get, but never a second tenure.
+            (
+                "shared beside the owner's own guarded shared tenure: busy",
+                vec![run_held("a", 7, 5_000, S), held("b", 8, 3_000, S)],
+                none.clone(),
+                running("a", S),
+                "busy holder=b waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "a semaphore with room beside the owner's own guarded tenure: busy",
+                vec![run_held("a", 7, 5_000, sem(3))],
+                none.clone(),
+                asking("a", sem(3)),
+                "busy holder=a waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "shared beside the owner's own guarded exclusive tenure: busy, not mismatch",
+                vec![run_held("a", 7, 5_000, X)],
+                none.clone(),
+                asking("a", S),
+                "busy holder=a waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "exclusive beside the owner's own guarded shared tenure: busy",
+                vec![run_held("a", 7, 5_000, S)],
+                none.clone(),
+                running("a", X),
+                "busy holder=a waiting=0 position=-",
+                vec![],
+            ),
+            (
+                "another family beside the owner's own guarded tenure: mismatch",
+                vec![run_held("a", 7, 5_000, X)],
+                none.clone(),
+                waiting("a", sem(2)),
+                "mismatch",
+                vec![],
+            ),
+            (
+                "a semaphore of another N beside it: mismatch",
+                vec![run_held("a", 7, 5_000, sem(3))],
+                none.clone(),
+                running("a", sem(4)),
+                "mismatch",
+                vec![],
+            ),
+        ];
+        for (name, rows, queue, req, verdict, changes) in cases {
+            let (got, got_changes) = guard_verdict(&queued(&rows, &queue), &req);
+            assert_eq!(got, verdict, "{name}");
+            assert_eq!(got_changes, changes, "{name}");
+        }
+    }
+
+    /// Wherever another owner is refused, the owner of a guarded tenure gets the very same
+    /// answer and the very same queue changes; where another owner would be let in beside it,
+    /// the owner is busy, with the answer another owner gets beside a full resource.
+    #[test]
+    fn an_owners_guarded_tenure_refuses_it_exactly_as_another_owner() {
+        let sem = Mode::Semaphore;
+        let states: Vec<(Vec<Lease>, Vec<Waiter>)> = vec![
+            (vec![run_held("a", 7, 5_000, X)], vec![]),
+            (
+                vec![run_held("a", 7, 5_000, X)],
+                vec![place("w", 1, 4_000), place("v", 2, 4_000)],
+            ),
+            (
+                vec![run_held("a", 7, 5_000, S), held("b", 8, 2_000, S)],
+                vec![],
+            ),
+            (
+                vec![run_held("a", 7, 5_000, sem(2)), held("b", 8, 2_000, sem(2))],
+                vec![place("w", 1, 4_000)],
+            ),
+            (vec![run_held("a", 7, 5_000, sem(3))], vec![]),
+        ];
+        let modes = [X, S, sem(2), sem(3)];
+        for (rows, queue) in &states {
+            let state = queued(rows, queue);
+            for mode in modes {
+                for waits in [false, true] {
+                    for guarded in [false, true] {
+                        let req = |owner: &str| Request {
+                            waits,
+                            guarded,
+                            ..asking(owner, mode)
+                        };
+                        let mine = acquire(&res(), &state, &req("a"), || {
+                            Ok::<_, Infallible>(Fence(100))
+                        })
+                        .unwrap();
+                        let other = acquire(&res(), &state, &req("z"), || {
+                            Ok::<_, Infallible>(Fence(100))
+                        })
+                        .unwrap();
+                        let why = format!("{rows:?} {queue:?} {mode:?} waits={waits}");
+                        let renamed: Vec<String> = kinds(&other.changes)
+                            .iter()
+                            .map(|k| k.replace(" z", " a"))
+                            .collect();
+                        match other.outcome {
+                            Acquire::Acquired { .. } => {
+                                assert!(
+                                    matches!(mine.outcome, Acquire::Busy { .. }),
+                                    "{why}: {:?}",
+                                    mine.outcome
+                                );
+                                assert!(mine.changes.iter().all(|c| !c.is_durable()), "{why}");
+                            }
+                            refused => {
+                                assert_eq!(mine.outcome, refused, "{why}");
+                                assert_eq!(kinds(&mine.changes), renamed, "{why}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn renewing_and_keeping_a_guarded_tenure_keep_it_guarded() {
+        let rows = [run_held("a", 7, 5_000, X)];
+        let renewed = renew(&res(), &state(&rows), &own("a"), ttl(60), Some(Fence(7)));
+        let kept = finish(
+            &res(),
+            &state(&rows),
+            &own("a"),
+            Fence(7),
+            Some(std::time::Duration::from_secs(60)),
+        );
+        for changes in [renewed.changes, kept.changes] {
+            let Some(Change::Update(lease)) = changes.first() else {
+                panic!("the lease is updated: {changes:?}")
+            };
+            assert!(lease.guarded, "{lease:?}");
+        }
+        // Release by owner ends it as any tenure of that owner.
+        let released = release(&res(), &state(&rows), &own("a"), None);
+        assert_eq!(
+            kinds(&released.changes),
+            ["delete 7", "record released a 7"]
+        );
+    }
+
     fn breach_by(by: &str, reason: &str) -> Breach {
         Breach {
             by: Note::parse(by).unwrap(),
@@ -2358,8 +2778,8 @@ mod tests {
     }
 
     /// A run of random operations against a model of the contract: the decisions, applied to the
-    /// rows, never hand out a fence twice, never let two owners hold at once, and a refusal never
-    /// writes.
+    /// rows, never hand out a fence twice, never let two owners hold at once, never join a
+    /// guarded tenure, and a refusal never writes.
     #[test]
     fn random_histories_keep_the_invariants() {
         let owners = ["a", "b", "c"];
@@ -2386,12 +2806,17 @@ mod tests {
                             mode: Mode::Exclusive,
                             note: None,
                             waits: false,
+                            guarded: rng.bool(),
                         };
                         let d = acquire(&res(), &s, &req, || {
                             next_fence += 1;
                             Ok::<_, Infallible>(Fence(next_fence))
                         })
                         .unwrap();
+                        let written = d.changes.iter().find_map(|c| match c {
+                            Change::Insert(l) | Change::Update(l) => Some(l.guarded),
+                            _ => None,
+                        });
                         match &d.outcome {
                             Acquire::Acquired {
                                 lock,
@@ -2399,8 +2824,14 @@ mod tests {
                             } => {
                                 assert!(lock.fence.0 > last_new_fence, "seed {seed}: fence reused");
                                 last_new_fence = lock.fence.0;
+                                assert_eq!(written, Some(req.guarded), "seed {seed}");
                             }
-                            Acquire::Acquired { .. } => {}
+                            Acquire::Acquired { .. } => {
+                                // Only a tenure acquire took is ever joined, and it stays so.
+                                let joined = s.live().into_iter().find(|l| l.owner == who);
+                                assert!(joined.is_some_and(|l| !l.guarded), "seed {seed}");
+                                assert_eq!(written, Some(false), "seed {seed}");
+                            }
                             Acquire::Busy { .. } | Acquire::Mismatch { .. } => {
                                 assert!(d.changes.is_empty());
                             }

@@ -20,6 +20,9 @@ pub enum Error {
     /// handler (exit 74, as the contract's "before the child starts" outcome; the message says
     /// what was refused, so it is never mistaken for a store problem).
     System(anyhow::Error),
+    /// The answer could not be written to stdout: a full disk, a closed pipe (exit 74). Whatever
+    /// the command did in the store stands.
+    Output(std::io::Error),
 }
 
 impl Error {
@@ -27,7 +30,7 @@ impl Error {
     pub fn exit(&self) -> Exit {
         match self {
             Error::Usage(_) => Exit::Usage,
-            Error::Store(_) | Error::System(_) => Exit::Store,
+            Error::Store(_) | Error::System(_) | Error::Output(_) => Exit::Store,
         }
     }
 
@@ -42,6 +45,7 @@ impl fmt::Display for Error {
             Error::Usage(message) => f.write_str(message),
             // `{:#}` prints anyhow's whole context chain as one sentence.
             Error::Store(err) | Error::System(err) => write!(f, "{err:#}"),
+            Error::Output(err) => write!(f, "cannot write the answer to stdout: {err}"),
         }
     }
 }
@@ -69,5 +73,12 @@ mod tests {
         let system = Error::system("cannot start a thread", std::io::Error::other("EAGAIN"));
         assert_eq!(system.exit(), Exit::Store);
         assert_eq!(system.to_string(), "cannot start a thread: EAGAIN");
+        let full = Error::Output(std::io::Error::from_raw_os_error(28));
+        assert_eq!(full.exit(), Exit::Store);
+        assert!(
+            full.to_string()
+                .starts_with("cannot write the answer to stdout: No space left on device"),
+            "{full}"
+        );
     }
 }

@@ -116,7 +116,7 @@ fn check_name(what: &str, value: &str) -> Result<(), String> {
             value.len()
         ));
     }
-    if value.chars().any(|c| c.is_ascii_control()) {
+    if value.chars().any(char::is_control) {
         return Err(format!("{what} must not contain control characters"));
     }
     Ok(())
@@ -376,7 +376,7 @@ impl Note {
                 text.len()
             ));
         }
-        if text.chars().any(|c| c.is_ascii_control()) {
+        if text.chars().any(char::is_control) {
             return Err("the text must not contain control characters".into());
         }
         Ok(Note(text.to_owned()))

@@ -23,8 +23,19 @@ fn main() -> ExitCode {
     );
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
+        Err(err)
+            if err.kind() == ErrorKind::DisplayVersion && cli::version_with_extra_arguments() =>
+        {
+            output::warn(format_args!("--version takes no other arguments"));
+            return Exit::Usage.into();
+        }
         Err(err) => {
-            let _ = err.print();
+            match cli::refusal(&err) {
+                Some(text) => eprint!("{text}"),
+                None => {
+                    let _ = err.print();
+                }
+            }
             return match err.kind() {
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Exit::Done,
                 _ => Exit::Usage,

@@ -1,13 +1,63 @@
 //! Rendering results: one JSON object per line (the default, for scripts) or one human line.
 //!
-//! Write errors on stdout (a closed pipe, a full disk) are ignored: the exit code still tells
-//! the outcome, and distlock must never panic because a reader went away.
+//! A write error on stdout (a closed pipe, a full disk) is an error of its own, exit 74 with
+//! one line on stderr: a script must never take an exit 0 for an answer it did not get.
 
 use std::io::Write;
 
 use serde_json::{Value, json};
 
+use crate::error::{Error, Result};
 use crate::lock::{Event, Fence, Holder, Lock, Mode, Note, Resource, Status, Timestamp};
+
+/// The longest part of a value that a message echoes, in characters.
+const SHOWN_CHARS: usize = 64;
+
+/// `value` as a message may echo it: at most [`SHOWN_CHARS`] characters (then `…` and how
+/// long it was), with control characters and the invisible direction controls escaped
+/// (`\u{202e}`), so that a hostile value can neither flood nor rewrite a terminal.
+pub fn shown(value: &str) -> String {
+    let mut out = String::new();
+    for (index, c) in value.chars().enumerate() {
+        if index == SHOWN_CHARS {
+            out.push_str(&format!("… ({} bytes)", value.len()));
+            break;
+        }
+        push_visible(&mut out, c);
+    }
+    out
+}
+
+/// A line of a message, cut at 256 characters and with its control characters escaped.
+pub fn shown_line(line: &str) -> String {
+    let mut out = String::new();
+    for (index, c) in line.chars().enumerate() {
+        if index == 256 {
+            out.push('…');
+            break;
+        }
+        push_visible(&mut out, c);
+    }
+    out
+}
+
+/// A text line's field: control characters and direction controls escaped, so that a name
+/// that holds them (a store written by hand, or by another version) cannot rewrite the line.
+fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    text.chars().for_each(|c| push_visible(&mut out, c));
+    out
+}
+
+fn push_visible(out: &mut String, c: char) {
+    // The bidirectional formatting characters (Unicode's Bidi_Control property).
+    let direction = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if c.is_control() || direction {
+        out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+    } else {
+        out.push(c);
+    }
+}
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,13 +79,19 @@ impl Printer {
     }
 
     /// Prints `json`, or the line `text` builds, followed by a newline.
-    pub fn emit(&self, json: &Value, text: impl FnOnce() -> String) {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Output`] when stdout cannot be written or flushed.
+    pub fn emit(&self, json: &Value, text: impl FnOnce() -> String) -> Result<()> {
         let line = match self.format {
             Format::Json => json.to_string(),
-            Format::Text => text(),
+            Format::Text => visible(&text()),
         };
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(Error::Output)
     }
 }
 
@@ -212,7 +268,7 @@ pub fn event_text(event: &Event) -> String {
 /// promised as one line, and store errors (SQLite's, PostgreSQL's) can carry newlines of their
 /// own, so those become spaces here.
 pub fn warn(message: std::fmt::Arguments<'_>) {
-    let line = message.to_string().replace(['\n', '\r'], " ");
+    let line = visible(&message.to_string().replace(['\n', '\r'], " "));
     let _ = writeln!(std::io::stderr().lock(), "distlock: {line}");
 }
 
@@ -223,10 +279,12 @@ pub struct StatusLine {
 }
 
 impl StatusLine {
-    /// A status line for a wait of `wait`, if there is one and stderr is a terminal.
+    /// A status line for a wait of `wait`, if there is one and stderr is a terminal that can
+    /// redraw a line (`TERM` is not `dumb`).
     pub fn for_wait(wait: Option<std::time::Duration>) -> Option<StatusLine> {
         let waits = wait.is_some_and(|wait| !wait.is_zero());
-        (waits && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        let redraws = std::env::var_os("TERM").is_none_or(|term| term != "dumb");
+        (waits && redraws && std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .then_some(StatusLine { shown: false })
     }
 
@@ -257,11 +315,10 @@ impl StatusLine {
             None => "reserved for earlier waiters".to_owned(),
         };
         let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
-            "\r\x1b[2Kwaiting for {resource} — {held}; place {position} in the queue"
-        )
-        .and_then(|()| err.flush());
+        let text = visible(&format!(
+            "waiting for {resource} — {held}; place {position} in the queue"
+        ));
+        let _ = write!(err, "\r\x1b[2K{text}").and_then(|()| err.flush());
         self.shown = true;
     }
 }
@@ -272,5 +329,38 @@ impl Drop for StatusLine {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K").and_then(|()| err.flush());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_values_are_short_and_cannot_drive_a_terminal() {
+        let long = "x".repeat(100_000);
+        let cases: [(&str, String); 8] = [
+            ("plain", "plain".to_owned()),
+            ("", String::new()),
+            ("tab\there", "tab\\u{9}here".to_owned()),
+            ("\u{1b}[31mred", "\\u{1b}[31mred".to_owned()),
+            ("c1\u{85}\u{9b}", "c1\\u{85}\\u{9b}".to_owned()),
+            ("evil\u{202e}txt.exe", "evil\\u{202e}txt.exe".to_owned()),
+            ("\u{2066}iso\u{2069}", "\\u{2066}iso\\u{2069}".to_owned()),
+            (
+                &long,
+                format!("{}… (100000 bytes)", "x".repeat(SHOWN_CHARS)),
+            ),
+        ];
+        for (value, want) in cases {
+            assert_eq!(shown(value), want, "{value:.20?}");
+        }
+        // Ordinary text outside ASCII is left as it is.
+        assert_eq!(shown("zürich-écluse-東京"), "zürich-écluse-東京");
+        assert_eq!(visible("a\u{200f}b\u{7f}c"), "a\\u{200f}b\\u{7f}c");
+        assert_eq!(
+            shown_line(&"y".repeat(300)),
+            format!("{}…", "y".repeat(256))
+        );
     }
 }

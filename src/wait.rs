@@ -8,8 +8,8 @@
 //!   release ends at once. It also looks again at least every [`MAX_DELAY`], for leases that
 //!   expire without a release and to keep its place alive (a place not refreshed for
 //!   [`crate::engine::LIVENESS_MS`] stops counting, so a killed waiter blocks nobody for long).
-//! - **Leaving**: a waiter whose wait runs out, or that gets SIGINT, SIGTERM or SIGHUP, takes its
-//!   place out of the queue before it exits, so it blocks nobody at all.
+//! - **Leaving**: a waiter whose wait runs out, or that gets SIGINT, SIGTERM, SIGHUP or SIGQUIT,
+//!   takes its place out of the queue before it exits, so it blocks nobody at all.
 //!
 //! What the user sees while waiting is not drawn here: the caller passes `on_busy`.
 
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::engine::Request;
 use crate::exit::Exit;
@@ -31,8 +31,11 @@ const FIRST_DELAY: Duration = Duration::from_millis(5);
 /// late an interrupted waiter leaves.
 const MAX_DELAY: Duration = Duration::from_millis(250);
 
-/// The signals that make a waiter give up its place and exit.
-const INTERRUPTS: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+/// The signals that make a waiter give up its place and exit: those a terminal, a service
+/// manager or `kill` sends to end a process, `^\` (SIGQUIT) included. Left to its default, any
+/// of them would end the waiter with its place still in the queue, blocking those behind it
+/// until the place's liveness lease ran out.
+const INTERRUPTS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 
 /// The end of an acquire, with or without waiting.
 pub enum Waited {
@@ -121,8 +124,8 @@ pub fn acquire(
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP, noted instead of ending the process while it waits, so that it
-/// can leave the queue first.
+/// The [`INTERRUPTS`], noted instead of ending the process while it waits, so that it can leave
+/// the queue first.
 struct Interrupts {
     arrived: Arc<AtomicUsize>,
     ids: Vec<signal_hook::SigId>,

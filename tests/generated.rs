@@ -206,7 +206,7 @@ fn main_page(cmd: &clap::Command) -> Vec<u8> {
         .date("")
         .source("distlock");
     let mut extra = Roff::new();
-    exit_status(&mut extra, true);
+    exit_status(&mut extra, None);
     environment(&mut extra, true);
     files(&mut extra);
     examples(
@@ -251,7 +251,7 @@ fn sub_page(parent: &clap::Command, sub: &clap::Command) -> Vec<u8> {
         .source("distlock");
     let mut extra = Roff::new();
     let is_run = name == "run";
-    exit_status(&mut extra, is_run);
+    exit_status(&mut extra, Some(name));
     environment(&mut extra, is_run);
     files(&mut extra);
     let example = match name {
@@ -268,6 +268,7 @@ fn sub_page(parent: &clap::Command, sub: &clap::Command) -> Vec<u8> {
         "list" => "distlock --format text list --prefix payment:",
         "log" => "distlock log deploy --since 1d --limit 20",
         "gc" => "distlock gc --keep-history 7d",
+        "break" => "distlock break deploy --reason 'runner lost, job cancelled' --by alice",
         _ => "",
     };
     examples(&mut extra, &[("", example)]);
@@ -275,56 +276,133 @@ fn sub_page(parent: &clap::Command, sub: &clap::Command) -> Vec<u8> {
     render(&man, &sub, &extra, false)
 }
 
-fn exit_status(roff: &mut Roff, with_run: bool) {
-    roff.control("SH", ["EXIT STATUS"]);
-    let rows: &[(&str, &str)] = &[
-        (
-            "0",
-            "done: acquired, renewed, released; status: the lock is held",
-        ),
-        (
-            "1",
-            "not held: status of a free or expired lock; release or renew of a missing or expired lock",
-        ),
-        (
-            "64",
-            "usage: bad arguments or invalid values; nothing was changed",
-        ),
-        (
-            "74",
-            "store error: the database cannot be opened, read or written, is corrupt, has a newer schema, or stayed busy; PostgreSQL unreachable",
-        ),
-        (
-            "75",
-            "busy: a live lock is held by another owner (also when --wait runs out)",
-        ),
-        (
-            "77",
-            "forbidden: release or renew of a live lock held by another owner",
-        ),
-    ];
-    for (code, meaning) in rows {
-        roff.control("TP", [])
-            .text([bold(*code)])
-            .text([roman(*meaning)]);
-    }
-    if with_run {
-        roff.control("PP", []).text([roman(
-            "run exits with its command's status, or 128+N if the command died of signal N, and also:",
-        )]);
-        for (code, meaning) in [
+/// The exit codes of `command` (`None`: the main page, every command), each with its meaning
+/// for that command: the contract's "Exit codes" table, per command.
+fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
+    const USAGE: (&str, &str) = (
+        "64",
+        "usage: bad arguments or invalid values; nothing was changed",
+    );
+    const STORE: (&str, &str) = (
+        "74",
+        "store error: the store cannot be opened, read or written, is corrupt, is not a distlock \
+         store, has a newer schema, or stayed busy past the busy timeout; PostgreSQL unreachable; \
+         the answer could not be written to stdout",
+    );
+    match command {
+        Some("acquire") => vec![
+            ("0", "acquired: a new tenure, or the owner's own extended"),
+            USAGE,
+            STORE,
             (
                 "75",
-                "busy (or the --conflict-exit-code value); the command was not started",
+                "busy: a live lock is held by another owner, or by a run with this owner (also when --wait runs out)",
             ),
-            ("124", "the lease was lost; the command was stopped"),
-            ("126", "the command cannot be executed"),
-            ("127", "the command was not found"),
-        ] {
-            roff.control("TP", [])
-                .text([bold(code)])
-                .text([roman(meaning)]);
-        }
+            (
+                "78",
+                "mismatch: --shared or --limit N conflicts with how the live holders hold it; nothing changed",
+            ),
+        ],
+        Some("status") => vec![
+            ("0", "the lock is held"),
+            ("1", "not held: the lock is free or expired"),
+            USAGE,
+            STORE,
+        ],
+        Some("release") => vec![
+            ("0", "released"),
+            ("1", "not held: the lock is missing or expired"),
+            USAGE,
+            STORE,
+            ("77", "forbidden: a live lock held by another owner"),
+        ],
+        Some("renew") => vec![
+            ("0", "renewed: the lease now ends --ttl from now"),
+            (
+                "1",
+                "not held: the lock is missing or expired (an expired lock is never renewed)",
+            ),
+            USAGE,
+            STORE,
+            ("77", "forbidden: a live lock held by another owner"),
+        ],
+        Some("break") => vec![
+            (
+                "0",
+                "broken: every live tenure asked for was removed, and the history says who and why",
+            ),
+            (
+                "1",
+                "nothing live matched: no live tenure (of --owner, when given)",
+            ),
+            USAGE,
+            STORE,
+        ],
+        Some("run") => vec![
+            (
+                "N",
+                "the command's own exit status, or 128+N if it died of signal N",
+            ),
+            (
+                "64, 74",
+                "as for every command, before the command starts (the lock released)",
+            ),
+            (
+                "75",
+                "busy (or the --conflict-exit-code value): another owner, or another run with this owner, holds the lock (also when --wait runs out); the command was not started",
+            ),
+            (
+                "78",
+                "mismatch: --shared or --limit N conflicts with how the live holders hold it; the command was not started",
+            ),
+            (
+                "124",
+                "distlock stopped the command (SIGTERM, SIGKILL after --kill-after): its lease was lost (the lock expired and was taken, was released or broken by an operator, the store vanished, renewals failed so long that it could expire, or the job was stopped past its lease), or it ran past --max-runtime",
+            ),
+            ("126", "the command was found but cannot be executed"),
+            (
+                "127",
+                "the command, or the interpreter its #! line names, was not found",
+            ),
+        ],
+        Some(_) => vec![("0", "done"), USAGE, STORE],
+        None => vec![
+            (
+                "0",
+                "done: acquired, renewed, released, broken; status: the lock is held",
+            ),
+            (
+                "1",
+                "not held: status of a free or expired lock; release, renew or break of a missing or expired lock",
+            ),
+            USAGE,
+            STORE,
+            (
+                "75",
+                "busy: a live lock is held by another owner (acquire, run; also when --wait runs out)",
+            ),
+            (
+                "77",
+                "forbidden: release or renew of a live lock held by another owner",
+            ),
+            (
+                "78",
+                "mismatch: acquire or run asked for a mode that conflicts with how the live holders hold the lock; nothing changed",
+            ),
+            (
+                "124, 126, 127",
+                "run: the command was stopped by distlock, cannot be executed, was not found (see distlock-run(1)); otherwise run exits with its command's status",
+            ),
+        ],
+    }
+}
+
+fn exit_status(roff: &mut Roff, command: Option<&str>) {
+    roff.control("SH", ["EXIT STATUS"]);
+    for (code, meaning) in exit_codes(command) {
+        roff.control("TP", [])
+            .text([bold(code)])
+            .text([roman(meaning)]);
     }
 }
 
@@ -360,11 +438,24 @@ fn environment(roff: &mut Roff, with_run: bool) {
 
 fn files(roff: &mut Roff) {
     roff.control("SH", ["FILES"]);
-    roff.control("TP", [])
-        .text([italic("$XDG_STATE_HOME/distlock/locks.db")])
-        .text([roman(
-            "The default database; without XDG_STATE_HOME, ~/.local/state/distlock/locks.db. Missing folders are created.",
-        )]);
+    for (file, meaning) in [
+        (
+            "$XDG_STATE_HOME/distlock/locks.db",
+            "The default store; without XDG_STATE_HOME, ~/.local/state/distlock/locks.db. Missing folders are created by the first command that writes.",
+        ),
+        (
+            "locks.db-wal, locks.db-shm",
+            "SQLite's write-ahead log and its index, beside the store (WAL mode).",
+        ),
+        (
+            "locks.db-turnstile",
+            "Where waiters sleep until a release wakes them (Linux), beside the store.",
+        ),
+    ] {
+        roff.control("TP", [])
+            .text([italic(file)])
+            .text([roman(meaning)]);
+    }
 }
 
 fn examples(roff: &mut Roff, examples: &[(&str, &str)]) {
@@ -390,12 +481,171 @@ fn see_also(roff: &mut Roff, parent: &clap::Command, except: Option<&str>) {
         refs.push_str("distlock(1), ");
     }
     for sub in parent.get_subcommands().map(clap::Command::get_name) {
-        if Some(sub) != except {
+        if Some(sub) != except && sub != "help" {
             let _ = write!(refs, "distlock-{sub}(1), ");
         }
     }
     refs.push_str("flock(1)");
     roff.text([roman(refs)]);
+}
+
+/// The text of section `name` of a rendered page, up to the next section, with roff's `\-`
+/// read as the hyphen it stands for.
+fn section(page: &str, name: &str) -> String {
+    let start = page
+        .find(&format!(".SH \"{name}\""))
+        .or_else(|| page.find(&format!(".SH {name}")))
+        .unwrap_or_else(|| panic!("no section {name}"));
+    let rest = &page[start + 4..];
+    let text = rest.find("\n.SH").map_or(rest, |end| &rest[..end]);
+    text.replace("\\-", "-")
+}
+
+#[test]
+fn every_page_gives_its_commands_exit_codes_and_only_those() {
+    // The codes each command can exit with (contract, "Exit codes"), independently of the
+    // table that renders them.
+    let expected: [(&str, &[&str]); 10] = [
+        (
+            "distlock",
+            &["0", "1", "64", "74", "75", "77", "78", "124", "126", "127"],
+        ),
+        ("acquire", &["0", "64", "74", "75", "78"]),
+        ("status", &["0", "1", "64", "74"]),
+        ("release", &["0", "1", "64", "74", "77"]),
+        ("renew", &["0", "1", "64", "74", "77"]),
+        ("run", &["64", "74", "75", "78", "124", "126", "127"]),
+        ("list", &["0", "64", "74"]),
+        ("log", &["0", "64", "74"]),
+        ("gc", &["0", "64", "74"]),
+        ("break", &["0", "1", "64", "74"]),
+    ];
+    let pages = man_pages();
+    for (command, codes) in expected {
+        let file = match command {
+            "distlock" => "man/distlock.1".to_owned(),
+            sub => format!("man/distlock-{sub}.1"),
+        };
+        let (_, page) = pages
+            .iter()
+            .find(|(name, _)| *name == file)
+            .unwrap_or_else(|| panic!("no page {file}"));
+        let text = String::from_utf8_lossy(page);
+        let exits = section(&text, "EXIT STATUS");
+        let listed: Vec<&str> = exits
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("\\fB")
+                    .and_then(|l| l.split("\\fR").next())
+            })
+            .flat_map(|codes| codes.split(", "))
+            .filter(|code| code.chars().all(|c| c.is_ascii_digit()))
+            .collect();
+        for code in codes {
+            assert!(
+                listed.contains(code),
+                "{file} does not give exit {code}: {listed:?}"
+            );
+        }
+        for code in &listed {
+            assert!(
+                codes.contains(code),
+                "{file} gives exit {code}, which {command} never exits with"
+            );
+        }
+    }
+    // run's 124 names every reason distlock stops a command.
+    let run = String::from_utf8_lossy(
+        &pages
+            .iter()
+            .find(|(f, _)| f == "man/distlock-run.1")
+            .expect("run's page")
+            .1,
+    )
+    .into_owned();
+    for reason in [
+        "lease was lost",
+        "broken",
+        "--max-runtime",
+        "renewals failed",
+    ] {
+        assert!(
+            section(&run, "EXIT STATUS").contains(reason),
+            "run's 124 lacks {reason:?}"
+        );
+    }
+    // break's page speaks of breaking, not of acquiring.
+    let breaks = String::from_utf8_lossy(
+        &pages
+            .iter()
+            .find(|(f, _)| f == "man/distlock-break.1")
+            .expect("break's page")
+            .1,
+    )
+    .into_owned();
+    assert!(
+        !section(&breaks, "EXIT STATUS").contains("acquired"),
+        "{breaks}"
+    );
+}
+
+#[test]
+fn every_page_referred_to_exists_and_the_store_files_are_named() {
+    let pages = man_pages();
+    let names: Vec<String> = pages
+        .iter()
+        .map(|(file, _)| {
+            file.trim_start_matches("man/")
+                .trim_end_matches(".1")
+                .to_owned()
+        })
+        .collect();
+    for (file, page) in &pages {
+        let text = String::from_utf8_lossy(page);
+        for reference in section(&text, "SEE ALSO").split(", ") {
+            let reference = reference.trim();
+            let Some(name) = reference.strip_suffix("(1)") else {
+                continue;
+            };
+            let name = name.rsplit(['\n', ' ']).next().unwrap_or(name);
+            assert!(
+                name == "flock" || names.iter().any(|n| n == name),
+                "{file} refers to {name}(1), which does not exist"
+            );
+        }
+        let files = section(&text, "FILES");
+        for kept in ["locks.db-wal", "locks.db-shm", "locks.db-turnstile"] {
+            assert!(files.contains(kept), "{file} does not name {kept}");
+        }
+    }
+}
+
+#[test]
+fn run_help_has_a_long_description_and_its_crontab_line_survives_a_paste() {
+    for width in [80, 100, 200] {
+        let help = Cli::command()
+            .term_width(width)
+            .find_subcommand_mut("run")
+            .expect("a run subcommand")
+            .render_long_help()
+            .to_string();
+        let cron = help
+            .lines()
+            .find(|line| line.contains("*/5 * * * *"))
+            .unwrap_or_else(|| panic!("no crontab line at width {width}"));
+        assert!(
+            cron.trim_end().ends_with(".sh"),
+            "the crontab line is wrapped at width {width}: {cron:?}"
+        );
+    }
+    let page = man_pages()
+        .into_iter()
+        .find(|(file, _)| file == "man/distlock-run.1")
+        .expect("run's page")
+        .1;
+    let text = String::from_utf8_lossy(&page).into_owned();
+    let description = section(&text, "DESCRIPTION");
+    assert!(description.lines().count() > 3, "{description}");
 }
 
 #[test]

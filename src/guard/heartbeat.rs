@@ -6,6 +6,10 @@
 //!
 //! Each [`Event::Renewed`] carries the lease end counted from *before* the renewal was sent, so
 //! it never overstates the lease.
+//!
+//! Its connections are opened with [`store::reopen`], which never creates a store: a SQLite
+//! store removed while the command runs is reported as gone ([`store::Vanished`], a lost
+//! lease), not made anew and then searched in vain for the lock.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -60,9 +64,9 @@ impl Heartbeat {
     }
 
     /// Renews at once, then every [`Heartbeat::interval`], until `stop` is dropped, `report`
-    /// says nobody listens any more, or the store says the lock is gone; after a store error,
-    /// retries sooner ([`Heartbeat::retry`]) and on a new connection. It is started when the
-    /// first renewal is due.
+    /// says nobody listens any more, or the store says the lock is gone — or is gone itself;
+    /// after another store error, retries sooner ([`Heartbeat::retry`]) and on a new
+    /// connection. It is started when the first renewal is due.
     pub fn beat(self, report: impl Fn(Event) -> bool, stop: &Receiver<()>) {
         let interval = Heartbeat::interval(self.ttl);
         let retry = Heartbeat::retry(self.ttl);
@@ -76,7 +80,7 @@ impl Heartbeat {
             let attempt = Instant::now();
             let renewed = match store.as_mut() {
                 Some(store) => store.renew(&self.resource, &self.owner, self.ttl, Some(self.fence)),
-                None => store::open(&self.location).and_then(|opened| {
+                None => store::reopen(&self.location).and_then(|opened| {
                     store.insert(opened).renew(
                         &self.resource,
                         &self.owner,
@@ -96,12 +100,16 @@ impl Heartbeat {
                 Ok(Renew::Forbidden) => {
                     Event::Lost(self.why_gone(store.as_mut(), "another owner holds it"))
                 }
-                Err(err) => {
-                    // Reconnect for the next try: the connection itself may be what failed.
-                    store = None;
-                    next = Instant::now() + retry;
-                    Event::Trouble(format!("{err:#}"))
-                }
+                Err(err) => match err.downcast_ref::<store::Vanished>() {
+                    // The lock went with the store: nobody opening it now finds it held.
+                    Some(gone) => Event::Lost(gone.to_string()),
+                    None => {
+                        // Reconnect for the next try: the connection itself may be what failed.
+                        store = None;
+                        next = Instant::now() + retry;
+                        Event::Trouble(format!("{err:#}"))
+                    }
+                },
             };
             let lost = matches!(event, Event::Lost(_));
             if !report(event) || lost {

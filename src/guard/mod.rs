@@ -5,11 +5,13 @@
 //! - this module: the lock's tenure. It acquires, hands the command to the runner, and
 //!   releases this run's own tenure (owner and fence) on every path once the lock is taken —
 //!   also when guarding could not start ([`crate::error::Error::System`]) — except when it
-//!   joined a tenure the same owner already held;
+//!   joined a tenure the same owner took with `acquire`. The tenure it takes itself is guarded:
+//!   nobody joins it, so another `run` or an `acquire` of the same owner finds it busy;
 //! - [`supervisor`]: every decision once the command runs, as a pure state machine (events
 //!   and the current instant in, actions out);
-//! - [`runner`]: the event loop, the process, the signals and the terminal that carry those
-//!   decisions out;
+//! - [`runner`]: the event loop that carries those decisions out, through [`signals`] (every
+//!   catchable signal, and the loop's wake-ups), [`spawn`] (the command started as `execvp`
+//!   starts it, tied to the guard by [`process`]) and [`terminal`] (job control);
 //! - [`heartbeat`]: renewing every ttl/3 on a store connection of its own;
 //! - [`tree`]: "everything the command started", its process group and (on Linux) every
 //!   descendant, found through `/proc` with `run` as their subreaper.
@@ -20,8 +22,12 @@
 //! before any other owner can take the lock, even while the store is unreachable.
 
 mod heartbeat;
+mod process;
 mod runner;
+mod signals;
+mod spawn;
 mod supervisor;
+mod terminal;
 mod tree;
 
 use supervisor::Stop;
@@ -80,6 +86,8 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         mode: args.mode,
         note: args.note.clone(),
         waits: false,
+        // The tenure this run takes is its own: nobody joins it, not even its owner.
+        guarded: true,
     };
     let waited = wait::acquire(
         store.as_mut(),
@@ -117,8 +125,9 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
             return Ok(Exit::Mismatch);
         }
     };
-    // Joining a tenure this owner already held (a script's `acquire --owner X`, then steps with
-    // `run --owner X`): keep it alive while the step runs, and leave it held afterwards.
+    // Joining a tenure this owner took with `acquire` (a script's `acquire --owner X`, then
+    // steps with `run --owner X`): keep it alive while the step runs, and leave it held
+    // afterwards. Only such a tenure is ever extended for a guarded request.
     let joined = tenure == Tenure::Extended;
     let job = runner::Job {
         location,

@@ -6,12 +6,12 @@
 //!   *before* the command is spawned, so a failure there (an [`Error::System`]) leaves no
 //!   command running, and the caller can release the lock;
 //! - one event loop on this thread. It sleeps in `poll(2)` on a self-pipe that three things
-//!   write to: the handlers of SIGINT/SIGTERM/SIGHUP/SIGQUIT (forwarded to the command), the
-//!   handler of SIGCHLD (the command, or something it started, ended), and the heartbeat
-//!   thread, after each report it queues. A wake-up turns into [`Event`]s for the supervisor,
-//!   fed with the current instant; the poll's timeout is the supervisor's deadline
-//!   ([`Event::Timer`]) or the first renewal, and once the command has exited, a probe every
-//!   few milliseconds whether what it started is gone ([`Event::Emptied`]);
+//!   write to: the handlers of every signal `run` forwards (see [`super::signals`]), the
+//!   handler of SIGCHLD (the command, or something it started, ended or stopped), and the
+//!   heartbeat thread, after each report it queues. A wake-up turns into [`Event`]s for the
+//!   supervisor, fed with the current instant; the poll's timeout is the supervisor's
+//!   deadline ([`Event::Timer`]) or the first renewal, and once the command has exited, a
+//!   probe every few milliseconds whether what it started is gone ([`Event::Emptied`]);
 //! - the heartbeat thread, the only other thread: a renewal may block on the store, which
 //!   must never delay the loop (see [`super::heartbeat`]). It is started when the first
 //!   renewal is due, a third of the TTL after the command started ([`Pulse`]): most commands
@@ -19,32 +19,27 @@
 //!   creating it, its stack and its memory arena, and the cost of being multi-threaded. If
 //!   the system refuses the thread, that is reported and handled as a failed renewal: it is
 //!   tried again, and the command is stopped before the lease could end;
-//! - performing the actions: signals through [`Tree`], messages through [`warn`];
-//! - the terminal, handed to the command's process group while it runs and taken back in
-//!   `Drop`, on every path.
+//! - performing the actions: signals through [`Tree`], messages through [`warn`], job control
+//!   through [`Terminal`] and [`process::stop_self`];
+//! - the terminal, handed to the command's process group while it runs and taken back when
+//!   `run` suspends itself and in `Drop`, on every path.
 //!
 //! The command runs in a process group of its own, so forwarded signals reach everything in
 //! it, as a terminal signals a foreground job. Its status is collected with a non-blocking
-//! `waitpid` on its own pid whenever SIGCHLD arrives, so the orphans `run` adopts are never
-//! reaped before it (see [`tree`]).
+//! `waitpid` on its own pid whenever SIGCHLD arrives (stops included, for job control); the
+//! orphans `run` adopts are reaped at each wake-up too, by their own pids, so none piles up as
+//! a zombie and the command's status is never taken by another wait (see [`tree`]).
 
-use std::ffi::{OsStr, OsString};
-use std::io::{IsTerminal, Write};
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::Child;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::{AccessFlags, Pid, access};
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-use signal_hook::iterator::backend::SignalDelivery;
-use signal_hook::iterator::exfiltrator::SignalOnly;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
@@ -53,11 +48,12 @@ use crate::output::warn;
 use crate::store::Location;
 
 use super::heartbeat::Heartbeat;
-use super::supervisor::{Action, Ended, Event, Stop, Supervisor};
+use super::process;
+use super::signals::Wakeups;
+use super::spawn::spawn;
+use super::supervisor::{Action, Event, SignalNumber, Stop, Supervisor};
+use super::terminal::Terminal;
 use super::tree::{self, Tree};
-
-/// The signals `run` forwards to its command.
-const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 
 /// After the command exited, how often the runner looks whether what it started is gone.
 const PROBE: Duration = Duration::from_millis(20);
@@ -99,7 +95,14 @@ pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
     let mut wakeups = Wakeups::start()?;
     let (report, inbox) = mpsc::channel();
     let mut pulse = Pulse::new(job, report, wakeups.bell()?);
-    let mut child = match spawn(job) {
+    let lock = job.lock;
+    let env = [
+        ("DISTLOCK_RESOURCE", OsString::from(lock.resource.as_str())),
+        ("DISTLOCK_OWNER", OsString::from(lock.owner.as_str())),
+        ("DISTLOCK_FENCE", OsString::from(lock.fence.to_string())),
+        ("DISTLOCK_DB", job.location.to_env_value()),
+    ];
+    let child = match spawn(job.command, &env) {
         Ok(child) => child,
         Err(exit) => {
             return Ok(Supervised {
@@ -110,9 +113,16 @@ pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
         }
     };
     let started = Instant::now();
-    let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let tree = Tree::new(group);
-    let _terminal = Terminal::hand_to(group);
+    let command = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    // Its status is collected with `waitpid` below; the handle is not needed (dropping a
+    // `Child` neither waits nor kills).
+    drop(child);
+    let tree = Tree::new(command);
+    let mut terminal = Terminal::new(command);
+    if terminal.hand_over() {
+        // The command may have touched the terminal before it was its own and been stopped.
+        tree.signal_group(Signal::SIGCONT as SignalNumber);
+    }
     let mut supervisor = Supervisor::new(
         job.lock.resource.clone(),
         job.ttl,
@@ -123,14 +133,12 @@ pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
         supervisor = supervisor.with_max_runtime(limit, started);
     }
     idle();
-    let exit = watch(
-        &mut supervisor,
-        &tree,
-        &mut child,
-        &mut wakeups,
-        &mut pulse,
-        &inbox,
-    );
+    let mut guard = Guard {
+        supervisor: &mut supervisor,
+        tree: &tree,
+        terminal: &mut terminal,
+    };
+    let exit = guard.watch(command, &mut wakeups, &mut pulse, &inbox);
     Ok(Supervised {
         exit,
         started: true,
@@ -138,187 +146,90 @@ pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
     })
 }
 
-/// The event loop: turns wake-ups into events, feeds them to the supervisor and performs its
-/// actions until it says to exit.
-fn watch(
-    supervisor: &mut Supervisor,
-    tree: &Tree,
-    child: &mut Child,
-    wakeups: &mut Wakeups,
-    pulse: &mut Pulse<'_>,
-    inbox: &Receiver<Event>,
-) -> Exit {
-    // The command's status is known: orphans may be reaped, and what is left is probed.
-    let mut exited = false;
-    loop {
-        let now = Instant::now();
-        let mut wake = supervisor.deadline();
-        if exited {
-            wake = Some(wake.map_or(now + PROBE, |at| at.min(now + PROBE)));
-        }
-        let sleep = [wake, pulse.due()].into_iter().flatten().min();
-        wakeups.sleep(sleep.map(|at| at.saturating_duration_since(now)));
-        let mut events: Vec<Event> = wakeups.signals().into_iter().map(Event::Signal).collect();
-        events.extend(pulse.start_if_due(Instant::now()));
-        events.extend(inbox.try_iter());
-        if !exited {
-            match child.try_wait() {
-                Ok(None) => {}
-                Ok(Some(status)) => events.push(Event::Exited(Ended::from_wait(Ok(status)))),
-                // Its fate is unknown, which the supervisor treats as the worst case.
-                Err(err) => events.push(Event::Exited(Ended::from_wait(Err(err)))),
+/// What the event loop acts through.
+struct Guard<'a> {
+    supervisor: &'a mut Supervisor,
+    tree: &'a Tree,
+    terminal: &'a mut Terminal,
+}
+
+impl Guard<'_> {
+    /// The event loop: turns wake-ups into events, feeds them to the supervisor and performs
+    /// its actions until it says to exit.
+    fn watch(
+        &mut self,
+        command: Pid,
+        wakeups: &mut Wakeups,
+        pulse: &mut Pulse<'_>,
+        inbox: &Receiver<Event>,
+    ) -> Exit {
+        // The command's status is known: what is left is probed.
+        let mut exited = false;
+        loop {
+            let now = Instant::now();
+            let mut wake = self.supervisor.deadline();
+            if exited {
+                wake = Some(wake.map_or(now + PROBE, |at| at.min(now + PROBE)));
             }
-        }
-        if wake.is_some_and(|at| Instant::now() >= at) {
-            events.push(if exited && !tree.anything_left() {
-                Event::Emptied
-            } else {
-                Event::Timer
-            });
-        }
-        for event in events {
-            exited |= matches!(event, Event::Exited(_));
-            let actions = supervisor.step(event, Instant::now());
-            if let Some(exit) = perform(actions, tree) {
-                if exited {
-                    tree::reap_orphans();
+            let sleep = [wake, pulse.due()].into_iter().flatten().min();
+            wakeups.sleep(sleep.map(|at| at.saturating_duration_since(now)));
+            let mut events: VecDeque<Event> =
+                wakeups.signals().into_iter().map(Event::Signal).collect();
+            events.extend(pulse.start_if_due(Instant::now()));
+            events.extend(inbox.try_iter());
+            if !exited {
+                events.extend(news_of(command));
+                tree::reap_orphans_but(command);
+            }
+            if wake.is_some_and(|at| Instant::now() >= at) {
+                events.push_back(if exited && !self.tree.anything_left() {
+                    Event::Emptied
+                } else {
+                    Event::Timer
+                });
+            }
+            while let Some(event) = events.pop_front() {
+                exited |= matches!(event, Event::Exited(_));
+                let actions = self.supervisor.step(event, Instant::now());
+                if let Some(exit) = self.perform(actions, &mut events) {
+                    if exited {
+                        tree::reap_orphans();
+                    }
+                    return exit;
                 }
-                return exit;
             }
         }
     }
-}
 
-/// Performs `actions` in order; the exit, once one says to.
-fn perform(actions: Vec<Action>, tree: &Tree) -> Option<Exit> {
-    for action in actions {
-        match action {
-            Action::SignalGroup(signal) => tree.signal_group(signal),
-            Action::SignalAll(signal) => tree.signal_all(signal),
-            Action::Warn(message) => warn(format_args!("{message}")),
-            Action::Exit(exit) => return Some(exit),
+    /// Performs `actions` in order; the exit, once one says to. Events that performing them
+    /// causes (`run` continued after suspending itself) are queued to `events`.
+    fn perform(&mut self, actions: Vec<Action>, events: &mut VecDeque<Event>) -> Option<Exit> {
+        for action in actions {
+            match action {
+                Action::SignalGroup(signal) => self.tree.signal_group(signal),
+                Action::SignalAll(signal) => self.tree.signal_all(signal),
+                Action::Warn(message) => warn(format_args!("{message}")),
+                Action::Suspend(signal) => {
+                    self.terminal.take_back();
+                    process::stop_self(signal);
+                    events.push_back(Event::Continued);
+                }
+                Action::Foreground => {
+                    self.terminal.hand_over();
+                }
+                Action::Exit(exit) => return Some(exit),
+            }
         }
-    }
-    None
-}
-
-/// Spawns the command directly (no shell) in its own process group.
-fn spawn(job: &Job<'_>) -> Result<Child, Exit> {
-    let (program, args) = job.command.split_first().ok_or(Exit::Usage)?;
-    let lock = job.lock;
-    let found = on_path(program, std::env::var_os("PATH").as_deref());
-    let spawned = std::process::Command::new(found.as_deref().unwrap_or(program.as_ref()))
-        .arg0(program)
-        .args(args)
-        .env("DISTLOCK_RESOURCE", lock.resource.as_str())
-        .env("DISTLOCK_OWNER", lock.owner.as_str())
-        .env("DISTLOCK_FENCE", lock.fence.to_string())
-        .env("DISTLOCK_DB", job.location.to_env_value())
-        .process_group(0)
-        .spawn();
-    match spawned {
-        Ok(child) => Ok(child),
-        Err(err) => {
-            let shown = program.to_string_lossy();
-            warn(format_args!("cannot run {shown}: {err}"));
-            Err(match err.kind() {
-                std::io::ErrorKind::NotFound => Exit::CommandNotFound,
-                _ => Exit::CannotExecute,
-            })
-        }
+        None
     }
 }
 
-/// Finds a command name without a slash in the folders of `path` (`PATH`), as `execvp(3)`
-/// does: the first regular file this process may execute. Searching here rather than in the
-/// child saves one failed `execve` per folder before the right one, which the lock's holder
-/// otherwise waits out (the child shares its memory until it execs). `None` for a name with a
-/// slash and when nothing is found: spawning then searches itself and reports the error (127
-/// not found, 126 found but not executable), as before.
-fn on_path(program: &OsStr, path: Option<&OsStr>) -> Option<PathBuf> {
-    if program.is_empty() || program.as_bytes().contains(&b'/') {
-        return None;
-    }
-    std::env::split_paths(path?)
-        .map(|folder| {
-            // An empty entry is the current folder.
-            let folder = if folder.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                folder
-            };
-            folder.join(program)
-        })
-        .find(|candidate| {
-            candidate.metadata().is_ok_and(|m| m.is_file())
-                && access(candidate.as_path(), AccessFlags::X_OK).is_ok()
-        })
-}
-
-/// What wakes the event loop: one self-pipe, written by the signal handlers and by the
-/// heartbeat thread. Dropping it removes the handlers again.
-struct Wakeups {
-    delivery: SignalDelivery<UnixStream, SignalOnly>,
-    /// The pipe's write end, for the heartbeat's copy.
-    write: UnixStream,
-}
-
-impl Wakeups {
-    /// Installs the handlers of the forwarded signals and of SIGCHLD.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::System`] when the pipe or a handler cannot be set up.
-    fn start() -> Result<Wakeups> {
-        let failed = |err| Error::system("cannot set up signal handling", err);
-        let (read, write) = UnixStream::pair().map_err(failed)?;
-        read.set_nonblocking(true).map_err(failed)?;
-        // A full pipe already wakes the loop: a writer never waits.
-        write.set_nonblocking(true).map_err(failed)?;
-        let mut signals = FORWARDED.to_vec();
-        signals.push(SIGCHLD);
-        let handlers = write.try_clone().map_err(failed)?;
-        let delivery =
-            SignalDelivery::with_pipe(read, handlers, SignalOnly, signals).map_err(failed)?;
-        Ok(Wakeups { delivery, write })
-    }
-
-    /// A write end for the heartbeat, which writes a byte after each report.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::System`] when the descriptor cannot be duplicated.
-    fn bell(&self) -> Result<UnixStream> {
-        self.write
-            .try_clone()
-            .map_err(|err| Error::system("cannot set up signal handling", err))
-    }
-
-    /// Sleeps until something was written to the pipe, a signal interrupts, or `timeout`
-    /// passes (`None`: no timeout).
-    fn sleep(&self, timeout: Option<Duration>) {
-        let timeout = timeout.map_or(PollTimeout::NONE, |timeout| {
-            // Rounded up: waking before the deadline would only loop once more.
-            let millis = timeout.as_micros().div_ceil(1000);
-            PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
-        });
-        let mut fds = [PollFd::new(
-            self.delivery.get_read().as_fd(),
-            PollFlags::POLLIN,
-        )];
-        // EINTR is a wake-up like any other; the caller looks at everything anyway.
-        let _ = poll(&mut fds, timeout);
-    }
-
-    /// The forwarded signals that arrived since the last call (each once), emptying the pipe.
-    /// SIGCHLD only wakes the loop, which then asks after the command itself.
-    fn signals(&mut self) -> Vec<Signal> {
-        self.delivery
-            .pending()
-            .filter(|&raw| raw != SIGCHLD)
-            .filter_map(|raw| Signal::try_from(raw).ok())
-            .collect()
-    }
+/// What `waitpid` says of the command, without waiting (see [`Event::from_wait`]).
+fn news_of(command: Pid) -> Option<Event> {
+    Event::from_wait(waitpid(
+        command,
+        Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED),
+    ))
 }
 
 /// The heartbeat thread of a job, started once the first renewal is due (see the module's
@@ -447,46 +358,8 @@ fn start_heartbeat(
     Ok(stop)
 }
 
-/// The controlling terminal, handed to the command's process group while it runs so that an
-/// interactive command can read from it and gets ^C directly, as under a shell. Given back
-/// when dropped.
-struct Terminal {
-    /// The process group to give the terminal back to, when we took it.
-    ours: Option<Pid>,
-}
-
-impl Terminal {
-    fn hand_to(group: Pid) -> Terminal {
-        let stdin = std::io::stdin();
-        let ours = nix::unistd::getpgrp();
-        let in_foreground = stdin.is_terminal()
-            && nix::unistd::tcgetpgrp(&stdin).is_ok_and(|foreground| foreground == ours);
-        if in_foreground && nix::unistd::tcsetpgrp(&stdin, group).is_ok() {
-            // The command may have touched the terminal before it was its own and been stopped.
-            let _ = killpg(group, Signal::SIGCONT);
-            return Terminal { ours: Some(ours) };
-        }
-        Terminal { ours: None }
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        let Some(ours) = self.ours else { return };
-        // Taking the terminal back from a background group raises SIGTTOU unless it is blocked.
-        let mut ttou = nix::sys::signal::SigSet::empty();
-        ttou.add(Signal::SIGTTOU);
-        let _ = ttou.thread_block();
-        let _ = nix::unistd::tcsetpgrp(std::io::stdin(), ours);
-        let _ = ttou.thread_unblock();
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
 
     #[test]
@@ -530,55 +403,5 @@ mod tests {
         assert!(thread.start_if_due(t0, started).is_none());
         let event = thread.start_if_due(t0 + ms(5000), || panic!("started twice"));
         assert!(event.is_none());
-    }
-
-    #[test]
-    fn on_path_finds_the_first_executable_file_as_execvp_does() {
-        let scratch = tempfile::tempdir().unwrap();
-        let folder = |name: &str| {
-            let folder = scratch.path().join(name);
-            fs::create_dir(&folder).unwrap();
-            folder
-        };
-        let tool = |folder: &PathBuf, mode: u32| {
-            let file = folder.join("tool");
-            fs::write(&file, "#!/bin/sh\n").unwrap();
-            fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
-        };
-        let (plain, dir, exec, later) = (folder("a"), folder("b"), folder("c"), folder("d"));
-        tool(&plain, 0o644);
-        fs::create_dir(dir.join("tool")).unwrap();
-        tool(&exec, 0o755);
-        tool(&later, 0o700);
-        let path = |folders: &[&PathBuf]| std::env::join_paths(folders).unwrap();
-        let cases: [(&str, Option<OsString>, Option<&PathBuf>); 9] = [
-            // Not executable, a folder: skipped, as execvp skips them.
-            (
-                "tool",
-                Some(path(&[&plain, &dir, &exec, &later])),
-                Some(&exec),
-            ),
-            ("tool", Some(path(&[&later, &exec])), Some(&later)),
-            ("tool", Some(path(&[&plain, &dir])), None),
-            ("missing", Some(path(&[&plain, &dir, &exec])), None),
-            // An empty entry is the current folder, which has no `tool`.
-            (
-                "tool",
-                Some(OsString::from(format!(":{}", exec.display()))),
-                Some(&exec),
-            ),
-            // A name with a slash is not searched for; nor is anything without a PATH.
-            ("./tool", Some(path(&[&exec])), None),
-            ("c/tool", Some(path(&[&scratch.path().to_owned()])), None),
-            ("", Some(path(&[&exec])), None),
-            ("tool", None, None),
-        ];
-        for (program, path, found) in cases {
-            assert_eq!(
-                on_path(OsStr::new(program), path.as_deref()),
-                found.map(|folder| folder.join(program)),
-                "{program} on {path:?}"
-            );
-        }
     }
 }

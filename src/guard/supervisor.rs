@@ -12,13 +12,21 @@
 //!   SIGKILL `kill_after` later, exit 124.
 //! - Renewals keep failing: at `lease_end - margin - min(kill_after, ttl/4)` the command is
 //!   stopped as on a lost lease, and SIGKILLed at `lease_end - margin` at the latest.
-//! - Signals sent to `run` are forwarded to the command's process group, in every phase.
+//! - Signals sent to `run` are forwarded to the command's process group, in every phase; they
+//!   are signal numbers, so the real-time signals are forwarded like the named ones.
+//! - Job control: when the command stops on SIGTSTP, SIGTTIN or SIGTTOU (^Z, a background
+//!   read), `run` suspends itself with the same signal, the terminal taken back, so that the
+//!   shell regains control. Continued, it first checks its lease: while the lease is surely
+//!   still this run's (before the renewal stop below), the terminal is handed back and the
+//!   command continued; past it, the command is stopped as on a lost lease. A stop by any
+//!   other signal (SIGSTOP of the command alone) leaves `run` guarding and renewing.
 //! - When the command exits after being stopped, what it started gets the rest of its grace
 //!   (or less, once nothing is left), then SIGKILL; `run` exits 124.
 //! - When the command exits on its own, `run` exits with its status at once.
 //! - `--max-runtime`: a command still running that long after it started is stopped exactly as
-//!   on a lost lease (SIGTERM to everything, SIGKILL `kill_after` later — sooner if the lease
-//!   could end first), with one line naming the limit; `run` exits 124.
+//!   on a lost lease (SIGTERM to everything, SIGKILL `kill_after` later, while renewals keep
+//!   the lease; sooner if the lease could end first), with one line naming the limit; `run`
+//!   exits 124.
 //!
 //! Invariant: while renewals fail, [`Action::SignalAll`]`(SIGKILL)` is emitted no later than
 //! `lease_end - margin`, where `lease_end` is the latest lease end a successful renewal (or the
@@ -26,14 +34,17 @@
 //! delivers [`Event::Timer`] when [`Supervisor::deadline`] comes. `margin` covers the store's
 //! clock running a little faster than this host's and the runner's own lag.
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use nix::sys::wait::WaitStatus;
 
 use crate::exit::Exit;
 use crate::lock::{Resource, Ttl};
+
+/// A signal by number, as `run` receives and forwards it (the real-time signals have no
+/// [`Signal`] of their own).
+pub type SignalNumber = i32;
 
 /// How the command ended, as the thread waiting for it saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,18 +58,6 @@ pub enum Ended {
 }
 
 impl Ended {
-    /// What `wait` answered, as an [`Ended`].
-    pub fn from_wait(waited: std::io::Result<ExitStatus>) -> Ended {
-        match waited {
-            Ok(status) => match (status.code(), status.signal()) {
-                (Some(code), _) => Ended::Code(code),
-                (None, Some(signal)) => Ended::Signal(signal),
-                (None, None) => Ended::Code(0xff),
-            },
-            Err(err) => Ended::Unknown(err.to_string()),
-        }
-    }
-
     /// The exit `run` passes on: the status, or 128+N for a death by signal N.
     fn exit(&self) -> Exit {
         match self {
@@ -75,7 +74,11 @@ pub enum Event {
     /// The command ended (its own process, not what it started).
     Exited(Ended),
     /// `run` received a signal to forward to the command.
-    Signal(Signal),
+    Signal(SignalNumber),
+    /// The command stopped on this job-control signal (SIGTSTP, SIGTTIN, SIGTTOU).
+    Stopped(Signal),
+    /// `run` was continued after [`Action::Suspend`].
+    Continued,
     /// A renewal succeeded: the lease lasts at least until this instant.
     Renewed(Instant),
     /// The store answered that the lock is no longer this run's (why, in words).
@@ -88,16 +91,43 @@ pub enum Event {
     Emptied,
 }
 
+impl Event {
+    /// What a non-blocking `waitpid` on the command (with `WUNTRACED`) tells: that it ended,
+    /// or stopped on a job-control signal. A stop on any other signal (SIGSTOP of the command
+    /// alone) is no news: `run` goes on guarding and renewing. A failed wait is the worst
+    /// case, a command whose fate is unknown.
+    pub fn from_wait(waited: nix::Result<WaitStatus>) -> Option<Event> {
+        match waited {
+            Ok(WaitStatus::Exited(_, code)) => Some(Event::Exited(Ended::Code(code))),
+            Ok(WaitStatus::Signaled(_, signal, _)) => {
+                Some(Event::Exited(Ended::Signal(signal as i32)))
+            }
+            Ok(WaitStatus::Stopped(_, signal))
+                if matches!(signal, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU) =>
+            {
+                Some(Event::Stopped(signal))
+            }
+            Ok(_) => None,
+            Err(err) => Some(Event::Exited(Ended::Unknown(err.to_string()))),
+        }
+    }
+}
+
 /// What the runner is to do, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Send the signal to the command's process group (forwarding, as a terminal would).
-    SignalGroup(Signal),
+    SignalGroup(SignalNumber),
     /// Send the signal to the command's process group and to every process it started, also
     /// those that left the group.
     SignalAll(Signal),
     /// Say this on stderr (one line).
     Warn(String),
+    /// Take the terminal back from the command and stop `run` itself with this signal, as the
+    /// shell's job; once `run` is continued, report [`Event::Continued`].
+    Suspend(Signal),
+    /// Hand the terminal to the command's process group again, if `run` has it.
+    Foreground,
     /// Supervision is over: `run` exits with this (after releasing the lock).
     Exit(Exit),
 }
@@ -106,8 +136,13 @@ pub enum Action {
 enum Phase {
     /// The command runs and the lease is, as far as is known, this run's.
     Running,
-    /// SIGTERM was sent (the lease is lost or may expire); SIGKILL follows at `kill_at`.
-    Stopping { kill_at: Instant },
+    /// SIGTERM was sent (the lease is lost or may expire, or `--max-runtime` came); SIGKILL
+    /// follows at `kill_at`, or at `lease_end - margin` if that comes first and the stop
+    /// `follows_lease` (a lease still renewed meanwhile).
+    Stopping {
+        kill_at: Instant,
+        follows_lease: bool,
+    },
     /// SIGKILL was sent; only the command's status is awaited.
     Killed,
     /// The command exited after SIGTERM; what it started may clean up until `kill_at`.
@@ -188,7 +223,8 @@ impl Supervisor {
                 Some((_, at)) => self.stop_at().min(at),
                 None => self.stop_at(),
             }),
-            Phase::Stopping { kill_at } | Phase::Draining { kill_at } => Some(kill_at),
+            Phase::Stopping { .. } => Some(self.kill_at()),
+            Phase::Draining { kill_at } => Some(kill_at),
             Phase::Killed | Phase::Done => None,
         }
     }
@@ -206,6 +242,8 @@ impl Supervisor {
                 vec![Action::SignalGroup(signal)]
             }
             Event::Signal(_) => Vec::new(),
+            Event::Stopped(signal) => self.stopped_on(signal),
+            Event::Continued => self.continued(now),
             Event::Exited(ended) => self.exited(ended, now),
             Event::Renewed(until) => self.renewed(until),
             Event::Lost(reason) => self.lost(&reason, now),
@@ -222,6 +260,32 @@ impl Supervisor {
     /// `lease_end - margin`.
     fn stop_at(&self) -> Instant {
         self.earlier(self.lease_end, self.margin + self.failing_grace)
+    }
+
+    /// In [`Phase::Stopping`], when SIGKILL is due.
+    fn kill_at(&self) -> Instant {
+        match self.phase {
+            Phase::Stopping {
+                kill_at,
+                follows_lease: true,
+            } => kill_at.min(self.earlier(self.lease_end, self.margin)),
+            Phase::Stopping { kill_at, .. } | Phase::Draining { kill_at } => kill_at,
+            Phase::Running | Phase::Killed | Phase::Done => self.lease_end,
+        }
+    }
+
+    /// SIGTERM now, SIGKILL at `lease_end - margin` or `kill_after` from now, whichever comes
+    /// first: the stop of a lease that may be ending.
+    fn stop_for_lease(&mut self, now: Instant, why: String) -> Vec<Action> {
+        let kill_at = self
+            .earlier(self.lease_end, self.margin)
+            .min(now + self.kill_after);
+        self.phase = Phase::Stopping {
+            kill_at,
+            follows_lease: false,
+        };
+        self.stopped = Some(Stop::LeaseLost);
+        vec![Action::Warn(why), Action::SignalAll(Signal::SIGTERM)]
     }
 
     /// `at - by`, or `at` when the monotonic clock has no instant that early (never, in
@@ -243,7 +307,8 @@ impl Supervisor {
                 self.phase = Phase::Done;
                 actions
             }
-            Phase::Stopping { kill_at } if now < kill_at => {
+            Phase::Stopping { .. } if now < self.kill_at() => {
+                let kill_at = self.kill_at();
                 // The command's workers get the rest of their grace to clean up, but nothing
                 // it started may outlive a lost lease.
                 self.phase = Phase::Draining { kill_at };
@@ -282,6 +347,7 @@ impl Supervisor {
         }
         self.phase = Phase::Stopping {
             kill_at: now + self.kill_after,
+            follows_lease: false,
         };
         self.stopped = Some(Stop::LeaseLost);
         vec![
@@ -303,30 +369,58 @@ impl Supervisor {
         ))]
     }
 
+    /// The command stopped on a job-control signal: `run` follows it while it guards a
+    /// running command; once it is stopping the command, it continues it instead, so that the
+    /// SIGTERM is acted on.
+    fn stopped_on(&mut self, signal: Signal) -> Vec<Action> {
+        match self.phase {
+            Phase::Running => vec![Action::Suspend(signal)],
+            Phase::Stopping { .. } | Phase::Killed | Phase::Draining { .. } => {
+                vec![Action::SignalGroup(Signal::SIGCONT as SignalNumber)]
+            }
+            Phase::Done => Vec::new(),
+        }
+    }
+
+    /// `run` was continued after suspending itself. No renewal was sent while it was stopped:
+    /// the command may continue only while the lease surely lasts (before the renewal stop);
+    /// past that, it is stopped as on a lost lease, and continued so that it gets the SIGTERM.
+    fn continued(&mut self, now: Instant) -> Vec<Action> {
+        let resume = Action::SignalGroup(Signal::SIGCONT as SignalNumber);
+        match self.phase {
+            Phase::Running if now >= self.stop_at() => {
+                let why = format!(
+                    "the lock on {} may have expired while the job was stopped; stopping the command",
+                    self.resource
+                );
+                let mut actions = self.stop_for_lease(now, why);
+                actions.push(resume);
+                actions
+            }
+            Phase::Running => vec![Action::Foreground, resume],
+            Phase::Done => Vec::new(),
+            _ => vec![resume],
+        }
+    }
+
     fn timer(&mut self, now: Instant) -> Vec<Action> {
         match self.phase {
             Phase::Running if now >= self.stop_at() => {
-                let kill_at = self
-                    .earlier(self.lease_end, self.margin)
-                    .min(now + self.kill_after);
-                self.phase = Phase::Stopping { kill_at };
-                self.stopped = Some(Stop::LeaseLost);
-                vec![
-                    Action::Warn(format!(
-                        "the lock on {} could not be renewed and may expire; stopping the command",
-                        self.resource
-                    )),
-                    Action::SignalAll(Signal::SIGTERM),
-                ]
+                let why = format!(
+                    "the lock on {} could not be renewed and may expire; stopping the command",
+                    self.resource
+                );
+                self.stop_for_lease(now, why)
             }
             Phase::Running if self.max_runtime.is_some_and(|(_, at)| now >= at) => {
                 let limit = self.max_runtime.map_or(Duration::ZERO, |(limit, _)| limit);
-                // The lease is still this run's, but the SIGKILL may not come after it could
-                // end, should renewals fail meanwhile.
-                let kill_at = self
-                    .earlier(self.lease_end, self.margin)
-                    .min(now + self.kill_after);
-                self.phase = Phase::Stopping { kill_at };
+                // The lease is still this run's and renewed: the command gets its whole
+                // --kill-after, but the SIGKILL may not come after the lease could end, should
+                // renewals fail meanwhile.
+                self.phase = Phase::Stopping {
+                    kill_at: now + self.kill_after,
+                    follows_lease: true,
+                };
                 self.stopped = Some(Stop::MaxRuntime);
                 vec![
                     Action::Warn(format!(
@@ -336,7 +430,7 @@ impl Supervisor {
                     Action::SignalAll(Signal::SIGTERM),
                 ]
             }
-            Phase::Stopping { kill_at } if now >= kill_at => {
+            Phase::Stopping { .. } if now >= self.kill_at() => {
                 self.phase = Phase::Killed;
                 vec![Action::SignalAll(Signal::SIGKILL)]
             }

@@ -9,14 +9,14 @@
 //! Invariants:
 //! - `run` starts no process other than its command, so every descendant of `run` is
 //!   something the command started;
-//! - orphans are reaped only with [`reap_orphans`], called only once the command's own status
-//!   is known, so the thread waiting for the command never has its status stolen.
+//! - while the command runs, orphans are reaped as they end by their own pids
+//!   ([`reap_orphans_but`]), never with a wait that could collect the command's status; once
+//!   that status is known, [`reap_orphans`] takes what is left.
 //!
-//! Elsewhere (other Unix systems) "everything" is the command's process group, as before.
+//! Elsewhere (other Unix systems) "everything" is the command's process group: there is no
+//! subreaper, so orphans go to init and leave no zombies with `run`.
 //!
-//! A pid read from `/proc` may be gone, and in theory reused, by the time it is signalled; a
-//! descendant that `run` itself reparented stays a zombie until reaped, so its pid cannot be
-//! reused meanwhile.
+//! A pid read from `/proc` may be gone, and in theory reused, by the time it is signalled.
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
@@ -49,6 +49,27 @@ pub fn adopt_orphans() -> Result<(), Errno> {
     Ok(())
 }
 
+/// Reaps the zombies among `run`'s children but `command`, without waiting: each is looked at
+/// first (`WNOWAIT`) and reaped by its own pid, so the command's status stays for its own
+/// `waitpid`. Stops at the command's zombie, which the caller then collects.
+#[cfg(target_os = "linux")]
+pub fn reap_orphans_but(command: Pid) {
+    use nix::sys::wait::{Id, waitid};
+    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    while let Ok(status) = waitid(Id::All, peek) {
+        match status.pid() {
+            Some(pid) if pid != command => {
+                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            }
+            _ => break,
+        }
+    }
+}
+
+/// Without a subreaper no orphan is `run`'s to reap.
+#[cfg(not(target_os = "linux"))]
+pub fn reap_orphans_but(_command: Pid) {}
+
 /// Reaps every zombie child of `run`, without waiting. Only once the command's own status is
 /// known (see the module note).
 pub fn reap_orphans() {
@@ -75,16 +96,24 @@ impl Tree {
         }
     }
 
-    /// Sends `signal` to the command's process group only.
-    pub fn signal_group(&self, signal: Signal) {
-        let _ = killpg(self.group, signal);
+    /// Sends signal number `signal` to the command's process group only.
+    pub fn signal_group(&self, signal: i32) {
+        super::process::signal_group(self.group, signal);
     }
 
     /// Sends `signal` to the process group and to every live descendant of `run` outside it,
     /// looking again while new ones appear. SIGKILL goes to every descendant, in the group
     /// or not, round after round, so nothing forked meanwhile is missed; other signals reach
-    /// each process once (the group through `killpg`).
+    /// each process once (the group through `killpg`). SIGTERM is followed by SIGCONT to all
+    /// of them, as `timeout(1)` does, so that a stopped process acts on it.
     pub fn signal_all(&self, signal: Signal) {
+        self.signal_all_once(signal);
+        if signal == Signal::SIGTERM {
+            self.signal_all_once(Signal::SIGCONT);
+        }
+    }
+
+    fn signal_all_once(&self, signal: Signal) {
         let _ = killpg(self.group, signal);
         let mut sent = std::collections::HashSet::new();
         for _ in 0..ROUNDS {

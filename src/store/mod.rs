@@ -26,7 +26,7 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
 const GC_BATCH: i64 = 1000;
@@ -403,32 +403,71 @@ pub enum Location {
 }
 
 impl Location {
-    /// Reads `--db` / `DISTLOCK_DB`: a `postgres://` or `postgresql://` URL selects PostgreSQL,
-    /// anything else is a file path. Without one, the default path under the user's state folder.
+    /// Reads `--db` / `DISTLOCK_DB`. What it names is never guessed: a value with a URL
+    /// scheme (`word://…` or `word:/…`, the scheme in any case) is a URL, and only
+    /// `postgres`/`postgresql` (PostgreSQL) are stores; any other scheme is refused, so a
+    /// mistyped URL never becomes a local file named after it. Anything else is a file path
+    /// (one with a colon in it is written `./a:b`). Without one, the default path under the
+    /// user's state folder.
     ///
     /// # Errors
     ///
-    /// A usage message when a PostgreSQL URL cannot be read, `--db` is empty, or no `--db` was
-    /// given and neither `XDG_STATE_HOME` nor `HOME` is set.
+    /// A usage message when a URL has an unknown scheme or cannot be read, `--db` is empty or
+    /// blank, or no `--db` was given and neither `XDG_STATE_HOME` nor `HOME` is an absolute
+    /// path.
     pub fn resolve(db: Option<&str>) -> Result<Location, String> {
-        match db {
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                postgres::Target::parse(url)?;
-                Ok(Location::Postgres(url.to_owned()))
+        let Some(db) = db else {
+            return default_path().map(Location::Sqlite);
+        };
+        if db.trim().is_empty() {
+            return Err("--db must not be empty or blank".to_owned());
+        }
+        let Some((scheme, rest)) = url_scheme(db) else {
+            return Ok(Location::Sqlite(PathBuf::from(db)));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            known @ ("postgres" | "postgresql") => {
+                let url = format!("{known}:{rest}");
+                postgres::Target::parse(&url)?;
+                Ok(Location::Postgres(url))
             }
-            Some("") => Err("--db must not be empty".to_owned()),
-            Some(path) => Ok(Location::Sqlite(PathBuf::from(path))),
-            None => default_path().map(Location::Sqlite),
+            "http" | "https" => Err(format!(
+                "--db {scheme}://…: distlock servers are not supported by this build; use a file \
+                 path or a postgres:// URL"
+            )),
+            _ => Err(format!(
+                "--db: unknown URL scheme {:?}; distlock knows postgres:// and postgresql:// \
+                 (PostgreSQL) and file paths (write a path with a colon in it as ./{}…)",
+                crate::output::shown(scheme),
+                crate::output::shown(scheme),
+            )),
         }
     }
 
-    /// The value `run` exports to its command as `DISTLOCK_DB`.
+    /// The value `run` exports to its command as `DISTLOCK_DB`: a URL as given, a file path
+    /// made absolute against the current folder, so that a command that changes folders still
+    /// reaches this store. As [`std::path::absolute`] does it: `.` components are dropped and
+    /// nothing else is touched — no symlink is resolved, no `..` collapsed, the file need not
+    /// exist — so the value names the store exactly as `--db` did. Should the current folder
+    /// be unreadable (removed), the path is exported as given.
     pub fn to_env_value(&self) -> std::ffi::OsString {
         match self {
-            Location::Sqlite(path) => path.clone().into_os_string(),
+            Location::Sqlite(path) => std::path::absolute(path)
+                .unwrap_or_else(|_| path.clone())
+                .into_os_string(),
             Location::Postgres(url) => url.into(),
         }
     }
+}
+
+/// The scheme of a value that is a URL, and what follows its colon: `word:/…`, where the word
+/// is a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`).
+fn url_scheme(value: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = value.split_once(':')?;
+    let mut chars = scheme.chars();
+    let starts = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let word = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (starts && word && rest.starts_with('/')).then_some((scheme, rest))
 }
 
 /// `$XDG_STATE_HOME/distlock/locks.db`, else `$HOME/.local/state/distlock/locks.db`.
@@ -444,7 +483,12 @@ fn default_path() -> Result<PathBuf, String> {
     if let Some(home) = absolute("HOME") {
         return Ok(home.join(".local/state/distlock/locks.db"));
     }
-    Err("cannot find a default database: neither XDG_STATE_HOME nor HOME is set; pass --db".into())
+    let why = if std::env::var_os("HOME").is_some() {
+        "HOME is not an absolute path"
+    } else {
+        "neither XDG_STATE_HOME nor HOME is set"
+    };
+    Err(format!("cannot find a default database: {why}; pass --db"))
 }
 
 /// Opens the store at `location` with the host's clock.
@@ -473,6 +517,39 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn LockStore>>> 
         Location::Postgres(url) => Ok(Some(Box::new(PostgresStore::open(url)?))),
     }
 }
+
+/// Opens again a store this process opened before (`run`'s heartbeat, on a connection of its
+/// own, and after a failure on a new one): as [`open`], except that a SQLite store is never
+/// created — not its file, not its folders. One that is gone is [`Vanished`]: its locks went
+/// with it, and a store made anew at its path would hold none of them.
+///
+/// # Errors
+///
+/// [`Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
+pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
+    match location {
+        Location::Sqlite(path) => match SqliteStore::open_existing(path, Box::new(SystemClock))? {
+            Some(store) => Ok(Box::new(store)),
+            None => Err(Vanished(path.clone()).into()),
+        },
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// A SQLite store that was there and is gone: its file (or its folder) was removed after this
+/// process opened it. [`reopen`] reports it, and so does a write through a connection opened
+/// before the removal, which would otherwise go to the unlinked file. The locks it held are
+/// lost to everyone: whoever opens the path next makes an empty store there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vanished(pub PathBuf);
+
+impl std::fmt::Display for Vanished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the store {} no longer exists", self.0.display())
+    }
+}
+
+impl std::error::Error for Vanished {}
 
 fn open_sqlite(path: &Path) -> Result<SqliteStore> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -506,5 +583,141 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> crate::lock::Timestamp {
         crate::lock::Timestamp::now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::*;
+    use crate::engine::Request;
+    use crate::lock::{Acquire, Owner, Resource, Ttl};
+
+    #[test]
+    fn db_values_with_a_url_scheme_are_urls_and_only_known_schemes_are_stores() {
+        // (value, what it names: Ok(path or url), or Err(a word the message must hold))
+        let path = |p: &str| Ok(Location::Sqlite(PathBuf::from(p)));
+        let pg = |u: &str| Ok(Location::Postgres(u.to_owned()));
+        let refused = |word: &'static str| Err(word);
+        let cases: [(&str, Result<Location, &str>); 22] = [
+            ("locks.db", path("locks.db")),
+            (
+                "/var/lib/distlock/locks.db",
+                path("/var/lib/distlock/locks.db"),
+            ),
+            ("./a:b", path("./a:b")),
+            ("a:b", path("a:b")),
+            ("dir/x:/y", path("dir/x:/y")),
+            ("1x://y", path("1x://y")),
+            ("_x://y", path("_x://y")),
+            ("postgres://u@h/db", pg("postgres://u@h/db")),
+            ("postgresql://u@h/db", pg("postgresql://u@h/db")),
+            // Schemes in any case, passed on in lower case.
+            ("POSTGRES://u@h/db", pg("postgres://u@h/db")),
+            ("PostgreSQL://u@h/db", pg("postgresql://u@h/db")),
+            // Typos and other databases are never files.
+            ("postgress://u@h/db", refused("\"postgress\"")),
+            ("mysql://x/y", refused("\"mysql\"")),
+            ("sqlite:/tmp/x.db", refused("\"sqlite\"")),
+            ("file:///tmp/x.db", refused("\"file\"")),
+            ("a+b.c-d://x", refused("\"a+b.c-d\"")),
+            ("postgres:/x", refused("PostgreSQL")),
+            ("http://locks:7878", refused("servers")),
+            ("HTTPS://locks:7878", refused("servers")),
+            ("", refused("empty")),
+            (" ", refused("blank")),
+            ("\t\n", refused("blank")),
+        ];
+        for (value, want) in cases {
+            let got = Location::resolve(Some(value));
+            match (&got, &want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{value:?}"),
+                (Err(message), Err(word)) => {
+                    assert!(message.contains(word), "{value:?}: {message}");
+                    // The URL itself is never echoed: it may hold a password.
+                    assert!(
+                        !message.contains("x/y") && !message.contains("u@h"),
+                        "{message}"
+                    );
+                }
+                _ => panic!("{value:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_removed_sqlite_store_is_vanished_to_its_open_connection_and_is_never_reopened_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join("locks.db");
+        let location = Location::Sqlite(path.clone());
+        let resource = Resource::parse("r").unwrap();
+        let owner = Owner::parse("o").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let mut held = open(&location).unwrap();
+        let request = Request::exclusive(owner.clone(), ttl);
+        let Acquire::Acquired { lock, .. } = held.acquire(&resource, &request).unwrap() else {
+            panic!("a new store's first acquire is granted");
+        };
+        let vanished = |err: anyhow::Error| err.downcast_ref::<Vanished>().cloned();
+        let gone = Some(Vanished(path.clone()));
+
+        // The file alone, then its folder too.
+        for remove in [dir.path().join("state/locks.db"), dir.path().join("state")] {
+            if remove.is_dir() {
+                std::fs::remove_dir_all(&remove).unwrap();
+            } else {
+                std::fs::remove_file(&remove).unwrap();
+            }
+            let renewed = held.renew(&resource, &owner, ttl, Some(lock.fence));
+            assert_eq!(
+                renewed.err().and_then(vanished),
+                gone,
+                "{remove:?}: a write"
+            );
+            let reopened = reopen(&location).map(|_| ());
+            assert_eq!(
+                reopened.err().and_then(vanished),
+                gone,
+                "{remove:?}: reopen"
+            );
+            assert!(!path.exists(), "{remove:?}: reopen made a new store");
+        }
+        assert!(
+            !path.parent().unwrap().exists(),
+            "reopen made the folder anew"
+        );
+        assert_eq!(
+            gone.map(|g| g.to_string()),
+            Some(format!("the store {} no longer exists", path.display()))
+        );
+    }
+
+    #[test]
+    fn the_exported_db_is_absolute_for_a_file_and_unchanged_for_a_url() {
+        let here = std::env::current_dir().expect("the current folder");
+        for (given, exported) in [
+            ("locks.db", here.join("locks.db")),
+            ("./state/locks.db", here.join("state/locks.db")),
+            // Kept as named: `..` is not collapsed (a symlink may stand before it).
+            ("link/../locks.db", here.join("link/../locks.db")),
+            (
+                "/var/lib/distlock/locks.db",
+                PathBuf::from("/var/lib/distlock/locks.db"),
+            ),
+        ] {
+            let location = Location::Sqlite(PathBuf::from(given));
+            // Compared as strings: `Path` equality would overlook a `.` left in.
+            assert_eq!(
+                location.to_env_value(),
+                exported.into_os_string(),
+                "--db {given}"
+            );
+        }
+        let url = "postgres://distlock@db.internal/ops";
+        assert_eq!(
+            Location::Postgres(url.to_owned()).to_env_value(),
+            OsString::from(url)
+        );
     }
 }

@@ -292,7 +292,13 @@ fn a_waiter_whose_wait_ran_out_leaves_the_queue_at_once() {
 #[test]
 fn an_interrupted_waiter_leaves_the_queue_at_once() {
     each_store(|db| {
-        for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        let interrupts = [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+        ];
+        for signal in interrupts {
             for command in ["acquire", "run"] {
                 let what = format!("{command} --wait interrupted by {signal}");
                 let resource = format!("R-{command}-{signal}");
@@ -323,8 +329,15 @@ fn an_interrupted_waiter_leaves_the_queue_at_once() {
 
                 a.signal(signal);
                 let a = a.finish(LONG);
+                // 128+N, as if it had died of the signal, but only after leaving the queue.
+                assert_eq!(
+                    a.code(),
+                    Some(128 + signal as i32),
+                    "{what}: {}",
+                    a.describe()
+                );
                 assert!(
-                    !a.timed_out && !a.output.status.success(),
+                    a.stderr().contains("left the queue"),
                     "{what}: {}",
                     a.describe()
                 );

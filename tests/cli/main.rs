@@ -6,6 +6,7 @@ mod common;
 mod core;
 mod fair;
 mod fleet;
+mod front_door;
 mod guard;
 mod history;
 mod modes;

@@ -8,7 +8,7 @@
 //! | pauses (SIGSTOP) | `paused_holder_is_stopped_and_its_late_writes_are_fenced_off` |
 //! | hostile input, parsing layer | `*_follows_the_validation_table`, `durations_*` (proptest) |
 //! | hostile input, the binary | `binary_*` (proptest, bounded cases), `non_utf8_*` |
-//! | hostile stores | `truncated_*`, `garbage_*`, `read_only_*`, `full_filesystem_*`, `file_size_limit_*`, `database_replaced_by_a_directory_*`, `database_folder_removed_*` |
+//! | hostile stores | `truncated_*`, `garbage_*`, `read_only_*`, `full_filesystem_*`, `file_size_limit_*`, `database_replaced_by_a_directory_*`, `database_folder_removed_*`, `database_file_removed_*` |
 //! | permissions | `new_store_files_*` |
 //!
 //! Timing checks are loose (2 cores, shared machine): upper bounds with generous slack, or
@@ -736,9 +736,9 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
 // Hostile input, parsing layer (the contract's validation table as an oracle)
 // ---------------------------------------------------------------------------------------------
 
-/// The contract's control characters: U+0000–U+001F and U+007F.
+/// The contract's control characters: U+0000–U+001F and U+007F–U+009F (C0, DEL and C1).
 fn contract_control(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}')
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
 }
 
 /// RESOURCE: taken as given; 1..=255 bytes of UTF-8; not blank; no control characters.
@@ -1959,6 +1959,68 @@ fn file_size_limit_is_a_store_error_not_a_signal() {
     );
 }
 
+/// A `run --ttl TTL --kill-after 1` on the SQLite store at `path` whose command writes its pid
+/// to `started` and sleeps; returns once the heartbeat has renewed (a third of the TTL in), so
+/// that it holds a connection of its own. Its stderr goes to `stderr`.
+fn guard_past_its_first_renewal(path: &Path, ttl: &str, started: &Path, stderr: &Path) -> Child {
+    let mut guard = distlock_at(path)
+        .args([
+            "run",
+            "--resource",
+            "r",
+            "--ttl",
+            ttl,
+            "--kill-after",
+            "1",
+            "--",
+        ])
+        .args(["sh", "-c", r#"echo $$ >"$1"; exec sleep 30"#, "sh"])
+        .arg(started)
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(stderr).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for_file(started, Duration::from_secs(20));
+    let start = Instant::now();
+    let renewed = || {
+        let out = distlock_at(path).args(["log", "r"]).output().unwrap();
+        parse_lines(&out.stdout)
+            .iter()
+            .any(|e| e["event"] == "renewed")
+    };
+    while !renewed() {
+        if start.elapsed() > Duration::from_secs(15) {
+            let _ = guard.kill();
+            let _ = guard.wait();
+            panic!("no renewal seen in 15 s");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    guard
+}
+
+/// Waits (15 s at most) for the guard of [`guard_past_its_first_renewal`] to exit; fails unless
+/// it exited 124 with its command gone. Returns the guard's stderr.
+fn assert_stopped_its_command(mut guard: Child, started: &Path, stderr: &Path) -> String {
+    let exit = wait_or_kill(&mut guard, Duration::from_secs(15));
+    let command: i32 = fs::read_to_string(started).unwrap().trim().parse().unwrap();
+    let command_ran_on = !is_gone(command);
+    let _ = killpg(Pid::from_raw(command), Signal::SIGKILL);
+    let stderr = fs::read_to_string(stderr).unwrap_or_default();
+    assert!(
+        exit.is_some_and(|e| e.code() == Some(124)) && !command_ran_on,
+        "a guard whose store vanished must stop its command and exit 124; 15 s on, the guard \
+         {} and its command {} (stderr: {stderr})",
+        exit.map_or("still ran (killed now)".to_owned(), |e| e.to_string()),
+        if command_ran_on {
+            "still ran"
+        } else {
+            "was gone"
+        },
+    );
+    stderr
+}
+
 #[test]
 fn database_folder_removed_while_run_holds_the_lock_stops_the_command() {
     // The guard's heartbeat keeps its connection open; once the folder is gone, renewing
@@ -1968,38 +2030,8 @@ fn database_folder_removed_while_run_holds_the_lock_stops_the_command() {
     let folder = scratch.path().join("store");
     let path = folder.join("locks.db");
     let started = scratch.path().join("started");
-    let stderr_path = scratch.path().join("guard.stderr");
-    let mut guard = distlock_at(&path)
-        .args([
-            "run",
-            "--resource",
-            "r",
-            "--ttl",
-            "3",
-            "--kill-after",
-            "1",
-            "--",
-        ])
-        .args(["sh", "-c", r#"echo $$ >"$1"; exec sleep 30"#, "sh"])
-        .arg(&started)
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .unwrap();
-    wait_for_file(&started, Duration::from_secs(20));
-    // Wait for a renewal, so that the heartbeat holds its own connection.
-    let start = Instant::now();
-    loop {
-        let out = distlock_at(&path).args(["log", "r"]).output().unwrap();
-        if parse_lines(&out.stdout)
-            .iter()
-            .any(|e| e["event"] == "renewed")
-        {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(15), "no renewal seen");
-        thread::sleep(Duration::from_millis(100));
-    }
+    let stderr = scratch.path().join("guard.stderr");
+    let guard = guard_past_its_first_renewal(&path, "3", &started, &stderr);
     fs::remove_dir_all(&folder).unwrap();
     // Anyone else now finds the lock free (a new, empty store at the same path).
     let out = distlock_at(&path)
@@ -2007,26 +2039,36 @@ fn database_folder_removed_while_run_holds_the_lock_stops_the_command() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_stopped_its_command(guard, &started, &stderr);
+}
 
-    let exit = wait_or_kill(&mut guard, Duration::from_secs(15));
-    let command: i32 = fs::read_to_string(&started)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let command_ran_on = !is_gone(command);
-    let _ = killpg(Pid::from_raw(command), Signal::SIGKILL);
+#[test]
+fn database_file_removed_while_run_holds_the_lock_stops_the_command_and_says_the_store_is_gone() {
+    // Only the database file goes; its folder and the `-wal`/`-shm` files stay. The heartbeat
+    // must not make a new store there to renew in (finding no lock in it, it would blame an
+    // expiry or a release): it says the store is gone, and creates nothing. A TTL of 6 s leaves
+    // the heartbeat time to reconnect (a second after the failed renewal at 4 s) well before
+    // failing renewals alone would stop the command (about 6.4 s in).
+    let scratch = tempfile::tempdir().unwrap();
+    let path = scratch.path().join("locks.db");
+    let started = scratch.path().join("started");
+    let stderr = scratch.path().join("guard.stderr");
+    let guard = guard_past_its_first_renewal(&path, "6", &started, &stderr);
+    fs::remove_file(&path).unwrap();
+    let stderr = assert_stopped_its_command(guard, &started, &stderr);
+    let gone = format!("the store {} no longer exists", path.display());
     assert!(
-        exit.is_some_and(|e| e.code() == Some(124)) && !command_ran_on,
-        "a guard whose store vanished must stop its command and exit 124; 15 s on, the guard \
-         {} and its command {} (stderr: {})",
-        exit.map_or("still ran (killed now)".to_owned(), |e| e.to_string()),
-        if command_ran_on {
-            "still ran"
-        } else {
-            "was gone"
-        },
-        fs::read_to_string(&stderr_path).unwrap_or_default()
+        stderr.contains(&format!("lost the lock on r: {gone}")),
+        "the stop message must say {gone:?}: {stderr}"
+    );
+    assert!(
+        !stderr.contains("expired or was released"),
+        "nothing expired or was released: {stderr}"
+    );
+    assert!(
+        !path.exists(),
+        "the guard created a new store at {} after the old one was removed",
+        path.display()
     );
 }
 

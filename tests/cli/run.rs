@@ -1,6 +1,7 @@
 //! `run`, the exec guard: exit statuses, the busy path, the command's environment and stdout,
 //! the heartbeat, stopping the command (and everything it started) when the lease is lost,
-//! signal forwarding, `--wait` hand-over, exec failures, joining a tenure, and usage errors.
+//! signal forwarding, `--wait` hand-over, exec failures, joining a tenure, usage errors, and
+//! that only a tenure `acquire` took may be joined (one `run` took is busy for its own owner).
 //!
 //! Commands are `sh -c` scripts that leave marker files in the test's scratch folder (`$D`);
 //! `$DL` is the binary under test, for scripts that look at the lock from inside. Files other
@@ -17,12 +18,14 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+use serde_json::json;
 
 use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone};
-use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file};
+use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file, wait_until};
 use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd};
+use crate::common::tenure::{Mode, Tenure};
 
 /// Holds SQLite's write lock on `path` from another connection for `hold`, as a stuck writer
 /// would; returns once the lock is taken. Readers still get through (WAL mode); writers wait
@@ -204,6 +207,48 @@ fn command_gets_the_four_variables_and_its_fence_is_the_one_status_reports() {
         assert_ne!(read_trimmed(&db.file("owner2")), owner);
         assert_free(db, "env: r 1");
     });
+}
+
+#[test]
+fn a_relative_db_is_exported_as_an_absolute_path_so_a_command_that_cds_reaches_the_same_store() {
+    // `--db ./link/rel.db`, relative to run's folder, through a symlink: the command gets the
+    // path made absolute against that folder (the symlink kept, `.` dropped), and finds its
+    // own lock held after `cd /`.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    // What the command's `pwd -P` would say: the kernel resolves the scratch folder's own path.
+    let folder = fs::canonicalize(scratch.path()).expect("canonical scratch folder");
+    fs::create_dir(folder.join("real")).expect("mkdir real");
+    std::os::unix::fs::symlink("real", folder.join("link")).expect("symlink link -> real");
+    let script = r#"printf '%s\n' "$DISTLOCK_DB" > "$D/db"
+        cd / && "$DL" status r > "$D/status""#;
+    let out = Command::new(BIN)
+        .current_dir(&folder)
+        .env_remove("DISTLOCK_DB")
+        .env_remove("DISTLOCK_OWNER")
+        .env("D", &folder)
+        .env("DL", BIN)
+        .args(["--db", "./link/rel.db", "run", "--resource", "r"])
+        .args(["--", "sh", "-c", script])
+        .output()
+        .expect("run distlock");
+    let exported = read_trimmed(&folder.join("db"));
+    assert_eq!(
+        Some(exported.as_str()),
+        folder.join("link/rel.db").to_str(),
+        "DISTLOCK_DB: absolute, symlinks not resolved"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "after `cd /`, status must find the lock held in the same store: {}",
+        describe(&out)
+    );
+    let seen = parse_line(&fs::read(folder.join("status")).expect("status file"));
+    assert_eq!(seen["held"], true, "{seen}");
+    assert!(
+        folder.join("real/rel.db").exists(),
+        "the store is where --db named it"
+    );
 }
 
 #[test]
@@ -1369,5 +1414,230 @@ fn usage_errors_exit_64_and_start_nothing() {
             assert!(!db.path().exists(), "a usage error touched the store");
         }
         assert!(db.log(&["u"]).is_empty(), "a usage error wrote history");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Only a tenure `acquire` took may be joined
+// ---------------------------------------------------------------------------------------------
+
+/// Under `run`: writes `$DISTLOCK_FENCE` to `$D/$1.ready` (whole, by rename), then holds the
+/// lock until `$D/go` appears (20 s at most).
+const HOLD_UNTIL_GO: &str = r#"echo "$DISTLOCK_FENCE" > "$D/$1.tmp"; mv "$D/$1.tmp" "$D/$1.ready"
+i=0; while [ ! -e "$D/go" ] && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i + 1)); done"#;
+
+/// Starts `run --resource RESOURCE --owner OWNER --ttl 60 -- HOLD_UNTIL_GO NAME` and returns
+/// once its command is inside, with the tenure it holds. A 60 s lease is not renewed within a
+/// test's first 20 s, so the tenure's expiry stays as read.
+fn hold_under_run(db: &Db, resource: &str, owner: &str, name: &str) -> (Proc, Tenure) {
+    let args = [
+        "--resource",
+        resource,
+        "--owner",
+        owner,
+        "--ttl",
+        "60",
+        "--",
+        "sh",
+        "-c",
+        HOLD_UNTIL_GO,
+        "sh",
+        name,
+    ];
+    let proc = Proc::spawn(&mut run_cmd(db, &args), db.dir.path(), name);
+    wait_for_file(&db.file(&format!("{name}.ready")), LONG);
+    let tenure = Tenure::read(&assert_held_by(db, resource, owner), Mode::Exclusive);
+    assert_eq!(
+        read_number(&db.file(&format!("{name}.ready"))),
+        tenure.fence,
+        "{name}: the command's DISTLOCK_FENCE"
+    );
+    (proc, tenure)
+}
+
+/// Lets the commands of [`hold_under_run`] end, and checks that `proc` exited 0.
+fn let_go(db: &Db, proc: Proc) {
+    fs::write(db.file("go"), "").expect("write go");
+    let finished = proc.finish(LONG);
+    assert_eq!(finished.code(), Some(0), "{}", finished.describe());
+}
+
+#[test]
+fn two_runs_with_the_same_owner_never_run_at_once() {
+    // Two cron runs given `--owner "$(hostname)"`: the second finds the first's tenure busy,
+    // exactly as a run of another owner does, and never starts its command.
+    each_store(|db| {
+        let (first, tenure) = hold_under_run(db, "nightly", "cron", "first");
+        let second = |owner: &str, extra: &[&str]| {
+            let mut args = vec!["--resource", "nightly", "--owner", owner];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", "sh", "-c", r#"echo ran >> "$D/second.ran""#]);
+            run_cmd(db, &args).output().expect("run distlock")
+        };
+        let same = second("cron", &[]);
+        assert_eq!(same.status.code(), Some(75), "{}", describe(&same));
+        assert!(same.stdout.is_empty(), "{}", describe(&same));
+        let other = second("someone-else", &[]);
+        assert_eq!(other.status.code(), Some(75), "{}", describe(&other));
+        assert_eq!(
+            String::from_utf8_lossy(&same.stderr),
+            String::from_utf8_lossy(&other.stderr),
+            "the same busy line as for another owner"
+        );
+        // As a cron line writes it: busy is "nothing to do".
+        let skipped = second("cron", &["--conflict-exit-code", "0"]);
+        assert_eq!(skipped.status.code(), Some(0), "{}", describe(&skipped));
+        assert!(
+            !db.file("second.ran").exists(),
+            "a second run of the same owner started its command"
+        );
+        // The refused runs changed nothing: the first run's tenure, as it was.
+        assert_eq!(
+            db.json(&["status", "nightly"], 0),
+            json!({"held": true, "lock": tenure.lock()})
+        );
+
+        let_go(db, first);
+        assert_free(db, "nightly");
+        assert_eq!(event_names(&db.log(&["nightly"])), ["acquired", "released"]);
+    });
+}
+
+#[test]
+fn acquire_by_the_owner_of_a_running_run_is_busy_and_renew_and_release_still_work() {
+    each_store(|db| {
+        let (proc, tenure) = hold_under_run(db, "job", "X", "run");
+        // Busy, byte for byte as for another owner, with the run's tenure as the holder; also
+        // after waiting.
+        for (owner, wait) in [("X", "0"), ("Y", "0"), ("X", "0.3")] {
+            let out = db.run(&[
+                "acquire", "job", "--owner", owner, "--ttl", "60", "--wait", wait,
+            ]);
+            assert_eq!(out.status.code(), Some(75), "{owner}: {}", describe(&out));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                format!("{}\n", tenure.plain_busy_text()),
+                "{owner} --wait {wait}"
+            );
+        }
+        assert_eq!(
+            db.json(&["status", "job"], 0),
+            json!({"held": true, "lock": tenure.lock()}),
+            "the refused acquires changed nothing"
+        );
+
+        // Renew and release by owner act on it as on any tenure of X. A renewal keeps it the
+        // run's: an acquire of X is still busy.
+        let renewed = db.json(&["renew", "job", "--owner", "X", "--ttl", "120"], 0);
+        assert_eq!(renewed["lock"]["fence"], tenure.fence, "{renewed}");
+        db.json(&["acquire", "job", "--owner", "X", "--ttl", "60"], 75);
+        db.json(&["release", "job", "--owner", "X"], 0);
+        // Released, the resource is X's to take with acquire: a tenure of its own, which the
+        // run, ending, leaves alone (it ends only its own fence).
+        let taken = db.json(&["acquire", "job", "--owner", "X", "--ttl", "60"], 0);
+        let taken = Tenure::read(&taken["lock"], Mode::Exclusive);
+        assert!(taken.fence > tenure.fence, "a new tenure: {taken:?}");
+        let_go(db, proc);
+        assert_eq!(
+            db.json(&["status", "job"], 0),
+            json!({"held": true, "lock": taken.lock()})
+        );
+        assert_eq!(
+            event_names(&db.log(&["job"])),
+            ["acquired", "renewed", "released", "acquired"]
+        );
+    });
+}
+
+#[test]
+fn a_waiting_run_of_the_same_owner_waits_its_turn() {
+    each_store(|db| {
+        let (first, tenure) = hold_under_run(db, "turn", "cron", "first");
+        let script = r#"echo "$DISTLOCK_FENCE" > "$D/second.tmp"; mv "$D/second.tmp" "$D/second""#;
+        let mut cmd = run_cmd(
+            db,
+            &[
+                "--resource",
+                "turn",
+                "--owner",
+                "cron",
+                "--wait",
+                "20s",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        );
+        let second = Proc::spawn(&mut cmd, db.dir.path(), "second");
+        wait_until(LONG, "the second run waits in the queue", || {
+            db.waiting("turn") == 1
+        });
+        assert!(
+            !db.file("second").exists(),
+            "the second run started while the first ran"
+        );
+        let_go(db, first);
+        let second = second.finish(LONG);
+        assert_eq!(second.code(), Some(0), "{}", second.describe());
+        let fence = read_number(&db.file("second"));
+        assert!(fence > tenure.fence, "a tenure of its own: {fence}");
+        assert_free(db, "turn");
+        assert_eq!(
+            event_names(&db.log(&["turn"])),
+            ["acquired", "released", "acquired", "released"]
+        );
+    });
+}
+
+#[test]
+fn the_deploy_script_recipe_holds_one_tenure_across_its_run_steps() {
+    // acquire, two steps under `run --owner X`, release: each step joins the tenure acquire
+    // took, and the lock stays held between the steps. A joined tenure stays joinable: inside
+    // a step, the script may still re-acquire it.
+    each_store(|db| {
+        let held = db.json(&["acquire", "deploy", "--owner", "X", "--ttl", "60"], 0);
+        let fence = Tenure::read(&held["lock"], Mode::Exclusive).fence;
+        let step = |name: &str| {
+            let script = format!(
+                r#"echo "$DISTLOCK_FENCE" > "$D/{name}"
+                "$DL" acquire deploy --owner X --ttl 60 > "$D/{name}.acquire""#
+            );
+            let out = run_cmd(
+                db,
+                &[
+                    "--resource",
+                    "deploy",
+                    "--owner",
+                    "X",
+                    "--ttl",
+                    "60",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            )
+            .output()
+            .expect("run distlock");
+            assert_eq!(out.status.code(), Some(0), "{name}: {}", describe(&out));
+            assert_eq!(read_number(&db.file(name)), fence, "{name}: DISTLOCK_FENCE");
+            let again = parse_line(&fs::read(db.file(&format!("{name}.acquire"))).expect("read"));
+            assert_eq!(again["acquired"], true, "{name}: re-acquired: {again}");
+            assert_eq!(again["lock"]["fence"], fence, "{name}: {again}");
+            let lock = assert_held_by(db, "deploy", "X");
+            assert_eq!(lock["fence"], fence, "{name}: held between the steps");
+        };
+        step("migrate");
+        step("switch");
+        db.json(&["release", "deploy", "--owner", "X"], 0);
+        assert_free(db, "deploy");
+        assert_eq!(
+            event_names(&db.log(&["deploy"])),
+            [
+                "acquired", "extended", "extended", "extended", "extended", "released"
+            ],
+            "one tenure: the steps and the re-acquires inside them extend it"
+        );
     });
 }

@@ -1,12 +1,14 @@
-//! Schema upgrades: a store written by distlock 0.1.0 (schema version 1) is upgraded in place,
-//! atomically, by the first newer distlock that writes to it, keeping every live lock, fence and
-//! history row; a store newer than the binary is refused (74), naming both versions.
+//! Schema upgrades: a store written by an earlier distlock — 0.1.0 (schema version 1), or one
+//! from before guarded tenures (version 2) — is upgraded in place, atomically, by the first newer
+//! distlock that writes to it, keeping every live lock, fence and history row; a store newer than
+//! the binary is refused (74), naming both versions.
 //!
-//! On SQLite the old store is `tests/fixtures/v1.db`, made by 0.1.0 itself (see its README),
-//! copied per test. On PostgreSQL it is made here as 0.1.0 made it: its schema, verbatim
-//! ([`PG_V1_SCHEMA`]), holding the fixture's rows, written with plain SQL. Either way the
-//! fixture's 365-day leases are moved forward in the copy (the store stays version 1), so they
-//! are live whenever the test runs; the fixture's 1-second lease stays expired.
+//! On SQLite the old stores are `tests/fixtures/v1.db` and `v2.db`, each made by that distlock
+//! itself (see the fixtures' README), copied per test. On PostgreSQL they are made here as those
+//! versions made them: their schema, verbatim ([`PG_V1_SCHEMA`], [`PG_V2_UPGRADE`]), holding the
+//! fixture's rows, written with plain SQL. Either way the fixture's 365-day leases are moved
+//! forward in the copy (the store keeps its version), so they are live whenever the test runs;
+//! the fixtures' 1-second leases stay expired.
 //!
 //! A brand-new store is created at the newest version, however many processes arrive at once:
 //! `processes_arriving_together_on_a_brand_new_store_all_succeed`.
@@ -19,10 +21,11 @@ use std::time::Duration;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
+use crate::common::files::read_trimmed;
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, rfc3339_millis};
 use crate::common::process::{Proc, describe};
-use crate::common::store::{Db, Kind, each_store};
+use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd};
 use crate::common::tenure::{Mode, Tenure};
 
 /// The schema distlock 0.1.0 created on PostgreSQL (schema version 1): the `SCHEMA` constant
@@ -52,8 +55,38 @@ INSERT INTO distlock.meta (schema_version)
     SELECT 1 WHERE NOT EXISTS (SELECT FROM distlock.meta);
 ";
 
-/// The schema version this change brings.
-const NEW_VERSION: i64 = 2;
+/// What distlock at ed5b114 added to [`PG_V1_SCHEMA`] to make schema version 2: `UPGRADE_V2`
+/// of `src/store/postgres/sql.rs` at that commit, verbatim.
+const PG_V2_UPGRADE: &str = "
+CREATE TABLE distlock.resources (
+    resource text NOT NULL PRIMARY KEY                  -- UNIQUE(resource)
+);
+INSERT INTO distlock.resources (resource) SELECT DISTINCT resource FROM distlock.locks;
+ALTER TABLE distlock.locks DROP CONSTRAINT locks_pkey;
+ALTER TABLE distlock.locks
+    ADD COLUMN mode text NOT NULL DEFAULT 'exclusive',  -- exclusive | shared | semaphore
+    ADD COLUMN lim integer,                             -- a semaphore's N
+    ADD COLUMN note text,
+    ADD PRIMARY KEY (resource, fence),
+    ADD UNIQUE (resource, owner);                       -- one tenure per owner and resource
+ALTER TABLE distlock.history
+    ADD COLUMN mode text NOT NULL DEFAULT 'exclusive',
+    ADD COLUMN lim integer,
+    ADD COLUMN note text,
+    ADD COLUMN operator text,                           -- who broke the lock
+    ADD COLUMN reason text;                             -- why
+CREATE TABLE distlock.waiters (
+    ticket     bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY, -- arrival order
+    resource   text        NOT NULL,
+    owner      text        NOT NULL,
+    expires_at timestamptz NOT NULL,                    -- a live place while now() < expires_at
+    UNIQUE (resource, owner)
+);
+UPDATE distlock.meta SET schema_version = 2;
+";
+
+/// The schema version of this build.
+const NEW_VERSION: i64 = 3;
 
 /// Query parameter `$N`, a time in milliseconds, as a `timestamptz`, exactly (integer
 /// arithmetic).
@@ -424,49 +457,52 @@ fn v1_store_is_upgraded_in_place_keeping_locks_fences_and_history() {
     });
 }
 
+/// Eight processes that each acquire a resource of their own, let go at one instant: each must
+/// be granted, with a fence of its own after `last_fence`. Returns how many there were.
+fn acquire_all_at_once(db: &Db, last_fence: i64) -> usize {
+    let gate = Gate::new(db.dir.path(), "gate");
+    let owners: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+    let procs: Vec<Proc> = owners
+        .iter()
+        .map(|owner| {
+            let resource = format!("new-{owner}");
+            let mut cmd =
+                gate.distlock(db, &["acquire", &resource, "--owner", owner, "--ttl", "60"]);
+            Proc::spawn(&mut cmd, db.dir.path(), owner)
+        })
+        .collect();
+    gate.open(owners.len());
+    let mut fences = Vec::new();
+    for (owner, proc) in owners.iter().zip(procs) {
+        let finished = proc.finish(Duration::from_secs(60));
+        assert_eq!(finished.code(), Some(0), "{owner}: {}", finished.describe());
+        let lock = parse_line(&finished.output.stdout)["lock"].clone();
+        let tenure = Tenure::read(&lock, Mode::Exclusive);
+        assert!(tenure.fence > last_fence, "{owner}: fence {}", tenure.fence);
+        assert_eq!(
+            db.json(&["status", &tenure.resource], 0),
+            json!({"held": true, "lock": tenure.lock()}),
+            "{owner}'s new lock"
+        );
+        fences.push(tenure.fence);
+    }
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), owners.len(), "a fence each");
+    owners.len()
+}
+
 #[test]
 fn many_processes_opening_one_v1_store_at_once_all_succeed_and_it_is_upgraded_once() {
     each_store(|db| {
         let v1 = install_v1(db);
-        let gate = Gate::new(db.dir.path(), "gate");
-        let owners: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
-        let procs: Vec<Proc> = owners
-            .iter()
-            .map(|owner| {
-                let resource = format!("new-{owner}");
-                let mut cmd =
-                    gate.distlock(db, &["acquire", &resource, "--owner", owner, "--ttl", "60"]);
-                Proc::spawn(&mut cmd, db.dir.path(), owner)
-            })
-            .collect();
-        gate.open(owners.len());
-        let mut fences = Vec::new();
-        for (owner, proc) in owners.iter().zip(procs) {
-            let finished = proc.finish(Duration::from_secs(60));
-            assert_eq!(finished.code(), Some(0), "{owner}: {}", finished.describe());
-            let lock = parse_line(&finished.output.stdout)["lock"].clone();
-            let tenure = Tenure::read(&lock, Mode::Exclusive);
-            assert!(
-                tenure.fence > V1_LAST_FENCE,
-                "{owner}: fence {}",
-                tenure.fence
-            );
-            assert_eq!(
-                db.json(&["status", &tenure.resource], 0),
-                json!({"held": true, "lock": tenure.lock()}),
-                "{owner}'s new lock"
-            );
-            fences.push(tenure.fence);
-        }
-        fences.sort_unstable();
-        fences.dedup();
-        assert_eq!(fences.len(), owners.len(), "a fence each");
+        let processes = acquire_all_at_once(db, V1_LAST_FENCE);
         assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
         assert_sound(db);
         assert_old_rows_kept(db, &v1);
         assert_eq!(
             db.log(&[]).len(),
-            9 + owners.len(),
+            9 + processes,
             "old history and one event each"
         );
     });
@@ -491,8 +527,10 @@ fn store_newer_than_the_binary_is_refused_naming_both_versions() {
             let line = assert_store_error(&db.run(args), &args);
             let numbers = numbers_named(&line, db);
             assert!(
-                numbers.iter().any(|n| n == "99") && numbers.iter().any(|n| n == "2"),
-                "{args:?}: the message names the store's version (99) and this binary's (2): {line:?}"
+                numbers.iter().any(|n| n == "99")
+                    && numbers.iter().any(|n| *n == NEW_VERSION.to_string()),
+                "{args:?}: the message names the store's version (99) and this binary's \
+                 ({NEW_VERSION}): {line:?}"
             );
         }
         let out = db
@@ -564,4 +602,405 @@ fn processes_arriving_together_on_a_brand_new_store_all_succeed() {
             assert_eq!(list["locks"].as_array().map(Vec::len), Some(8), "{list}");
         });
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// From schema version 2 (lock modes, before guarded tenures)
+// ---------------------------------------------------------------------------------------------
+
+/// The v2 fixture's `fence_counter`: the last fence that distlock handed out there.
+const V2_LAST_FENCE: i64 = 9;
+
+/// A row of the v2 fixture's `locks`, times in milliseconds.
+struct V2Lock {
+    resource: String,
+    owner: String,
+    fence: i64,
+    acquired_at: i64,
+    expires_at: i64,
+    mode: String,
+    lim: Option<i64>,
+    note: Option<String>,
+}
+
+impl V2Lock {
+    /// The lock object the new binary must show for this row.
+    fn lock(&self) -> Value {
+        let mut lock = json!({
+            "resource": self.resource,
+            "owner": self.owner,
+            "fence": self.fence,
+            "acquired_at": rfc3339_millis(self.acquired_at),
+            "expires_at": rfc3339_millis(self.expires_at),
+        });
+        match (self.mode.as_str(), self.lim) {
+            ("exclusive", None) => {}
+            ("shared", None) => lock["shared"] = json!(true),
+            ("semaphore", Some(n)) => lock["limit"] = json!(n),
+            other => panic!("the fixture holds an unexpected mode {other:?}"),
+        }
+        if let Some(note) = &self.note {
+            lock["note"] = json!(note);
+        }
+        lock
+    }
+}
+
+/// A row of the v2 fixture's `history`, in commit order, every column.
+struct V2Event {
+    at: i64,
+    resource: String,
+    owner: String,
+    fence: i64,
+    event: String,
+    previous_owner: Option<String>,
+    mode: String,
+    lim: Option<i64>,
+    note: Option<String>,
+    operator: Option<String>,
+    reason: Option<String>,
+}
+
+/// What the v2 store holds. `log` is what distlock at ed5b114 printed for it
+/// (`tests/fixtures/v2.log`): history times are never moved, so it stays true of every copy.
+struct V2 {
+    resources: Vec<String>,
+    locks: Vec<V2Lock>,
+    history: Vec<V2Event>,
+    /// Places in the queue: (resource, owner, expires_at), all long expired.
+    waiters: Vec<(String, String, i64)>,
+    log: String,
+}
+
+impl V2 {
+    /// The lock objects of the rows whose lease runs now, by resource and fence (as `list`).
+    fn live(&self) -> Vec<Value> {
+        let now = now_millis();
+        let mut live: Vec<&V2Lock> = self.locks.iter().filter(|l| l.expires_at > now).collect();
+        live.sort_by(|a, b| (&a.resource, a.fence).cmp(&(&b.resource, b.fence)));
+        live.into_iter().map(V2Lock::lock).collect()
+    }
+
+    /// The live row of `resource` held by `owner`.
+    fn tenure(&self, resource: &str, owner: &str) -> &V2Lock {
+        self.locks
+            .iter()
+            .find(|l| l.resource == resource && l.owner == owner)
+            .unwrap_or_else(|| panic!("the fixture's tenure of {owner} on {resource}"))
+    }
+}
+
+/// Copies the v2 fixture to `path`, moves its long leases forward (a plain UPDATE: the file
+/// stays version 2), and reads its rows.
+fn v2_sqlite_copy(path: &Path) -> V2 {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    fs::copy(fixtures.join("v2.db"), path).expect("copy the v2 fixture");
+    let log = fs::read_to_string(fixtures.join("v2.log")).expect("read the v2 fixture's log");
+    let conn = Connection::open(path).expect("open the copy");
+    conn.execute(
+        "UPDATE locks SET expires_at = max(expires_at, ?1) WHERE expires_at - acquired_at > ?2",
+        [now_millis() + DAY_MS, DAY_MS],
+    )
+    .expect("move the live leases forward");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("user_version");
+    assert_eq!(version, 2, "the copy is still a version 2 store");
+    let last: i64 = conn
+        .query_row("SELECT last FROM fence_counter", [], |r| r.get(0))
+        .expect("fence counter");
+    assert_eq!(last, V2_LAST_FENCE, "the fixture's fence counter");
+    let resources = conn
+        .prepare("SELECT resource FROM resources ORDER BY resource")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("resources")
+        .collect::<Result<Vec<String>, _>>()
+        .expect("resource rows");
+    let locks = conn
+        .prepare(
+            "SELECT resource, owner, fence, acquired_at, expires_at, mode, lim, note FROM locks
+             ORDER BY resource, fence",
+        )
+        .expect("prepare")
+        .query_map([], |r| {
+            Ok(V2Lock {
+                resource: r.get(0)?,
+                owner: r.get(1)?,
+                fence: r.get(2)?,
+                acquired_at: r.get(3)?,
+                expires_at: r.get(4)?,
+                mode: r.get(5)?,
+                lim: r.get(6)?,
+                note: r.get(7)?,
+            })
+        })
+        .expect("locks")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("lock rows");
+    let history = conn
+        .prepare(
+            "SELECT at, resource, owner, fence, event, previous_owner, mode, lim, note, operator,
+                    reason FROM history ORDER BY id",
+        )
+        .expect("prepare")
+        .query_map([], |r| {
+            Ok(V2Event {
+                at: r.get(0)?,
+                resource: r.get(1)?,
+                owner: r.get(2)?,
+                fence: r.get(3)?,
+                event: r.get(4)?,
+                previous_owner: r.get(5)?,
+                mode: r.get(6)?,
+                lim: r.get(7)?,
+                note: r.get(8)?,
+                operator: r.get(9)?,
+                reason: r.get(10)?,
+            })
+        })
+        .expect("history")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("history rows");
+    let waiters = conn
+        .prepare("SELECT resource, owner, expires_at FROM waiters ORDER BY ticket")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("waiters")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("waiter rows");
+    V2 {
+        resources,
+        locks,
+        history,
+        waiters,
+        log,
+    }
+}
+
+/// A semaphore's N as PostgreSQL's `integer`.
+fn pg_lim(lim: Option<i64>) -> Option<i32> {
+    lim.map(|n| i32::try_from(n).expect("a semaphore's N fits an integer"))
+}
+
+/// Makes `db` a version 2 store holding the v2 fixture's rows (live leases moved forward): on
+/// SQLite the fixture itself; on PostgreSQL the version 2 schema, filled with plain SQL.
+fn install_v2(db: &Db) -> V2 {
+    match db.kind {
+        Kind::Sqlite => v2_sqlite_copy(db.path()),
+        Kind::Postgres => {
+            let v2 = v2_sqlite_copy(&db.file("v2.db"));
+            let mut client = db.pg_client();
+            let mut tx = client.transaction().expect("begin");
+            tx.batch_execute(PG_V1_SCHEMA).expect("0.1.0's schema");
+            tx.batch_execute(PG_V2_UPGRADE)
+                .expect("the version 2 schema");
+            for resource in &v2.resources {
+                tx.execute(
+                    "INSERT INTO distlock.resources (resource) VALUES ($1)",
+                    &[resource],
+                )
+                .expect("insert a resource row");
+            }
+            for lock in &v2.locks {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO distlock.locks
+                             (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
+                         VALUES ($1, $2, $3, {}, {}, $6, $7, $8)",
+                        pg_time(4),
+                        pg_time(5)
+                    ),
+                    &[
+                        &lock.resource,
+                        &lock.owner,
+                        &lock.fence,
+                        &lock.acquired_at,
+                        &lock.expires_at,
+                        &lock.mode,
+                        &pg_lim(lock.lim),
+                        &lock.note,
+                    ],
+                )
+                .expect("insert a lock row");
+            }
+            for event in &v2.history {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO distlock.history (at, resource, owner, fence, event,
+                             previous_owner, mode, lim, note, operator, reason)
+                         VALUES ({}, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                        pg_time(1)
+                    ),
+                    &[
+                        &event.at,
+                        &event.resource,
+                        &event.owner,
+                        &event.fence,
+                        &event.event,
+                        &event.previous_owner,
+                        &event.mode,
+                        &pg_lim(event.lim),
+                        &event.note,
+                        &event.operator,
+                        &event.reason,
+                    ],
+                )
+                .expect("insert a history row");
+            }
+            for (resource, owner, expires_at) in &v2.waiters {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO distlock.waiters (resource, owner, expires_at)
+                         VALUES ($1, $2, {})",
+                        pg_time(3)
+                    ),
+                    &[resource, owner, expires_at],
+                )
+                .expect("insert a waiter row");
+            }
+            tx.execute("SELECT setval('distlock.fence', $1)", &[&V2_LAST_FENCE])
+                .expect("the fence sequence");
+            tx.commit().expect("commit the v2 store");
+            assert_eq!(schema_version(db), 2, "the version 2 schema");
+            v2
+        }
+    }
+}
+
+/// Every old row the new binary must still show: the live tenures in every mode, with their
+/// notes, the expired one as not held, and the old history first, in order, byte for byte as
+/// distlock at ed5b114 printed it.
+fn assert_v2_rows_kept(db: &Db, v2: &V2) {
+    let live = v2.live();
+    let resources: Vec<&str> = live
+        .iter()
+        .map(|l| l["resource"].as_str().expect("resource"))
+        .collect();
+    assert_eq!(
+        resources,
+        ["deploy", "report", "reports", "reports", "slots", "slots"],
+        "the fixture's live tenures"
+    );
+    let listed = db.json(&["list"], 0);
+    let old: Vec<&Value> = listed["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter(|l| resources.contains(&l["resource"].as_str().expect("resource")))
+        .collect();
+    assert_eq!(old, live.iter().collect::<Vec<_>>(), "list: {listed}");
+    assert_eq!(
+        db.status("stale"),
+        (1, json!({"held": false, "resource": "stale"})),
+        "the fixture's expired lock"
+    );
+    let log = db.run(&["log"]);
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert_eq!(v2.log.lines().count(), 14, "the fixture's history");
+    assert!(
+        log.starts_with(&v2.log),
+        "the old history, first, in order and byte for byte:\n{log}"
+    );
+}
+
+#[test]
+fn v2_store_is_upgraded_in_place_keeping_tenures_fences_history_and_the_queue() {
+    each_store(|db| {
+        let v2 = install_v2(db);
+        let fence = acquire_fence(db, "other", "x");
+        assert!(
+            fence > V2_LAST_FENCE,
+            "a fence after the old store's last ({V2_LAST_FENCE}): {fence}"
+        );
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        assert_sound(db);
+        assert_v2_rows_kept(db, &v2);
+
+        // Every tenure from before the upgrade may be joined — also the one `run` took (with
+        // `--hold-at-least`): the old store does not say who took a tenure.
+        let report = v2.tenure("report", "cron");
+        let joined = db.json(&["acquire", "report", "--owner", "cron", "--ttl", "60"], 0);
+        assert_eq!(joined["lock"]["fence"], report.fence, "{joined}");
+        let alice = v2.tenure("deploy", "alice");
+        let out = run_cmd(
+            db,
+            &["--resource", "deploy", "--owner", "alice", "--", "true"],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let lock = assert_held_by(db, "deploy", "alice");
+        assert_eq!(lock["fence"], alice.fence, "joined: {lock}");
+        assert_eq!(lock["note"], "deploy v1.4 by alice", "{lock}");
+
+        // The old tenures are tenures like any other, in their own modes.
+        let mut last = fence;
+        let mut granted = |args: &[&str]| {
+            let answer = db.json(args, 0);
+            let next = answer["lock"]["fence"].as_i64().expect("fence");
+            assert!(next > last, "{args:?}: fence {next} after {last}");
+            last = next;
+        };
+        granted(&[
+            "acquire", "reports", "--owner", "r3", "--shared", "--ttl", "60",
+        ]);
+        let busy = db.json(&["acquire", "reports", "--owner", "w", "--ttl", "60"], 75);
+        assert_eq!(busy["holders"].as_array().map(Vec::len), Some(3), "{busy}");
+        granted(&[
+            "acquire", "slots", "--owner", "s3", "--limit", "3", "--ttl", "60",
+        ]);
+        db.json(
+            &[
+                "acquire", "slots", "--owner", "s4", "--limit", "3", "--ttl", "60",
+            ],
+            75,
+        );
+        // The dead waiter's place reserves nothing.
+        assert_eq!(v2.waiters.len(), 1, "the fixture's dead waiter");
+        assert_eq!(db.waiting("deploy"), 0);
+        db.json(&["release", "deploy", "--owner", "alice"], 0);
+        granted(&["acquire", "deploy", "--owner", "z", "--ttl", "60"]);
+        for resource in ["gone", "stale", "broken"] {
+            granted(&["acquire", resource, "--owner", "y", "--ttl", "60"]);
+        }
+
+        // A tenure run takes on the upgraded store is guarded: its own owner finds it busy.
+        let out = run_cmd(
+            db,
+            &[
+                "--resource",
+                "fresh",
+                "--owner",
+                "cron",
+                "--",
+                "sh",
+                "-c",
+                r#""$DL" acquire fresh --owner cron --ttl 60 > /dev/null; echo $? > "$D/inner""#,
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(read_trimmed(&db.file("inner")), "75", "acquire inside run");
+        assert_free(db, "fresh");
+        assert_eq!(schema_version(db), NEW_VERSION);
+        assert_sound(db);
+    });
+}
+
+#[test]
+fn many_processes_opening_one_v2_store_at_once_all_succeed_and_it_is_upgraded_once() {
+    each_store(|db| {
+        let v2 = install_v2(db);
+        let processes = acquire_all_at_once(db, V2_LAST_FENCE);
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        assert_sound(db);
+        assert_v2_rows_kept(db, &v2);
+        assert_eq!(
+            db.log(&[]).len(),
+            v2.history.len() + processes,
+            "old history and one event each"
+        );
+    });
 }

@@ -114,6 +114,13 @@ impl Sim {
         self.apply(event)
     }
 
+    /// Lets time pass until `offset` while `run` is suspended (stopped by job control): no
+    /// timer can fire meanwhile. Then delivers [`Event::Continued`].
+    fn continued_at(&mut self, offset: Duration) -> Vec<Action> {
+        self.now = self.now.max(self.instant(offset));
+        self.apply(Event::Continued)
+    }
+
     /// Lets time pass until `offset`, delivering scheduled events and due timers in order (a
     /// scheduled event before a timer due at the same instant).
     fn run_to(&mut self, offset: Duration) {
@@ -216,21 +223,49 @@ fn the_commands_status_passes_through_and_a_death_by_signal_n_is_128_plus_n() {
 }
 
 #[test]
-fn wait_results_become_ends() {
-    use std::os::unix::process::ExitStatusExt;
+fn wait_results_become_events() {
+    use nix::errno::Errno;
+    use nix::sys::wait::WaitStatus;
+    use nix::unistd::Pid;
+    let pid = Pid::from_raw(42);
+    let exited = |ended| Some(Event::Exited(ended));
     let table = [
-        (Ok(ExitStatus::from_raw(0)), Ended::Code(0)),
-        (Ok(ExitStatus::from_raw(3 << 8)), Ended::Code(3)),
-        (Ok(ExitStatus::from_raw(9)), Ended::Signal(9)),
-        (Ok(ExitStatus::from_raw(15 | 0x80)), Ended::Signal(15)), // with a core dump
+        (Ok(WaitStatus::Exited(pid, 0)), exited(Ended::Code(0))),
+        (Ok(WaitStatus::Exited(pid, 3)), exited(Ended::Code(3))),
         (
-            Err(std::io::Error::other("ECHILD")),
-            Ended::Unknown("ECHILD".to_owned()),
+            Ok(WaitStatus::Signaled(pid, Signal::SIGKILL, false)),
+            exited(Ended::Signal(9)),
+        ),
+        // With a core dump.
+        (
+            Ok(WaitStatus::Signaled(pid, Signal::SIGTERM, true)),
+            exited(Ended::Signal(15)),
+        ),
+        // The job-control stops are news; a stop by SIGSTOP alone, a continue, or nothing
+        // new are not.
+        (
+            Ok(WaitStatus::Stopped(pid, Signal::SIGTSTP)),
+            Some(Event::Stopped(Signal::SIGTSTP)),
+        ),
+        (
+            Ok(WaitStatus::Stopped(pid, Signal::SIGTTIN)),
+            Some(Event::Stopped(Signal::SIGTTIN)),
+        ),
+        (
+            Ok(WaitStatus::Stopped(pid, Signal::SIGTTOU)),
+            Some(Event::Stopped(Signal::SIGTTOU)),
+        ),
+        (Ok(WaitStatus::Stopped(pid, Signal::SIGSTOP)), None),
+        (Ok(WaitStatus::Continued(pid)), None),
+        (Ok(WaitStatus::StillAlive), None),
+        (
+            Err(Errno::ECHILD),
+            exited(Ended::Unknown(Errno::ECHILD.to_string())),
         ),
     ];
-    for (waited, ended) in table {
+    for (waited, event) in table {
         let shown = format!("{waited:?}");
-        assert_eq!(Ended::from_wait(waited), ended, "{shown}");
+        assert_eq!(Event::from_wait(waited), event, "{shown}");
     }
 }
 
@@ -273,14 +308,14 @@ fn a_command_exiting_just_before_the_stop_deadline_keeps_its_own_status() {
 // ---------------------------------------------------------------------------------------------
 // Forwarded signals
 
+/// Every signal `run` forwards, by number (the real-time ones included).
+fn every_forwarded_signal() -> Vec<SignalNumber> {
+    crate::guard::signals::forwarded()
+}
+
 #[test]
-fn signals_are_forwarded_to_the_process_group_only() {
-    for signal in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
+fn every_signal_is_forwarded_to_the_process_group_only() {
+    for signal in every_forwarded_signal() {
         let mut sim = Sim::new(30, secs(5));
         assert_eq!(
             sim.at(secs(1), Event::Signal(signal)),
@@ -289,7 +324,28 @@ fn signals_are_forwarded_to_the_process_group_only() {
         );
         // Forwarding changes nothing else: the command keeps running under a held lease.
         assert_eq!(sim.deadline(), Some(secs(22)), "{signal}");
-        assert!(!sim.supervisor.is_done());
+        assert!(!sim.supervisor.is_done(), "{signal}");
+    }
+}
+
+#[test]
+fn a_signal_that_arrives_as_the_command_starts_is_forwarded_before_anything_else() {
+    // The runner's first look after the spawn may find a signal, the command's end and a
+    // renewal at once, in that order: the signal reaches the command, then its status counts.
+    for signal in every_forwarded_signal() {
+        let mut sim = Sim::new(30, secs(5));
+        assert_eq!(
+            sim.at(Duration::ZERO, Event::Signal(signal)),
+            [Action::SignalGroup(signal)],
+            "{signal}"
+        );
+        assert_eq!(
+            sim.at(Duration::ZERO, Event::Exited(Ended::Signal(signal))),
+            [Action::Exit(Exit::Child(
+                u8::try_from(128 + signal).unwrap_or(u8::MAX)
+            ))],
+            "{signal}"
+        );
     }
 }
 
@@ -304,21 +360,122 @@ fn signals_are_forwarded_in_every_phase_until_the_exit() {
     let mut draining = Sim::new(30, secs(5));
     draining.at(secs(1), Event::Lost("gone".into()));
     draining.at(secs(2), Event::Exited(Ended::Signal(15)));
+    let mut capped = capped(30, secs(5), secs(2), Model::IgnoresTerm);
+    capped.run_to(secs(3));
     for (name, mut sim) in [
         ("stopping", stopping),
         ("killed", killed),
         ("draining", draining),
+        ("stopping at --max-runtime", capped),
     ] {
-        let now = sim.now - sim.t0;
-        assert_eq!(
-            sim.at(now, Event::Signal(Signal::SIGINT)),
-            [Action::SignalGroup(Signal::SIGINT)],
-            "{name}"
-        );
+        for signal in every_forwarded_signal() {
+            let now = sim.now - sim.t0;
+            assert_eq!(
+                sim.at(now, Event::Signal(signal)),
+                [Action::SignalGroup(signal)],
+                "{name}: {signal}"
+            );
+        }
     }
     let mut done = Sim::new(30, secs(5));
     done.at(secs(1), Event::Exited(Ended::Code(0)));
-    assert_eq!(done.at(secs(2), Event::Signal(Signal::SIGINT)), []);
+    for signal in every_forwarded_signal() {
+        assert_eq!(done.at(secs(2), Event::Signal(signal)), [], "{signal}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Job control: ^Z, a background read, `fg`
+
+const CONT: Action = Action::SignalGroup(Signal::SIGCONT as SignalNumber);
+
+#[test]
+fn a_command_stopped_by_job_control_suspends_run_with_the_same_signal() {
+    for signal in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+        let mut sim = Sim::new(30, secs(5));
+        assert_eq!(
+            sim.at(secs(1), Event::Stopped(signal)),
+            [Action::Suspend(signal)],
+            "{signal}"
+        );
+        // Continued soon after (`fg`): the terminal goes back to the command, which continues.
+        assert_eq!(
+            sim.continued_at(secs(4)),
+            [Action::Foreground, CONT],
+            "{signal}"
+        );
+        assert!(sim.warnings().is_empty());
+        assert_eq!(sim.supervisor.stopped(), None);
+        assert_eq!(sim.deadline(), Some(secs(22)), "{signal}");
+    }
+}
+
+#[test]
+fn a_job_continued_past_what_its_lease_allows_is_stopped_not_continued() {
+    // (ttl, kill_after, continued at, renewed until) → SIGKILL at
+    let cases = [
+        // Continued just before the renewal stop (lease end 30 − margin 3 − grace 5): resumed.
+        (30, secs(5), secs(21), None, None),
+        // At the renewal stop: SIGTERM, SIGKILL at lease end − margin at the latest.
+        (30, secs(5), secs(22), None, Some(secs(27))),
+        (30, secs(60), secs(23), None, Some(secs(27))),
+        // Past the lease itself: SIGKILL at once.
+        (30, secs(5), secs(40), None, Some(secs(40))),
+        (3, secs(5), secs(3600), None, Some(secs(3600))),
+        // A renewal just before the stop moved the lease end to 40 s: continued long after
+        // the acquire, before the stop at 40 − 3 − 5 s; and after it.
+        (30, secs(5), secs(31), Some(secs(40)), None),
+        (30, secs(5), secs(33), Some(secs(40)), Some(secs(37))),
+        (30, secs(5), secs(45), Some(secs(40)), Some(secs(45))),
+    ];
+    for (ttl_secs, kill_after, continued, renewed, killed) in cases {
+        let shown = format!("ttl {ttl_secs}, continued at {continued:?}, renewed {renewed:?}");
+        let mut sim = Sim::with(ttl_secs, kill_after, Model::IgnoresTerm);
+        if let Some(until) = renewed {
+            let lease_end = sim.instant(until);
+            sim.at(ms(50), Event::Renewed(lease_end));
+        }
+        assert_eq!(
+            sim.at(ms(100), Event::Stopped(Signal::SIGTSTP)),
+            [Action::Suspend(Signal::SIGTSTP)]
+        );
+        let actions = sim.continued_at(continued);
+        match killed {
+            None => assert_eq!(actions, [Action::Foreground, CONT], "{shown}"),
+            Some(kill_at) => {
+                assert_eq!(
+                    actions,
+                    [
+                        warn(
+                            "the lock on r may have expired while the job was stopped; stopping the command"
+                        ),
+                        TERM_ALL,
+                        CONT
+                    ],
+                    "{shown}"
+                );
+                sim.run_to(continued + secs(120));
+                assert_eq!(sim.times_of(&KILL_ALL).first(), Some(&kill_at), "{shown}");
+                assert_eq!(sim.times_of(&LOST).len(), 1, "{shown}");
+                assert_eq!(sim.supervisor.stopped(), Some(Stop::LeaseLost), "{shown}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_command_stopped_while_being_stopped_is_continued_so_it_gets_the_sigterm() {
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(1), Event::Lost("gone".into()));
+    assert_eq!(sim.at(secs(2), Event::Stopped(Signal::SIGTSTP)), [CONT]);
+    // A `run` continued in any phase but the first continues its command, nothing more.
+    assert_eq!(sim.at(secs(3), Event::Continued), [CONT]);
+    sim.run_to(secs(10));
+    assert_eq!(sim.times_of(&KILL_ALL).first(), Some(&secs(6)));
+    let mut done = Sim::new(30, secs(5));
+    done.at(secs(1), Event::Exited(Ended::Code(0)));
+    assert_eq!(done.at(secs(2), Event::Stopped(Signal::SIGTSTP)), []);
+    assert_eq!(done.at(secs(2), Event::Continued), []);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -578,7 +735,9 @@ fn once_done_every_event_is_ignored() {
     sim.at(secs(1), Event::Exited(Ended::Code(0)));
     for event in [
         Event::Exited(Ended::Code(1)),
-        Event::Signal(Signal::SIGTERM),
+        Event::Signal(Signal::SIGTERM as SignalNumber),
+        Event::Stopped(Signal::SIGTSTP),
+        Event::Continued,
         Event::Renewed(sim.instant(secs(1)) + secs(3)),
         Event::Lost("gone".into()),
         Event::Trouble("timeout".into()),
@@ -907,6 +1066,48 @@ fn max_runtime_stops_the_command_with_sigterm_then_sigkill_and_exits_124() {
     assert_eq!(
         sim.warnings(),
         ["the command ran for its --max-runtime of 10s; stopping it"]
+    );
+}
+
+#[test]
+fn under_max_runtime_kill_after_is_honoured_while_renewals_keep_the_lease() {
+    // (ttl, --kill-after, limit) with renewals every ttl/3: SIGKILL exactly --kill-after
+    // after the SIGTERM at the limit, also when that is later than the lease known at the
+    // limit would allow.
+    for (ttl_secs, kill_after, limit) in [
+        (3, secs(10), secs(2)),
+        (6, secs(30), secs(1)),
+        (30, secs(60), secs(15)),
+        (30, secs(5), secs(10)),
+    ] {
+        let shown = format!("ttl {ttl_secs}, kill_after {kill_after:?}, limit {limit:?}");
+        let mut sim = capped(ttl_secs, kill_after, limit, Model::IgnoresTerm);
+        renew_every(&mut sim, ttl_secs, limit + kill_after + secs(10));
+        sim.run_to(limit + kill_after + secs(5));
+        assert_eq!(sim.times_of(&TERM_ALL), [limit], "{shown}");
+        assert_eq!(
+            sim.times_of(&KILL_ALL).first(),
+            Some(&(limit + kill_after)),
+            "{shown}"
+        );
+        assert_eq!(sim.supervisor.stopped(), Some(Stop::MaxRuntime), "{shown}");
+    }
+}
+
+#[test]
+fn under_max_runtime_renewals_failing_during_the_grace_bring_the_sigkill_forward() {
+    // Renewed every 3 s, last at 12 s; then the store stops answering: the lease may end at
+    // 12 + 9 s, so the SIGKILL comes at 21 − margin 0.9 = 20.1 s, not at the limit + 60 s.
+    let mut sim = capped(9, secs(60), secs(13), Model::IgnoresTerm);
+    renew_every(&mut sim, 9, secs(13));
+    sim.schedule(secs(13), Event::Trouble("unreachable".into()));
+    sim.run_to(secs(120));
+    assert_eq!(sim.times_of(&TERM_ALL), [secs(13)]);
+    let kills = sim.times_of(&KILL_ALL);
+    let last_lease_end = secs(12) + secs(9);
+    assert_eq!(
+        kills.first(),
+        Some(&(last_lease_end - safety_margin(ttl(9))))
     );
 }
 

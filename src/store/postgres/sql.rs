@@ -108,9 +108,19 @@ CREATE TABLE distlock.waiters (
 UPDATE distlock.meta SET schema_version = 2;
 ";
 
+/// Version 2 → 3: a tenure records whether `run` took it, which guards it: only a tenure that
+/// `acquire` took may be joined. Every tenure already there is one that may be joined. (A
+/// column with a constant default: the server adds it without rewriting the table.)
+const UPGRADE_V3: &str = "
+ALTER TABLE distlock.locks
+    ADD COLUMN guarded boolean NOT NULL DEFAULT false;  -- taken by run
+UPDATE distlock.meta SET schema_version = 3;
+";
+
 /// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
 const LEASE_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \
-                             (extract(epoch FROM expires_at) * 1000)::bigint, mode, lim, note";
+                             (extract(epoch FROM expires_at) * 1000)::bigint, mode, lim, note, \
+                             guarded";
 
 /// The channel on which commits that may let a waiter in are announced; the payload is the
 /// resource.
@@ -225,6 +235,16 @@ fn number(row: &SimpleQueryRow, i: usize) -> Result<Option<i64>> {
         .transpose()
 }
 
+/// Column `i` of a text row, a `boolean` that must not be `NULL` (the text protocol sends
+/// `t` or `f`).
+fn flag(row: &SimpleQueryRow, i: usize) -> Result<bool> {
+    match required(column(row, i)?, i)? {
+        "t" => Ok(true),
+        "f" => Ok(false),
+        value => bail!("the server answered {value:?} for a boolean"),
+    }
+}
+
 /// Column `i` of a text row, which must not be `NULL`.
 fn required<T>(value: Option<T>, i: usize) -> Result<T> {
     value.ok_or_else(|| anyhow!("the server answered NULL in column {i}"))
@@ -330,6 +350,7 @@ fn lease(row: &SimpleQueryRow) -> Result<Lease> {
         expires_at: Timestamp(required(number(row, 3)?, 3)?),
         mode: mode_of(required(column(row, 4)?, 4)?, number(row, 5)?)?,
         note: column(row, 6)?.map(Note::from_store),
+        guarded: flag(row, 7)?,
     })
 }
 
@@ -345,6 +366,7 @@ fn binary_lease(row: &Row, first: usize) -> Result<Lease> {
             row.get::<_, Option<i32>>(first + 5).map(i64::from),
         )?,
         note: row.get::<_, Option<&str>>(first + 6).map(Note::from_store),
+        guarded: row.get(first + 7),
     })
 }
 
@@ -355,8 +377,8 @@ fn write(resource: &str, change: &Change) -> String {
             let (mode, lim) = mode_columns(lease.mode);
             format!(
                 "INSERT INTO distlock.locks
-                     (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
-                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {})",
+                     (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded)
+                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {}, {})",
                 text(lease.owner.as_str()),
                 lease.fence.0,
                 at_ms(lease.acquired_at.0),
@@ -364,6 +386,7 @@ fn write(resource: &str, change: &Change) -> String {
                 text(mode),
                 number_or_null(lim),
                 text_or_null(lease.note.as_ref().map(Note::as_str)),
+                lease.guarded,
             )
         }
         Change::Update(lease) => one_row(&format!(
@@ -462,6 +485,10 @@ impl Session {
             if version < 2 {
                 tx.batch_execute(UPGRADE_V2)
                     .context("cannot upgrade the distlock schema to version 2")?;
+            }
+            if version < 3 {
+                tx.batch_execute(UPGRADE_V3)
+                    .context("cannot upgrade the distlock schema to version 3")?;
             }
             tx.commit()?;
         }
@@ -734,7 +761,7 @@ impl Backend for Session {
         );
         let rows = self.client.query(&sql, &[&prefix])?;
         rows.iter()
-            .map(|row| Ok(binary_lease(row, 0)?.lock(&Resource::from_store(row.get(7)))))
+            .map(|row| Ok(binary_lease(row, 0)?.lock(&Resource::from_store(row.get(8)))))
             .collect()
     }
 

@@ -67,9 +67,12 @@ impl Target {
         } else {
             format!("{base}?{}", rest.join("&"))
         };
-        let mut config: Config = stripped
-            .parse()
-            .map_err(|e| scrub(format!("invalid PostgreSQL URL: {e}"), url))?;
+        let mut config: Config = stripped.parse().map_err(|e| {
+            // The parser's own words ("unknown option `foo`", "invalid value for option
+            // `port`") are in the error's source.
+            let why = std::error::Error::source(&e).map_or(String::new(), |why| format!(": {why}"));
+            scrub(format!("invalid PostgreSQL URL: {e}{why}"), url)
+        })?;
         if config.get_password().is_none() {
             if let Some(password) = std::env::var_os("PGPASSWORD") {
                 config.password(password.as_encoded_bytes());

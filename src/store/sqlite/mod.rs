@@ -30,7 +30,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 
 use super::{
-    Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event,
+    Backend, Clock, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, Vanished, event,
     mode_columns, mode_of, newer_schema,
 };
 use crate::engine::{self, Change, Decision, Lease, State, Waiter};
@@ -143,6 +143,12 @@ CREATE TABLE waiters (
     expires_at INTEGER NOT NULL,                -- a live place while now < expires_at
     UNIQUE (resource, owner)
 );
+";
+
+/// Version 2 → 3: a tenure records whether `run` took it, which guards it: only a tenure that
+/// `acquire` took may be joined. Every tenure already there is one that may be joined.
+const UPGRADE_V3: &str = "
+ALTER TABLE locks ADD COLUMN guarded INTEGER NOT NULL DEFAULT 0; -- 1: taken by run
 ";
 
 pub struct SqliteStore {
@@ -276,7 +282,7 @@ impl SqliteStore {
 }
 
 /// The lease columns, in the order [`lease`] reads them.
-const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note";
+const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note, guarded";
 
 /// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
 fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
@@ -290,6 +296,7 @@ fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
             .get::<_, Option<String>>(first + 6)?
             .as_deref()
             .map(Note::from_store),
+        guarded: r.get(first + 7)?,
     })
 }
 
@@ -310,7 +317,8 @@ impl SqliteStore {
     }
 
     /// Opens the database at `path` only if the file exists: `None` when it does not, and then
-    /// nothing is created (the read-only commands answer as for an empty store).
+    /// nothing is created (the read-only commands answer as for an empty store; `run`'s
+    /// heartbeat finds its store gone).
     ///
     /// # Errors
     ///
@@ -444,6 +452,10 @@ impl SqliteStore {
             tx.execute_batch(UPGRADE_V2)
                 .context("cannot upgrade the schema to version 2")?;
         }
+        if version < 3 {
+            tx.execute_batch(UPGRADE_V3)
+                .context("cannot upgrade the schema to version 3")?;
+        }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
@@ -453,9 +465,14 @@ impl SqliteStore {
 
     fn write_tx(&mut self) -> Result<Transaction<'_>> {
         // A connection held open (by `run`) keeps writing to its file even after the file is
-        // deleted or replaced, while a new store appears at the path: refuse, so `run` treats
-        // it as a store failure and stops its command before the lease could be doubled.
+        // deleted or replaced, while a new store appears at the path: refuse, so that `run`
+        // stops its command before the lease could be doubled. A path that surely names
+        // nothing any more is a store that vanished, and its locks with it: `run` stops at
+        // once. Any other difference is a store failure, retried on a new connection.
         if identity(&self.path) != self.identity {
+            if matches!(self.path.try_exists(), Ok(false)) {
+                return Err(Vanished(self.path.clone()).into());
+            }
             bail!(
                 "the database {} was removed or replaced while in use",
                 self.path.display()
@@ -636,8 +653,8 @@ fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
 const NEXT_FENCE: &str = "UPDATE fence_counter SET last = last + 1 WHERE id = 0 RETURNING last";
 const INSERT_RESOURCE: &str = "INSERT OR IGNORE INTO resources (resource) VALUES (?1)";
 const INSERT_LOCK: &str = "INSERT INTO locks
-        (resource, owner, fence, acquired_at, expires_at, mode, lim, note)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+        (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 const DELETE_LOCK: &str = "DELETE FROM locks WHERE resource = ?1 AND fence = ?2";
 const INSERT_HISTORY: &str = "INSERT INTO history
         (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason)
@@ -661,7 +678,8 @@ fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Resul
                     lease.expires_at.0,
                     mode,
                     lim,
-                    lease.note.as_ref().map(Note::as_str)
+                    lease.note.as_ref().map(Note::as_str),
+                    lease.guarded
                 ])?
             }
             Change::Update(lease) => tx
@@ -991,6 +1009,36 @@ mod tests {
         assert_eq!(again.fence, first.fence);
         assert_eq!(again.acquired_at.0, first.acquired_at.0 + 4_000);
         assert_eq!(again.expires_at.0, first.expires_at.0 + 4_000);
+    }
+
+    #[test]
+    fn a_tenure_run_took_is_stored_guarded_and_only_one_acquire_took_is_joined() {
+        let (_dir, mut store, _) = store();
+        let run = Request {
+            guarded: true,
+            ..req("a", 10)
+        };
+        acquired(store.acquire(&res("ran"), &run).unwrap());
+        for request in [&run, &req("a", 10)] {
+            assert!(matches!(
+                store.acquire(&res("ran"), request).unwrap(),
+                Acquire::Busy { .. }
+            ));
+        }
+        acquired(store.acquire(&res("took"), &req("a", 10)).unwrap());
+        for request in [&run, &req("a", 10)] {
+            let (_, tenure) = acquired(store.acquire(&res("took"), request).unwrap());
+            assert_eq!(tenure, Tenure::Extended);
+        }
+        let stored: Vec<(String, i64)> = store
+            .conn
+            .prepare("SELECT resource, guarded FROM locks ORDER BY resource")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(stored, [("ran".to_owned(), 1), ("took".to_owned(), 0)]);
     }
 
     #[test]
