@@ -825,49 +825,78 @@ fn a_sigkilled_guards_command_dies_with_it_and_the_lock_waits_for_its_ttl() {
 // Orphans
 // ---------------------------------------------------------------------------------------------
 
+/// Runs a command on `resource` that leaves twenty orphans behind, reparented to `run` (their
+/// subreaper), each started by `orphan` (shell code run with `$i` = 1..=20, in a subshell that
+/// exits at once) and dead after about 0.1 s; checks that none stays a zombie under the guard
+/// while the command runs, and that `run` exits with the command's own status.
+fn orphans_are_reaped(db: &Db, resource: &str, orphan: &str) {
+    let script = format!(
+        r#"for i in $(seq 20); do ( {orphan} & echo $! >> "$D/{resource}.orphans" ); done
+        echo $$ > "$D/{resource}.tmp"; mv "$D/{resource}.tmp" "$D/{resource}.pid"
+        for i in $(seq 200); do [ -e "$D/{resource}.quit" ] && exit 7; sleep 0.05; done
+        exit 8"#
+    );
+    let proc = Proc::spawn(
+        &mut run_in(db, &["--resource", resource, "--", "sh", "-c", &script]),
+        db.dir.path(),
+        resource,
+    );
+    let guard = proc.pid();
+    let command = pid_in(&db.file(&format!("{resource}.pid")), LONG);
+    let orphans: Vec<i32> = read_trimmed(&db.file(&format!("{resource}.orphans")))
+        .lines()
+        .map(|line| line.parse().expect("a pid"))
+        .collect();
+    assert_eq!(orphans.len(), 20, "{resource}: {orphans:?}");
+    let _cleanup = KillOnDrop(orphans.clone());
+    assert!(
+        all_gone_within(&orphans, SHORT),
+        "{resource}: the orphans should have ended after 0.1 s"
+    );
+    let zombies = || -> Vec<i32> {
+        children_of(guard)
+            .into_iter()
+            .filter(|&pid| state_of(pid) == Some('Z'))
+            .collect()
+    };
+    let reaped = wait_for(Duration::from_secs(1), || zombies().is_empty());
+    assert!(
+        reaped,
+        "{resource}: zombies pile up under the guard while the command runs: {:?} (the \
+         command is {})",
+        zombies(),
+        standing(command)
+    );
+    assert!(
+        running(command),
+        "{resource}: the command is {}",
+        standing(command)
+    );
+    quit(db, resource);
+    let proc = proc.finish(LONG);
+    assert_eq!(proc.code(), Some(7), "{resource}: {}", proc.describe());
+    assert_free(db, resource);
+}
+
 #[test]
 fn orphans_are_reaped_while_the_command_runs_and_its_own_status_passes_through() {
+    each_store(|db| orphans_are_reaped(db, "orphans", "sleep 0.1"));
+}
+
+#[test]
+fn orphans_are_reaped_however_they_die() {
     each_store(|db| {
-        // Twenty orphans, reparented to run (their subreaper), each dead after 0.1 s.
-        let script = r#"for i in $(seq 20); do ( sleep 0.1 & echo $! >> "$D/orphans" ); done
-            echo $$ > "$D/sh.tmp"; mv "$D/sh.tmp" "$D/sh.pid"
-            for i in $(seq 200); do [ -e "$D/quit" ] && exit 7; sleep 0.05; done
-            exit 8"#;
-        let proc = Proc::spawn(
-            &mut run_in(db, &["--resource", "orphans", "--", "sh", "-c", script]),
-            db.dir.path(),
-            "run",
+        // One in three exits, one dies of SIGTERM, one of a real-time signal, whose status
+        // is no named signal.
+        let orphan = format!(
+            r#"case $((i % 3)) in
+                0) sleep 0.1 ;;
+                1) sh -c 'sleep 0.1; kill -TERM $$' ;;
+                *) sh -c 'sleep 0.1; kill -{} $$' ;;
+            esac"#,
+            libc::SIGRTMIN()
         );
-        let guard = proc.pid();
-        let command = pid_in(&db.file("sh.pid"), LONG);
-        let orphans: Vec<i32> = read_trimmed(&db.file("orphans"))
-            .lines()
-            .map(|line| line.parse().expect("a pid"))
-            .collect();
-        assert_eq!(orphans.len(), 20, "{orphans:?}");
-        let _cleanup = KillOnDrop(orphans.clone());
-        assert!(
-            all_gone_within(&orphans, SHORT),
-            "the orphans should have ended after 0.1 s"
-        );
-        let zombies = || -> Vec<i32> {
-            children_of(guard)
-                .into_iter()
-                .filter(|&pid| state_of(pid) == Some('Z'))
-                .collect()
-        };
-        let reaped = wait_for(Duration::from_secs(1), || zombies().is_empty());
-        assert!(
-            reaped,
-            "zombies pile up under the guard while the command runs: {:?} (the command is {})",
-            zombies(),
-            standing(command)
-        );
-        assert!(running(command), "the command is {}", standing(command));
-        fs::write(db.file("quit"), "").expect("write the quit file");
-        let proc = proc.finish(LONG);
-        assert_eq!(proc.code(), Some(7), "{}", proc.describe());
-        assert_free(db, "orphans");
+        orphans_are_reaped(db, "deaths", &orphan);
     });
 }
 
