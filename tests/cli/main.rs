@@ -7,6 +7,7 @@ mod core;
 mod fair;
 mod fleet;
 mod front_door;
+mod guard;
 mod history;
 mod modes;
 mod postgres;

@@ -21,12 +21,14 @@ fn stat_fields(pid: i32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
-/// Where a process stands: its parent, its process group and its session.
+/// Where a process stands: its parent, its process group, its session, and the foreground
+/// process group of its controlling terminal (`-1` without one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ids {
     pub ppid: i32,
     pub pgrp: i32,
     pub session: i32,
+    pub tpgid: i32,
 }
 
 /// The [`Ids`] of `pid`, or `None` when there is no such process.
@@ -37,7 +39,14 @@ pub fn ids_of(pid: i32) -> Option<Ids> {
         ppid: field(1)?,
         pgrp: field(2)?,
         session: field(3)?,
+        tpgid: field(5)?,
     })
+}
+
+/// The state letter of `pid` (`R`, `S`, `D`, `T` stopped, `t` traced, `Z` zombie, …), or
+/// `None` when there is no such process.
+pub fn state_of(pid: i32) -> Option<char> {
+    stat_fields(pid)?.first()?.chars().next()
 }
 
 /// A process no longer runs: it does not exist, or it is a zombie (`Z`, or `X` on its way
