@@ -969,7 +969,7 @@ fn busy_names_the_first_lease_to_end_and_lists_shared_holders() {
     assert_eq!(holder.owner, own("b"));
     let listed: Vec<&str> = holders.iter().map(|h| h.owner.as_str()).collect();
     assert_eq!(listed, ["a", "b", "c"], "every live tenure, by fence");
-    // An exclusive holder is named alone, as before modes existed.
+    // An exclusive holder is named alone: the contract's plain busy shape.
     let decision = acquire(
         &res(),
         &state(&[held("x", 1, 9, X)]),
@@ -1683,7 +1683,7 @@ fn only_a_tenure_acquire_took_may_be_joined() {
             vec!["update 7", "record extended a 7"],
         ),
         (
-            "run of the owner's acquired tenure in another mode: mismatch, as before",
+            "run of the owner's acquired tenure in another mode: mismatch",
             vec![lease("a", 7, 5_000)],
             none.clone(),
             running("a", S),

@@ -90,7 +90,7 @@ fn shebang(head: &[u8]) -> Option<PathBuf> {
 /// child saves one failed `execve` per folder before the right one, which the lock's holder
 /// otherwise waits out (the child shares its memory until it execs). `None` for a name with a
 /// slash and when nothing is found: spawning then searches itself and reports the error (127
-/// not found, 126 found but not executable), as before.
+/// not found, 126 found but not executable).
 fn on_path(program: &OsStr, path: Option<&OsStr>) -> Option<PathBuf> {
     if program.is_empty() || program.as_bytes().contains(&b'/') {
         return None;

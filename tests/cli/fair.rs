@@ -515,8 +515,8 @@ fn read_millis(path: &Path) -> i64 {
 const HANDOVERS: usize = 5;
 
 /// The median hand-over must stay under this. A woken waiter takes a couple of process starts
-/// (5–15 ms measured here on SQLite); one that polls every 250–500 ms, as before fair waiting,
-/// took a median of about 300 ms (from 20 ms to 450 ms), so a looser bound would let polling pass.
+/// (5–15 ms measured here on SQLite); a waiter that polled every 250–500 ms took a median of
+/// about 300 ms (from 20 ms to 450 ms), so a looser bound would let polling pass.
 const WAKE_MEDIAN: Duration = Duration::from_millis(150);
 
 /// How the holder lets go of R in a hand-over.

@@ -165,7 +165,7 @@ fn brief(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// Runs `f`, checking that the live locks and the whole history are as before.
+/// Runs `f`, checking that the live locks and the whole history are unchanged.
 fn untouched(db: &Db, what: &str, f: impl FnOnce()) {
     let before = db.state();
     f();

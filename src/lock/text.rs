@@ -1,0 +1,199 @@
+//! The text a user gives a lock: resource names, owners, and notes (`--note`, `--reason`,
+//! `--by`), each checked once where it enters.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The longest resource name or owner, in bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// The name of a lockable resource, exactly as the user gave it (not trimmed). Read back from
+/// JSON (a server's answer), it is checked as a command-line value is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Resource(String);
+
+impl From<Resource> for String {
+    fn from(resource: Resource) -> String {
+        resource.0
+    }
+}
+
+impl TryFrom<String> for Resource {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Resource, String> {
+        Resource::parse(&raw)
+    }
+}
+
+impl Resource {
+    /// Checks a resource name against the contract: 1..=255 bytes, not blank, no control
+    /// characters.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the rule that `raw` breaks.
+    pub fn parse(raw: &str) -> Result<Resource, String> {
+        check_name("resource", raw)?;
+        if raw.trim().is_empty() {
+            return Err("resource must not be blank".into());
+        }
+        Ok(Resource(raw.to_owned()))
+    }
+
+    /// A name read back from the store, which only ever holds validated names.
+    pub(crate) fn from_store(raw: &str) -> Resource {
+        Resource(raw.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who holds (or wants) a lock. Surrounding whitespace is trimmed, so `" w1 "` and `"w1"` are
+/// one owner and `"   "` is no owner at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Owner(String);
+
+impl From<Owner> for String {
+    fn from(owner: Owner) -> String {
+        owner.0
+    }
+}
+
+impl TryFrom<String> for Owner {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Owner, String> {
+        Owner::parse(&raw)
+    }
+}
+
+impl Owner {
+    /// Trims `raw`, then checks it against the contract: 1..=255 bytes, no control characters.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the rule that `raw` breaks.
+    pub fn parse(raw: &str) -> Result<Owner, String> {
+        let trimmed = raw.trim();
+        check_name("owner", trimmed)?;
+        Ok(Owner(trimmed.to_owned()))
+    }
+
+    /// An owner read back from the store, which only ever holds validated owners.
+    pub(crate) fn from_store(raw: &str) -> Owner {
+        Owner(raw.to_owned())
+    }
+
+    /// An owner name unique to this process: `<hostname>:<pid>:<8 random hex digits>`.
+    pub fn unique_for_process() -> Owner {
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .filter(|h| Owner::parse(h).is_ok())
+            .unwrap_or_else(|| "localhost".to_owned());
+        let suffix = format!(":{}:{:08x}", std::process::id(), fastrand::u32(..));
+        // Keep the whole name within the length limit even on a host with a very long name.
+        let mut host = host;
+        while host.len() + suffix.len() > MAX_NAME_BYTES {
+            host.pop();
+        }
+        Owner(host + &suffix)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn check_name(what: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{what} must not be empty"));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{what} is {} bytes long; the limit is {MAX_NAME_BYTES}",
+            value.len()
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(format!("{what} must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Why or for whom a lock is held: 1..=1024 bytes after trimming, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Note(String);
+
+impl From<Note> for String {
+    fn from(note: Note) -> String {
+        note.0
+    }
+}
+
+impl TryFrom<String> for Note {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Note, String> {
+        Note::parse(&raw)
+    }
+}
+
+/// The longest `--note`, `--reason` or `--by`, in bytes of UTF-8 after trimming.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+impl Note {
+    /// # Errors
+    ///
+    /// A message naming the rule that `raw` breaks.
+    pub fn parse(raw: &str) -> Result<Note, String> {
+        let text = raw.trim();
+        if text.is_empty() {
+            return Err("the text must not be empty".into());
+        }
+        if text.len() > MAX_NOTE_BYTES {
+            return Err(format!(
+                "the text is {} bytes long; the limit is {MAX_NOTE_BYTES}",
+                text.len()
+            ));
+        }
+        if text.chars().any(char::is_control) {
+            return Err("the text must not contain control characters".into());
+        }
+        Ok(Note(text.to_owned()))
+    }
+
+    /// A note read back from the store, trusted as written.
+    pub(crate) fn from_store(raw: &str) -> Note {
+        Note(raw.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
