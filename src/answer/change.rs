@@ -1,0 +1,200 @@
+//! The answers of `release`, `renew` and `break`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Answer, Flag, Refusal, lock_text};
+use crate::exit::Exit;
+use crate::lock::{Breach, Lock, Release, Renew, Resource};
+
+/// `release` 0: `{"released":true,"resource":"R"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    pub released: Flag<true>,
+    pub resource: Resource,
+}
+
+/// `release` 1/77: `{"released":false,"resource":"R","reason":"not_found"|"forbidden"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotReleased {
+    pub released: Flag<false>,
+    pub resource: Resource,
+    pub reason: Refusal,
+}
+
+/// Every answer of `release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ReleaseAnswer {
+    Released(Released),
+    Refused(NotReleased),
+}
+
+impl ReleaseAnswer {
+    pub fn new(resource: &Resource, outcome: &Release) -> ReleaseAnswer {
+        let refused = |reason| {
+            ReleaseAnswer::Refused(NotReleased {
+                released: Flag,
+                resource: resource.clone(),
+                reason,
+            })
+        };
+        match outcome {
+            Release::Released => ReleaseAnswer::Released(Released {
+                released: Flag,
+                resource: resource.clone(),
+            }),
+            Release::NotFound => refused(Refusal::NotFound),
+            Release::Forbidden => refused(Refusal::Forbidden),
+        }
+    }
+}
+
+impl Answer for ReleaseAnswer {
+    fn exit(&self) -> Exit {
+        match self {
+            ReleaseAnswer::Released(_) => Exit::Done,
+            ReleaseAnswer::Refused(refused) => refused.reason.exit(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            ReleaseAnswer::Released(released) => format!("released {}", released.resource),
+            ReleaseAnswer::Refused(refused) => refused.reason.text("release", &refused.resource),
+        }
+    }
+}
+
+/// `renew` 0: `{"renewed":true,"lock":{…}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewed {
+    pub renewed: Flag<true>,
+    pub lock: Lock,
+}
+
+/// `renew` 1/77: `{"renewed":false,"resource":"R","reason":"not_found"|"forbidden"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotRenewed {
+    pub renewed: Flag<false>,
+    pub resource: Resource,
+    pub reason: Refusal,
+}
+
+/// Every answer of `renew`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RenewAnswer {
+    Renewed(Renewed),
+    Refused(NotRenewed),
+}
+
+impl RenewAnswer {
+    pub fn new(resource: &Resource, outcome: &Renew) -> RenewAnswer {
+        let refused = |reason| {
+            RenewAnswer::Refused(NotRenewed {
+                renewed: Flag,
+                resource: resource.clone(),
+                reason,
+            })
+        };
+        match outcome {
+            Renew::Renewed { lock } => RenewAnswer::Renewed(Renewed {
+                renewed: Flag,
+                lock: lock.clone(),
+            }),
+            Renew::NotFound => refused(Refusal::NotFound),
+            Renew::Forbidden => refused(Refusal::Forbidden),
+        }
+    }
+}
+
+impl Answer for RenewAnswer {
+    fn exit(&self) -> Exit {
+        match self {
+            RenewAnswer::Renewed(_) => Exit::Done,
+            RenewAnswer::Refused(refused) => refused.reason.exit(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            RenewAnswer::Renewed(renewed) => lock_text("renewed", &renewed.lock),
+            RenewAnswer::Refused(refused) => refused.reason.text("renew", &refused.resource),
+        }
+    }
+}
+
+/// `break` 0: `{"broken":true,"resource":"R","locks":[…removed tenures…]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Broken {
+    pub broken: Flag<true>,
+    pub resource: Resource,
+    pub locks: Vec<Lock>,
+    /// Who broke it and why, for the text line (the history keeps them; this JSON does not).
+    #[serde(skip)]
+    pub breach: Option<Breach>,
+}
+
+/// `break` 1: `{"broken":false,"resource":"R","reason":"not_found"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotBroken {
+    pub broken: Flag<false>,
+    pub resource: Resource,
+    pub reason: Refusal,
+}
+
+/// Every answer of `break`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BreakAnswer {
+    Broken(Broken),
+    NotBroken(NotBroken),
+}
+
+impl BreakAnswer {
+    /// The answer to `breach` on `resource` that removed `removed`.
+    pub fn new(resource: &Resource, removed: Vec<Lock>, breach: &Breach) -> BreakAnswer {
+        if removed.is_empty() {
+            return BreakAnswer::NotBroken(NotBroken {
+                broken: Flag,
+                resource: resource.clone(),
+                reason: Refusal::NotFound,
+            });
+        }
+        BreakAnswer::Broken(Broken {
+            broken: Flag,
+            resource: resource.clone(),
+            locks: removed,
+            breach: Some(breach.clone()),
+        })
+    }
+}
+
+impl Answer for BreakAnswer {
+    fn exit(&self) -> Exit {
+        match self {
+            BreakAnswer::Broken(_) => Exit::Done,
+            BreakAnswer::NotBroken(_) => Exit::NotHeld,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            BreakAnswer::NotBroken(refused) => {
+                format!("cannot break {}: nothing live matched", refused.resource)
+            }
+            BreakAnswer::Broken(broken) => {
+                let owners: Vec<&str> = broken.locks.iter().map(|l| l.owner.as_str()).collect();
+                let (by, reason) = broken
+                    .breach
+                    .as_ref()
+                    .map_or(("?", "?"), |b| (b.by.as_str(), b.reason.as_str()));
+                format!(
+                    "broke {}: removed the tenure of {} (by {by}: {reason})",
+                    broken.resource,
+                    owners.join(", ")
+                )
+            }
+        }
+    }
+}
