@@ -4,14 +4,20 @@
 //!   anything connects; the password never appears in a message;
 //! - [`tls`]: the rustls configurations `sslmode` asks for;
 //! - [`worker`]: the connection on a thread of its own, so every call can be given up on;
-//! - [`sql`]: the schema and the transactions, with the server's clock and a per-resource
-//!   row lock, two round trips per operation; the decisions themselves are
-//!   [`crate::engine`]'s.
+//! - [`session`]: the transactions, with the server's clock and a per-resource row lock, two
+//!   round trips per operation; the decisions themselves are [`crate::engine`]'s;
+//! - [`schema`]: the tables of each version and the careful check that creates or upgrades
+//!   them once;
+//! - [`statements`]: the SQL each operation sends, values as escaped literals;
+//! - [`batch`]: several statements in one round trip, and the text rows they return.
 //!
 //! Waiting is bounded everywhere: a connect timeout, TCP keepalives and a user timeout,
 //! server-side statement and lock timeouts, and a client-side deadline per call.
 
-mod sql;
+mod batch;
+mod schema;
+mod session;
+mod statements;
 mod target;
 mod tls;
 mod worker;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::sql::Session;
+use super::session::Session;
 use super::target::{Target, scrub};
 use crate::store::{LockStore, Op, Outcome};
 

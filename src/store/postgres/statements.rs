@@ -1,0 +1,266 @@
+//! The statements every operation sends, built as text with their values as literals.
+
+use std::fmt::Display;
+
+use anyhow::{Result, anyhow};
+use postgres::error::SqlState;
+use postgres::{Row, SimpleQueryRow};
+use postgres_protocol::escape::escape_literal;
+
+use super::batch::{Output, column, flag, number, one_row, required};
+use crate::engine::{Change, Lease, State, Waiter};
+use crate::lock::{Fence, Note, Owner, Timestamp};
+use crate::store::{SCHEMA_VERSION, mode_columns, mode_of};
+
+/// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
+pub(super) const LEASE_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \
+                             (extract(epoch FROM expires_at) * 1000)::bigint, mode, lim, note, \
+                             guarded";
+
+/// The channel on which commits that may let a waiter in are announced; the payload is the
+/// resource.
+pub(super) const CHANNEL: &str = "distlock";
+
+/// `value` as an SQL string literal, escaped as libpq's `PQescapeLiteral` does
+/// ([`escape_literal`]: quotes doubled, and an escape string `E'…'` with doubled backslashes
+/// when it holds any, so it reads the same whatever the server's
+/// `standard_conforming_strings`). The connection's encoding is UTF-8 (the driver sets
+/// `client_encoding`), and a NUL cannot be sent at all (the driver refuses the query).
+pub(super) fn text(value: &str) -> String {
+    escape_literal(value)
+}
+
+/// [`text`], or `NULL`.
+pub(super) fn text_or_null(value: Option<&str>) -> String {
+    value.map_or_else(|| "NULL".to_owned(), text)
+}
+
+/// A number, or `NULL`.
+pub(super) fn number_or_null(value: Option<impl Display>) -> String {
+    value.map_or_else(|| "NULL".to_owned(), |n| n.to_string())
+}
+
+/// A time from the core, in milliseconds since the epoch, as a `timestamptz`.
+pub(super) fn at_ms(ms: i64) -> String {
+    format!("('epoch'::timestamptz + ({ms})::bigint * interval '1 ms')")
+}
+
+/// Locks `resource`'s row until the transaction ends, creating it if needed. `DO UPDATE …
+/// WHERE false` locks an existing row as an update would (so it also serialises with distlock
+/// versions that rewrite the row) but leaves it as it is: a busy resource leaves no dead row
+/// versions behind, and the statement writes no row to the WAL.
+pub(super) fn lock_row(resource: &str) -> String {
+    format!(
+        "INSERT INTO distlock.resources (resource) VALUES ({resource}) \
+         ON CONFLICT (resource) DO UPDATE SET resource = EXCLUDED.resource WHERE false"
+    )
+}
+
+/// The server's now in milliseconds since the epoch (as times are printed), the schema
+/// version, and — with `fence` — the next fence when the resource has no live tenure and no
+/// live waiter, else `NULL`. Never takes a fence from a schema this build does not know.
+pub(super) fn head(resource: &str, fence: bool) -> String {
+    let fence = if fence {
+        format!(
+            "CASE WHEN n.version = {SCHEMA_VERSION}
+                   AND NOT EXISTS (SELECT FROM distlock.locks
+                                   WHERE resource = {resource} AND expires_at > n.now)
+                   AND NOT EXISTS (SELECT FROM distlock.waiters
+                                   WHERE resource = {resource} AND expires_at > n.now)
+                  THEN nextval('distlock.fence') END"
+        )
+    } else {
+        "NULL".to_owned()
+    };
+    format!(
+        "WITH n AS (SELECT date_trunc('milliseconds', clock_timestamp()) AS now,
+                           (SELECT schema_version FROM distlock.meta) AS version)
+         SELECT (extract(epoch FROM n.now) * 1000)::bigint, n.version, {fence} FROM n"
+    )
+}
+
+pub(super) fn tenures(resource: &str) -> String {
+    format!("SELECT {LEASE_COLUMNS} FROM distlock.locks WHERE resource = {resource}")
+}
+
+pub(super) fn waiters(resource: &str) -> String {
+    format!(
+        "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint \
+         FROM distlock.waiters WHERE resource = {resource}"
+    )
+}
+
+/// What the reads of a batch found: the state, the schema version, and a fence taken ahead.
+pub(super) struct Found {
+    pub(super) state: State,
+    pub(super) version: Option<i64>,
+    pub(super) fence: Option<i64>,
+}
+
+/// Reads the outputs of [`head`], [`tenures`] and [`waiters`].
+pub(super) fn found(head: &Output, tenures: &Output, waiters: &Output) -> Result<Found> {
+    let first = head
+        .rows
+        .first()
+        .ok_or_else(|| anyhow!("the server's clock query returned no row"))?;
+    let leases = tenures.rows.iter().map(lease).collect::<Result<_>>()?;
+    let queue = waiters
+        .rows
+        .iter()
+        .map(|r| {
+            Ok(Waiter {
+                owner: Owner::from_store(required(column(r, 0)?, 0)?),
+                ticket: required(number(r, 1)?, 1)?,
+                expires_at: Timestamp(required(number(r, 2)?, 2)?),
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Found {
+        state: State {
+            now: Timestamp(required(number(first, 0)?, 0)?),
+            leases,
+            queue,
+        },
+        version: number(first, 1)?,
+        fence: number(first, 2)?,
+    })
+}
+
+/// Reads [`LEASE_COLUMNS`] from a text row.
+pub(super) fn lease(row: &SimpleQueryRow) -> Result<Lease> {
+    Ok(Lease {
+        owner: Owner::from_store(required(column(row, 0)?, 0)?),
+        fence: Fence(required(number(row, 1)?, 1)?),
+        acquired_at: Timestamp(required(number(row, 2)?, 2)?),
+        expires_at: Timestamp(required(number(row, 3)?, 3)?),
+        mode: mode_of(required(column(row, 4)?, 4)?, number(row, 5)?)?,
+        note: column(row, 6)?.map(Note::from_store),
+        guarded: flag(row, 7)?,
+    })
+}
+
+/// Reads [`LEASE_COLUMNS`] from the binary row of `list`, starting at column `first`.
+pub(super) fn binary_lease(row: &Row, first: usize) -> Result<Lease> {
+    Ok(Lease {
+        owner: Owner::from_store(row.get(first)),
+        fence: Fence(row.get(first + 1)),
+        acquired_at: Timestamp(row.get(first + 2)),
+        expires_at: Timestamp(row.get(first + 3)),
+        mode: mode_of(
+            row.get(first + 4),
+            row.get::<_, Option<i32>>(first + 5).map(i64::from),
+        )?,
+        note: row.get::<_, Option<&str>>(first + 6).map(Note::from_store),
+        guarded: row.get(first + 7),
+    })
+}
+
+/// The statement that writes `change` to `resource` (already a literal).
+pub(super) fn write(resource: &str, change: &Change) -> String {
+    match change {
+        Change::Insert(lease) => {
+            let (mode, lim) = mode_columns(lease.mode);
+            format!(
+                "INSERT INTO distlock.locks
+                     (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded)
+                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {}, {})",
+                text(lease.owner.as_str()),
+                lease.fence.0,
+                at_ms(lease.acquired_at.0),
+                at_ms(lease.expires_at.0),
+                text(mode),
+                number_or_null(lim),
+                text_or_null(lease.note.as_ref().map(Note::as_str)),
+                lease.guarded,
+            )
+        }
+        Change::Update(lease) => one_row(&format!(
+            "UPDATE distlock.locks SET acquired_at = {}, expires_at = {}, note = {}
+             WHERE resource = {resource} AND fence = {}",
+            at_ms(lease.acquired_at.0),
+            at_ms(lease.expires_at.0),
+            text_or_null(lease.note.as_ref().map(Note::as_str)),
+            lease.fence.0,
+        )),
+        Change::Delete { fence } => one_row(&format!(
+            "DELETE FROM distlock.locks WHERE resource = {resource} AND fence = {}",
+            fence.0
+        )),
+        Change::Enqueue { owner, expires_at } => format!(
+            "INSERT INTO distlock.waiters (resource, owner, expires_at) VALUES ({resource}, {}, {})",
+            text(owner.as_str()),
+            at_ms(expires_at.0),
+        ),
+        Change::Refresh { owner, expires_at } => one_row(&format!(
+            "UPDATE distlock.waiters SET expires_at = {}
+             WHERE resource = {resource} AND owner = {}",
+            at_ms(expires_at.0),
+            text(owner.as_str()),
+        )),
+        Change::Dequeue { owner } => one_row(&format!(
+            "DELETE FROM distlock.waiters WHERE resource = {resource} AND owner = {}",
+            text(owner.as_str()),
+        )),
+        Change::Record(record) => {
+            let (mode, lim) = mode_columns(record.mode);
+            format!(
+                "INSERT INTO distlock.history (at, resource, owner, fence, event,
+                     previous_owner, mode, lim, note, operator, reason)
+                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                at_ms(record.at.0),
+                text(record.owner.as_str()),
+                record.fence.0,
+                text(record.event.as_str()),
+                text_or_null(record.previous_owner.as_ref().map(Owner::as_str)),
+                text(mode),
+                number_or_null(lim),
+                text_or_null(record.note.as_ref().map(Note::as_str)),
+                text_or_null(record.broken.as_ref().map(|b| b.by.as_str())),
+                text_or_null(record.broken.as_ref().map(|b| b.reason.as_str())),
+            )
+        }
+    }
+}
+
+pub(super) fn is_transient(err: &postgres::Error) -> bool {
+    matches!(
+        err.code(),
+        Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_libpqs_escaped_strings() {
+        // (value, literal): quotes doubled; with a backslash, an escape string whose
+        // backslashes are doubled too, so it reads the same whatever
+        // standard_conforming_strings says.
+        let cases = [
+            ("", "''"),
+            ("x", "'x'"),
+            ("it's", "'it''s'"),
+            (
+                "'; DROP TABLE distlock.locks; --",
+                "'''; DROP TABLE distlock.locks; --'",
+            ),
+            (r"a\b", r" E'a\\b'"),
+            (r"it's a \ test", r" E'it''s a \\ test'"),
+            (r"\'", r" E'\\'''"),
+            ("zürich-東京-🔒", "'zürich-東京-🔒'"),
+        ];
+        for (value, literal) in cases {
+            assert_eq!(text(value), literal, "{value:?}");
+        }
+        assert_eq!(text_or_null(None), "NULL");
+        assert_eq!(text_or_null(Some("x")), "'x'");
+        assert_eq!(number_or_null(None::<i64>), "NULL");
+        assert_eq!(number_or_null(Some(-3)), "-3");
+        assert_eq!(
+            at_ms(-5),
+            "('epoch'::timestamptz + (-5)::bigint * interval '1 ms')"
+        );
+    }
+}
