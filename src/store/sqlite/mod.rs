@@ -761,9 +761,15 @@ impl Backend for SqliteStore {
             if self.turnstile.is_none() {
                 self.turnstile = doorbell::Turnstile::open(&self.path, true);
             }
-            if let Some(turnstile) = &self.turnstile {
-                let slot = doorbell::slot(resource.as_str(), owner.as_str());
-                self.watch = Some((slot, turnstile.read(slot)));
+            let slot = doorbell::slot(resource.as_str(), owner.as_str());
+            self.watch = self
+                .turnstile
+                .as_ref()
+                .and_then(|turnstile| turnstile.read(slot))
+                .map(|seen| (slot, seen));
+            if self.watch.is_none() {
+                // Cut short already: poll.
+                self.turnstile = None;
             }
         }
         #[cfg(not(target_os = "linux"))]
@@ -778,10 +784,19 @@ impl Backend for SqliteStore {
     fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
         #[cfg(target_os = "linux")]
         if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.watch) {
-            self.rung = turnstile.wait(*slot, *seen, timeout);
+            let woken = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.
-            *seen = turnstile.read(*slot);
-            return Ok(());
+            if let (Some(rung), Some(now)) = (woken, turnstile.read(*slot)) {
+                self.rung = rung;
+                *seen = now;
+                return Ok(());
+            }
+            // The file was cut short under the mapping: poll from now on.
+            self.turnstile = None;
+            self.watch = None;
+            if woken.is_some() {
+                return Ok(());
+            }
         }
         std::thread::sleep(timeout);
         Ok(())
