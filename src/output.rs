@@ -78,7 +78,8 @@ impl Printer {
         Printer { format }
     }
 
-    /// Prints `json`, or the line `text` builds, followed by a newline.
+    /// Prints `json`, or the lines `text` builds (one per tenure for `list` and a shared
+    /// `status`, each made visible on its own), followed by a newline.
     ///
     /// # Errors
     ///
@@ -86,7 +87,11 @@ impl Printer {
     pub fn emit(&self, json: &Value, text: impl FnOnce() -> String) -> Result<()> {
         let line = match self.format {
             Format::Json => json.to_string(),
-            Format::Text => visible(&text()),
+            Format::Text => text()
+                .split('\n')
+                .map(visible)
+                .collect::<Vec<_>>()
+                .join("\n"),
         };
         let mut out = std::io::stdout().lock();
         writeln!(out, "{line}")
