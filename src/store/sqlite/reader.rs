@@ -30,9 +30,10 @@
 //! and done again, through SQLite's locks (the writer's WAL now exists). The window that
 //! remains: a writer that opens, commits, checkpoints into the file, and then removes its WAL
 //! (as `sqlite3` does on closing; distlock keeps its WAL), all between the two looks, without
-//! changing the file's length, on a file system whose clock did not tick in between (Linux
-//! stamps a file changed after a `stat` with a fine-grained time on ext4, XFS, btrfs and tmpfs
-//! since 6.13, which closes it there). Such a read may mix pages from before and after.
+//! changing the file's length, while the file system's clock did not tick (file times are
+//! coarse, a few milliseconds on many systems; newer kernels give a file changed right after a
+//! `stat` a fine-grained time on ext4, XFS, btrfs and tmpfs, which narrows it further). Such a
+//! read may mix pages from before and after the checkpoint.
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;

@@ -26,8 +26,12 @@ use super::BUSY_TIMEOUT;
 /// What distlock was doing with the database when it failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Doing {
+    /// Opening the file and checking its schema (and, for a writer, switching it to WAL and
+    /// upgrading it).
     Open,
+    /// A read-only command's query.
     Read,
+    /// A transaction that writes, or `gc`.
     Write,
 }
 
