@@ -458,8 +458,9 @@ fn shared_folder() -> tempfile::TempDir {
 
 #[test]
 fn read_only_commands_read_an_old_store_as_it_is_and_change_nothing() {
-    // A new binary's `status` in cron once upgraded a v1 store, and every older binary then
-    // got 74. Read as it is, the store answers as an upgraded one would, and stays old.
+    // Upgraded by a newer binary's `status` in one crontab, a v1 store would be refused (74) by
+    // every older binary in the others. Read as it is, it answers as an upgraded store would,
+    // and stays as it was.
     let nobody = Nobody::here("reading an old store as another user");
     for version in [1, 2] {
         let dir = shared_folder();
@@ -526,8 +527,8 @@ fn foreign_file(path: &Path, version: i64, wal: bool, tables: &str) {
 
 #[test]
 fn a_file_of_another_application_is_refused_unchanged_whatever_its_user_version() {
-    // Until now the guard looked at user_version = 0 only: a file at 1 or 2 was switched to
-    // WAL (its bytes changed, -wal/-shm appeared) before a raw "no such table" error.
+    // The guard goes by the tables, not by user_version, and comes first: a WAL switch (the
+    // bytes change, -wal/-shm appear) or any other step before it would touch the file.
     let own_tables = [
         "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);
          INSERT INTO customers (name) VALUES ('keep me');",
@@ -585,8 +586,8 @@ fn a_file_of_another_application_is_refused_unchanged_whatever_its_user_version(
 
 #[test]
 fn commands_that_change_nothing_create_nothing() {
-    // `status` on an empty file wrote the schema into it; `release`, `renew`, `break` and `gc`
-    // on a mistyped path made the store and its folders.
+    // A mistyped path, or an empty file, holds no lock: each command answers as for an empty
+    // store, and neither the schema nor the store and its folders are made.
     let answers: [(&[&str], i32, &str); 7] = [
         (&["status", "r"], 1, r#"{"held":false,"resource":"r"}"#),
         (&["list"], 0, r#"{"locks":[]}"#),
@@ -657,8 +658,8 @@ fn without_wal(path: &Path) {
 
 #[test]
 fn a_user_who_may_only_read_the_store_reads_it_also_once_its_wal_is_gone() {
-    // The README says others can read a store. Once the -wal/-shm files were gone, a user who
-    // could not create them got 74, "attempt to write a readonly database".
+    // Others may read a store (the README says so), also once its -wal/-shm files are gone and
+    // they may not create them: "attempt to write a readonly database" is no answer for them.
     let Some(nobody) = Nobody::here("reading a store as a user who may only read it") else {
         return;
     };
@@ -748,9 +749,9 @@ fn assert_says(out: &std::process::Output, path: &Path, cause: &str, what: &dyn 
 
 #[test]
 fn store_errors_name_the_path_and_the_cause_in_words() {
-    // A directory as --db said "unable to open database file"; a permission problem never said
-    // "permission denied"; a writer on a store it may only read got "attempt to write a
-    // readonly database" without the path.
+    // SQLite says "unable to open database file" for a directory and a missing permission
+    // alike, and "attempt to write a readonly database" without the path: the message names
+    // the path and the cause a person can act on.
     let dir = shared_folder();
     let folder = dir.path().join("a-folder");
     std::fs::create_dir(&folder).expect("mkdir");
@@ -803,7 +804,7 @@ fn store_errors_name_the_path_and_the_cause_in_words() {
 
 #[test]
 fn a_store_that_stays_busy_is_reported_with_its_path_and_the_busy_timeout() {
-    // "database is locked: Error code 5", without the path or how long it waited.
+    // SQLite's "database is locked" names neither the file nor how long it waited.
     let db = Db::sqlite();
     db.json(&["acquire", "held", "--owner", "o", "--ttl", "600"], 0);
     let holder = Connection::open(db.path()).expect("open");
@@ -852,8 +853,7 @@ fn mode_of(path: &Path) -> u32 {
 
 #[test]
 fn the_default_stores_folders_are_private_and_a_named_paths_follow_the_umask() {
-    // XDG: folders under $XDG_STATE_HOME (default ~/.local/state) are made 0700. They were
-    // made 0755.
+    // XDG: folders under $XDG_STATE_HOME (default ~/.local/state) are made 0700.
     let scratch = tempfile::tempdir().expect("temp dir");
     let home = scratch.path().join("home");
     std::fs::create_dir(&home).expect("mkdir");
