@@ -11,7 +11,7 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{Breach, LogQuery, MAX_NOTE_BYTES, Note, Resource, Status};
+use crate::lock::{Breach, LogQuery, MAX_NOTE_BYTES, Note, Resource};
 use crate::output::{Printer, StatusLine};
 use crate::store::{self, Location, LockStore, Locks};
 use crate::wait;
@@ -29,19 +29,23 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         None => db_from_env()?,
     };
     let location = Location::resolve(db.as_deref()).map_err(Error::Usage)?;
+    // Three ways in, by what the command may do to a SQLite store: `acquire` and `run` create
+    // it if needed; the commands that change only what they find create nothing (a store that
+    // is not there holds nothing to change: they answer as for an empty one); the read-only
+    // commands open it read-only, and create nothing either.
     let open = || store::open(&location).map_err(Error::Store);
-    // The read-only commands answer a SQLite store that does not exist as an empty one.
     let existing = || store::open_existing(&location).map_err(Error::Store);
+    let read_only = || store::open_read_only(&location).map_err(Error::Store);
     match cli.command {
         Command::Run(args) => guard::run(&location, run_spec(args)),
         Command::Acquire(args) => acquire(open()?.as_mut(), printer, args),
-        Command::Status(args) => status(existing()?, printer, &args.resource),
-        Command::Release(args) => release(open()?.as_mut(), printer, args),
-        Command::Renew(args) => renew(open()?.as_mut(), printer, args),
-        Command::List(args) => list(existing()?, printer, args),
-        Command::Log(args) => log(existing()?, printer, args),
-        Command::Gc(args) => gc(open()?.as_mut(), printer, args),
-        Command::Break(args) => breach(open()?.as_mut(), printer, args),
+        Command::Status(args) => status(read_only()?.as_mut(), printer, &args.resource),
+        Command::Release(args) => release(existing()?.as_mut(), printer, args),
+        Command::Renew(args) => renew(existing()?.as_mut(), printer, args),
+        Command::List(args) => list(read_only()?.as_mut(), printer, args),
+        Command::Log(args) => log(read_only()?.as_mut(), printer, args),
+        Command::Gc(args) => gc(existing()?.as_mut(), printer, args),
+        Command::Break(args) => breach(existing()?.as_mut(), printer, args),
     }
 }
 
@@ -99,15 +103,8 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
     Ok(answer.exit())
 }
 
-fn status(
-    store: Option<Box<dyn LockStore>>,
-    printer: Printer,
-    resource: &Resource,
-) -> Result<Exit> {
-    let status = match store {
-        Some(mut store) => store.status(resource)?,
-        None => Status::default(),
-    };
+fn status(store: &mut dyn LockStore, printer: Printer, resource: &Resource) -> Result<Exit> {
+    let status = store.status(resource)?;
     answer(printer, &StatusAnswer::new(resource, &status))
 }
 
@@ -123,18 +120,12 @@ fn renew(store: &mut dyn LockStore, printer: Printer, args: RenewArgs) -> Result
     answer(printer, &RenewAnswer::new(resource, &outcome))
 }
 
-fn list(store: Option<Box<dyn LockStore>>, printer: Printer, args: ListArgs) -> Result<Exit> {
-    let locks = match store {
-        Some(mut store) => store.list(&args.prefix)?,
-        None => Vec::new(),
-    };
+fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<Exit> {
+    let locks = store.list(&args.prefix)?;
     answer(printer, &ListAnswer { locks })
 }
 
-fn log(store: Option<Box<dyn LockStore>>, printer: Printer, args: LogArgs) -> Result<Exit> {
-    let Some(mut store) = store else {
-        return Ok(Exit::Done);
-    };
+fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exit> {
     let query = LogQuery {
         resource: args.resource,
         since: args.since,

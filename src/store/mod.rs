@@ -271,8 +271,21 @@ pub struct GcReport {
 /// Where the store is, as the user named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
-    Sqlite(PathBuf),
+    /// A SQLite file, and how its missing folders are made.
+    Sqlite(PathBuf, Folders),
     Postgres(String),
+}
+
+/// How the missing folders of a SQLite store's path are made, by the first command that writes
+/// to it (no other command makes any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Folders {
+    /// Mode 0700, as the XDG Base Directory spec asks of the folders it names: the default
+    /// store, under `$XDG_STATE_HOME` or `~/.local/state`, is the user's own.
+    Private,
+    /// As `mkdir -p` makes them (0777 less the umask): the user named the path, maybe for a
+    /// store shared by a group, made under `umask 002` in a setgid folder (see the README).
+    AsUmask,
 }
 
 impl Location {
@@ -290,13 +303,13 @@ impl Location {
     /// path.
     pub fn resolve(db: Option<&str>) -> Result<Location, String> {
         let Some(db) = db else {
-            return default_path().map(Location::Sqlite);
+            return default_path().map(|path| Location::Sqlite(path, Folders::Private));
         };
         if db.trim().is_empty() {
             return Err("--db must not be empty or blank".to_owned());
         }
         let Some((scheme, rest)) = url_scheme(db) else {
-            return Ok(Location::Sqlite(PathBuf::from(db)));
+            return Ok(Location::Sqlite(PathBuf::from(db), Folders::AsUmask));
         };
         match scheme.to_ascii_lowercase().as_str() {
             known @ ("postgres" | "postgresql") => {
@@ -325,7 +338,7 @@ impl Location {
     /// be unreadable (removed), the path is exported as given.
     pub fn to_env_value(&self) -> std::ffi::OsString {
         match self {
-            Location::Sqlite(path) => std::path::absolute(path)
+            Location::Sqlite(path, _) => std::path::absolute(path)
                 .unwrap_or_else(|_| path.clone())
                 .into_os_string(),
             Location::Postgres(url) => url.into(),
@@ -364,30 +377,68 @@ fn default_path() -> Result<PathBuf, String> {
     Err(format!("cannot find a default database: {why}; pass --db"))
 }
 
-/// Opens the store at `location` with the host's clock.
+/// Opens the store at `location` with the host's clock, for a command that may create it
+/// (`acquire`, `run`): a SQLite store is made, with its missing folders, if it is not there.
 ///
 /// # Errors
 ///
 /// When the store cannot be opened, is corrupt or comes from a newer distlock.
 pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
-        Location::Sqlite(path) => Ok(Box::new(open_sqlite(path)?)),
+        Location::Sqlite(path, folders) => Ok(Box::new(open_sqlite(path, *folders)?)),
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
     }
 }
 
-/// Opens the store at `location` for a command that only reads (`status`, `list`, `log`):
-/// `None` for a SQLite file that does not exist, and then nothing is created — not the file,
-/// not its folders — so a mistyped `--db` cannot leave an empty store behind.
+/// Opens the store at `location` for a command that writes only what it finds (`release`,
+/// `renew`, `break`, `gc`): a SQLite store that is not there — no file, or an empty one — is
+/// [`Absent`], and nothing is created, not the file, not its folders. Such a command finds
+/// nothing to change there, and answers as for an empty store (`release` → 1).
 ///
 /// # Errors
 ///
 /// As [`open`], for a store that exists.
-pub fn open_existing(location: &Location) -> Result<Option<Box<dyn LockStore>>> {
+pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
-        Location::Sqlite(path) => Ok(SqliteStore::open_existing(path, Box::new(SystemClock))?
-            .map(|store| Box::new(store) as Box<dyn LockStore>)),
-        Location::Postgres(url) => Ok(Some(Box::new(PostgresStore::open(url)?))),
+        Location::Sqlite(path, _) if !holds_a_store(path) => Ok(Box::new(Absent)),
+        Location::Sqlite(path, _) => match SqliteStore::open_existing(path, Box::new(SystemClock))?
+        {
+            Some(store) => Ok(Box::new(store)),
+            None => Ok(Box::new(Absent)),
+        },
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// Opens the store at `location` for a command that only reads (`status`, `list`, `log`). A
+/// SQLite store is opened read-only ([`SqliteStore::open_read_only`]): nothing is written,
+/// upgraded or created, and one that is not there is [`Absent`].
+///
+/// # Errors
+///
+/// As [`open`], for a store that exists.
+pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
+    match location {
+        Location::Sqlite(path, _) => {
+            match SqliteStore::open_read_only(path, Box::new(SystemClock))? {
+                Some(store) => Ok(Box::new(store)),
+                None => Ok(Box::new(Absent)),
+            }
+        }
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// Whether a file that may hold a store is at `path`: not when nothing is there (or a part of
+/// its path is not a folder), nor for an empty file, which is an empty database. Anything else
+/// (a folder, a file this user may not see) is opened, and the open says what is wrong.
+fn holds_a_store(path: &Path) -> bool {
+    match std::fs::metadata(path) {
+        Ok(meta) => !(meta.is_file() && meta.len() == 0),
+        Err(err) => !matches!(
+            err.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+        ),
     }
 }
 
@@ -401,11 +452,71 @@ pub fn open_existing(location: &Location) -> Result<Option<Box<dyn LockStore>>> 
 /// [`Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
 pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
-        Location::Sqlite(path) => match SqliteStore::open_existing(path, Box::new(SystemClock))? {
-            Some(store) => Ok(Box::new(store)),
-            None => Err(Vanished(path.clone()).into()),
-        },
+        Location::Sqlite(path, _) => {
+            match SqliteStore::open_existing(path, Box::new(SystemClock))? {
+                Some(store) => Ok(Box::new(store)),
+                None => Err(Vanished(path.clone()).into()),
+            }
+        }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// A SQLite store that is not there: no file (and perhaps no folder), or an empty file. It
+/// reads as an empty store, and nothing is ever written to it, so nothing is made at a path
+/// that was mistyped: a decision that would write (which no command that opens it makes: see
+/// [`open_existing`] and [`open_read_only`]) is refused.
+struct Absent;
+
+impl Absent {
+    /// A resource of a store that holds nothing.
+    fn nothing() -> State {
+        State {
+            now: Timestamp::now(),
+            leases: Vec::new(),
+            queue: Vec::new(),
+        }
+    }
+}
+
+impl Backend for Absent {
+    fn transact<T>(
+        &mut self,
+        _resource: &Resource,
+        _durability: Durability,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T> {
+        let mut no_fence = || anyhow::bail!("the store does not exist");
+        let decision = decide(&Absent::nothing(), &mut no_fence)?;
+        if !decision.changes.is_empty() {
+            anyhow::bail!("the store does not exist");
+        }
+        Ok(decision.outcome)
+    }
+
+    fn read(&mut self, _resource: &Resource) -> Result<State> {
+        Ok(Absent::nothing())
+    }
+
+    fn scan(&mut self, _prefix: &str) -> Result<Vec<Lock>> {
+        Ok(Vec::new())
+    }
+
+    fn history(&mut self, _query: &LogQuery) -> Result<Vec<Event>> {
+        Ok(Vec::new())
+    }
+
+    fn prune(&mut self, _keep_history: Duration) -> Result<GcReport> {
+        Ok(GcReport::default())
+    }
+
+    fn watch(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
+        std::thread::sleep(timeout);
+        Ok(())
     }
 }
 
@@ -424,9 +535,17 @@ impl std::fmt::Display for Vanished {
 
 impl std::error::Error for Vanished {}
 
-fn open_sqlite(path: &Path) -> Result<SqliteStore> {
+fn open_sqlite(path: &Path, folders: Folders) -> Result<SqliteStore> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
+        use std::os::unix::fs::DirBuilderExt;
+        let mode = match folders {
+            Folders::Private => 0o700,
+            Folders::AsUmask => 0o777,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(parent)
             .with_context(|| format!("cannot create folder {}", parent.display()))?;
     }
     // SQLite would create the file 0644 whatever the umask, and gives its -wal and -shm files
@@ -470,7 +589,7 @@ mod tests {
     #[test]
     fn db_values_with_a_url_scheme_are_urls_and_only_known_schemes_are_stores() {
         // (value, what it names: Ok(path or url), or Err(a word the message must hold))
-        let path = |p: &str| Ok(Location::Sqlite(PathBuf::from(p)));
+        let path = |p: &str| Ok(Location::Sqlite(PathBuf::from(p), Folders::AsUmask));
         let pg = |u: &str| Ok(Location::Postgres(u.to_owned()));
         let refused = |word: &'static str| Err(word);
         let cases: [(&str, Result<Location, &str>); 22] = [
@@ -523,7 +642,7 @@ mod tests {
     fn a_removed_sqlite_store_is_vanished_to_its_open_connection_and_is_never_reopened_anew() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state").join("locks.db");
-        let location = Location::Sqlite(path.clone());
+        let location = Location::Sqlite(path.clone(), Folders::AsUmask);
         let resource = Resource::parse("r").unwrap();
         let owner = Owner::parse("o").unwrap();
         let ttl = Ttl::from_secs(30).unwrap();
@@ -579,7 +698,7 @@ mod tests {
                 PathBuf::from("/var/lib/distlock/locks.db"),
             ),
         ] {
-            let location = Location::Sqlite(PathBuf::from(given));
+            let location = Location::Sqlite(PathBuf::from(given), Folders::AsUmask);
             // Compared as strings: `Path` equality would overlook a `.` left in.
             assert_eq!(
                 location.to_env_value(),

@@ -9,6 +9,7 @@
 //! | hostile input, parsing layer | `*_follows_the_validation_table`, `durations_*` (proptest) |
 //! | hostile input, the binary | `binary_*` (proptest, bounded cases), `non_utf8_*` |
 //! | hostile stores | `truncated_*`, `garbage_*`, `read_only_*`, `full_filesystem_*`, `file_size_limit_*`, `database_replaced_by_a_directory_*`, `database_folder_removed_*`, `database_file_removed_*` |
+//! | hostile turnstile | `a_planted_turnstile_symlink_*`, `a_turnstile_cut_short_*` |
 //! | permissions | `new_store_files_*` |
 //!
 //! Timing checks are loose (2 cores, shared machine): upper bounds with generous slack, or
@@ -38,7 +39,9 @@ use rusqlite::Connection;
 use crate::common::fenced_write::{fenced_write, ledger};
 use crate::common::output::{assert_store_error, assert_usage_error, parse_line, parse_lines};
 use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
-use crate::common::process::{BIN, describe, pid_of, wait_for_file, wait_or_kill, wait_until};
+use crate::common::process::{
+    BIN, Proc, describe, pid_of, wait_for_file, wait_or_kill, wait_until,
+};
 use crate::common::store::{Db, Kind, distlock_at, each_store};
 
 // ---------------------------------------------------------------------------------------------
@@ -2070,6 +2073,88 @@ fn database_file_removed_while_run_holds_the_lock_stops_the_command_and_says_the
         "the guard created a new store at {} after the old one was removed",
         path.display()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A hostile turnstile (SQLite)
+// ---------------------------------------------------------------------------------------------
+
+/// The turnstile file beside `db`'s database.
+fn turnstile_of(db: &Db) -> PathBuf {
+    PathBuf::from(format!("{}-turnstile", db.url))
+}
+
+/// `holder` holds `r` on `db`, and a waiter (`acquire --wait 30`, owner `waiter`) has taken its
+/// place in the queue behind it: the waiter, running.
+fn waiter_queued_behind_a_holder(db: &Db) -> Proc {
+    db.json(&["acquire", "r", "--owner", "holder", "--ttl", "600"], 0);
+    let waiter = db.spawn(
+        &[
+            "acquire", "r", "--owner", "waiter", "--ttl", "60", "--wait", "30",
+        ],
+        "waiter",
+    );
+    wait_until(Duration::from_secs(20), "the waiter queues", || {
+        db.waiting("r") == 1
+    });
+    waiter
+}
+
+#[test]
+fn a_planted_turnstile_symlink_is_never_written_through_and_waiters_poll() {
+    // In a folder others can write, `locks.db-turnstile` may be a link someone planted. Followed,
+    // every waiter would grow its target to 4 KiB and write counters into it.
+    let db = Db::sqlite();
+    let victim = db.file("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, turnstile_of(&db)).unwrap();
+    let waiter = waiter_queued_behind_a_holder(&db);
+    db.json(&["release", "r", "--owner", "holder"], 0);
+    // Not rung (the ringer refuses the link too): the waiter finds the lock at its next poll.
+    let done = waiter.finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    assert_eq!(parse_line(&done.output.stdout)["lock"]["owner"], "waiter");
+    let victim_now = fs::read(&victim).unwrap();
+    assert!(
+        victim_now == b"precious\n",
+        "the victim was written to: {} bytes now",
+        victim_now.len()
+    );
+    assert!(
+        fs::symlink_metadata(turnstile_of(&db))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the planted link is left as it is"
+    );
+}
+
+#[test]
+fn a_turnstile_cut_short_under_a_waiter_leaves_it_polling_not_dead() {
+    // The waiter sleeps on a futex in the turnstile's mapped page and reads its counter between
+    // looks. Cut to 0 bytes, the page is gone: a load from it would kill the waiter (SIGBUS).
+    let db = Db::sqlite();
+    let waiter = waiter_queued_behind_a_holder(&db);
+    assert!(turnstile_of(&db).exists(), "the waiter made the turnstile");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(turnstile_of(&db))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // Several of the waiter's looks (one every 250 ms at most) on the page that is gone.
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!is_gone(waiter.pid().as_raw()), "the waiter died");
+    db.json(&["release", "r", "--owner", "holder"], 0);
+    let done = waiter.finish(Duration::from_secs(20));
+    assert_eq!(
+        done.code(),
+        Some(0),
+        "the waiter still gets the lock: {}",
+        done.describe()
+    );
+    assert_eq!(parse_line(&done.output.stdout)["lock"]["owner"], "waiter");
+    assert_eq!(db.waiting("r"), 0);
 }
 
 // ---------------------------------------------------------------------------------------------

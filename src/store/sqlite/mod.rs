@@ -13,12 +13,21 @@
 //! - Fences come from a store-wide counter (`fence_counter`), not from the lock row, so deleting
 //!   rows (release, `gc`) can never make a fence repeat.
 //! - Times are milliseconds since the Unix epoch, from the injected [`Clock`].
-//! - The schema version lives in `PRAGMA user_version`; a newer one is refused, and a SQLite file
-//!   that holds other tables is never written to.
+//! - The schema version lives in `PRAGMA user_version`; a newer one is refused. Before anything
+//!   else is done to a file, whatever its version, its tables are checked to be those of a
+//!   distlock schema ([`recognise`]): a SQLite file of another application is refused as it is,
+//!   byte for byte, with no WAL switch and no `-wal`/`-shm` left behind.
+//! - The read-only commands open the file read-only ([`SqliteStore::open_read_only`], and
+//!   `reader` for how a user who may only read the files reads it): no schema work, no WAL
+//!   switch, nothing created. They read an older schema as it is ([`Shape`]).
+//! - Every SQLite failure is reported with the database's path and its cause in words
+//!   (`words`).
 
 // Futexes are Linux's; elsewhere waiters poll (see the README).
 #[cfg(target_os = "linux")]
 mod doorbell;
+mod reader;
+mod words;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +44,8 @@ use super::{
 };
 use crate::engine::{self, Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
+use reader::Access;
+use words::{Doing, worded};
 
 /// How long an operation waits for another process's write to finish before it gives up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -172,6 +183,11 @@ pub struct SqliteStore {
     /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
     /// be granted, so it skips the look at a read snapshot.
     rung: bool,
+    /// The columns of the schema version the connection reads: the current one, except for a
+    /// read-only connection to an older store.
+    shape: Shape,
+    /// How the connection reaches the file: read-only connections may read it unshared.
+    access: Access,
 }
 
 impl Drop for SqliteStore {
@@ -284,6 +300,51 @@ impl SqliteStore {
 /// The lease columns, in the order [`lease`] reads them.
 const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note, guarded";
 
+/// A history row's columns, in the order `history_rows` reads them.
+const HISTORY_COLUMNS: &str =
+    "at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason";
+
+/// What a schema version has, so that a read-only command reads a store as it is, without
+/// upgrading it: a column a version lacks reads as the value its upgrade gives it. Version 1
+/// (before lock modes) has exclusive tenures without notes, history rows of exclusive locks
+/// nobody broke, and no queue; version 2 (before guarded tenures) has tenures that may all be
+/// joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    /// [`LEASE_COLUMNS`], or what stands for them.
+    lease: &'static str,
+    /// [`HISTORY_COLUMNS`], or what stands for them.
+    history: &'static str,
+    /// Whether there is a queue of waiters (`waiters`, from version 2).
+    queue: bool,
+}
+
+impl Shape {
+    /// The schema this build writes: every writing connection's, once it is upgraded.
+    const CURRENT: Shape = Shape {
+        lease: LEASE_COLUMNS,
+        history: HISTORY_COLUMNS,
+        queue: true,
+    };
+
+    /// The shape of schema `version`, one that [`recognise`] found.
+    fn of(version: i64) -> Shape {
+        match version {
+            1 => Shape {
+                lease: "owner, fence, acquired_at, expires_at, 'exclusive', NULL, NULL, 0",
+                history: "at, resource, owner, fence, event, previous_owner,
+                          'exclusive', NULL, NULL, NULL, NULL",
+                queue: false,
+            },
+            2 => Shape {
+                lease: "owner, fence, acquired_at, expires_at, mode, lim, note, 0",
+                ..Shape::CURRENT
+            },
+            _ => Shape::CURRENT,
+        }
+    }
+}
+
 /// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
 fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
     Ok(Lease {
@@ -300,6 +361,10 @@ fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
     })
 }
 
+/// How many times a read-only command reads a file again that a writer wrote to while it was
+/// read without locks (see `reader`): the second read goes through SQLite's locks.
+const LOOKS: usize = 3;
+
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up.
     ///
@@ -312,13 +377,12 @@ impl SqliteStore {
         // Missing, or the empty file `store::open` creates: the schema is written now.
         let created = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
         let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .with_context(|| format!("cannot open database {}", path.display()))?;
+            .map_err(|err| worded(path, Doing::Open, err.into()))?;
         SqliteStore::with_connection(conn, path, clock, created)
     }
 
-    /// Opens the database at `path` only if the file exists: `None` when it does not, and then
-    /// nothing is created (the read-only commands answer as for an empty store; `run`'s
-    /// heartbeat finds its store gone).
+    /// Opens the database at `path` for writing only if the file exists: `None` when it does
+    /// not, and then nothing is created (`run`'s heartbeat finds its store gone).
     ///
     /// # Errors
     ///
@@ -333,9 +397,125 @@ impl SqliteStore {
             {
                 Ok(None)
             }
-            Err(err) => {
-                Err(err).with_context(|| format!("cannot open database {}", path.display()))
+            Err(err) => Err(worded(path, Doing::Open, err.into())),
+        }
+    }
+
+    /// Opens the database at `path` read-only, for the commands that only read (`status`,
+    /// `list`, `log`). Nothing is written or created: no schema, no upgrade, no WAL switch, and
+    /// no `-wal`/`-shm` where SQLite can do without; a user who may only read the files (and
+    /// their folder) can read it, and a read sees the latest commit also while others write
+    /// (see `reader`). An older schema is read as it is ([`Shape`]). `None` for a file that
+    /// holds no store — missing (with its folders), empty, or a database without tables —
+    /// which the commands answer as an empty store.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be read, is not a SQLite database, belongs to another application,
+    /// or was written by a newer distlock.
+    pub fn open_read_only(path: &Path, clock: Box<dyn Clock>) -> Result<Option<SqliteStore>> {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() && meta.len() == 0 => return Ok(None),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None);
             }
+            _ => {}
+        }
+        let Some((conn, access, shape)) = SqliteStore::connect_reader(path)? else {
+            return Ok(None);
+        };
+        let mut store = SqliteStore::new(conn, path, clock);
+        store.access = access;
+        store.shape = shape;
+        Ok(Some(store))
+    }
+
+    /// A read-only connection to `path` with its schema recognised; `None` for a database
+    /// without tables. Read unshared, the schema is read again if the file changed meanwhile.
+    fn connect_reader(path: &Path) -> Result<Option<(Connection, Access, Shape)>> {
+        let start = std::time::Instant::now();
+        let mut looks = 0;
+        loop {
+            let (mut conn, access) =
+                reader::connect(path).map_err(|err| worded(path, Doing::Open, err.into()))?;
+            conn.busy_handler(Some(patient()))
+                .map_err(|err| worded(path, Doing::Open, err.into()))?;
+            // It never checkpoints, as it writes nothing (SQLite would refuse anyway).
+            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+                .map_err(|err| worded(path, Doing::Open, err.into()))?;
+            let found = tables(&conn);
+            if let Access::Unshared(before) = access {
+                looks += 1;
+                if !before.holds(path) {
+                    if looks < LOOKS {
+                        continue;
+                    }
+                    bail!(changing(path));
+                }
+            }
+            let found = match found {
+                // As for a writer (see `with_connection`): another process's WAL recovery.
+                Err(err) if is_busy_code(&err) && start.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_micros(100 + fastrand::u64(..900)));
+                    continue;
+                }
+                found => found.map_err(|err| worded(path, Doing::Read, err.into()))?,
+            };
+            let found = recognise(found)
+                .with_context(|| format!("cannot use database {}", path.display()))?;
+            return Ok(match found {
+                Found::Nothing => None,
+                Found::Schema(version) => Some((conn, access, Shape::of(version))),
+            });
+        }
+    }
+
+    /// Runs a read-only command's `query`. A connection that reads unshared then checks that
+    /// nobody wrote to the file meanwhile; if someone did, the answer is thrown away and
+    /// `query` runs again on a new connection, through SQLite's locks (see `reader`).
+    fn look<T>(&mut self, mut query: impl FnMut(&mut Self) -> Result<T>) -> Result<T> {
+        for _ in 0..LOOKS {
+            let answer = query(self);
+            let Access::Unshared(before) = self.access else {
+                return answer;
+            };
+            if before.holds(&self.path) {
+                return answer;
+            }
+            let Some((conn, access, shape)) = SqliteStore::connect_reader(&self.path)? else {
+                break;
+            };
+            self.conn = conn;
+            self.access = access;
+            self.shape = shape;
+        }
+        bail!(changing(&self.path))
+    }
+
+    /// A store on `conn`, reading and writing the current schema through SQLite's locks.
+    fn new(conn: Connection, path: &Path, clock: Box<dyn Clock>) -> SqliteStore {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        SqliteStore {
+            conn,
+            clock,
+            wal: PathBuf::from(wal),
+            frames: Arc::new(AtomicU32::new(0)),
+            path: path.to_owned(),
+            identity: identity(path),
+            queue_behind: false,
+            #[cfg(target_os = "linux")]
+            turnstile: None,
+            #[cfg(target_os = "linux")]
+            watch: None,
+            rung: false,
+            shape: Shape::CURRENT,
+            access: Access::Shared,
         }
     }
 
@@ -346,13 +526,14 @@ impl SqliteStore {
         clock: Box<dyn Clock>,
         created: bool,
     ) -> Result<SqliteStore> {
-        let shown = path.display();
-        conn.busy_handler(Some(patient()))?;
+        let fail = |err: rusqlite::Error| worded(path, Doing::Open, err.into());
+        conn.busy_handler(Some(patient())).map_err(fail)?;
         // A distlock process makes one or two commits and exits. Checkpointing the WAL into the
         // database on every close would cost three or four extra fsyncs; instead the WAL stays
         // until it passes WAL_FRAMES (see `bound_wal`). Durability is unchanged: each
         // commit fsyncs the WAL.
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(fail)?;
         // This takes the place of SQLite's automatic checkpoint (its WAL hook too), which would
         // checkpoint inside whichever commit passed 1,000 frames: `bound_wal` does it instead.
         let frames = Arc::new(AtomicU32::new(0));
@@ -362,26 +543,12 @@ impl SqliteStore {
                 counted.store(u32::try_from(pages).unwrap_or(0), Ordering::Relaxed);
                 Ok(())
             },
-        ))?;
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
-        let wal = PathBuf::from(wal);
+        ))
+        .map_err(fail)?;
+        let mut store = SqliteStore::new(conn, path, clock);
+        store.frames = frames;
         // Before this connection's first read, which opens the WAL (creating it if needed).
-        let wal_before = identity(&wal);
-        let mut store = SqliteStore {
-            conn,
-            clock,
-            wal,
-            frames,
-            path: path.to_owned(),
-            identity: identity(path),
-            queue_behind: false,
-            #[cfg(target_os = "linux")]
-            turnstile: None,
-            #[cfg(target_os = "linux")]
-            watch: None,
-            rung: false,
-        };
+        let wal_before = identity(&store.wal);
         // Opening races with other processes' WAL recovery and truncation, which SQLite
         // reports as SQLITE_BUSY without consulting the busy handler: wait those out too.
         let start = std::time::Instant::now();
@@ -396,23 +563,31 @@ impl SqliteStore {
                 Err(err) if is_busy(&err) && start.elapsed() < BUSY_TIMEOUT => {
                     std::thread::sleep(Duration::from_micros(100 + fastrand::u64(..900)));
                 }
-                Err(err) => return Err(err.context(format!("cannot use database {shown}"))),
+                Err(err) => {
+                    if wal_before.is_none() {
+                        // The look at a file in WAL mode that had no WAL made one, and its
+                        // index: SQLite removes both as its last connection closes, when it
+                        // may checkpoint on close. Nothing was written, so nothing is copied
+                        // into the file. A WAL that was there before stays as it was.
+                        let _ = store
+                            .conn
+                            .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false);
+                    }
+                    return Err(if words::is_sqlite(&err) {
+                        worded(path, Doing::Open, err)
+                    } else {
+                        err.context(format!("cannot use database {}", path.display()))
+                    });
+                }
             }
         }
     }
 
-    /// Settings every connection needs, then the schema check. Reads the header before anything
-    /// writes, so a file that is not a database is left exactly as it was.
+    /// The schema check, before anything else is done to the file, then the settings every
+    /// writing connection needs and the upgrade. The check reads only the header and the
+    /// schema, so a file that is not a database, or not distlock's, is left exactly as it was.
     fn prepare(&mut self) -> Result<()> {
-        // One statement, one snapshot: a racing process commits its schema and the version
-        // together, so both are seen or neither is.
-        let (version, tables): (i64, i64) = self.conn.query_row(
-            "SELECT (SELECT user_version FROM pragma_user_version),
-                    (SELECT count(*) FROM sqlite_master)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        check_version(version, tables)?;
+        let found = recognise(tables(&self.conn)?)?;
         let mode: String = self
             .conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
@@ -425,7 +600,7 @@ impl SqliteStore {
             }
         }
         self.conn.pragma_update(None, "synchronous", "FULL")?;
-        if version < SCHEMA_VERSION {
+        if found != Found::Schema(SCHEMA_VERSION) {
             self.upgrade_schema()?;
         }
         Ok(())
@@ -438,13 +613,10 @@ impl SqliteStore {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (version, tables): (i64, i64) = tx.query_row(
-            "SELECT (SELECT user_version FROM pragma_user_version),
-                    (SELECT count(*) FROM sqlite_master)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        check_version(version, tables)?;
+        let version = match recognise(tables(&tx)?)? {
+            Found::Nothing => 0,
+            Found::Schema(version) => version,
+        };
         if version < 1 {
             tx.execute_batch(SCHEMA_V1)?;
         }
@@ -478,9 +650,9 @@ impl SqliteStore {
                 self.path.display()
             );
         }
-        self.conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .context("cannot start a write transaction")
+        Ok(self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?)
     }
 }
 
@@ -505,8 +677,9 @@ impl SqliteStore {
         // does a waiter just rung, the head of the queue, which will most likely be granted.
         let rung = std::mem::take(&mut self.rung);
         let needs_sync = if durable && !rung {
+            let shape = self.shape;
             let snapshot = self.conn.transaction()?;
-            let state = state(&snapshot, resource, now)?;
+            let state = state(&snapshot, shape, resource, now)?;
             // A new tenure's fence is only handed out under the write lock.
             let mut not_yet = || Ok(Fence(0));
             let decision = decide(&state, &mut not_yet)?;
@@ -542,8 +715,9 @@ impl SqliteStore {
         refuse_durable: bool,
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<Option<T>> {
+        let shape = self.shape;
         let tx = self.write_tx()?;
-        let state = state(&tx, resource, now)?;
+        let state = state(&tx, shape, resource, now)?;
         let mut fresh = || Ok(Fence(next_fence(&tx)?));
         let decision = decide(&state, &mut fresh)?;
         if decision.changes.is_empty() {
@@ -554,7 +728,7 @@ impl SqliteStore {
             return Ok(None);
         }
         apply(&tx, resource, &decision.changes)?;
-        tx.commit().context("cannot commit the change")?;
+        tx.commit()?;
         self.queue_behind = engine::head_after(&state, &decision.changes).is_some();
         #[cfg(target_os = "linux")]
         if let Some(head) = engine::next_to_wake(&state, &decision.changes) {
@@ -592,49 +766,129 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
 
 fn is_busy(err: &anyhow::Error) -> bool {
     err.downcast_ref::<rusqlite::Error>()
-        .and_then(rusqlite::Error::sqlite_error_code)
-        .is_some_and(|code| {
-            matches!(
-                code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            )
-        })
+        .is_some_and(is_busy_code)
 }
 
-/// Refuses databases this build must not touch: a newer schema, or another application's.
-fn check_version(version: i64, tables: i64) -> Result<()> {
+fn is_busy_code(err: &rusqlite::Error) -> bool {
+    err.sqlite_error_code().is_some_and(|code| {
+        matches!(
+            code,
+            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+        )
+    })
+}
+
+/// The failure of a read that found the file written to every time it read it without locks.
+fn changing(path: &Path) -> String {
+    format!(
+        "cannot read database {}: it kept changing while it was read; try again",
+        path.display()
+    )
+}
+
+/// The schema version of a file and its tables, as [`TABLES`] counts them.
+#[derive(Debug, Clone, Copy)]
+struct Tables {
+    version: i64,
+    /// Every table but SQLite's own (`sqlite_sequence`, `sqlite_stat1`, …).
+    all: i64,
+    /// Those of them that every distlock schema has: `locks`, `fence_counter`, `history`.
+    core: i64,
+    /// Those that version 2 added: `resources`, `waiters`.
+    added: i64,
+}
+
+/// One statement, one snapshot: a racing process commits its schema and the version together,
+/// so both are seen or neither is. Table names are unique, so counting them tells the set.
+const TABLES: &str = r"SELECT (SELECT user_version FROM pragma_user_version), count(*),
+           count(*) FILTER (WHERE name IN ('locks', 'fence_counter', 'history')),
+           count(*) FILTER (WHERE name IN ('resources', 'waiters'))
+    FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'";
+
+/// Reads [`Tables`]: the file's header and schema only, so a file that is not a database, or
+/// not distlock's, is left exactly as it was.
+fn tables(conn: &Connection) -> rusqlite::Result<Tables> {
+    conn.query_row(TABLES, [], |r| {
+        Ok(Tables {
+            version: r.get(0)?,
+            all: r.get(1)?,
+            core: r.get(2)?,
+            added: r.get(3)?,
+        })
+    })
+}
+
+/// What a file holds, as [`recognise`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// No table at all, at version 0: a new database (or an empty file). A writing command
+    /// creates the schema; the others find an empty store.
+    Nothing,
+    /// A distlock schema of this version (1 ..= [`SCHEMA_VERSION`]).
+    Schema(i64),
+}
+
+/// Refuses databases this build must not touch, by their tables, whatever `user_version` says:
+/// another application's (any set of tables that is not a distlock schema's: version 1's
+/// three, or the five of versions 2 and 3; a version past this build's without distlock's
+/// tables), or a newer distlock's.
+fn recognise(tables: Tables) -> Result<Found> {
+    let Tables {
+        version,
+        all,
+        core,
+        added,
+    } = tables;
+    let ours = match version {
+        0 => all == 0,
+        1 => (all, core) == (3, 3),
+        2..=SCHEMA_VERSION => (all, core, added) == (5, 3, 2),
+        _ => version > SCHEMA_VERSION && core == 3,
+    };
+    if !ours {
+        bail!(
+            "it is a SQLite database of another application, not a distlock database; \
+             distlock leaves it as it is"
+        );
+    }
     if version > SCHEMA_VERSION {
         bail!(newer_schema(version));
     }
-    if version == 0 && tables > 0 {
-        bail!("it is a SQLite database of another application, not a distlock database");
-    }
-    Ok(())
+    Ok(if version == 0 {
+        Found::Nothing
+    } else {
+        Found::Schema(version)
+    })
 }
 
-/// Every tenure row and every place in the queue of `resource`, live or not, at `now`.
-fn state(conn: &Connection, resource: &Resource, now: Timestamp) -> Result<State> {
-    let queue = conn
-        .prepare_cached("SELECT owner, ticket, expires_at FROM waiters WHERE resource = ?1")?
-        .query_map([resource.as_str()], |r| {
-            Ok(Waiter {
-                owner: Owner::from_store(&r.get::<_, String>(0)?),
-                ticket: r.get(1)?,
-                expires_at: Timestamp(r.get(2)?),
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+/// Every tenure row and every place in the queue of `resource`, live or not, at `now`, from a
+/// schema of `shape`.
+fn state(conn: &Connection, shape: Shape, resource: &Resource, now: Timestamp) -> Result<State> {
+    let queue = if shape.queue {
+        conn.prepare_cached("SELECT owner, ticket, expires_at FROM waiters WHERE resource = ?1")?
+            .query_map([resource.as_str()], |r| {
+                Ok(Waiter {
+                    owner: Owner::from_store(&r.get::<_, String>(0)?),
+                    ticket: r.get(1)?,
+                    expires_at: Timestamp(r.get(2)?),
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?
+    } else {
+        Vec::new()
+    };
     Ok(State {
         now,
-        leases: leases(conn, resource)?,
+        leases: leases(conn, shape, resource)?,
         queue,
     })
 }
 
 /// Every tenure row of `resource`, live or not.
-fn leases(conn: &Connection, resource: &Resource) -> Result<Vec<Lease>> {
+fn leases(conn: &Connection, shape: Shape, resource: &Resource) -> Result<Vec<Lease>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {LEASE_COLUMNS} FROM locks WHERE resource = ?1"
+        "SELECT {} FROM locks WHERE resource = ?1",
+        shape.lease
     ))?;
     let mut rows = stmt.query([resource.as_str()])?;
     let mut leases = Vec::new();
@@ -751,7 +1005,9 @@ impl Backend for SqliteStore {
         durability: Durability,
         decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
     ) -> Result<T> {
-        self.decide_and_apply(resource, durability == Durability::Durable, decide)
+        let durable = durability == Durability::Durable;
+        let done = self.decide_and_apply(resource, durable, decide);
+        done.map_err(|err| worded(&self.path, Doing::Write, err))
     }
 
     fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
@@ -761,9 +1017,15 @@ impl Backend for SqliteStore {
             if self.turnstile.is_none() {
                 self.turnstile = doorbell::Turnstile::open(&self.path, true);
             }
-            if let Some(turnstile) = &self.turnstile {
-                let slot = doorbell::slot(resource.as_str(), owner.as_str());
-                self.watch = Some((slot, turnstile.read(slot)));
+            let slot = doorbell::slot(resource.as_str(), owner.as_str());
+            self.watch = self
+                .turnstile
+                .as_ref()
+                .and_then(|turnstile| turnstile.read(slot))
+                .map(|seen| (slot, seen));
+            if self.watch.is_none() {
+                // Cut short already: poll.
+                self.turnstile = None;
             }
         }
         #[cfg(not(target_os = "linux"))]
@@ -778,26 +1040,59 @@ impl Backend for SqliteStore {
     fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
         #[cfg(target_os = "linux")]
         if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.watch) {
-            self.rung = turnstile.wait(*slot, *seen, timeout);
+            let woken = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.
-            *seen = turnstile.read(*slot);
-            return Ok(());
+            if let (Some(rung), Some(now)) = (woken, turnstile.read(*slot)) {
+                self.rung = rung;
+                *seen = now;
+                return Ok(());
+            }
+            // The file was cut short under the mapping: poll from now on.
+            self.turnstile = None;
+            self.watch = None;
+            if woken.is_some() {
+                return Ok(());
+            }
         }
         std::thread::sleep(timeout);
         Ok(())
     }
 
     fn read(&mut self, resource: &Resource) -> Result<State> {
-        state(&self.conn, resource, self.clock.now())
+        let read = self.look(|store| store.state_now(resource));
+        read.map_err(|err| worded(&self.path, Doing::Read, err))
     }
 
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+        let scanned = self.look(|store| store.scan_rows(prefix));
+        scanned.map_err(|err| worded(&self.path, Doing::Read, err))
+    }
+
+    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+        let events = self.look(|store| store.history_rows(query));
+        events.map_err(|err| worded(&self.path, Doing::Read, err))
+    }
+
+    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
+        let report = self.prune_rows(keep_history);
+        report.map_err(|err| worded(&self.path, Doing::Write, err))
+    }
+}
+
+/// The queries behind [`Backend`]'s reads and `gc`, before their failures are [`worded`].
+impl SqliteStore {
+    fn state_now(&mut self, resource: &Resource) -> Result<State> {
+        state(&self.conn, self.shape, resource, self.clock.now())
+    }
+
+    fn scan_rows(&mut self, prefix: &str) -> Result<Vec<Lock>> {
         let now = self.clock.now();
         // Resources sharing a prefix form one contiguous range of the primary key (BINARY
         // collation compares bytes), so the scan starts at the prefix and stops after it.
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT resource, {LEASE_COLUMNS} FROM locks
-             WHERE resource >= ?1 ORDER BY resource, fence"
+            "SELECT resource, {} FROM locks
+             WHERE resource >= ?1 ORDER BY resource, fence",
+            self.shape.lease
         ))?;
         let mut rows = stmt.query([prefix])?;
         let mut locks = Vec::new();
@@ -814,17 +1109,17 @@ impl Backend for SqliteStore {
         Ok(locks)
     }
 
-    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+    fn history_rows(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
         let filter = if query.resource.is_some() {
             "resource = ?1 AND at >= ?2"
         } else {
             "?1 IS NULL AND at >= ?2"
         };
         let sql = format!(
-            "SELECT at, resource, owner, fence, event, previous_owner, mode, lim, note,
-                    operator, reason FROM (
+            "SELECT {} FROM (
                  SELECT * FROM history WHERE {filter} ORDER BY id DESC LIMIT ?3
-             ) ORDER BY id"
+             ) ORDER BY id",
+            self.shape.history
         );
         let limit = query
             .limit
@@ -855,7 +1150,7 @@ impl Backend for SqliteStore {
         Ok(events)
     }
 
-    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
+    fn prune_rows(&mut self, keep_history: Duration) -> Result<GcReport> {
         let now = self.clock.now();
         let keep = i64::try_from(keep_history.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now.0.saturating_sub(keep);
