@@ -425,7 +425,7 @@ pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
                 None => Ok(Box::new(Absent)),
             }
         }
-        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open_read_only(url)?)),
     }
 }
 

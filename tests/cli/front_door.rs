@@ -915,3 +915,29 @@ fn the_default_stores_folders_are_private_and_a_named_paths_follow_the_umask() {
         assert_eq!(mode_of(&scratch.path().join(folder)), 0o755, "{folder}");
     }
 }
+
+#[test]
+fn reading_commands_never_create_a_postgresql_schema() {
+    let Some(db) = Db::postgres() else { return };
+    for args in [&["status", "r"][..], &["list"], &["log"], &["log", "r"]] {
+        let out = db.std_cmd().args(args).output().expect("distlock");
+        let expected = if args[0] == "status" { 1 } else { 0 };
+        assert_eq!(out.status.code(), Some(expected), "{args:?}: {out:?}");
+    }
+    let schemas = db
+        .pg_client()
+        .query(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = 'distlock'",
+            &[],
+        )
+        .expect("query the catalogue");
+    assert!(schemas.is_empty(), "a reading command created the schema");
+    // A command that writes creates it, and then the readers read it.
+    let out = db
+        .std_cmd()
+        .args(["acquire", "r", "--owner", "o", "--ttl", "30"])
+        .output()
+        .expect("distlock");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(db.status("r").0, 0);
+}

@@ -91,6 +91,18 @@ impl Session {
         if version > SCHEMA_VERSION {
             bail!(newer_schema(version));
         }
+        if self.read_only && version == 0 {
+            // Nothing to read: an empty store, and nothing is created.
+            self.absent = true;
+            self.checked = true;
+            return Ok(());
+        }
+        if self.read_only && version < SCHEMA_VERSION {
+            bail!(
+                "it was written by an older distlock (schema version {version}); a command that \
+                 writes (acquire, release, renew, break, gc) upgrades it"
+            );
+        }
         if version < SCHEMA_VERSION {
             // Created or upgraded once, atomically, however many processes arrive at once:
             // the first to take the advisory lock does it, the others find it done.

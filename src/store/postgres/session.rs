@@ -57,6 +57,10 @@ pub struct Session {
     pub(super) listening: bool,
     /// The schema was found at [`SCHEMA_VERSION`] on this connection, or made so.
     pub(super) checked: bool,
+    /// Opened for `status`, `list` or `log`: the schema is never created or upgraded.
+    pub(super) read_only: bool,
+    /// A read-only session found no distlock schema: it reads as an empty store.
+    pub(super) absent: bool,
 }
 
 /// Why a transaction must start over.
@@ -82,11 +86,24 @@ impl From<postgres::Error> for Retry {
 impl Session {
     /// A session on a new connection. The schema is checked by the first operation, in its
     /// first round trip.
-    pub fn new(client: Client) -> Session {
+    /// A session on `client`; `read_only` for the commands that only read, which never
+    /// create or upgrade the schema.
+    pub fn new(client: Client, read_only: bool) -> Session {
         Session {
             client,
             listening: false,
             checked: false,
+            read_only,
+            absent: false,
+        }
+    }
+
+    /// The state of a resource of a store without a distlock schema: nobody holds it.
+    fn nothing() -> State {
+        State {
+            now: Timestamp::now(),
+            leases: Vec::new(),
+            queue: Vec::new(),
         }
     }
 
@@ -236,6 +253,9 @@ impl Backend for Session {
         let res = text(resource.as_str());
         let mut rechecked = false;
         loop {
+            if self.absent {
+                return Ok(Session::nothing());
+            }
             // One implicit transaction; each statement sees what committed before it began.
             let read = send(
                 &mut self.client,
@@ -294,6 +314,9 @@ impl Backend for Session {
 
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
         self.ensure_checked()?;
+        if self.absent {
+            return Ok(Vec::new());
+        }
         // COLLATE "C" sorts by bytes, as the SQLite store does, whatever the database's locale.
         let sql = format!(
             "SELECT {LEASE_COLUMNS}, resource FROM distlock.locks
@@ -308,6 +331,9 @@ impl Backend for Session {
 
     fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
         self.ensure_checked()?;
+        if self.absent {
+            return Ok(Vec::new());
+        }
         let limit = query.limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let since_ms = query
             .since

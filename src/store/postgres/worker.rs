@@ -43,6 +43,21 @@ impl PostgresStore {
     /// When the server cannot be reached, refuses the login or does not answer within
     /// [`OPEN_TIMEOUT`].
     pub fn open(url: &str) -> Result<PostgresStore> {
+        PostgresStore::connect(url, false)
+    }
+
+    /// As [`PostgresStore::open`], for the commands that only read: the schema is never
+    /// created or upgraded (a database without one reads as an empty store, an older one is
+    /// refused until a command that writes upgrades it).
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::open`].
+    pub fn open_read_only(url: &str) -> Result<PostgresStore> {
+        PostgresStore::connect(url, true)
+    }
+
+    fn connect(url: &str, read_only: bool) -> Result<PostgresStore> {
         let target = Target::parse(url).map_err(|e| anyhow!(e))?;
         let shown = target.describe();
         let (ready_tx, ready) = mpsc::channel();
@@ -51,7 +66,9 @@ impl PostgresStore {
         let spawned = std::thread::Builder::new()
             .name("postgres".into())
             .spawn(move || {
-                let session = target.connect().map(Session::new);
+                let session = target
+                    .connect()
+                    .map(|client| Session::new(client, read_only));
                 match session {
                     Ok(mut session) => {
                         if ready_tx.send(Ok(())).is_ok() {
