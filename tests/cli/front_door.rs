@@ -495,13 +495,17 @@ fn read_only_commands_read_an_old_store_as_it_is_and_change_nothing() {
         );
         let mut log: Vec<&str> = after[2].lines().collect();
         assert!(log.pop().is_some_and(|e| e.contains("\"zz\"")), "{log:?}");
-        let expected = vec![
-            after[0].clone(),
-            format!("{}\n", serde_json::json!({ "locks": locks })),
-            log.iter().map(|line| format!("{line}\n")).collect(),
-        ];
+        let log: String = log.iter().map(|line| format!("{line}\n")).collect();
         for answer in &answers {
-            assert_eq!(*answer, expected, "v{version} read as it is");
+            // `status` and `log` byte for byte; `list` as the same objects (its line without
+            // the upgraded store's own lock is not printed by anyone).
+            assert_eq!(answer[0], after[0], "v{version} status read as it is");
+            assert_eq!(
+                parse_line(answer[1].as_bytes()),
+                serde_json::json!({ "locks": locks }),
+                "v{version} list read as it is"
+            );
+            assert_eq!(answer[2], log, "v{version} log read as it is");
         }
         assert!(
             parse_line(answers[0][0].as_bytes())["held"] == true,
