@@ -473,7 +473,7 @@ fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
             "2",
             "--",
             "sleep",
-            "1",
+            "1.5",
         ];
         let long = db
             .strace("clone,clone3", &args)
@@ -485,7 +485,7 @@ fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
             .iter()
             .filter(|e| e["event"] == "renewed")
             .count();
-        assert!(renewals >= 1, "no renewal in 1 s with --ttl 2");
+        assert!(renewals >= 1, "no renewal in 1.5 s with --ttl 2");
         assert_free(db, "long");
     });
 }
@@ -1335,7 +1335,9 @@ fn run_as_the_holder_joins_the_tenure_and_leaves_the_lock_held() {
 #[test]
 fn joined_step_is_kept_alive_by_the_heartbeat() {
     each_store(|db| {
-        let held = db.json(&["acquire", "step", "--owner", "X", "--ttl", "2"], 0);
+        // Time enough for the step to start and join on a loaded machine; joining sets the
+        // lease to the step's own 2 s, which only the heartbeat then keeps alive.
+        let held = db.json(&["acquire", "step", "--owner", "X", "--ttl", "5"], 0);
         let fence = &held["lock"]["fence"];
         let proc = Proc::spawn(
             &mut run_cmd(
