@@ -370,6 +370,10 @@ mod tests {
         let ms = Duration::from_millis;
         let secs = Duration::from_secs;
         // (ttl, answer, sent at, answered at) → beat
+        let renewed_until = |until, next| Beat::Renewed {
+            until: t0 + until,
+            next: t0 + next,
+        };
         let cases: Vec<(u64, anyhow::Result<Renew>, Duration, Duration, Beat)> = vec![
             // The lease and the next renewal count from before the request was sent, however
             // long the answer took.
@@ -378,30 +382,21 @@ mod tests {
                 renewed(),
                 secs(10),
                 secs(10) + ms(7),
-                Beat::Renewed {
-                    until: t0 + secs(40),
-                    next: t0 + secs(20),
-                },
+                renewed_until(secs(40), secs(20)),
             ),
             (
                 30,
                 renewed(),
                 secs(10),
                 secs(14),
-                Beat::Renewed {
-                    until: t0 + secs(40),
-                    next: t0 + secs(20),
-                },
+                renewed_until(secs(40), secs(20)),
             ),
             (
                 3,
                 renewed(),
                 secs(1),
                 secs(1),
-                Beat::Renewed {
-                    until: t0 + secs(4),
-                    next: t0 + secs(2),
-                },
+                renewed_until(secs(4), secs(2)),
             ),
             (
                 30,

@@ -5,6 +5,26 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// A text type that is a checked `String`: it converts into one, and out of one through its
+/// `parse`, which is how serde reads it back from JSON.
+macro_rules! checked_text {
+    ($type:ident) => {
+        impl From<$type> for String {
+            fn from(value: $type) -> String {
+                value.0
+            }
+        }
+
+        impl TryFrom<String> for $type {
+            type Error = String;
+
+            fn try_from(raw: String) -> Result<$type, String> {
+                $type::parse(&raw)
+            }
+        }
+    };
+}
+
 /// The longest resource name or owner, in bytes of UTF-8.
 pub const MAX_NAME_BYTES: usize = 255;
 
@@ -14,19 +34,7 @@ pub const MAX_NAME_BYTES: usize = 255;
 #[serde(into = "String", try_from = "String")]
 pub struct Resource(String);
 
-impl From<Resource> for String {
-    fn from(resource: Resource) -> String {
-        resource.0
-    }
-}
-
-impl TryFrom<String> for Resource {
-    type Error = String;
-
-    fn try_from(raw: String) -> Result<Resource, String> {
-        Resource::parse(&raw)
-    }
-}
+checked_text!(Resource);
 
 impl Resource {
     /// Checks a resource name against the contract: 1..=255 bytes, not blank, no control
@@ -65,19 +73,7 @@ impl fmt::Display for Resource {
 #[serde(into = "String", try_from = "String")]
 pub struct Owner(String);
 
-impl From<Owner> for String {
-    fn from(owner: Owner) -> String {
-        owner.0
-    }
-}
-
-impl TryFrom<String> for Owner {
-    type Error = String;
-
-    fn try_from(raw: String) -> Result<Owner, String> {
-        Owner::parse(&raw)
-    }
-}
+checked_text!(Owner);
 
 impl Owner {
     /// Trims `raw`, then checks it against the contract: 1..=255 bytes, no control characters.
@@ -144,19 +140,7 @@ fn check_name(what: &str, value: &str) -> Result<(), String> {
 #[serde(into = "String", try_from = "String")]
 pub struct Note(String);
 
-impl From<Note> for String {
-    fn from(note: Note) -> String {
-        note.0
-    }
-}
-
-impl TryFrom<String> for Note {
-    type Error = String;
-
-    fn try_from(raw: String) -> Result<Note, String> {
-        Note::parse(&raw)
-    }
-}
+checked_text!(Note);
 
 /// The longest `--note`, `--reason` or `--by`, in bytes of UTF-8 after trimming.
 pub const MAX_NOTE_BYTES: usize = 1024;
