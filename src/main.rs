@@ -29,6 +29,22 @@ fn main() -> ExitCode {
             output::warn(format_args!("--version takes no other arguments"));
             return Exit::Usage.into();
         }
+        Err(err)
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) =>
+        {
+            // Help and the version are answers too: one that cannot be written is an error.
+            return match output::print_help(&err) {
+                Ok(()) => Exit::Done,
+                Err(failed) => {
+                    output::warn(format_args!("{failed}"));
+                    failed.exit()
+                }
+            }
+            .into();
+        }
         Err(err) => {
             match cli::refusal(&err) {
                 Some(text) => eprint!("{text}"),
@@ -36,11 +52,7 @@ fn main() -> ExitCode {
                     let _ = err.print();
                 }
             }
-            return match err.kind() {
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Exit::Done,
-                _ => Exit::Usage,
-            }
-            .into();
+            return Exit::Usage.into();
         }
     };
     match commands::dispatch(cli) {

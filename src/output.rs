@@ -48,10 +48,34 @@ fn visible(text: &str) -> String {
     out
 }
 
+/// Characters that show nothing, or move the text around it, in a terminal: the
+/// bidirectional controls (Unicode's Bidi_Control property), the zero-width and invisible
+/// format characters, the line and paragraph separators, the interlinear annotations, the
+/// variation selectors and the tags. Escaped, two names that differ only in them look
+/// different.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{034f}'
+            | '\u{061c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
+}
+
 fn push_visible(out: &mut String, c: char) {
-    // The bidirectional formatting characters (Unicode's Bidi_Control property).
-    let direction = matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if c.is_control() || direction {
+    if c.is_control() || invisible(c) {
         out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
     } else {
         out.push(c);
@@ -97,6 +121,24 @@ impl Printer {
             .and_then(|()| out.flush())
             .map_err(Error::Output)
     }
+}
+
+/// Prints clap's help or version text on stdout, in colour on a terminal.
+///
+/// # Errors
+///
+/// [`Error::Output`] when stdout cannot be written or flushed.
+pub fn print_help(shown: &clap::Error) -> Result<()> {
+    let rendered = shown.render();
+    let text = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        rendered.ansi().to_string()
+    } else {
+        rendered.to_string()
+    };
+    let mut out = std::io::stdout().lock();
+    write!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(Error::Output)
 }
 
 /// Writes a one-line message on stderr, ignoring failures (see the module note). Messages are
@@ -193,6 +235,21 @@ mod tests {
         // Ordinary text outside ASCII is left as it is.
         assert_eq!(shown("zürich-écluse-東京"), "zürich-écluse-東京");
         assert_eq!(visible("a\u{200f}b\u{7f}c"), "a\\u{200f}b\\u{7f}c");
+        for c in [
+            '\u{200b}',
+            '\u{feff}',
+            '\u{034f}',
+            '\u{180e}',
+            '\u{fff9}',
+            '\u{e0001}',
+            '\u{2028}',
+            '\u{2029}',
+        ] {
+            assert_eq!(
+                visible(&format!("a{c}b")),
+                format!("a\\u{{{:x}}}b", u32::from(c))
+            );
+        }
         assert_eq!(
             shown_line(&"y".repeat(300)),
             format!("{}…", "y".repeat(256))

@@ -945,3 +945,21 @@ fn reading_commands_never_create_a_postgresql_schema() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(db.status("r").0, 0);
 }
+
+#[test]
+fn help_and_version_that_cannot_be_written_are_store_errors() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["--version"],
+        &["-V"],
+        &["help", "run"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let out = distlock(&[], args).stdout(full).output().expect("distlock");
+        assert_store_error(&out, &args);
+    }
+}
