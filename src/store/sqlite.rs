@@ -27,6 +27,7 @@
 #[cfg(target_os = "linux")]
 mod doorbell;
 mod reader;
+mod schema;
 mod words;
 
 use std::path::{Path, PathBuf};
@@ -40,11 +41,12 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
 
 use super::{
     Backend, Clock, Durability, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION,
-    Vanished, event, mode_columns, mode_of, newer_schema,
+    Vanished, event, mode_columns, mode_of,
 };
 use crate::engine::{self, Change, Decision, Lease, State, Waiter};
 use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
 use reader::Access;
+use schema::{Found, recognise, tables};
 use words::{Doing, worded};
 
 /// How long an operation waits for another process's write to finish before it gives up.
@@ -88,79 +90,6 @@ const CONTENDED_WAL_FACTOR: u32 = 10;
 
 /// The bytes of a WAL frame: a 24-byte header and a 4 KiB page.
 const WAL_FRAME_BYTES: i64 = 24 + 4096;
-
-/// Version 1, as distlock 0.1.0 created it. A new store is created at version 1 and upgraded
-/// like any old one, so the upgrade path is the one every new store takes.
-const SCHEMA_V1: &str = "
-CREATE TABLE locks (
-    resource    TEXT    NOT NULL PRIMARY KEY,   -- UNIQUE(resource): one row per resource
-    owner       TEXT    NOT NULL,
-    fence       INTEGER NOT NULL,
-    acquired_at INTEGER NOT NULL,               -- ms since the Unix epoch
-    expires_at  INTEGER NOT NULL                -- live while now < expires_at
-) WITHOUT ROWID;
-
-CREATE TABLE fence_counter (
-    id   INTEGER PRIMARY KEY CHECK (id = 0),
-    last INTEGER NOT NULL
-);
-INSERT INTO fence_counter (id, last) VALUES (0, 0);
-
-CREATE TABLE history (
-    id             INTEGER PRIMARY KEY,         -- commit order
-    at             INTEGER NOT NULL,
-    resource       TEXT    NOT NULL,
-    owner          TEXT    NOT NULL,
-    fence          INTEGER NOT NULL,
-    event          TEXT    NOT NULL,
-    previous_owner TEXT
-);
-CREATE INDEX history_by_resource ON history (resource, id);
-";
-
-/// Version 1 → 2: a resource holds a set of tenures (lock modes), each with a mode and a note;
-/// history rows carry the mode and note, and who broke a lock and why. `resources` keeps
-/// `UNIQUE(resource)`: one row per resource that has (or had) a tenure.
-const UPGRADE_V2: &str = "
-CREATE TABLE resources (
-    resource TEXT NOT NULL PRIMARY KEY          -- UNIQUE(resource)
-) WITHOUT ROWID;
-INSERT INTO resources (resource) SELECT DISTINCT resource FROM locks;
-CREATE TABLE locks_v2 (
-    resource    TEXT    NOT NULL,
-    owner       TEXT    NOT NULL,
-    fence       INTEGER NOT NULL,
-    acquired_at INTEGER NOT NULL,               -- ms since the Unix epoch
-    expires_at  INTEGER NOT NULL,               -- live while now < expires_at
-    mode        TEXT    NOT NULL DEFAULT 'exclusive', -- exclusive | shared | semaphore
-    lim         INTEGER,                        -- a semaphore's N
-    note        TEXT,
-    PRIMARY KEY (resource, fence),
-    UNIQUE (resource, owner)                    -- one tenure per owner and resource
-) WITHOUT ROWID;
-INSERT INTO locks_v2 (resource, owner, fence, acquired_at, expires_at)
-    SELECT resource, owner, fence, acquired_at, expires_at FROM locks;
-DROP TABLE locks;
-ALTER TABLE locks_v2 RENAME TO locks;
-ALTER TABLE history ADD COLUMN mode TEXT NOT NULL DEFAULT 'exclusive';
-ALTER TABLE history ADD COLUMN lim INTEGER;
-ALTER TABLE history ADD COLUMN note TEXT;
-ALTER TABLE history ADD COLUMN operator TEXT;   -- who broke the lock
-ALTER TABLE history ADD COLUMN reason TEXT;     -- why
-CREATE TABLE waiters (
-    ticket     INTEGER PRIMARY KEY AUTOINCREMENT, -- arrival order, never reused
-    resource   TEXT    NOT NULL,
-    owner      TEXT    NOT NULL,
-    expires_at INTEGER NOT NULL,                -- a live place while now < expires_at
-    UNIQUE (resource, owner)
-);
-";
-
-/// Version 2 → 3: a tenure records whether `run` took it, which guards it: only a tenure that
-/// `acquire` took may be joined. Every tenure already there is one that may be joined.
-const UPGRADE_V3: &str = "
-ALTER TABLE locks ADD COLUMN guarded INTEGER NOT NULL DEFAULT 0; -- 1: taken by run
-";
 
 pub struct SqliteStore {
     conn: Connection,
@@ -606,35 +535,6 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Creates or upgrades the schema once, atomically, even when many processes open an old or
-    /// new file at the same moment: the first to take the write lock does it, the others find
-    /// the current version and do nothing. Every live lock, fence and history row is kept.
-    fn upgrade_schema(&mut self) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let version = match recognise(tables(&tx)?)? {
-            Found::Nothing => 0,
-            Found::Schema(version) => version,
-        };
-        if version < 1 {
-            tx.execute_batch(SCHEMA_V1)?;
-        }
-        if version < 2 {
-            tx.execute_batch(UPGRADE_V2)
-                .context("cannot upgrade the schema to version 2")?;
-        }
-        if version < 3 {
-            tx.execute_batch(UPGRADE_V3)
-                .context("cannot upgrade the schema to version 3")?;
-        }
-        if version < SCHEMA_VERSION {
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
     fn write_tx(&mut self) -> Result<Transaction<'_>> {
         // A connection held open (by `run`) keeps writing to its file even after the file is
         // deleted or replaced, while a new store appears at the path: refuse, so that `run`
@@ -784,81 +684,6 @@ fn changing(path: &Path) -> String {
         "cannot read database {}: it kept changing while it was read; try again",
         path.display()
     )
-}
-
-/// The schema version of a file and its tables, as [`TABLES`] counts them.
-#[derive(Debug, Clone, Copy)]
-struct Tables {
-    version: i64,
-    /// Every table but SQLite's own (`sqlite_sequence`, `sqlite_stat1`, …).
-    all: i64,
-    /// Those of them that every distlock schema has: `locks`, `fence_counter`, `history`.
-    core: i64,
-    /// Those that version 2 added: `resources`, `waiters`.
-    added: i64,
-}
-
-/// One statement, one snapshot: a racing process commits its schema and the version together,
-/// so both are seen or neither is. Table names are unique, so counting them tells the set.
-const TABLES: &str = r"SELECT (SELECT user_version FROM pragma_user_version), count(*),
-           count(*) FILTER (WHERE name IN ('locks', 'fence_counter', 'history')),
-           count(*) FILTER (WHERE name IN ('resources', 'waiters'))
-    FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'";
-
-/// Reads [`Tables`]: the file's header and schema only, so a file that is not a database, or
-/// not distlock's, is left exactly as it was.
-fn tables(conn: &Connection) -> rusqlite::Result<Tables> {
-    conn.query_row(TABLES, [], |r| {
-        Ok(Tables {
-            version: r.get(0)?,
-            all: r.get(1)?,
-            core: r.get(2)?,
-            added: r.get(3)?,
-        })
-    })
-}
-
-/// What a file holds, as [`recognise`] found it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Found {
-    /// No table at all, at version 0: a new database (or an empty file). A writing command
-    /// creates the schema; the others find an empty store.
-    Nothing,
-    /// A distlock schema of this version (1 ..= [`SCHEMA_VERSION`]).
-    Schema(i64),
-}
-
-/// Refuses databases this build must not touch, by their tables, whatever `user_version` says:
-/// another application's (any set of tables that is not a distlock schema's: version 1's
-/// three, or the five of versions 2 and 3; a version past this build's without distlock's
-/// tables), or a newer distlock's.
-fn recognise(tables: Tables) -> Result<Found> {
-    let Tables {
-        version,
-        all,
-        core,
-        added,
-    } = tables;
-    let ours = match version {
-        0 => all == 0,
-        1 => (all, core) == (3, 3),
-        2..=SCHEMA_VERSION => (all, core, added) == (5, 3, 2),
-        _ => version > SCHEMA_VERSION && core == 3,
-    };
-    if !ours {
-        bail!(
-            "it is a SQLite database of another application, not a distlock database; \
-             distlock leaves it as it is"
-        );
-    }
-    if version > SCHEMA_VERSION {
-        bail!(newer_schema(version));
-    }
-    Ok(if version == 0 {
-        Found::Nothing
-    } else {
-        Found::Schema(version)
-    })
 }
 
 /// Every tenure row and every place in the queue of `resource`, live or not, at `now`, from a
@@ -1216,8 +1041,6 @@ impl SqliteStore {
 mod tests {
     use std::sync::Arc;
 
-    use rusqlite::Connection;
-
     use super::super::Locks;
     use crate::engine::Request;
     use crate::lock::{Acquire, EventKind, Release, Renew, Tenure, Ttl};
@@ -1465,20 +1288,5 @@ mod tests {
             names(store.list("").unwrap()),
             ["job:a", "job:b", "jobs", "x"]
         );
-    }
-
-    #[test]
-    fn a_newer_schema_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("locks.db");
-        drop(SqliteStore::open(&path, Box::new(super::super::SystemClock)).unwrap());
-        Connection::open(&path)
-            .unwrap()
-            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
-            .unwrap();
-        let err = SqliteStore::open(&path, Box::new(super::super::SystemClock))
-            .err()
-            .expect("a newer schema must be refused");
-        assert!(format!("{err:#}").contains("newer distlock"), "{err:#}");
     }
 }
