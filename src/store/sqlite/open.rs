@@ -14,10 +14,11 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
 use super::reader::{self, Access};
+use super::rows::Shape;
 use super::schema::{Found, recognise, tables};
 use super::wal::sync_folder;
 use super::words::{self, Doing, worded};
-use super::{BUSY_TIMEOUT, Shape, SqliteStore, patient};
+use super::{BUSY_TIMEOUT, SqliteStore, patient};
 use crate::store::{Clock, SCHEMA_VERSION};
 
 /// How many times a read-only command reads a file again that a writer wrote to while it was
