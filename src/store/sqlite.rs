@@ -22,6 +22,21 @@
 //!   switch, nothing created. They read an older schema as it is ([`Shape`]).
 //! - Every SQLite failure is reported with the database's path and its cause in words
 //!   (`words`).
+//!
+//! This file holds [`SqliteStore`], its busy handler and the [`Backend`] operations, each one
+//! transaction decided by [`crate::engine`]. The rest is split by concern:
+//!
+//! - [`open`]: opening a file to write (creating it if need be), only if it exists, or
+//!   read-only; each connection's settings, and the wait through another process's WAL
+//!   recovery;
+//! - [`schema`]: each version's DDL (the `.sql` files beside it), the upgrade, and the check
+//!   that a file holds a distlock schema;
+//! - [`wal`]: the WAL's bound and restart, unsynced commits, the folder sync;
+//! - [`rows`]: the SQL statements, a resource's rows read into tenures and waiters, the core's
+//!   changes written in order, the queries of `status`, `list`, `log` and `gc`;
+//! - [`reader`]: how the read-only commands reach the file, creating nothing;
+//! - `doorbell` (Linux): the turnstile whose futexes wake the first waiter;
+//! - [`words`]: SQLite's failures in words a person can act on.
 
 // Futexes are Linux's; elsewhere waiters poll (see the README).
 #[cfg(target_os = "linux")]
@@ -102,21 +117,6 @@ pub struct SqliteStore {
 impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.bound_wal();
-    }
-}
-
-impl SqliteStore {
-    /// Wakes `head`, the first waiter in `resource`'s queue. Best effort: if the turnstile
-    /// cannot be opened, the head finds out at its next poll.
-    #[cfg(target_os = "linux")]
-    fn ring(&mut self, resource: &Resource, head: &Owner) {
-        if self.turnstile.is_none() {
-            // Nobody waits without having created it.
-            self.turnstile = doorbell::Turnstile::open(&self.path, false);
-        }
-        if let Some(turnstile) = &self.turnstile {
-            turnstile.ring(doorbell::slot(resource.as_str(), head.as_str()));
-        }
     }
 }
 
@@ -219,6 +219,19 @@ impl SqliteStore {
         Ok(self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
+    }
+
+    /// Wakes `head`, the first waiter in `resource`'s queue. Best effort: if the turnstile
+    /// cannot be opened, the head finds out at its next poll.
+    #[cfg(target_os = "linux")]
+    fn ring(&mut self, resource: &Resource, head: &Owner) {
+        if self.turnstile.is_none() {
+            // Nobody waits without having created it.
+            self.turnstile = doorbell::Turnstile::open(&self.path, false);
+        }
+        if let Some(turnstile) = &self.turnstile {
+            turnstile.ring(doorbell::slot(resource.as_str(), head.as_str()));
+        }
     }
 }
 
