@@ -1,0 +1,289 @@
+//! Where locks live. [`LockStore`] is the one interface every command talks to; each backend
+//! (the embedded SQLite file, PostgreSQL) implements it with the same guarantees:
+//!
+//! - every operation is one atomic transaction on one resource, serialised per resource and
+//!   guarded by `UNIQUE(resource)`; its decision is [`crate::engine`]'s, the same on every store;
+//! - a lock is live while `now < expires_at`, by the store's own clock;
+//! - fences strictly increase with every new tenure and are never reused, not after release,
+//!   expiry, `gc` or a crash;
+//! - every state change is recorded in the history in the same transaction.
+//!
+//! Where a store is ([`Location`], from `--db`) is `location`'s; opening it for what a command
+//! does ([`open()`], [`open_existing`], [`open_read_only`], [`reopen`]) is `open`'s.
+
+mod location;
+mod op;
+mod open;
+mod postgres;
+mod sqlite;
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::engine::{self, Decision, State};
+use crate::lock::{
+    Breach, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Resource, Timestamp,
+};
+
+pub use location::{Folders, Location};
+pub use op::{Durability, Locks, Op, Outcome};
+pub use open::{Vanished, open, open_existing, open_read_only, reopen};
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// The schema version this build writes and understands.
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
+const GC_BATCH: i64 = 1000;
+
+/// A lock store. Synchronous and object-safe, so commands hold a `Box<dyn LockStore>` and never
+/// know which backend is behind it. A store does one thing: it carries out an [`Op`]
+/// ([`Locks`] gives each one a typed method). Every local backend gets it from [`Backend`]:
+/// the operations are written once, below, and their decisions are [`engine`]'s.
+pub trait LockStore: Send {
+    /// Carries out `op`.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures; every "no" (busy, not held, forbidden) is an [`Outcome`].
+    fn perform(&mut self, op: Op) -> Result<Outcome>;
+
+    /// Housekeeping for a moment when nobody waits on this process — `run` calls it once its
+    /// command is running — so that it is not paid at exit instead. Best effort: it never
+    /// fails, and what it cannot do now is done at a later moment or by another process.
+    /// Nothing by default (PostgreSQL has nothing to do).
+    fn tidy(&mut self) {}
+}
+
+/// Hands out a fresh fence inside the deciding transaction.
+pub type FenceSource<'a> = dyn FnMut() -> Result<Fence> + 'a;
+
+/// What a backend provides: reading a resource's state and applying the core's changes in one
+/// transaction, plus the read-only queries, which are plain SQL of its own.
+pub trait Backend: Send {
+    /// One write transaction on `resource`: reads its rows and the store's "now" under the
+    /// store's per-resource serialisation, lets `decide` choose, writes the changes it returns in
+    /// order, and commits. `decide` may run again if the store retries the transaction.
+    /// [`Durability::Relaxed`] lets the store skip flushing this commit to stable storage.
+    ///
+    /// # Errors
+    ///
+    /// Store failures, and whatever `decide` returns.
+    fn transact<T>(
+        &mut self,
+        resource: &Resource,
+        durability: Durability,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T>;
+
+    /// The resource's rows and the store's "now", without writing.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn read(&mut self, resource: &Resource) -> Result<State>;
+
+    /// The live locks for [`Op::List`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>>;
+
+    /// The history for [`Op::Log`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>>;
+
+    /// The deletions of [`Op::Gc`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn prune(&mut self, keep_history: Duration) -> Result<GcReport>;
+
+    /// See [`Op::Watch`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
+
+    /// See [`Op::WaitForChange`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()>;
+
+    /// See [`LockStore::tidy`]; nothing by default.
+    fn tidy(&mut self) {}
+}
+
+impl<B: Backend> LockStore for B {
+    fn perform(&mut self, op: Op) -> Result<Outcome> {
+        use Durability::{Durable, Relaxed};
+        Ok(match op {
+            Op::Acquire { resource, request } => {
+                Outcome::Acquire(self.transact(&resource, Durable, &mut |state, fresh| {
+                    engine::acquire(&resource, state, &request, &mut *fresh)
+                })?)
+            }
+            Op::Status { resource } => {
+                Outcome::Status(engine::status(&resource, &self.read(&resource)?))
+            }
+            Op::Renew {
+                resource,
+                owner,
+                ttl,
+                fence,
+            } => Outcome::Renew(self.transact(&resource, Durable, &mut |state, _| {
+                Ok(engine::renew(&resource, state, &owner, ttl, fence))
+            })?),
+            // A release need not survive power loss (see `Durability`).
+            Op::Release {
+                resource,
+                owner,
+                fence,
+            } => Outcome::Release(self.transact(&resource, Relaxed, &mut |state, _| {
+                Ok(engine::release(&resource, state, &owner, fence))
+            })?),
+            // A kept lease must survive power loss (the hold is what stops a second host); a
+            // release need not.
+            Op::Finish {
+                resource,
+                owner,
+                fence,
+                hold,
+            } => {
+                let durability = if hold.is_some() { Durable } else { Relaxed };
+                Outcome::Finish(self.transact(&resource, durability, &mut |state, _| {
+                    Ok(engine::finish(&resource, state, &owner, fence, hold))
+                })?)
+            }
+            Op::Break {
+                resource,
+                owner,
+                breach,
+            } => Outcome::Break(self.transact(&resource, Durable, &mut |state, _| {
+                Ok(engine::breach(&resource, state, owner.as_ref(), &breach))
+            })?),
+            Op::Leave { resource, owner } => {
+                self.transact(&resource, Relaxed, &mut |state, _| {
+                    Ok(engine::leave(state, &owner))
+                })?;
+                Outcome::Left
+            }
+            Op::List { prefix } => Outcome::List(self.scan(&prefix)?),
+            Op::Log { query } => Outcome::Log(self.history(&query)?),
+            Op::Gc { keep_history } => Outcome::Gc(self.prune(keep_history)?),
+            Op::Watch { resource, owner } => {
+                Backend::watch(self, &resource, &owner)?;
+                Outcome::Watching
+            }
+            Op::WaitForChange { resource, timeout } => {
+                Backend::wait_for_change(self, &resource, timeout)?;
+                Outcome::Woken
+            }
+        })
+    }
+
+    fn tidy(&mut self) {
+        Backend::tidy(self);
+    }
+}
+
+/// A history row as both stores read it back.
+struct HistoryRow<'a> {
+    at: Timestamp,
+    resource: &'a str,
+    owner: &'a str,
+    fence: Fence,
+    kind: &'a str,
+    previous_owner: Option<&'a str>,
+    mode: &'a str,
+    lim: Option<i64>,
+    note: Option<&'a str>,
+    /// Who broke the tenure, and why (`broken` events).
+    by: Option<&'a str>,
+    reason: Option<&'a str>,
+}
+
+/// # Errors
+///
+/// An event kind or mode this build does not know (the store was written by something else).
+fn event(row: &HistoryRow<'_>) -> Result<Event> {
+    let Some(kind) = EventKind::parse(row.kind) else {
+        anyhow::bail!("the history holds an unknown event kind {:?}", row.kind);
+    };
+    Ok(Event {
+        at: row.at,
+        resource: Resource::from_store(row.resource),
+        owner: Owner::from_store(row.owner),
+        fence: row.fence,
+        event: kind,
+        previous_owner: row.previous_owner.map(Owner::from_store),
+        mode: mode_of(row.mode, row.lim)?,
+        note: row.note.map(Note::from_store),
+        broken: row.by.zip(row.reason).map(|(by, reason)| Breach {
+            by: Note::from_store(by),
+            reason: Note::from_store(reason),
+        }),
+    })
+}
+
+/// How both stores write a mode: a name, and a semaphore's N.
+fn mode_columns(mode: Mode) -> (&'static str, Option<i64>) {
+    match mode {
+        Mode::Exclusive => ("exclusive", None),
+        Mode::Shared => ("shared", None),
+        Mode::Semaphore(n) => ("semaphore", Some(i64::from(n))),
+    }
+}
+
+/// Reads back what [`mode_columns`] wrote.
+///
+/// # Errors
+///
+/// A mode this build does not know.
+fn mode_of(name: &str, lim: Option<i64>) -> Result<Mode> {
+    match (name, lim.map(u32::try_from)) {
+        ("exclusive", _) => Ok(Mode::Exclusive),
+        ("shared", _) => Ok(Mode::Shared),
+        ("semaphore", Some(Ok(n))) if n >= 2 => Ok(Mode::Semaphore(n)),
+        _ => anyhow::bail!("the store holds an unknown lock mode {name:?} ({lim:?})"),
+    }
+}
+
+/// The message for a store written by a newer distlock, the same on every backend.
+fn newer_schema(version: i64) -> String {
+    format!(
+        "it was written by a newer distlock (schema version {version}; this one understands up \
+         to {SCHEMA_VERSION}): upgrade distlock"
+    )
+}
+
+/// What `gc` removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GcReport {
+    pub expired_locks: u64,
+    pub history_events: u64,
+}
+
+/// The store's notion of now. The CLI uses the host's clock; tests drive a manual one.
+pub trait Clock: Send {
+    fn now(&self) -> crate::lock::Timestamp;
+}
+
+/// The host's wall clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> crate::lock::Timestamp {
+        crate::lock::Timestamp::now()
+    }
+}

@@ -1,0 +1,203 @@
+//! Where the store is, as the user named it: [`Location`] reads `--db` / `DISTLOCK_DB` (a file
+//! path or a `postgres://` URL, never guessed one for the other), falls back to the default path
+//! under the user's state folder, and gives the value `run` exports to its command.
+
+use std::path::PathBuf;
+
+use super::postgres;
+
+/// Where the store is, as the user named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file, and how its missing folders are made.
+    Sqlite(PathBuf, Folders),
+    Postgres(String),
+}
+
+/// How the missing folders of a SQLite store's path are made, by the first command that writes
+/// to it (no other command makes any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Folders {
+    /// Mode 0700, as the XDG Base Directory spec asks of the folders it names: the default
+    /// store, under `$XDG_STATE_HOME` or `~/.local/state`, is the user's own.
+    Private,
+    /// As `mkdir -p` makes them (0777 less the umask): the user named the path, maybe for a
+    /// store shared by a group, made under `umask 002` in a setgid folder (see the README).
+    AsUmask,
+}
+
+impl Location {
+    /// Reads `--db` / `DISTLOCK_DB`. What it names is never guessed: a value with a URL
+    /// scheme (`word://…` or `word:/…`, the scheme in any case) is a URL, and only
+    /// `postgres`/`postgresql` (PostgreSQL) are stores; any other scheme is refused, so a
+    /// mistyped URL never becomes a local file named after it. Anything else is a file path
+    /// (one with a colon in it is written `./a:b`). Without one, the default path under the
+    /// user's state folder.
+    ///
+    /// # Errors
+    ///
+    /// A usage message when a URL has an unknown scheme or cannot be read, `--db` is empty or
+    /// blank, or no `--db` was given and neither `XDG_STATE_HOME` nor `HOME` is an absolute
+    /// path.
+    pub fn resolve(db: Option<&str>) -> Result<Location, String> {
+        let Some(db) = db else {
+            return default_path().map(|path| Location::Sqlite(path, Folders::Private));
+        };
+        if db.trim().is_empty() {
+            return Err("--db must not be empty or blank".to_owned());
+        }
+        let Some((scheme, rest)) = url_scheme(db) else {
+            return Ok(Location::Sqlite(PathBuf::from(db), Folders::AsUmask));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            known @ ("postgres" | "postgresql") => {
+                let url = format!("{known}:{rest}");
+                postgres::Target::parse(&url)?;
+                Ok(Location::Postgres(url))
+            }
+            "http" | "https" => Err(format!(
+                "--db {scheme}://…: distlock servers are not supported by this build; use a file \
+                 path or a postgres:// URL"
+            )),
+            _ => Err(format!(
+                "--db: unknown URL scheme {:?}; distlock knows postgres:// and postgresql:// \
+                 (PostgreSQL) and file paths (write a path with a colon in it as ./{}…)",
+                crate::output::shown(scheme),
+                crate::output::shown(scheme),
+            )),
+        }
+    }
+
+    /// The value `run` exports to its command as `DISTLOCK_DB`: a URL as given, a file path
+    /// made absolute against the current folder, so that a command that changes folders still
+    /// reaches this store. As [`std::path::absolute`] does it: `.` components are dropped and
+    /// nothing else is touched — no symlink is resolved, no `..` collapsed, the file need not
+    /// exist — so the value names the store exactly as `--db` did. Should the current folder
+    /// be unreadable (removed), the path is exported as given.
+    pub fn to_env_value(&self) -> std::ffi::OsString {
+        match self {
+            Location::Sqlite(path, _) => std::path::absolute(path)
+                .unwrap_or_else(|_| path.clone())
+                .into_os_string(),
+            Location::Postgres(url) => url.into(),
+        }
+    }
+}
+
+/// The scheme of a value that is a URL, and what follows its colon: `word:/…`, where the word
+/// is a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`).
+fn url_scheme(value: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = value.split_once(':')?;
+    let mut chars = scheme.chars();
+    let starts = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let word = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (starts && word && rest.starts_with('/')).then_some((scheme, rest))
+}
+
+/// `$XDG_STATE_HOME/distlock/locks.db`, else `$HOME/.local/state/distlock/locks.db`.
+fn default_path() -> Result<PathBuf, String> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(state) = absolute("XDG_STATE_HOME") {
+        return Ok(state.join("distlock").join("locks.db"));
+    }
+    if let Some(home) = absolute("HOME") {
+        return Ok(home.join(".local/state/distlock/locks.db"));
+    }
+    let why = if std::env::var_os("HOME").is_some() {
+        "HOME is not an absolute path"
+    } else {
+        "neither XDG_STATE_HOME nor HOME is set"
+    };
+    Err(format!("cannot find a default database: {why}; pass --db"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::*;
+
+    #[test]
+    fn db_values_with_a_url_scheme_are_urls_and_only_known_schemes_are_stores() {
+        // (value, what it names: Ok(path or url), or Err(a word the message must hold))
+        let path = |p: &str| Ok(Location::Sqlite(PathBuf::from(p), Folders::AsUmask));
+        let pg = |u: &str| Ok(Location::Postgres(u.to_owned()));
+        let refused = |word: &'static str| Err(word);
+        let cases: [(&str, Result<Location, &str>); 22] = [
+            ("locks.db", path("locks.db")),
+            (
+                "/var/lib/distlock/locks.db",
+                path("/var/lib/distlock/locks.db"),
+            ),
+            ("./a:b", path("./a:b")),
+            ("a:b", path("a:b")),
+            ("dir/x:/y", path("dir/x:/y")),
+            ("1x://y", path("1x://y")),
+            ("_x://y", path("_x://y")),
+            ("postgres://u@h/db", pg("postgres://u@h/db")),
+            ("postgresql://u@h/db", pg("postgresql://u@h/db")),
+            // Schemes in any case, passed on in lower case.
+            ("POSTGRES://u@h/db", pg("postgres://u@h/db")),
+            ("PostgreSQL://u@h/db", pg("postgresql://u@h/db")),
+            // Typos and other databases are never files.
+            ("postgress://u@h/db", refused("\"postgress\"")),
+            ("mysql://x/y", refused("\"mysql\"")),
+            ("sqlite:/tmp/x.db", refused("\"sqlite\"")),
+            ("file:///tmp/x.db", refused("\"file\"")),
+            ("a+b.c-d://x", refused("\"a+b.c-d\"")),
+            ("postgres:/x", refused("PostgreSQL")),
+            ("http://locks:7878", refused("servers")),
+            ("HTTPS://locks:7878", refused("servers")),
+            ("", refused("empty")),
+            (" ", refused("blank")),
+            ("\t\n", refused("blank")),
+        ];
+        for (value, want) in cases {
+            let got = Location::resolve(Some(value));
+            match (&got, &want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{value:?}"),
+                (Err(message), Err(word)) => {
+                    assert!(message.contains(word), "{value:?}: {message}");
+                    // The URL itself is never echoed: it may hold a password.
+                    assert!(
+                        !message.contains("x/y") && !message.contains("u@h"),
+                        "{message}"
+                    );
+                }
+                _ => panic!("{value:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_exported_db_is_absolute_for_a_file_and_unchanged_for_a_url() {
+        let here = std::env::current_dir().expect("the current folder");
+        for (given, exported) in [
+            ("locks.db", here.join("locks.db")),
+            ("./state/locks.db", here.join("state/locks.db")),
+            // Kept as named: `..` is not collapsed (a symlink may stand before it).
+            ("link/../locks.db", here.join("link/../locks.db")),
+            (
+                "/var/lib/distlock/locks.db",
+                PathBuf::from("/var/lib/distlock/locks.db"),
+            ),
+        ] {
+            let location = Location::Sqlite(PathBuf::from(given), Folders::AsUmask);
+            // Compared as strings: `Path` equality would overlook a `.` left in.
+            assert_eq!(
+                location.to_env_value(),
+                exported.into_os_string(),
+                "--db {given}"
+            );
+        }
+        let url = "postgres://distlock@db.internal/ops";
+        assert_eq!(
+            Location::Postgres(url.to_owned()).to_env_value(),
+            OsString::from(url)
+        );
+    }
+}

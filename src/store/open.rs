@@ -1,0 +1,258 @@
+//! Opening the store at a [`Location`] for what a command does with it: [`open`] may create a
+//! SQLite store and its folders; [`open_existing`] and [`open_read_only`] create nothing and
+//! read a store that is not there as [`Absent`], an empty one; [`reopen`] finds a store that is
+//! gone [`Vanished`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::{
+    Backend, Durability, FenceSource, Folders, GcReport, Location, LockStore, PostgresStore,
+    SqliteStore, SystemClock,
+};
+use crate::engine::{Decision, State};
+use crate::lock::{Event, Lock, LogQuery, Owner, Resource, Timestamp};
+
+/// Opens the store at `location` with the host's clock, for a command that may create it
+/// (`acquire`, `run`): a SQLite store is made, with its missing folders, if it is not there.
+///
+/// # Errors
+///
+/// When the store cannot be opened, is corrupt or comes from a newer distlock.
+pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
+    match location {
+        Location::Sqlite(path, folders) => Ok(Box::new(open_sqlite(path, *folders)?)),
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// Opens the store at `location` for a command that writes only what it finds (`release`,
+/// `renew`, `break`, `gc`): a SQLite store that is not there — no file, or an empty one — is
+/// [`Absent`], and nothing is created, not the file, not its folders. Such a command finds
+/// nothing to change there, and answers as for an empty store (`release` → 1).
+///
+/// # Errors
+///
+/// As [`open`], for a store that exists.
+pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
+    match location {
+        Location::Sqlite(path, _) if !holds_a_store(path) => Ok(Box::new(Absent)),
+        Location::Sqlite(path, _) => match SqliteStore::open_existing(path, Box::new(SystemClock))?
+        {
+            Some(store) => Ok(Box::new(store)),
+            None => Ok(Box::new(Absent)),
+        },
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// Opens the store at `location` for a command that only reads (`status`, `list`, `log`). A
+/// SQLite store is opened read-only ([`SqliteStore::open_read_only`]): nothing is written,
+/// upgraded or created, and one that is not there is [`Absent`].
+///
+/// # Errors
+///
+/// As [`open`], for a store that exists.
+pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
+    match location {
+        Location::Sqlite(path, _) => {
+            match SqliteStore::open_read_only(path, Box::new(SystemClock))? {
+                Some(store) => Ok(Box::new(store)),
+                None => Ok(Box::new(Absent)),
+            }
+        }
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open_read_only(url)?)),
+    }
+}
+
+/// Whether a file that may hold a store is at `path`: not when nothing is there (or a part of
+/// its path is not a folder), nor for an empty file, which is an empty database. Anything else
+/// (a folder, a file this user may not see) is opened, and the open says what is wrong.
+fn holds_a_store(path: &Path) -> bool {
+    match std::fs::metadata(path) {
+        Ok(meta) => !(meta.is_file() && meta.len() == 0),
+        Err(err) => !matches!(
+            err.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+        ),
+    }
+}
+
+/// Opens again a store this process opened before (`run`'s heartbeat, on a connection of its
+/// own, and after a failure on a new one): as [`open`], except that a SQLite store is never
+/// created — not its file, not its folders. One that is gone is [`Vanished`]: its locks went
+/// with it, and a store made anew at its path would hold none of them.
+///
+/// # Errors
+///
+/// [`Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
+pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
+    match location {
+        Location::Sqlite(path, _) => {
+            match SqliteStore::open_existing(path, Box::new(SystemClock))? {
+                Some(store) => Ok(Box::new(store)),
+                None => Err(Vanished(path.clone()).into()),
+            }
+        }
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+    }
+}
+
+/// A SQLite store that is not there: no file (and perhaps no folder), or an empty file. It
+/// reads as an empty store, and nothing is ever written to it, so nothing is made at a path
+/// that was mistyped: a decision that would write (which no command that opens it makes: see
+/// [`open_existing`] and [`open_read_only`]) is refused.
+struct Absent;
+
+impl Absent {
+    /// A resource of a store that holds nothing.
+    fn nothing() -> State {
+        State {
+            now: Timestamp::now(),
+            leases: Vec::new(),
+            queue: Vec::new(),
+        }
+    }
+}
+
+impl Backend for Absent {
+    fn transact<T>(
+        &mut self,
+        _resource: &Resource,
+        _durability: Durability,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T> {
+        let mut no_fence = || anyhow::bail!("the store does not exist");
+        let decision = decide(&Absent::nothing(), &mut no_fence)?;
+        if !decision.changes.is_empty() {
+            anyhow::bail!("the store does not exist");
+        }
+        Ok(decision.outcome)
+    }
+
+    fn read(&mut self, _resource: &Resource) -> Result<State> {
+        Ok(Absent::nothing())
+    }
+
+    fn scan(&mut self, _prefix: &str) -> Result<Vec<Lock>> {
+        Ok(Vec::new())
+    }
+
+    fn history(&mut self, _query: &LogQuery) -> Result<Vec<Event>> {
+        Ok(Vec::new())
+    }
+
+    fn prune(&mut self, _keep_history: Duration) -> Result<GcReport> {
+        Ok(GcReport::default())
+    }
+
+    fn watch(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
+        std::thread::sleep(timeout);
+        Ok(())
+    }
+}
+
+/// A SQLite store that was there and is gone: its file (or its folder) was removed after this
+/// process opened it. [`reopen`] reports it, and so does a write through a connection opened
+/// before the removal, which would otherwise go to the unlinked file. The locks it held are
+/// lost to everyone: whoever opens the path next makes an empty store there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vanished(pub PathBuf);
+
+impl std::fmt::Display for Vanished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the store {} no longer exists", self.0.display())
+    }
+}
+
+impl std::error::Error for Vanished {}
+
+fn open_sqlite(path: &Path, folders: Folders) -> Result<SqliteStore> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        use std::os::unix::fs::DirBuilderExt;
+        let mode = match folders {
+            Folders::Private => 0o700,
+            Folders::AsUmask => 0o777,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(parent)
+            .with_context(|| format!("cannot create folder {}", parent.display()))?;
+    }
+    // SQLite would create the file 0644 whatever the umask, and gives its -wal and -shm files
+    // the database's mode; created here (0666 less the umask), a store made under umask 002 can
+    // be shared by a group. An empty file is a valid empty database.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        // Let SQLite report whatever is wrong (a directory, a missing permission) its own way.
+        Err(_) => {}
+    }
+    SqliteStore::open(path, Box::new(SystemClock))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Request;
+    use crate::lock::{Acquire, Owner, Resource, Ttl};
+    use crate::store::Locks;
+
+    #[test]
+    fn a_removed_sqlite_store_is_vanished_to_its_open_connection_and_is_never_reopened_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join("locks.db");
+        let location = Location::Sqlite(path.clone(), Folders::AsUmask);
+        let resource = Resource::parse("r").unwrap();
+        let owner = Owner::parse("o").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let mut held = open(&location).unwrap();
+        let request = Request::exclusive(owner.clone(), ttl);
+        let Acquire::Acquired { lock, .. } = held.acquire(&resource, &request).unwrap() else {
+            panic!("a new store's first acquire is granted");
+        };
+        let vanished = |err: anyhow::Error| err.downcast_ref::<Vanished>().cloned();
+        let gone = Some(Vanished(path.clone()));
+
+        // The file alone, then its folder too.
+        for remove in [dir.path().join("state/locks.db"), dir.path().join("state")] {
+            if remove.is_dir() {
+                std::fs::remove_dir_all(&remove).unwrap();
+            } else {
+                std::fs::remove_file(&remove).unwrap();
+            }
+            let renewed = held.renew(&resource, &owner, ttl, Some(lock.fence));
+            assert_eq!(
+                renewed.err().and_then(vanished),
+                gone,
+                "{remove:?}: a write"
+            );
+            let reopened = reopen(&location).map(|_| ());
+            assert_eq!(
+                reopened.err().and_then(vanished),
+                gone,
+                "{remove:?}: reopen"
+            );
+            assert!(!path.exists(), "{remove:?}: reopen made a new store");
+        }
+        assert!(
+            !path.parent().unwrap().exists(),
+            "reopen made the folder anew"
+        );
+        assert_eq!(
+            gone.map(|g| g.to_string()),
+            Some(format!("the store {} no longer exists", path.display()))
+        );
+    }
+}

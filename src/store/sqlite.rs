@@ -1,0 +1,320 @@
+//! The embedded store: one SQLite file on one host.
+//!
+//! - WAL mode with `synchronous=FULL`, so a committed acquire survives power loss and a fence is
+//!   never handed out twice; a busy database is waited on for [`BUSY_TIMEOUT`].
+//! - Every write runs in one `BEGIN IMMEDIATE` transaction: the write lock is taken before the
+//!   resource's rows are read and decided on, so no other process can slip in between the read
+//!   and the write; `resources` keeps `UNIQUE(resource)`. An acquire or renewal first decides
+//!   on a read snapshot, and takes the write lock only if that decision writes: a refusal
+//!   (busy, not found) is as true of a snapshot, and a waiter that is not first then does not
+//!   queue for the lock.
+//! - Places in the queue of waiters are written without an fsync: lost to a power failure, a
+//!   place is taken again at the waiter's next attempt.
+//! - Fences come from a store-wide counter (`fence_counter`), not from the lock row, so deleting
+//!   rows (release, `gc`) can never make a fence repeat.
+//! - Times are milliseconds since the Unix epoch, from the injected [`Clock`].
+//! - The schema version lives in `PRAGMA user_version`; a newer one is refused. Before anything
+//!   else is done to a file, whatever its version, its tables are checked to be those of a
+//!   distlock schema ([`recognise`](schema::recognise)): a SQLite file of another application
+//!   is refused as it is, byte for byte, with no WAL switch and no `-wal`/`-shm` left behind.
+//! - The read-only commands open the file read-only ([`SqliteStore::open_read_only`], and
+//!   `reader` for how a user who may only read the files reads it): no schema work, no WAL
+//!   switch, nothing created. They read an older schema as it is ([`Shape`]).
+//! - Every SQLite failure is reported with the database's path and its cause in words
+//!   (`words`).
+//!
+//! This file holds [`SqliteStore`], its busy handler and the [`Backend`] operations, each one
+//! transaction decided by [`crate::engine`]. The rest is split by concern:
+//!
+//! - [`open`]: opening a file to write (creating it if need be), only if it exists, or
+//!   read-only; each connection's settings, and the wait through another process's WAL
+//!   recovery;
+//! - [`schema`]: each version's DDL (the `.sql` files beside it), the upgrade, and the check
+//!   that a file holds a distlock schema;
+//! - [`wal`]: the WAL's bound and restart, unsynced commits, the folder sync;
+//! - [`rows`]: the SQL statements, a resource's rows read into tenures and waiters, the core's
+//!   changes written in order, the queries of `status`, `list`, `log` and `gc`;
+//! - [`reader`]: how the read-only commands reach the file, creating nothing;
+//! - `doorbell` (Linux): the turnstile whose futexes wake the first waiter;
+//! - [`words`]: SQLite's failures in words a person can act on.
+
+// Futexes are Linux's; elsewhere waiters poll (see the README).
+#[cfg(target_os = "linux")]
+mod doorbell;
+mod open;
+mod reader;
+mod rows;
+mod schema;
+mod wal;
+mod words;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+use super::{Backend, Clock, Durability, FenceSource, GcReport, Vanished};
+use crate::engine::{self, Change, Decision, State};
+use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
+use open::identity;
+use reader::Access;
+use rows::{Shape, apply, next_fence, state};
+use words::{Doing, worded};
+
+/// How long an operation waits for another process's write to finish before it gives up.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How an operation waits for the write lock: in short steps at first. A distlock transaction
+/// holds the lock for a fraction of a millisecond, and SQLite's own handler sleeps 1 ms, then
+/// longer; under contention that would put whole milliseconds into a handoff. Steps grow from
+/// 0.1 ms to 2 ms; the wait ends with SQLITE_BUSY after [`BUSY_TIMEOUT`].
+fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
+    let mut since = std::time::Instant::now();
+    move |attempt| {
+        if attempt == 0 {
+            since = std::time::Instant::now();
+        }
+        if since.elapsed() >= BUSY_TIMEOUT {
+            return false;
+        }
+        let step = 100 * (u64::try_from(attempt).unwrap_or(0) + 1);
+        std::thread::sleep(Duration::from_micros(step.min(2_000)));
+        true
+    }
+}
+
+pub struct SqliteStore {
+    conn: Connection,
+    clock: Box<dyn Clock>,
+    /// The `-wal` file beside the database.
+    wal: PathBuf,
+    /// How many frames the WAL held after this connection's latest commit (SQLite's WAL hook).
+    frames: Arc<AtomicU32>,
+    /// The database's path and the file it named when opened (device, inode).
+    path: PathBuf,
+    identity: Option<(u64, u64)>,
+    /// Whether this process's latest write left waiters in the resource's queue.
+    queue_behind: bool,
+    /// The store's turnstile, once this process waits or wakes a waiter.
+    #[cfg(target_os = "linux")]
+    turnstile: Option<doorbell::Turnstile>,
+    /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
+    #[cfg(target_os = "linux")]
+    watch: Option<(usize, u32)>,
+    /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
+    /// be granted, so it skips the look at a read snapshot.
+    rung: bool,
+    /// The columns of the schema version the connection reads: the current one, except for a
+    /// read-only connection to an older store.
+    shape: Shape,
+    /// How the connection reaches the file: read-only connections may read it unshared.
+    access: Access,
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.bound_wal();
+    }
+}
+
+impl SqliteStore {
+    /// One operation: a durable one (acquire, renew) decides on a read snapshot first, and
+    /// only if that writes, again under the write lock, then writes (a waiter just rung goes
+    /// to the write lock at once). `durable: false` (a release, a waiter leaving) decides
+    /// under the write lock at once and commits without an fsync; so does a decision that
+    /// only moves places in the queue, which need not survive power loss.
+    fn decide_and_apply<T>(
+        &mut self,
+        resource: &Resource,
+        durable: bool,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T> {
+        let now = self.clock.now();
+        // Look before taking the write lock: a decision that writes nothing (busy, not found,
+        // forbidden) is as true of a consistent read snapshot as of the locked state. So a
+        // waiter that is still not first learns it without queueing for the write lock, which
+        // would delay the one that is; and the look tells whether the commit needs an fsync.
+        // A release or a waiter leaving nearly always writes and never needs one: no look. Nor
+        // does a waiter just rung, the head of the queue, which will most likely be granted.
+        let rung = std::mem::take(&mut self.rung);
+        let needs_sync = if durable && !rung {
+            let shape = self.shape;
+            let snapshot = self.conn.transaction()?;
+            let state = state(&snapshot, shape, resource, now)?;
+            // A new tenure's fence is only handed out under the write lock.
+            let mut not_yet = || Ok(Fence(0));
+            let decision = decide(&state, &mut not_yet)?;
+            if decision.changes.is_empty() {
+                return Ok(decision.outcome);
+            }
+            decision.changes.iter().any(Change::is_durable)
+        } else {
+            durable
+        };
+        // The safety level cannot change inside a transaction: it is set for this one from
+        // the look above, and if the locked state asks for more, the transaction starts over.
+        let outcome = if needs_sync {
+            self.write(resource, now, false, decide)
+        } else {
+            self.unsynced(|store| store.write(resource, now, durable, decide))?
+        };
+        match outcome? {
+            Some(outcome) => Ok(outcome),
+            // Unsynced, but the locked state needed a durable change after all.
+            None => self
+                .write(resource, now, false, decide)?
+                .context("the decision changed twice"),
+        }
+    }
+
+    /// Decides under the write lock and writes. `None` when `refuse_durable` is set and the
+    /// decision has a change that must survive power loss (nothing is written then).
+    fn write<T>(
+        &mut self,
+        resource: &Resource,
+        now: Timestamp,
+        refuse_durable: bool,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<Option<T>> {
+        let shape = self.shape;
+        let tx = self.write_tx()?;
+        let state = state(&tx, shape, resource, now)?;
+        let mut fresh = || Ok(Fence(next_fence(&tx)?));
+        let decision = decide(&state, &mut fresh)?;
+        if decision.changes.is_empty() {
+            // A refusal after all: dropping the transaction rolls it back.
+            return Ok(Some(decision.outcome));
+        }
+        if refuse_durable && decision.changes.iter().any(Change::is_durable) {
+            return Ok(None);
+        }
+        apply(&tx, resource, &decision.changes)?;
+        tx.commit()?;
+        self.queue_behind = engine::head_after(&state, &decision.changes).is_some();
+        #[cfg(target_os = "linux")]
+        if let Some(head) = engine::next_to_wake(&state, &decision.changes) {
+            self.ring(resource, head);
+        }
+        Ok(Some(decision.outcome))
+    }
+
+    fn write_tx(&mut self) -> Result<Transaction<'_>> {
+        // A connection held open (by `run`) keeps writing to its file even after the file is
+        // deleted or replaced, while a new store appears at the path: refuse, so that `run`
+        // stops its command before the lease could be doubled. A path that surely names
+        // nothing any more is a store that vanished, and its locks with it: `run` stops at
+        // once. Any other difference is a store failure, retried on a new connection.
+        if identity(&self.path) != self.identity {
+            if matches!(self.path.try_exists(), Ok(false)) {
+                return Err(Vanished(self.path.clone()).into());
+            }
+            bail!(
+                "the database {} was removed or replaced while in use",
+                self.path.display()
+            );
+        }
+        Ok(self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?)
+    }
+
+    /// Wakes `head`, the first waiter in `resource`'s queue. Best effort: if the turnstile
+    /// cannot be opened, the head finds out at its next poll.
+    #[cfg(target_os = "linux")]
+    fn ring(&mut self, resource: &Resource, head: &Owner) {
+        if self.turnstile.is_none() {
+            // Nobody waits without having created it.
+            self.turnstile = doorbell::Turnstile::open(&self.path, false);
+        }
+        if let Some(turnstile) = &self.turnstile {
+            turnstile.ring(doorbell::slot(resource.as_str(), head.as_str()));
+        }
+    }
+}
+
+impl Backend for SqliteStore {
+    fn transact<T>(
+        &mut self,
+        resource: &Resource,
+        durability: Durability,
+        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+    ) -> Result<T> {
+        let durable = durability == Durability::Durable;
+        let done = self.decide_and_apply(resource, durable, decide);
+        done.map_err(|err| worded(&self.path, Doing::Write, err))
+    }
+
+    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+        self.prepare_grant();
+        #[cfg(target_os = "linux")]
+        {
+            if self.turnstile.is_none() {
+                self.turnstile = doorbell::Turnstile::open(&self.path, true);
+            }
+            let slot = doorbell::slot(resource.as_str(), owner.as_str());
+            self.watch = self
+                .turnstile
+                .as_ref()
+                .and_then(|turnstile| turnstile.read(slot))
+                .map(|seen| (slot, seen));
+            if self.watch.is_none() {
+                // Cut short already: poll.
+                self.turnstile = None;
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (resource, owner);
+        Ok(())
+    }
+
+    fn tidy(&mut self) {
+        self.bound_wal();
+    }
+
+    fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
+        #[cfg(target_os = "linux")]
+        if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.watch) {
+            let woken = turnstile.wait(*slot, *seen, timeout);
+            // Read before the caller's next look, so that a ring during it is not missed.
+            if let (Some(rung), Some(now)) = (woken, turnstile.read(*slot)) {
+                self.rung = rung;
+                *seen = now;
+                return Ok(());
+            }
+            // The file was cut short under the mapping: poll from now on.
+            self.turnstile = None;
+            self.watch = None;
+            if woken.is_some() {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(timeout);
+        Ok(())
+    }
+
+    fn read(&mut self, resource: &Resource) -> Result<State> {
+        let read = self.look(|store| store.state_now(resource));
+        read.map_err(|err| worded(&self.path, Doing::Read, err))
+    }
+
+    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+        let scanned = self.look(|store| store.scan_rows(prefix));
+        scanned.map_err(|err| worded(&self.path, Doing::Read, err))
+    }
+
+    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+        let events = self.look(|store| store.history_rows(query));
+        events.map_err(|err| worded(&self.path, Doing::Read, err))
+    }
+
+    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
+        let report = self.prune_rows(keep_history);
+        report.map_err(|err| worded(&self.path, Doing::Write, err))
+    }
+}
+
+#[cfg(test)]
+mod tests;

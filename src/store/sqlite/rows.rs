@@ -1,0 +1,373 @@
+//! The SQLite store's rows: the SQL statements of every operation, a resource's rows read into
+//! tenures and places in the queue (in the columns of the schema version the connection reads,
+//! [`Shape`]), the core's changes written in order, and the queries of `status`, `list`, `log`
+//! and `gc`.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use rusqlite::{Connection, Transaction, params};
+
+use super::SqliteStore;
+use crate::engine::{Change, Lease, State, Waiter};
+use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
+use crate::store::{GC_BATCH, GcReport, HistoryRow, event, mode_columns, mode_of};
+
+impl SqliteStore {
+    /// Prepares, while a waiter has time, the statements its grant and release will run, so
+    /// that they are not parsed between the previous holder's release and this grant, where the
+    /// next command waits for them. A statement that cannot be prepared now is prepared (and
+    /// its error reported) where it is used.
+    pub(super) fn prepare_grant(&mut self) {
+        for sql in [
+            NEXT_FENCE,
+            INSERT_RESOURCE,
+            INSERT_LOCK,
+            DELETE_LOCK,
+            INSERT_HISTORY,
+            DEQUEUE,
+        ] {
+            let _ = self.conn.prepare_cached(sql);
+        }
+    }
+}
+
+/// The lease columns, in the order [`lease`] reads them.
+const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note, guarded";
+
+/// A history row's columns, in the order `history_rows` reads them.
+const HISTORY_COLUMNS: &str =
+    "at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason";
+
+/// What a schema version has, so that a read-only command reads a store as it is, without
+/// upgrading it: a column a version lacks reads as the value its upgrade gives it. Version 1
+/// (before lock modes) has exclusive tenures without notes, history rows of exclusive locks
+/// nobody broke, and no queue; version 2 (before guarded tenures) has tenures that may all be
+/// joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Shape {
+    /// [`LEASE_COLUMNS`], or what stands for them.
+    lease: &'static str,
+    /// [`HISTORY_COLUMNS`], or what stands for them.
+    history: &'static str,
+    /// Whether there is a queue of waiters (`waiters`, from version 2).
+    queue: bool,
+}
+
+impl Shape {
+    /// The schema this build writes: every writing connection's, once it is upgraded.
+    pub(super) const CURRENT: Shape = Shape {
+        lease: LEASE_COLUMNS,
+        history: HISTORY_COLUMNS,
+        queue: true,
+    };
+
+    /// The shape of schema `version`, one that [`recognise`](super::schema::recognise) found.
+    pub(super) fn of(version: i64) -> Shape {
+        match version {
+            1 => Shape {
+                lease: "owner, fence, acquired_at, expires_at, 'exclusive', NULL, NULL, 0",
+                history: "at, resource, owner, fence, event, previous_owner,
+                          'exclusive', NULL, NULL, NULL, NULL",
+                queue: false,
+            },
+            2 => Shape {
+                lease: "owner, fence, acquired_at, expires_at, mode, lim, note, 0",
+                ..Shape::CURRENT
+            },
+            _ => Shape::CURRENT,
+        }
+    }
+}
+
+/// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
+fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
+    Ok(Lease {
+        owner: Owner::from_store(&r.get::<_, String>(first)?),
+        fence: Fence(r.get(first + 1)?),
+        acquired_at: Timestamp(r.get(first + 2)?),
+        expires_at: Timestamp(r.get(first + 3)?),
+        mode: mode_of(&r.get::<_, String>(first + 4)?, r.get(first + 5)?)?,
+        note: r
+            .get::<_, Option<String>>(first + 6)?
+            .as_deref()
+            .map(Note::from_store),
+        guarded: r.get(first + 7)?,
+    })
+}
+
+/// Every tenure row and every place in the queue of `resource`, live or not, at `now`, from a
+/// schema of `shape`.
+pub(super) fn state(
+    conn: &Connection,
+    shape: Shape,
+    resource: &Resource,
+    now: Timestamp,
+) -> Result<State> {
+    let queue = if shape.queue {
+        conn.prepare_cached("SELECT owner, ticket, expires_at FROM waiters WHERE resource = ?1")?
+            .query_map([resource.as_str()], |r| {
+                Ok(Waiter {
+                    owner: Owner::from_store(&r.get::<_, String>(0)?),
+                    ticket: r.get(1)?,
+                    expires_at: Timestamp(r.get(2)?),
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(State {
+        now,
+        leases: leases(conn, shape, resource)?,
+        queue,
+    })
+}
+
+/// Every tenure row of `resource`, live or not.
+fn leases(conn: &Connection, shape: Shape, resource: &Resource) -> Result<Vec<Lease>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM locks WHERE resource = ?1",
+        shape.lease
+    ))?;
+    let mut rows = stmt.query([resource.as_str()])?;
+    let mut leases = Vec::new();
+    while let Some(r) = rows.next()? {
+        leases.push(lease(r, 0)?);
+    }
+    Ok(leases)
+}
+
+pub(super) fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
+    tx.prepare_cached(NEXT_FENCE)?.query_row([], |r| r.get(0))
+}
+
+/// The statements of a grant to a waiter and of its release, beyond the looks (see
+/// [`SqliteStore::prepare_grant`]).
+const NEXT_FENCE: &str = "UPDATE fence_counter SET last = last + 1 WHERE id = 0 RETURNING last";
+const INSERT_RESOURCE: &str = "INSERT OR IGNORE INTO resources (resource) VALUES (?1)";
+const INSERT_LOCK: &str = "INSERT INTO locks
+        (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+const DELETE_LOCK: &str = "DELETE FROM locks WHERE resource = ?1 AND fence = ?2";
+const INSERT_HISTORY: &str = "INSERT INTO history
+        (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+const DEQUEUE: &str = "DELETE FROM waiters WHERE resource = ?1 AND owner = ?2";
+
+/// Writes the core's changes, in order. A row that is not where the decision saw it means the
+/// transaction did not hold what it read: that is refused, never written around.
+pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change]) -> Result<()> {
+    let res = resource.as_str();
+    for change in changes {
+        let rows = match change {
+            Change::Insert(lease) => {
+                tx.prepare_cached(INSERT_RESOURCE)?.execute([res])?;
+                let (mode, lim) = mode_columns(lease.mode);
+                tx.prepare_cached(INSERT_LOCK)?.execute(params![
+                    res,
+                    lease.owner.as_str(),
+                    lease.fence.0,
+                    lease.acquired_at.0,
+                    lease.expires_at.0,
+                    mode,
+                    lim,
+                    lease.note.as_ref().map(Note::as_str),
+                    lease.guarded
+                ])?
+            }
+            Change::Update(lease) => tx
+                .prepare_cached(
+                    "UPDATE locks SET acquired_at = ?3, expires_at = ?4, note = ?5
+                     WHERE resource = ?1 AND fence = ?2",
+                )?
+                .execute(params![
+                    res,
+                    lease.fence.0,
+                    lease.acquired_at.0,
+                    lease.expires_at.0,
+                    lease.note.as_ref().map(Note::as_str)
+                ])?,
+            Change::Delete { fence } => tx
+                .prepare_cached(DELETE_LOCK)?
+                .execute(params![res, fence.0])?,
+            Change::Enqueue { .. } | Change::Refresh { .. } | Change::Dequeue { .. } => {
+                apply_queue(tx, res, change)?
+            }
+            Change::Record(record) => {
+                let (mode, lim) = mode_columns(record.mode);
+                tx.prepare_cached(INSERT_HISTORY)?.execute(params![
+                    record.at.0,
+                    res,
+                    record.owner.as_str(),
+                    record.fence.0,
+                    record.event.as_str(),
+                    record.previous_owner.as_ref().map(Owner::as_str),
+                    mode,
+                    lim,
+                    record.note.as_ref().map(Note::as_str),
+                    record.broken.as_ref().map(|b| b.by.as_str()),
+                    record.broken.as_ref().map(|b| b.reason.as_str())
+                ])?
+            }
+        };
+        if rows != 1 {
+            bail!("the lock row of {resource} changed during the transaction ({change:?})");
+        }
+    }
+    Ok(())
+}
+
+/// Writes a change to the queue; none of them can miss its row (the write lock is held).
+fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize> {
+    Ok(match change {
+        Change::Enqueue { owner, expires_at } => tx
+            .prepare_cached(
+                "INSERT INTO waiters (resource, owner, expires_at) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![res, owner.as_str(), expires_at.0])?,
+        Change::Refresh { owner, expires_at } => tx
+            .prepare_cached(
+                "UPDATE waiters SET expires_at = ?3 WHERE resource = ?1 AND owner = ?2",
+            )?
+            .execute(params![res, owner.as_str(), expires_at.0])?,
+        Change::Dequeue { owner } => tx
+            .prepare_cached(DEQUEUE)?
+            .execute(params![res, owner.as_str()])?,
+        _ => 0,
+    })
+}
+
+/// The queries behind [`Backend`](crate::store::Backend)'s reads and `gc`, before their failures
+/// are [`worded`](super::words::worded).
+impl SqliteStore {
+    pub(super) fn state_now(&mut self, resource: &Resource) -> Result<State> {
+        state(&self.conn, self.shape, resource, self.clock.now())
+    }
+
+    pub(super) fn scan_rows(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+        let now = self.clock.now();
+        // Resources sharing a prefix form one contiguous range of the primary key (BINARY
+        // collation compares bytes), so the scan starts at the prefix and stops after it.
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT resource, {} FROM locks
+             WHERE resource >= ?1 ORDER BY resource, fence",
+            self.shape.lease
+        ))?;
+        let mut rows = stmt.query([prefix])?;
+        let mut locks = Vec::new();
+        while let Some(r) = rows.next()? {
+            let resource: String = r.get(0)?;
+            if !resource.starts_with(prefix) {
+                break;
+            }
+            let lease = lease(r, 1)?;
+            if lease.is_live(now) {
+                locks.push(lease.lock(&Resource::from_store(&resource)));
+            }
+        }
+        Ok(locks)
+    }
+
+    pub(super) fn history_rows(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+        let filter = if query.resource.is_some() {
+            "resource = ?1 AND at >= ?2"
+        } else {
+            "?1 IS NULL AND at >= ?2"
+        };
+        let sql = format!(
+            "SELECT {} FROM (
+                 SELECT * FROM history WHERE {filter} ORDER BY id DESC LIMIT ?3
+             ) ORDER BY id",
+            self.shape.history
+        );
+        let limit = query
+            .limit
+            .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        let since = query.since.map_or(i64::MIN, |ago| {
+            let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
+            self.clock.now().0.saturating_sub(ago)
+        });
+        let resource = query.resource.as_ref().map(Resource::as_str);
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query(params![resource, since, limit])?;
+        let mut events = Vec::new();
+        while let Some(r) = rows.next()? {
+            events.push(event(&HistoryRow {
+                at: Timestamp(r.get(0)?),
+                resource: &r.get::<_, String>(1)?,
+                owner: &r.get::<_, String>(2)?,
+                fence: Fence(r.get(3)?),
+                kind: &r.get::<_, String>(4)?,
+                previous_owner: r.get::<_, Option<String>>(5)?.as_deref(),
+                mode: &r.get::<_, String>(6)?,
+                lim: r.get(7)?,
+                note: r.get::<_, Option<String>>(8)?.as_deref(),
+                by: r.get::<_, Option<String>>(9)?.as_deref(),
+                reason: r.get::<_, Option<String>>(10)?.as_deref(),
+            })?);
+        }
+        Ok(events)
+    }
+
+    pub(super) fn prune_rows(&mut self, keep_history: Duration) -> Result<GcReport> {
+        let now = self.clock.now();
+        let keep = i64::try_from(keep_history.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = now.0.saturating_sub(keep);
+        let mut report = GcReport::default();
+        // Expired rows, walked in key order a batch per transaction.
+        let mut after = (String::new(), i64::MIN);
+        loop {
+            let tx = self.write_tx()?;
+            let batch: Vec<(String, i64)> = tx
+                .prepare_cached(
+                    "DELETE FROM locks WHERE (resource, fence) IN (
+                         SELECT resource, fence FROM locks
+                         WHERE (resource, fence) > (?1, ?2) AND expires_at <= ?3
+                         ORDER BY resource, fence LIMIT ?4)
+                     RETURNING resource, fence",
+                )?
+                .query_map(params![after.0, after.1, now.0, GC_BATCH], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            tx.commit()?;
+            report.expired_locks += batch.len() as u64;
+            match batch.into_iter().max() {
+                Some(last) => after = last,
+                None => break,
+            }
+        }
+        // Resources nobody holds any more.
+        loop {
+            let tx = self.write_tx()?;
+            let deleted = tx
+                .prepare_cached(
+                    "DELETE FROM resources WHERE resource IN (
+                         SELECT r.resource FROM resources r
+                         WHERE NOT EXISTS (SELECT 1 FROM locks l WHERE l.resource = r.resource)
+                         LIMIT ?1)",
+                )?
+                .execute([GC_BATCH])?;
+            tx.commit()?;
+            if deleted == 0 {
+                break;
+            }
+        }
+        loop {
+            let tx = self.write_tx()?;
+            let deleted = tx
+                .prepare_cached(
+                    "DELETE FROM history WHERE id IN (
+                         SELECT id FROM history WHERE at < ?1 ORDER BY id LIMIT ?2)",
+                )?
+                .execute(params![cutoff, GC_BATCH])?;
+            tx.commit()?;
+            report.history_events += deleted as u64;
+            if deleted == 0 {
+                break;
+            }
+        }
+        Ok(report)
+    }
+}
