@@ -78,7 +78,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --conflict-exit-code 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly'
             cand --hold-at-least 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m'
             cand --max-runtime 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h'
-            cand --kill-after 'When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost lease no longer than the lease could last, after --max-runtime the whole of it while renewals succeed'
+            cand --kill-after 'When run stops the command, wait this long between SIGTERM and SIGKILL (all of it after a lost lease or --max-runtime; while renewals fail, no longer than the lease could last)'
             cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand --shared 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'

@@ -73,7 +73,7 @@ complete -c distlock -n "__fish_distlock_using_subcommand run" -l note -d 'Why o
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l conflict-exit-code -d 'Exit with this code (0-255) instead of 75 when the lock is busy; 0 skips quietly' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l hold-at-least -d 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l max-runtime -d 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h' -r
-complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost lease no longer than the lease could last, after --max-runtime the whole of it while renewals succeed' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'When run stops the command, wait this long between SIGTERM and SIGKILL (all of it after a lost lease or --max-runtime; while renewals fail, no longer than the lease could last)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"

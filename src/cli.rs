@@ -207,9 +207,9 @@ pub struct RunArgs {
     /// Stop the command (exit 124) if it still runs this long after it started; e.g. 2h
     #[arg(long, value_parser = parse_span, value_name = "DURATION", allow_hyphen_values = true)]
     pub max_runtime: Option<Duration>,
-    /// When run stops the command, wait this long between SIGTERM and SIGKILL; after a lost
-    /// lease no longer than the lease could last, after --max-runtime the whole of it while
-    /// renewals succeed
+    /// When run stops the command, wait this long between SIGTERM and SIGKILL (all of it
+    /// after a lost lease or --max-runtime; while renewals fail, no longer than the lease could
+    /// last)
     #[arg(
         long,
         value_parser = parse_duration,

@@ -79,6 +79,10 @@ pub struct RunSpec {
 /// lease could expire.
 pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     let owner = args.owner.clone().unwrap_or_else(Owner::unique_for_process);
+    // Every signal is caught from here to the exit: one that comes as the lock is granted, or
+    // while it is released, is never lost nor ends `run` with the lock held; the command gets
+    // those that came before it started as soon as it runs.
+    let mut wakeups = signals::Wakeups::start()?;
     let mut store = store::open(location)?;
     let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
     let request = Request {
@@ -140,7 +144,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         max_runtime: args.max_runtime,
     };
     // While the command runs, the store may do what it would otherwise do as `run` exits.
-    let supervised = runner::supervise(&job, &mut || store.tidy());
+    let supervised = runner::supervise(&job, &mut wakeups, &mut || store.tidy());
     // On every path, the command's end or a failure to start guarding it alike, this run
     // lets go of its own tenure (owner and fence) only — harmless after a lost lease: the store
     // refuses if someone else holds it, and frees it early if renewals merely failed.

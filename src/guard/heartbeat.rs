@@ -15,6 +15,7 @@
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::lock::{EventKind, Fence, LogQuery, Owner, Renew, Resource, Ttl};
@@ -30,6 +31,10 @@ pub struct Heartbeat {
     pub owner: Owner,
     pub ttl: Ttl,
     pub fence: Fence,
+    /// Held while a renewal talks to the store, so that `run` never stops itself (job
+    /// control) inside one: a SQLite write transaction held by a stopped process would stop
+    /// every other user of the store.
+    pub in_flight: Arc<Mutex<()>>,
 }
 
 impl Heartbeat {
@@ -82,6 +87,7 @@ impl Heartbeat {
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
             }
             let attempt = Instant::now();
+            let talking = self.in_flight.lock();
             let renewed = match store.as_mut() {
                 Some(store) => store.renew(&self.resource, &self.owner, self.ttl, Some(self.fence)),
                 None => store::reopen(&self.location).and_then(|opened| {
@@ -93,12 +99,16 @@ impl Heartbeat {
                     )
                 }),
             };
+            drop(talking);
             let event = match cadence.after(&renewed, attempt, Instant::now()) {
                 Beat::Renewed { until, next: at } => {
                     next = at;
                     Event::Renewed(until)
                 }
-                Beat::Gone { otherwise } => Event::Lost(self.why_gone(store.as_mut(), otherwise)),
+                Beat::Gone { otherwise } => {
+                    let _talking = self.in_flight.lock();
+                    Event::Lost(self.why_gone(store.as_mut(), otherwise))
+                }
                 Beat::Vanished(why) => Event::Lost(why),
                 Beat::Failed { message, next: at } => {
                     // Reconnect for the next try: the connection itself may be what failed.
@@ -125,6 +135,8 @@ pub struct Pulse<'a> {
     report: Sender<Event>,
     bell: UnixStream,
     thread: Lazily,
+    /// See [`Heartbeat::in_flight`].
+    in_flight: Arc<Mutex<()>>,
 }
 
 impl<'a> Pulse<'a> {
@@ -138,7 +150,17 @@ impl<'a> Pulse<'a> {
                 Instant::now() + Heartbeat::interval(job.ttl),
                 Heartbeat::retry(job.ttl),
             ),
+            in_flight: Arc::default(),
         }
+    }
+
+    /// Waits for a renewal in flight to end and keeps the next from starting while the guard
+    /// is held, so that `run` can stop itself holding nothing in the store. A renewal is
+    /// bounded (the busy timeout, the PostgreSQL call timeout), and so is this wait.
+    pub fn quiet(&self) -> MutexGuard<'_, ()> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// When the thread is to be started, while it is not running.
@@ -153,9 +175,15 @@ impl<'a> Pulse<'a> {
             report,
             bell,
             thread,
+            in_flight,
         } = self;
         thread.start_if_due(now, || {
-            start_heartbeat(job, report.clone(), bell.try_clone()?)
+            start_heartbeat(
+                job,
+                report.clone(),
+                bell.try_clone()?,
+                Arc::clone(in_flight),
+            )
         })
     }
 }
@@ -215,6 +243,7 @@ fn start_heartbeat(
     job: &Job<'_>,
     report: Sender<Event>,
     bell: UnixStream,
+    in_flight: Arc<Mutex<()>>,
 ) -> std::io::Result<Sender<()>> {
     let (stop, stopped) = mpsc::channel::<()>();
     let heartbeat = Heartbeat {
@@ -223,6 +252,7 @@ fn start_heartbeat(
         owner: job.lock.owner.clone(),
         ttl: job.ttl,
         fence: job.lock.fence,
+        in_flight,
     };
     std::thread::Builder::new()
         .name("distlock-heartbeat".to_owned())

@@ -75,7 +75,8 @@ pub struct Supervised {
     pub stopped: Option<Stop>,
 }
 
-/// Starts the command and supervises it until it exits. Returns its exit (see
+/// Starts the command and supervises it until it exits; `wakeups` has caught `run`'s signals
+/// since before the lock was taken, and those that came meanwhile reach the command first. Returns its exit (see
 /// [`Supervisor`]), or what keeps it from starting (126, 127; 64 for no command at all).
 /// `idle` is called once, as soon as the command runs: housekeeping that nobody then waits on.
 ///
@@ -83,10 +84,13 @@ pub struct Supervised {
 ///
 /// [`Error::System`] when the operating system refuses what guarding needs (the subreaper,
 /// the signal handlers); the command was then never started.
-pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
+pub fn supervise(
+    job: &Job<'_>,
+    wakeups: &mut Wakeups,
+    idle: &mut dyn FnMut(),
+) -> Result<Supervised> {
     tree::adopt_orphans()
         .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
-    let mut wakeups = Wakeups::start()?;
     let (report, inbox) = mpsc::channel();
     let mut pulse = Pulse::new(job, report, wakeups.bell()?);
     let lock = job.lock;
@@ -96,6 +100,19 @@ pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
         ("DISTLOCK_FENCE", OsString::from(lock.fence.to_string())),
         ("DISTLOCK_DB", job.location.to_env_value()),
     ];
+    // Signals that came before the command exists: one that asks to end (a terminal's, a
+    // service manager's) is honoured by not starting it; the others had no command to reach.
+    let ending = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+    if let Some(signal) = wakeups.signals().into_iter().find(|s| ending.contains(s)) {
+        warn(format_args!(
+            "interrupted before the command started; it was not run"
+        ));
+        return Ok(Supervised {
+            exit: Exit::Child(u8::try_from(128 + signal).unwrap_or(u8::MAX)),
+            started: false,
+            stopped: None,
+        });
+    }
     let child = match spawn(job.command, &env) {
         Ok(child) => child,
         Err(exit) => {
@@ -132,7 +149,7 @@ pub fn supervise(job: &Job<'_>, idle: &mut dyn FnMut()) -> Result<Supervised> {
         tree: &tree,
         terminal: &mut terminal,
     };
-    let exit = guard.watch(command, &mut wakeups, &mut pulse, &inbox);
+    let exit = guard.watch(command, wakeups, &mut pulse, &inbox);
     Ok(Supervised {
         exit,
         started: true,
@@ -185,7 +202,7 @@ impl Guard<'_> {
             while let Some(event) = events.pop_front() {
                 exited |= matches!(event, Event::Exited(_));
                 let actions = self.supervisor.step(event, Instant::now());
-                if let Some(exit) = self.perform(actions, &mut events) {
+                if let Some(exit) = self.perform(actions, &mut events, pulse) {
                     if exited {
                         tree::reap_orphans();
                     }
@@ -197,15 +214,23 @@ impl Guard<'_> {
 
     /// Performs `actions` in order; the exit, once one says to. Events that performing them
     /// causes (`run` continued after suspending itself) are queued to `events`.
-    fn perform(&mut self, actions: Vec<Action>, events: &mut VecDeque<Event>) -> Option<Exit> {
+    fn perform(
+        &mut self,
+        actions: Vec<Action>,
+        events: &mut VecDeque<Event>,
+        pulse: &Pulse<'_>,
+    ) -> Option<Exit> {
         for action in actions {
             match action {
                 Action::SignalGroup(signal) => self.tree.signal_group(signal),
                 Action::SignalAll(signal) => self.tree.signal_all(signal),
                 Action::Warn(message) => warn(format_args!("{message}")),
                 Action::Suspend(signal) => {
+                    // Never stopped inside a renewal: the store must not wait on this job.
+                    let quiet = pulse.quiet();
                     self.terminal.take_back();
                     process::stop_self(signal);
+                    drop(quiet);
                     events.push_back(Event::Continued);
                 }
                 Action::Foreground => {

@@ -345,6 +345,8 @@ impl Supervisor {
         if self.phase != Phase::Running {
             return Vec::new();
         }
+        // The lock is gone already, so no lease end is left to respect: the command gets the
+        // whole of the grace its user chose (contract, "`run`, the exec guard", item 3).
         self.phase = Phase::Stopping {
             kill_at: now + self.kill_after,
             follows_lease: false,
@@ -374,7 +376,9 @@ impl Supervisor {
     /// SIGTERM is acted on.
     fn stopped_on(&mut self, signal: Signal) -> Vec<Action> {
         match self.phase {
-            Phase::Running => vec![Action::Suspend(signal)],
+            // What left the process group, or ignores the signal, stops too: nothing of the
+            // job runs while its guard is stopped.
+            Phase::Running => vec![Action::SignalAll(Signal::SIGSTOP), Action::Suspend(signal)],
             Phase::Stopping { .. } | Phase::Killed | Phase::Draining { .. } => {
                 vec![Action::SignalGroup(Signal::SIGCONT as SignalNumber)]
             }
@@ -411,7 +415,7 @@ impl Supervisor {
                 actions.push(resume);
                 actions
             }
-            Phase::Running => vec![Action::Foreground, resume],
+            Phase::Running => vec![Action::Foreground, Action::SignalAll(Signal::SIGCONT)],
             Phase::Done => Vec::new(),
             _ => vec![resume],
         }

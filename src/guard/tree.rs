@@ -109,7 +109,7 @@ impl Tree {
         for _ in 0..ROUNDS {
             let fresh: Vec<Pid> = descendants(self.root)
                 .into_iter()
-                .filter(|p| p.live && (signal == Signal::SIGKILL || p.group != self.group))
+                .filter(|p| p.live && (every_round(signal) || p.group != self.group))
                 .map(|p| p.pid)
                 .filter(|&pid| sent.insert(pid))
                 .collect();
@@ -119,7 +119,7 @@ impl Tree {
             for pid in fresh {
                 let _ = kill(pid, signal);
             }
-            if signal == Signal::SIGKILL {
+            if every_round(signal) {
                 let _ = killpg(self.group, signal);
             }
         }
@@ -133,6 +133,13 @@ impl Tree {
             killpg(self.group, None).is_ok()
         }
     }
+}
+
+/// SIGKILL and SIGSTOP go to every descendant, in the group or not, round after round, so that
+/// nothing forked meanwhile escapes them (a stopped job must not run on beside its stopped
+/// guard).
+fn every_round(signal: Signal) -> bool {
+    matches!(signal, Signal::SIGKILL | Signal::SIGSTOP)
 }
 
 /// One process, as far as the tree is concerned.

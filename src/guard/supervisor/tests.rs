@@ -382,20 +382,23 @@ fn signals_are_forwarded_in_every_phase_until_the_exit() {
 // Job control: ^Z, a background read, `fg`
 
 const CONT: Action = Action::SignalGroup(Signal::SIGCONT as SignalNumber);
+const CONT_ALL: Action = Action::SignalAll(Signal::SIGCONT);
 
 #[test]
 fn a_command_stopped_by_job_control_suspends_run_with_the_same_signal() {
     for signal in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
         let mut sim = Sim::new(30, secs(5));
+        // Everything the command started stops with it, then `run`.
         assert_eq!(
             sim.at(secs(1), Event::Stopped(signal)),
-            [Action::Suspend(signal)],
+            [Action::SignalAll(Signal::SIGSTOP), Action::Suspend(signal)],
             "{signal}"
         );
-        // Continued soon after (`fg`): the terminal goes back to the command, which continues.
+        // Continued soon after (`fg`): the terminal goes back to the command, and everything
+        // continues.
         assert_eq!(
             sim.continued_at(secs(4)),
-            [Action::Foreground, CONT],
+            [Action::Foreground, CONT_ALL],
             "{signal}"
         );
         assert!(sim.warnings().is_empty());
@@ -448,12 +451,15 @@ fn a_job_continued_past_what_its_lease_allows_is_stopped_or_killed_not_continued
         }
         assert_eq!(
             sim.at(ms(100), Event::Stopped(Signal::SIGTSTP)),
-            [Action::Suspend(Signal::SIGTSTP)]
+            [
+                Action::SignalAll(Signal::SIGSTOP),
+                Action::Suspend(Signal::SIGTSTP)
+            ]
         );
         let actions = sim.continued_at(continued);
         match then {
             Then::Resumed => {
-                assert_eq!(actions, [Action::Foreground, CONT], "{shown}");
+                assert_eq!(actions, [Action::Foreground, CONT_ALL], "{shown}");
                 continue;
             }
             Then::Stopped(kill_at) => {
