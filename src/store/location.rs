@@ -46,8 +46,15 @@ impl Location {
         if db.trim().is_empty() {
             return Err("--db must not be empty or blank".to_owned());
         }
+        if db.trim() != db {
+            return Err(
+                "--db has spaces around it; give the path or URL without them (a file name \
+                 that really starts with a space is written ./ name)"
+                    .to_owned(),
+            );
+        }
         let Some((scheme, rest)) = url_scheme(db) else {
-            return Ok(Location::Sqlite(PathBuf::from(db), Folders::AsUmask));
+            return path_of(db);
         };
         match scheme.to_ascii_lowercase().as_str() {
             known @ ("postgres" | "postgresql") => {
@@ -82,6 +89,31 @@ impl Location {
             Location::Postgres(url) => url.into(),
         }
     }
+}
+
+/// A `--db` value that is no URL, as a path: refused where it is surely a mistyped URL (a
+/// scheme distlock knows, or `://`, however it is spelled) or names a folder, and where SQLite
+/// would read it as a URI itself (`file:…`).
+fn path_of(db: &str) -> Result<Location, String> {
+    let word = db
+        .split_once(':')
+        .map(|(word, _)| word.to_ascii_lowercase());
+    let urlish = matches!(
+        word.as_deref(),
+        Some("postgres" | "postgresql" | "http" | "https" | "file" | "sqlite")
+    );
+    if urlish || db.contains("://") {
+        return Err(format!(
+            "--db looks like a URL but is not one distlock can read; distlock knows \
+             postgres://… and postgresql://… (PostgreSQL) and file paths (write a path with a \
+             colon in it as ./{}…)",
+            crate::output::shown(db.split(':').next().unwrap_or_default())
+        ));
+    }
+    if db.ends_with('/') {
+        return Err("--db names a folder; a store is a file in it, e.g. DIR/locks.db".to_owned());
+    }
+    Ok(Location::Sqlite(PathBuf::from(db), Folders::AsUmask))
 }
 
 /// The scheme of a value that is a URL, and what follows its colon: `word:/…`, where the word
@@ -127,7 +159,7 @@ mod tests {
         let path = |p: &str| Ok(Location::Sqlite(PathBuf::from(p), Folders::AsUmask));
         let pg = |u: &str| Ok(Location::Postgres(u.to_owned()));
         let refused = |word: &'static str| Err(word);
-        let cases: [(&str, Result<Location, &str>); 22] = [
+        let cases: [(&str, Result<Location, &str>); 31] = [
             ("locks.db", path("locks.db")),
             (
                 "/var/lib/distlock/locks.db",
@@ -136,8 +168,19 @@ mod tests {
             ("./a:b", path("./a:b")),
             ("a:b", path("a:b")),
             ("dir/x:/y", path("dir/x:/y")),
-            ("1x://y", path("1x://y")),
-            ("_x://y", path("_x://y")),
+            ("1x://y", refused("URL")),
+            ("_x://y", refused("URL")),
+            ("://x", refused("URL")),
+            // A scheme distlock knows, however the rest is mistyped, is never a file; nor is
+            // what SQLite itself would read as a URI.
+            ("postgres:u:pw@h/x", refused("URL")),
+            ("POSTGRES:", refused("URL")),
+            ("https:x", refused("URL")),
+            ("file:x.db", refused("URL")),
+            ("./file:x.db", path("./file:x.db")),
+            (" postgres://u:pw@h/x", refused("spaces")),
+            ("locks.db\t", refused("spaces")),
+            ("state/", refused("folder")),
             ("postgres://u@h/db", pg("postgres://u@h/db")),
             ("postgresql://u@h/db", pg("postgresql://u@h/db")),
             // Schemes in any case, passed on in lower case.

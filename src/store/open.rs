@@ -23,7 +23,10 @@ use crate::lock::{Event, Lock, LogQuery, Owner, Resource, Timestamp};
 /// When the store cannot be opened, is corrupt or comes from a newer distlock.
 pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
-        Location::Sqlite(path, folders) => Ok(Box::new(open_sqlite(path, *folders)?)),
+        Location::Sqlite(path, folders) => {
+            refuse_special(path)?;
+            Ok(Box::new(open_sqlite(path, *folders)?))
+        }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
     }
 }
@@ -37,6 +40,9 @@ pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
 ///
 /// As [`open`], for a store that exists.
 pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
+    if let Location::Sqlite(path, _) = location {
+        refuse_special(path)?;
+    }
     match location {
         Location::Sqlite(path, _) if !holds_a_store(path) => Ok(Box::new(Absent)),
         Location::Sqlite(path, _) => match SqliteStore::open_existing(path, Box::new(SystemClock))?
@@ -44,7 +50,7 @@ pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
             Some(store) => Ok(Box::new(store)),
             None => Ok(Box::new(Absent)),
         },
-        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open_existing(url)?)),
     }
 }
 
@@ -56,6 +62,9 @@ pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
 ///
 /// As [`open`], for a store that exists.
 pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
+    if let Location::Sqlite(path, _) = location {
+        refuse_special(path)?;
+    }
     match location {
         Location::Sqlite(path, _) => {
             match SqliteStore::open_read_only(path, Box::new(SystemClock))? {
@@ -65,6 +74,36 @@ pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
         }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open_read_only(url)?)),
     }
+}
+
+/// Refuses a path that names something other than a file or a folder: a block or character
+/// device (`--db /dev/sdb` would have its first blocks overwritten, and a size of 0 makes every
+/// open a new store), a FIFO (an open would wait for a writer for ever), a socket.
+///
+/// # Errors
+///
+/// Such a path, named with what it is.
+fn refuse_special(path: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        return Ok(());
+    };
+    anyhow::bail!(
+        "cannot use {} as a store: it is {what}, not a file",
+        crate::output::shown(&path.display().to_string())
+    )
 }
 
 /// Whether a file that may hold a store is at `path`: not when nothing is there (or a part of
@@ -96,7 +135,8 @@ pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
                 None => Err(Vanished(path.clone()).into()),
             }
         }
-        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+        // A schema dropped meanwhile is not made anew: its locks went with it.
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open_existing(url)?)),
     }
 }
 

@@ -963,3 +963,73 @@ fn help_and_version_that_cannot_be_written_are_store_errors() {
         assert_store_error(&out, &args);
     }
 }
+
+#[test]
+fn commands_that_change_nothing_create_no_postgresql_schema() {
+    let Some(db) = Db::postgres() else { return };
+    let commands: [(&[&str], i32); 4] = [
+        (&["release", "r", "--owner", "o"], 1),
+        (&["renew", "r", "--owner", "o", "--ttl", "30"], 1),
+        (&["break", "r", "--reason", "stuck"], 1),
+        (&["gc"], 0),
+    ];
+    for (args, code) in commands {
+        let out = db.std_cmd().args(args).output().expect("distlock");
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {out:?}");
+    }
+    let schemas = db
+        .pg_client()
+        .query(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = 'distlock'",
+            &[],
+        )
+        .expect("query the catalogue");
+    assert!(
+        schemas.is_empty(),
+        "a command that changed nothing made the schema"
+    );
+}
+
+#[test]
+fn special_files_and_url_like_paths_are_never_taken_for_a_store() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let fifo = scratch.path().join("fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    for special in [fifo.to_str().expect("utf-8"), "/dev/null", "/dev/zero"] {
+        for args in [
+            &["status", "r"][..],
+            &["release", "r", "--owner", "o"],
+            &["acquire", "r", "--owner", "o", "--ttl", "30"],
+        ] {
+            let out = distlock_at(special).args(args).output().expect("distlock");
+            let line = assert_store_error(&out, &(special, args));
+            assert!(line.contains("not a file"), "{special}: {line}");
+        }
+    }
+    for db in [
+        " postgres://u:S3cret@h/x",
+        "postgres:u:S3cret@h/x",
+        "file:x.db",
+        "1a://x",
+        "state/",
+    ] {
+        let out = distlock_at(db)
+            .args(["acquire", "r", "--owner", "o", "--ttl", "30"])
+            .current_dir(scratch.path())
+            .output()
+            .expect("distlock");
+        assert_usage_error(&out, &db);
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("S3cret"));
+    }
+    let left: Vec<_> = std::fs::read_dir(scratch.path())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left, ["fifo"], "files were made");
+}

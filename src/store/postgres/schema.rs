@@ -91,7 +91,7 @@ impl Session {
         if version > SCHEMA_VERSION {
             bail!(newer_schema(version));
         }
-        if self.read_only && version == 0 {
+        if (self.read_only || !self.creates) && version == 0 {
             // Nothing to read: an empty store, and nothing is created.
             self.absent = true;
             self.checked = true;

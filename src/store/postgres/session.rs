@@ -59,6 +59,9 @@ pub struct Session {
     pub(super) checked: bool,
     /// Opened for `status`, `list` or `log`: the schema is never created or upgraded.
     pub(super) read_only: bool,
+    /// Opened for a command that may create the schema (`acquire`, `run`); the others find a
+    /// database without one empty, and leave it so.
+    pub(super) creates: bool,
     /// A read-only session found no distlock schema: it reads as an empty store.
     pub(super) absent: bool,
 }
@@ -88,12 +91,13 @@ impl Session {
     /// first round trip.
     /// A session on `client`; `read_only` for the commands that only read, which never
     /// create or upgrade the schema.
-    pub fn new(client: Client, read_only: bool) -> Session {
+    pub fn new(client: Client, read_only: bool, creates: bool) -> Session {
         Session {
             client,
             listening: false,
             checked: false,
             read_only,
+            creates,
             absent: false,
         }
     }
@@ -127,6 +131,16 @@ impl Backend for Session {
         let mut attempt = 0;
         let mut rechecked = false;
         loop {
+            if self.absent {
+                // No schema, and this command may not make one: it decides on an empty store,
+                // and one that would write finds nothing to write to.
+                let mut no_fence = || bail!("the database has no distlock schema");
+                let decision = decide(&Session::nothing(), &mut no_fence)?;
+                if !decision.changes.is_empty() {
+                    bail!("the database has no distlock schema");
+                }
+                return Ok(decision.outcome);
+            }
             attempt += 1;
             // Round trip 1: take the resource's row lock, then read (each read a statement of
             // its own, so it sees what the previous writer committed).
@@ -370,6 +384,9 @@ impl Backend for Session {
 
     fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
         self.ensure_checked()?;
+        if self.absent {
+            return Ok(GcReport::default());
+        }
         let keep_ms = i64::try_from(keep_history.as_millis()).unwrap_or(i64::MAX);
         let mut report = GcReport::default();
         loop {

@@ -43,7 +43,18 @@ impl PostgresStore {
     /// When the server cannot be reached, refuses the login or does not answer within
     /// [`OPEN_TIMEOUT`].
     pub fn open(url: &str) -> Result<PostgresStore> {
-        PostgresStore::connect(url, false)
+        PostgresStore::connect(url, false, true)
+    }
+
+    /// As [`PostgresStore::open`], for the commands that change only what they find
+    /// (`release`, `renew`, `break`, `gc`): a database without a distlock schema reads as an
+    /// empty store and is left without one.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::open`].
+    pub fn open_existing(url: &str) -> Result<PostgresStore> {
+        PostgresStore::connect(url, false, false)
     }
 
     /// As [`PostgresStore::open`], for the commands that only read: the schema is never
@@ -54,10 +65,10 @@ impl PostgresStore {
     ///
     /// As [`PostgresStore::open`].
     pub fn open_read_only(url: &str) -> Result<PostgresStore> {
-        PostgresStore::connect(url, true)
+        PostgresStore::connect(url, true, false)
     }
 
-    fn connect(url: &str, read_only: bool) -> Result<PostgresStore> {
+    fn connect(url: &str, read_only: bool, creates: bool) -> Result<PostgresStore> {
         let target = Target::parse(url).map_err(|e| anyhow!(e))?;
         let shown = target.describe();
         let (ready_tx, ready) = mpsc::channel();
@@ -68,7 +79,7 @@ impl PostgresStore {
             .spawn(move || {
                 let session = target
                     .connect()
-                    .map(|client| Session::new(client, read_only));
+                    .map(|client| Session::new(client, read_only, creates));
                 match session {
                     Ok(mut session) => {
                         if ready_tx.send(Ok(())).is_ok() {

@@ -51,9 +51,16 @@ impl SqliteStore {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         match Connection::open_with_flags(path, flags) {
             Ok(conn) => SqliteStore::with_connection(conn, path, clock, false).map(Some),
+            // Not there at all: a path this user may not look into is not "not there" (it is
+            // reported, permission denied), nor is a symlink loop.
             Err(err)
                 if err.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen)
-                    && !path.exists() =>
+                    && std::fs::metadata(path).is_err_and(|e| {
+                        matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                        )
+                    }) =>
             {
                 Ok(None)
             }

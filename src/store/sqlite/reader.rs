@@ -80,6 +80,14 @@ impl Unwritten {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             Err(_) => return None,
         }
+        // A rollback journal means a writer in rollback mode, live or crashed mid-transaction:
+        // the file may hold changes that are not committed, which only SQLite's locks (and its
+        // recovery) keep a reader from seeing.
+        let mut journal = path.as_os_str().to_owned();
+        journal.push("-journal");
+        if std::fs::symlink_metadata(Path::new(&journal)).is_ok() || !in_wal_mode(path) {
+            return None;
+        }
         let meta = std::fs::metadata(path).ok().filter(|meta| meta.is_file())?;
         Some(Unwritten {
             identity: (meta.dev(), meta.ino()),
@@ -92,6 +100,23 @@ impl Unwritten {
     /// Whether the database at `path` is still as it was.
     pub fn holds(&self, path: &Path) -> bool {
         Unwritten::now(path) == Some(*self)
+    }
+}
+
+/// Whether the database header of the file at `path` says WAL mode (its read and write format
+/// versions, bytes 18 and 19, are 2), or it is too short to have a header yet (an empty
+/// store). A file in rollback mode is never read `immutable`: a writer may be changing it in
+/// place.
+fn in_wal_mode(path: &Path) -> bool {
+    use std::io::Read;
+    let mut header = [0u8; 20];
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    match file.read(&mut header) {
+        Ok(read) if read < header.len() => true,
+        Ok(_) => header[18] == 2 && header[19] == 2,
+        Err(_) => false,
     }
 }
 
