@@ -1033,3 +1033,40 @@ fn special_files_and_url_like_paths_are_never_taken_for_a_store() {
         .collect();
     assert_eq!(left, ["fifo"], "files were made");
 }
+
+#[test]
+fn a_file_of_another_application_without_tables_is_refused_unchanged_too() {
+    // No table of its own, but plainly not a new, empty database: a view, an application id,
+    // the sequence table an AUTOINCREMENT leaves behind.
+    let marks = [
+        "CREATE VIEW answer AS SELECT 42;",
+        "PRAGMA application_id = 1234; CREATE TABLE t (x); DROP TABLE t;",
+        "CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT);
+         INSERT INTO t DEFAULT VALUES; DROP TABLE t;",
+    ];
+    let marker = tempfile::tempdir().expect("temp dir");
+    for ddl in marks {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("other.db");
+        foreign_file(&path, 0, false, ddl);
+        let before = std::fs::read(&path).expect("read");
+        for args in EVERY_COMMAND {
+            let out = distlock_at(&path)
+                .args(args)
+                .current_dir(marker.path())
+                .output()
+                .expect("distlock");
+            let line = assert_store_error(&out, &(ddl, args));
+            assert!(line.contains("another application"), "{ddl}: {line}");
+            assert!(
+                std::fs::read(&path).expect("read") == before,
+                "{ddl} {args:?}: changed"
+            );
+            assert_eq!(
+                files_in(dir.path()),
+                ["other.db"],
+                "{ddl} {args:?}: files made"
+            );
+        }
+    }
+}

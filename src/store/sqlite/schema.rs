@@ -57,6 +57,14 @@ impl SqliteStore {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Tables {
     version: i64,
+    /// `PRAGMA application_id`: distlock never sets one; an application that does is not
+    /// distlock.
+    application: i64,
+    /// Views and triggers, which no distlock schema has.
+    others: i64,
+    /// `sqlite_sequence`, which SQLite makes for a table with `AUTOINCREMENT`: distlock's
+    /// from version 2, another application's in a file with no table of distlock's.
+    sequence: i64,
     /// Every table but SQLite's own (`sqlite_sequence`, `sqlite_stat1`, …).
     all: i64,
     /// Those of them that every distlock schema has: `locks`, `fence_counter`, `history`.
@@ -67,10 +75,15 @@ pub(super) struct Tables {
 
 /// One statement, one snapshot: a racing process commits its schema and the version together,
 /// so both are seen or neither is. Table names are unique, so counting them tells the set.
-const TABLES: &str = r"SELECT (SELECT user_version FROM pragma_user_version), count(*),
-           count(*) FILTER (WHERE name IN ('locks', 'fence_counter', 'history')),
-           count(*) FILTER (WHERE name IN ('resources', 'waiters'))
-    FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'";
+const TABLES: &str = r"SELECT (SELECT user_version FROM pragma_user_version),
+           (SELECT application_id FROM pragma_application_id),
+           count(*) FILTER (WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'),
+           count(*) FILTER (WHERE type = 'table'
+                            AND name IN ('locks', 'fence_counter', 'history')),
+           count(*) FILTER (WHERE type = 'table' AND name IN ('resources', 'waiters')),
+           count(*) FILTER (WHERE type IN ('view', 'trigger')),
+           count(*) FILTER (WHERE type = 'table' AND name = 'sqlite_sequence')
+    FROM sqlite_master";
 
 /// Reads [`Tables`]: the file's header and schema only, so a file that is not a database, or
 /// not distlock's, is left exactly as it was.
@@ -78,9 +91,12 @@ pub(super) fn tables(conn: &Connection) -> rusqlite::Result<Tables> {
     conn.query_row(TABLES, [], |r| {
         Ok(Tables {
             version: r.get(0)?,
-            all: r.get(1)?,
-            core: r.get(2)?,
-            added: r.get(3)?,
+            application: r.get(1)?,
+            all: r.get(2)?,
+            core: r.get(3)?,
+            added: r.get(4)?,
+            others: r.get(5)?,
+            sequence: r.get(6)?,
         })
     })
 }
@@ -102,16 +118,21 @@ pub(super) enum Found {
 pub(super) fn recognise(tables: Tables) -> Result<Found> {
     let Tables {
         version,
+        application,
         all,
         core,
         added,
+        others,
+        sequence,
     } = tables;
-    let ours = match version {
-        0 => all == 0,
-        1 => (all, core) == (3, 3),
-        2..=SCHEMA_VERSION => (all, core, added) == (5, 3, 2),
-        _ => version > SCHEMA_VERSION && core == 3,
-    };
+    let ours = application == 0
+        && others == 0
+        && match version {
+            0 => all == 0 && sequence == 0,
+            1 => (all, core) == (3, 3),
+            2..=SCHEMA_VERSION => (all, core, added) == (5, 3, 2),
+            _ => version > SCHEMA_VERSION && core == 3,
+        };
     if !ours {
         bail!(
             "it is a SQLite database of another application, not a distlock database; \
