@@ -189,7 +189,7 @@ impl Guard<'_> {
             events.extend(pulse.start_if_due(Instant::now()));
             events.extend(inbox.try_iter());
             if !exited {
-                events.extend(news_of(command));
+                events.extend(news_of(command, self.terminal.handed()));
                 tree::reap_orphans_but(command);
             }
             if wake.is_some_and(|at| Instant::now() >= at) {
@@ -243,7 +243,17 @@ impl Guard<'_> {
     }
 }
 
-/// What `waitpid` says of the command, without waiting (see [`Event::from_wait`]).
-fn news_of(command: Pid) -> Option<Event> {
-    Event::from_wait(process::poll_child(command, true))
+/// What `waitpid` says of the command, without waiting (see [`Event::from_wait`]). In an
+/// interactive job, any stop of the command is job control: a shell's `suspend`, or a program
+/// that stops itself with SIGSTOP, must give the terminal back to the shell as ^Z does.
+fn news_of(command: Pid, interactive: bool) -> Option<Event> {
+    let state = process::poll_child(command, true);
+    if let (true, Ok(process::ChildState::Stopped(signal))) = (interactive, &state) {
+        let signal = match Signal::try_from(*signal) {
+            Ok(job @ (Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)) => job,
+            _ => Signal::SIGTSTP,
+        };
+        return Some(Event::Stopped(signal));
+    }
+    Event::from_wait(state)
 }

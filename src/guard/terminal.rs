@@ -43,6 +43,11 @@ impl Terminal {
         self.handed
     }
 
+    /// Whether the command's group has the terminal from `run`: an interactive job.
+    pub fn handed(&self) -> bool {
+        self.handed
+    }
+
     /// Takes the terminal back for `run`'s group, if it was handed over.
     pub fn take_back(&mut self) {
         if !std::mem::take(&mut self.handed) {
