@@ -35,11 +35,10 @@
 //! - [`rows`]: the SQL statements, a resource's rows read into tenures and waiters, the core's
 //!   changes written in order, the queries of `status`, `list`, `log` and `gc`;
 //! - [`reader`]: how the read-only commands reach the file, creating nothing;
-//! - `doorbell` (Linux): the turnstile whose futexes wake the first waiter;
+//! - [`doorbell`]: the turnstile whose futexes wake the first waiter (Linux; elsewhere waiters
+//!   poll);
 //! - [`words`]: SQLite's failures in words a person can act on.
 
-// Futexes are Linux's; elsewhere waiters poll (see the README).
-#[cfg(target_os = "linux")]
 mod doorbell;
 mod open;
 mod reader;
@@ -99,10 +98,8 @@ pub struct SqliteStore {
     /// Whether this process's latest write left waiters in the resource's queue.
     queue_behind: bool,
     /// The store's turnstile, once this process waits or wakes a waiter.
-    #[cfg(target_os = "linux")]
     turnstile: Option<doorbell::Turnstile>,
     /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
-    #[cfg(target_os = "linux")]
     watch: Option<(usize, u32)>,
     /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
     /// be granted, so it skips the look at a read snapshot.
@@ -194,7 +191,6 @@ impl SqliteStore {
         apply(&tx, resource, &decision.changes)?;
         tx.commit()?;
         self.queue_behind = engine::head_after(&state, &decision.changes).is_some();
-        #[cfg(target_os = "linux")]
         if let Some(head) = engine::next_to_wake(&state, &decision.changes) {
             self.ring(resource, head);
         }
@@ -223,7 +219,6 @@ impl SqliteStore {
 
     /// Wakes `head`, the first waiter in `resource`'s queue. Best effort: if the turnstile
     /// cannot be opened, the head finds out at its next poll.
-    #[cfg(target_os = "linux")]
     fn ring(&mut self, resource: &Resource, head: &Owner) {
         if self.turnstile.is_none() {
             // Nobody waits without having created it.
@@ -249,24 +244,19 @@ impl Backend for SqliteStore {
 
     fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
         self.prepare_grant();
-        #[cfg(target_os = "linux")]
-        {
-            if self.turnstile.is_none() {
-                self.turnstile = doorbell::Turnstile::open(&self.path, true);
-            }
-            let slot = doorbell::slot(resource.as_str(), owner.as_str());
-            self.watch = self
-                .turnstile
-                .as_ref()
-                .and_then(|turnstile| turnstile.read(slot))
-                .map(|seen| (slot, seen));
-            if self.watch.is_none() {
-                // Cut short already: poll.
-                self.turnstile = None;
-            }
+        if self.turnstile.is_none() {
+            self.turnstile = doorbell::Turnstile::open(&self.path, true);
         }
-        #[cfg(not(target_os = "linux"))]
-        let _ = (resource, owner);
+        let slot = doorbell::slot(resource.as_str(), owner.as_str());
+        self.watch = self
+            .turnstile
+            .as_ref()
+            .and_then(|turnstile| turnstile.read(slot))
+            .map(|seen| (slot, seen));
+        if self.watch.is_none() {
+            // Cut short already, or no turnstile here: poll.
+            self.turnstile = None;
+        }
         Ok(())
     }
 
@@ -275,7 +265,6 @@ impl Backend for SqliteStore {
     }
 
     fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
-        #[cfg(target_os = "linux")]
         if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.watch) {
             let woken = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.

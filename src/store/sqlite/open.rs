@@ -176,9 +176,7 @@ impl SqliteStore {
             path: path.to_owned(),
             identity: identity(path),
             queue_behind: false,
-            #[cfg(target_os = "linux")]
             turnstile: None,
-            #[cfg(target_os = "linux")]
             watch: None,
             rung: false,
             shape: Shape::CURRENT,
