@@ -49,12 +49,19 @@ pub fn spawn(command: &[OsString], env: &[(&str, OsString)]) -> Result<Child, Ex
         let shown = program.to_string_lossy();
         match err.kind() {
             std::io::ErrorKind::NotFound => {
-                match interpreter_of(path).filter(|interpreter| !interpreter.exists()) {
-                    Some(missing) => warn(format_args!(
-                        "cannot run {shown}: its interpreter {} was not found",
-                        missing.display()
-                    )),
-                    None => warn(format_args!("cannot run {shown}: {err}")),
+                if crlf_shebang(path) {
+                    warn(format_args!(
+                        "cannot run {shown}: its #! line ends in a carriage return (Windows line \
+                         ends), so its interpreter's name does too; convert it with dos2unix"
+                    ));
+                } else {
+                    match interpreter_of(path).filter(|interpreter| !interpreter.exists()) {
+                        Some(missing) => warn(format_args!(
+                            "cannot run {shown}: its interpreter {} was not found",
+                            missing.display()
+                        )),
+                        None => warn(format_args!("cannot run {shown}: {err}")),
+                    }
                 }
                 Exit::CommandNotFound
             }
@@ -73,6 +80,21 @@ fn interpreter_of(path: &Path) -> Option<PathBuf> {
     let mut file = std::fs::File::open(path).ok()?;
     let read = file.read(&mut head).ok()?;
     shebang(&head[..read])
+}
+
+/// Whether the file at `path` starts with a `#!` line that ends in `\r\n`.
+fn crlf_shebang(path: &Path) -> bool {
+    let mut head = [0; 256];
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let read = file.read(&mut head).unwrap_or(0);
+    let head = &head[..read];
+    head.starts_with(b"#!")
+        && head
+            .split(|&b| b == b'\n')
+            .next()
+            .is_some_and(|line| line.ends_with(b"\r") && head.len() > line.len())
 }
 
 /// The interpreter of a file that starts with `head`: the first word after `#!`.

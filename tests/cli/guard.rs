@@ -957,6 +957,15 @@ fn a_missing_interpreter_is_127_and_named_as_such() {
         );
         assert!(!db.file("ran").exists(), "the script ran");
         assert_free(db, "exec");
+        // A `#!` line with a Windows line end names an interpreter that ends in `\r`.
+        let crlf = executable(db, "crlf", "#!/bin/sh\r\necho ran > \"$D/ran\"\r\n");
+        let out = run_in(db, &["--resource", "exec", "--", &crlf])
+            .output()
+            .expect("run distlock");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{stderr}");
+        assert!(stderr.contains("carriage return"), "{stderr}");
+        assert!(!db.file("ran").exists(), "the script ran");
     });
 }
 
