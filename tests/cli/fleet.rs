@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::common::files::read_trimmed;
 use crate::common::output::{
-    assert_usage_error, event_names, keys, now_millis, parse_line, timestamp_millis,
+    assert_usage_error, event_names, fence, keys, now_millis, parse_line, timestamp_millis,
 };
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
 use crate::common::process::{Proc, describe, wait_for_file, wait_until};
@@ -307,10 +307,7 @@ fn hold_at_least_keeps_the_lock_until_the_tenures_start_plus_the_hold() {
             "free at {seen_free}, before the hold's end {expires_at}"
         );
         let next = db.json(&["acquire", "report", "--owner", "other", "--ttl", "60"], 0);
-        assert!(
-            next["lock"]["fence"].as_i64() > lock["fence"].as_i64(),
-            "{next}"
-        );
+        assert!(fence(&next["lock"]) > fence(&lock), "{next}");
     });
 }
 
@@ -651,14 +648,14 @@ fn break_removes_every_live_tenure_and_the_next_tenure_gets_a_higher_fence() {
         db.json(&["renew", "slots", "--owner", "s1", "--ttl", "60"], 1);
         db.json(&["release", "slots", "--owner", "s1"], 1);
 
-        let highest = slots.iter().filter_map(|l| l["fence"].as_i64()).max();
+        let highest = slots.iter().map(fence).max().expect("three tenures");
         let next = db.json(
             &[
                 "acquire", "slots", "--owner", "s4", "--ttl", "60", "--limit", "3",
             ],
             0,
         );
-        assert!(next["lock"]["fence"].as_i64() > highest, "{next}");
+        assert!(fence(&next["lock"]) > highest, "{next}");
 
         // Nothing live: 1, nothing changes; an expired tenure is not live either.
         db.json(&["release", "slots", "--owner", "s4"], 0);
@@ -796,10 +793,7 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
             "the evicted run wrote nothing after the break: {events:?}"
         );
         let next = db.json(&["acquire", "report", "--owner", "next", "--ttl", "60"], 0);
-        assert!(
-            next["lock"]["fence"].as_i64() > lock["fence"].as_i64(),
-            "{next}"
-        );
+        assert!(fence(&next["lock"]) > fence(&lock), "{next}");
     });
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::output::{
-    assert_store_error, keys, now_millis, parse_line, parse_lines, timestamp_millis,
+    assert_store_error, fence, keys, now_millis, parse_line, parse_lines, timestamp_millis,
 };
 use crate::common::process::{BIN, describe, wait_for, wait_or_kill};
 use crate::common::store::{Db, Kind, each_store};
@@ -41,12 +41,6 @@ fn text_of<'a>(value: &'a Value, key: &str) -> &'a str {
     value[key]
         .as_str()
         .unwrap_or_else(|| panic!("{key} must be a string in {value}"))
-}
-
-fn fence(lock: &Value) -> i64 {
-    lock["fence"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("fence must be an integer in {lock}"))
 }
 
 /// Checks a lock object's exact keys and the format of its times; returns `expires_at` in ms.

@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use super::output::timestamp_millis;
+use super::output::{fence, timestamp_millis};
 
 /// How a tenure holds its resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,9 +78,7 @@ impl Tenure {
         let tenure = Tenure {
             resource: text(lock, "resource").to_owned(),
             owner: text(lock, "owner").to_owned(),
-            fence: lock["fence"]
-                .as_i64()
-                .unwrap_or_else(|| panic!("fence must be an integer in {lock}")),
+            fence: fence(lock),
             acquired_at: text(lock, "acquired_at").to_owned(),
             expires_at: text(lock, "expires_at").to_owned(),
             mode,
