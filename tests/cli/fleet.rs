@@ -793,7 +793,7 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
             "the evicted run wrote nothing after the break: {events:?}"
         );
         let next = db.json(&["acquire", "report", "--owner", "next", "--ttl", "60"], 0);
-        assert!(fence(&next["lock"]) > fence(&lock), "{next}");
+        assert!(fence(&next["lock"]) > fence(lock), "{next}");
     });
 }
 
