@@ -42,7 +42,7 @@ use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
 use crate::common::process::{
     BIN, Proc, describe, pid_of, wait_for_file, wait_or_kill, wait_until,
 };
-use crate::common::store::{Db, Kind, distlock_at, each_store};
+use crate::common::store::{Db, Kind, distlock_at, each_store, sh_script};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -2241,16 +2241,11 @@ fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
         command
     };
     let mut guard = under_umask()
-        .args([
-            "run",
-            "--resource",
-            "r",
-            "--",
-            "sh",
-            "-c",
+        .args(sh_script(
+            &["run", "--resource", "r"],
             r#"touch "$1"; exec sleep 30"#,
-            "sh",
-        ])
+            &[],
+        ))
         .arg(&started)
         .spawn()
         .unwrap();
