@@ -24,7 +24,9 @@ use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone};
 use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file, wait_until};
-use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd, sh_script};
+use crate::common::store::{
+    Db, Kind, assert_free, assert_held_by, each_store, output_exiting, run_cmd, sh_script,
+};
 use crate::common::tenure::{Mode, Tenure};
 
 /// Holds SQLite's write lock on `path` from another connection for `hold`, as a stuck writer
@@ -315,21 +317,16 @@ fn run_never_takes_its_owner_from_distlock_owner_but_does_from_the_flag() {
         assert_eq!(owner.split(':').count(), 3, "owner {owner:?}");
 
         // --owner given explicitly is the owner.
-        let out = run_cmd(
-            db,
-            &sh_script(
-                &["--resource", "shared", "--owner", "shared"],
-                r#"echo "$DISTLOCK_OWNER" > "$D/ran""#,
-                &[],
+        output_exiting(
+            &mut run_cmd(
+                db,
+                &sh_script(
+                    &["--resource", "shared", "--owner", "shared"],
+                    r#"echo "$DISTLOCK_OWNER" > "$D/ran""#,
+                    &[],
+                ),
             ),
-        )
-        .output()
-        .expect("run distlock");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "stderr {}",
-            String::from_utf8_lossy(&out.stderr)
+            0,
         );
         assert_eq!(read_trimmed(&ran), "shared");
         let lock = assert_held_by(db, "shared", "shared");
@@ -1238,21 +1235,16 @@ fn run_as_the_holder_joins_the_tenure_and_leaves_the_lock_held() {
     each_store(|db| {
         let held = db.json(&["acquire", "join", "--owner", "X", "--ttl", "30"], 0);
         let fence = held["lock"]["fence"].as_i64().expect("fence");
-        let out = run_cmd(
-            db,
-            &sh_script(
-                &["--resource", "join", "--owner", "X"],
-                r#"echo "$DISTLOCK_FENCE" > "$D/f""#,
-                &[],
+        output_exiting(
+            &mut run_cmd(
+                db,
+                &sh_script(
+                    &["--resource", "join", "--owner", "X"],
+                    r#"echo "$DISTLOCK_FENCE" > "$D/f""#,
+                    &[],
+                ),
             ),
-        )
-        .output()
-        .expect("run distlock");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "stderr {}",
-            String::from_utf8_lossy(&out.stderr)
+            0,
         );
         assert_eq!(read_number(&db.file("f")), fence);
         let lock = assert_held_by(db, "join", "X");

@@ -308,6 +308,14 @@ pub fn sh_script<'a>(flags: &[&'a str], script: &'a str, args: &[&'a str]) -> Ve
     all
 }
 
+/// Runs `cmd` (a distlock command line, such as [`run_cmd`] makes) to its end: its output, once
+/// it has exited `code`.
+pub fn output_exiting(cmd: &mut std::process::Command, code: i32) -> Output {
+    let out = cmd.output().expect("run distlock");
+    assert_eq!(out.status.code(), Some(code), "{cmd:?}: {}", describe(&out));
+    out
+}
+
 /// Asserts that `resource` is free.
 pub fn assert_free(db: &Db, resource: &str) {
     let (code, json) = db.status(resource);
