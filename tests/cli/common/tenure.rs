@@ -115,11 +115,7 @@ impl Tenure {
     /// The lock object of an exclusive tenure, byte for byte as distlock printed it before lock
     /// modes existed (keys in the contract's order).
     pub fn plain_lock_text(&self) -> String {
-        assert_eq!(
-            self.mode,
-            Mode::Exclusive,
-            "only exclusive locks keep the old bytes"
-        );
+        self.assert_plain("locks");
         format!(
             r#"{{"resource":{},"owner":{},"fence":{},"acquired_at":{},"expires_at":{}}}"#,
             quoted(&self.resource),
@@ -133,17 +129,23 @@ impl Tenure {
     /// The busy answer (75) beside this exclusive tenure alone, byte for byte as distlock printed
     /// it before lock modes existed.
     pub fn plain_busy_text(&self) -> String {
+        self.assert_plain("holders");
+        let holder = format!(
+            r#"{{"owner":{},"expires_at":{}}}"#,
+            quoted(&self.owner),
+            quoted(&self.expires_at)
+        );
+        let resource = quoted(&self.resource);
+        format!(r#"{{"acquired":false,"resource":{resource},"holder":{holder}}}"#)
+    }
+
+    /// Only exclusive tenures print what distlock printed before lock modes existed.
+    fn assert_plain(&self, what: &str) {
         assert_eq!(
             self.mode,
             Mode::Exclusive,
-            "only exclusive holders keep the old bytes"
+            "only exclusive {what} keep the old bytes"
         );
-        format!(
-            r#"{{"acquired":false,"resource":{},"holder":{{"owner":{},"expires_at":{}}}}}"#,
-            quoted(&self.resource),
-            quoted(&self.owner),
-            quoted(&self.expires_at)
-        )
     }
 
     /// The holder object: `owner, expires_at`, and the mode's field.
