@@ -561,6 +561,14 @@ fn runs(s: &Scratch, name: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// The `"fence"` of a lock object, which must be an integer: a missing fence fails the test
+/// instead of comparing as `None`.
+fn fence_of(lock: &Value) -> i64 {
+    lock["fence"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("fence must be an integer in {lock}"))
+}
+
 /// The lock a job saw while it ran (from its `distlock status backup`).
 fn seen_by(s: &Scratch, name: &str) -> Value {
     let status: Value =
@@ -621,7 +629,10 @@ fn cron_skip_line_skips_quietly_while_held_and_runs_when_free() {
     let lock = seen_by(&s, "backup.sh");
     assert_eq!(lock["resource"], "backup");
     assert_ne!(lock["owner"], "previous-backup");
-    assert!(lock["fence"].as_i64() > previous["fence"].as_i64());
+    assert!(
+        fence_of(&lock) > fence_of(&previous),
+        "{lock} after {previous}"
+    );
     assert_eq!(s.holder("backup"), None, "released after the job");
 }
 
@@ -1952,7 +1963,7 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
     assert_eq!(last["by"], by.as_str());
     assert_eq!(last["reason"], "report hung since 03:00");
     let next = s.hold("hourly-report", "web-1", "60s");
-    assert!(next["fence"].as_i64() > holder["fence"].as_i64(), "{next}");
+    assert!(fence_of(&next) > fence_of(&holder), "{next} after {holder}");
     s.release("hourly-report", "web-1");
 
     // Nobody holds it: 1, without asking. No arguments: 64.

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::common::output::{keys, now_millis, parse_line};
 use crate::common::process::{Finished, Proc, describe, wait_for, wait_for_file, wait_until};
-use crate::common::store::{Db, each_store};
+use crate::common::store::{Db, each_store, sh_script};
 
 /// How long a waiter may take to show up in `status`'s count.
 const QUEUED: Duration = Duration::from_secs(15);
@@ -108,19 +108,11 @@ fn waiters_are_served_in_the_order_they_started_waiting() {
         for n in 1..=6u64 {
             let number = n.to_string();
             waiters.push(db.spawn(
-                &[
-                    "run",
-                    "--resource",
-                    "R",
-                    "--wait",
-                    "60s",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &["run", "--resource", "R", "--wait", "60s"],
                     script,
-                    "sh",
-                    &number,
-                ],
+                    &[&number],
+                ),
                 &format!("waiter{n}"),
             ));
             until_waiting(db, "R", n);
@@ -540,17 +532,7 @@ fn hand_over(db: &Db, let_go: LetGo, n: usize) -> Duration {
                 while [ ! -e "$D/stop$1" ]; do sleep 0.05; done
                 date +%s%3N > "$D/left$1""#;
             let holder = db.spawn(
-                &[
-                    "run",
-                    "--resource",
-                    "R",
-                    "--",
-                    "sh",
-                    "-c",
-                    script,
-                    "sh",
-                    &tag,
-                ],
+                &sh_script(&["run", "--resource", "R"], script, &[&tag]),
                 &format!("holder{tag}"),
             );
             wait_for_file(&db.file(&format!("started{tag}")), LONG);
@@ -563,19 +545,11 @@ fn hand_over(db: &Db, let_go: LetGo, n: usize) -> Duration {
     };
     let queued = Instant::now();
     let waiter = db.spawn(
-        &[
-            "run",
-            "--resource",
-            "R",
-            "--wait",
-            "60s",
-            "--",
-            "sh",
-            "-c",
+        &sh_script(
+            &["run", "--resource", "R", "--wait", "60s"],
             r#"date +%s%3N > "$D/got$1""#,
-            "sh",
-            &tag,
-        ],
+            &[&tag],
+        ),
         &format!("waiter{tag}"),
     );
     until_waiting(db, "R", 1);

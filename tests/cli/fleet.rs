@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 
 use crate::common::files::read_trimmed;
 use crate::common::output::{
-    assert_usage_error, event_names, keys, now_millis, parse_line, timestamp_millis,
+    assert_usage_error, event_names, fence, keys, now_millis, parse_line, timestamp_millis,
 };
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
 use crate::common::process::{Proc, describe, wait_for_file, wait_until};
-use crate::common::store::{Kind, assert_free, assert_held_by, each_store, run_cmd};
+use crate::common::store::{Kind, assert_free, assert_held_by, each_store, run_cmd, sh_script};
 
 /// The deadline for anything that should take a few seconds at most.
 const LONG: Duration = Duration::from_secs(20);
@@ -255,16 +255,11 @@ fn hold_at_least_keeps_the_lock_until_the_tenures_start_plus_the_hold() {
         let script = r#"echo "$DISTLOCK_OWNER" > "$D/owner"; exit 3"#;
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "report",
-                "--hold-at-least",
-                "3s",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "report", "--hold-at-least", "3s"],
                 script,
-            ],
+                &[],
+            ),
         )
         .output()
         .expect("run distlock");
@@ -307,10 +302,7 @@ fn hold_at_least_keeps_the_lock_until_the_tenures_start_plus_the_hold() {
             "free at {seen_free}, before the hold's end {expires_at}"
         );
         let next = db.json(&["acquire", "report", "--owner", "other", "--ttl", "60"], 0);
-        assert!(
-            next["lock"]["fence"].as_i64() > lock["fence"].as_i64(),
-            "{next}"
-        );
+        assert!(fence(&next["lock"]) > fence(&lock), "{next}");
     });
 }
 
@@ -345,20 +337,20 @@ fn a_second_host_skips_quietly_while_the_first_hosts_hold_lasts() {
         for host in ["host-a", "host-b"] {
             let out = run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "report",
-                    "--owner",
-                    host,
-                    "--hold-at-least",
-                    "5s",
-                    "--conflict-exit-code",
-                    "0",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &[
+                        "--resource",
+                        "report",
+                        "--owner",
+                        host,
+                        "--hold-at-least",
+                        "5s",
+                        "--conflict-exit-code",
+                        "0",
+                    ],
                     r#"echo "$DISTLOCK_OWNER" >> "$D/ran""#,
-                ],
+                    &[],
+                ),
             )
             .output()
             .expect("run distlock");
@@ -386,18 +378,18 @@ fn hold_at_least_does_not_keep_a_lock_whose_lease_was_lost() {
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "report",
-                    "--ttl",
-                    "3",
-                    "--hold-at-least",
-                    "60s",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &[
+                        "--resource",
+                        "report",
+                        "--ttl",
+                        "3",
+                        "--hold-at-least",
+                        "60s",
+                    ],
                     HOLD_AND_SLEEP,
-                ],
+                    &[],
+                ),
             ),
             db.dir.path(),
             "run",
@@ -430,18 +422,18 @@ fn max_runtime_stops_the_command_and_everything_it_started_and_releases() {
     each_store(|db| {
         let mut cmd = run_cmd(
             db,
-            &[
-                "--resource",
-                "capped",
-                "--max-runtime",
-                "2s",
-                "--kill-after",
-                "1",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &[
+                    "--resource",
+                    "capped",
+                    "--max-runtime",
+                    "2s",
+                    "--kill-after",
+                    "1",
+                ],
                 TREE,
-            ],
+                &[],
+            ),
         );
         cmd.env("GRANDCHILD", GRANDCHILD);
         let proc = Proc::spawn(&mut cmd, db.dir.path(), "run");
@@ -498,18 +490,18 @@ fn max_runtime_under_hold_at_least_keeps_the_lock_until_the_hold_ends() {
         let done = Proc::spawn(
             &mut run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "capped",
-                    "--max-runtime",
-                    "1s",
-                    "--hold-at-least",
-                    "30s",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &[
+                        "--resource",
+                        "capped",
+                        "--max-runtime",
+                        "1s",
+                        "--hold-at-least",
+                        "30s",
+                    ],
                     HOLD_AND_SLEEP,
-                ],
+                    &[],
+                ),
             ),
             db.dir.path(),
             "run",
@@ -651,14 +643,14 @@ fn break_removes_every_live_tenure_and_the_next_tenure_gets_a_higher_fence() {
         db.json(&["renew", "slots", "--owner", "s1", "--ttl", "60"], 1);
         db.json(&["release", "slots", "--owner", "s1"], 1);
 
-        let highest = slots.iter().filter_map(|l| l["fence"].as_i64()).max();
+        let highest = slots.iter().map(fence).max().expect("three tenures");
         let next = db.json(
             &[
                 "acquire", "slots", "--owner", "s4", "--ttl", "60", "--limit", "3",
             ],
             0,
         );
-        assert!(next["lock"]["fence"].as_i64() > highest, "{next}");
+        assert!(fence(&next["lock"]) > highest, "{next}");
 
         // Nothing live: 1, nothing changes; an expired tenure is not live either.
         db.json(&["release", "slots", "--owner", "s4"], 0);
@@ -722,18 +714,11 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "report",
-                    "--ttl",
-                    "6",
-                    "--note",
-                    "web-3",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &["--resource", "report", "--ttl", "6", "--note", "web-3"],
                     script,
-                ],
+                    &[],
+                ),
             ),
             db.dir.path(),
             "run",
@@ -796,10 +781,7 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
             "the evicted run wrote nothing after the break: {events:?}"
         );
         let next = db.json(&["acquire", "report", "--owner", "next", "--ttl", "60"], 0);
-        assert!(
-            next["lock"]["fence"].as_i64() > lock["fence"].as_i64(),
-            "{next}"
-        );
+        assert!(fence(&next["lock"]) > fence(lock), "{next}");
     });
 }
 
@@ -818,17 +800,11 @@ fn an_evicted_run_says_who_broke_it_even_when_others_hold_the_resource_by_then()
         let shared = Proc::spawn(
             &mut run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "index",
-                    "--shared",
-                    "--ttl",
-                    "3",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &["--resource", "index", "--shared", "--ttl", "3"],
                     HOLD_AND_SLEEP,
-                ],
+                    &[],
+                ),
             ),
             db.dir.path(),
             "shared",

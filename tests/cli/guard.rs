@@ -33,7 +33,7 @@ use crate::common::pids::{
 use crate::common::process::{
     BIN, Proc, describe, spawn_lock, wait_for, wait_for_file, wait_until,
 };
-use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd};
+use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd, sh_script};
 
 /// The bound for what should take well under a second.
 const SHORT: Duration = Duration::from_secs(5);
@@ -770,16 +770,7 @@ fn a_sigkilled_guards_command_dies_with_it_and_the_lock_waits_for_its_ttl() {
         let proc = Proc::spawn(
             &mut run_in(
                 db,
-                &[
-                    "--resource",
-                    "killed",
-                    "--ttl",
-                    "2",
-                    "--",
-                    "sh",
-                    "-c",
-                    script,
-                ],
+                &sh_script(&["--resource", "killed", "--ttl", "2"], script, &[]),
             ),
             db.dir.path(),
             "run",

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::output::{
-    assert_store_error, keys, now_millis, parse_line, parse_lines, timestamp_millis,
+    assert_store_error, fence, keys, now_millis, parse_line, parse_lines, timestamp_millis,
 };
 use crate::common::process::{BIN, describe, wait_for, wait_or_kill};
-use crate::common::store::{Db, Kind, each_store};
+use crate::common::store::{Db, Kind, each_store, sh_script};
 
 /// How far past a lock's `expires_at` (by the test's clock) a test sleeps before it relies on
 /// the lock having expired.
@@ -41,12 +41,6 @@ fn text_of<'a>(value: &'a Value, key: &str) -> &'a str {
     value[key]
         .as_str()
         .unwrap_or_else(|| panic!("{key} must be a string in {value}"))
-}
-
-fn fence(lock: &Value) -> i64 {
-    lock["fence"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("fence must be an integer in {lock}"))
 }
 
 /// Checks a lock object's exact keys and the format of its times; returns `expires_at` in ms.
@@ -936,21 +930,21 @@ fn run_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
     let start = Instant::now();
     let mut term = Terminal::spawn(
         &db,
-        &command_line(&[
-            "run",
-            "--resource",
-            "R",
-            "--owner",
-            "w2",
-            "--ttl",
-            "5",
-            "--wait",
-            "10s",
-            "--",
-            "sh",
-            "-c",
+        &command_line(&sh_script(
+            &[
+                "run",
+                "--resource",
+                "R",
+                "--owner",
+                "w2",
+                "--ttl",
+                "5",
+                "--wait",
+                "10s",
+            ],
             "echo child-ran-with-fence-$DISTLOCK_FENCE",
-        ]),
+            &[],
+        )),
     );
     let seen = term.wait_for("waiting for R", Duration::from_secs(10));
     sleep(Duration::from_millis(1_500).saturating_sub(start.elapsed()));

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use crate::common::output::{assert_usage_error, keys, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::is_gone;
 use crate::common::process::{Proc, describe, wait_or_kill, wait_until};
-use crate::common::store::{Db, each_store};
+use crate::common::store::{Db, each_store, output_exiting};
 use crate::common::tenure::{Mode, Tenure, busy, held, mismatch};
 
 /// How long a spawned `run` may take before the test gives up on it.
@@ -1079,19 +1079,14 @@ fn limit_validation_rows_exit_64_and_leave_the_store_untouched() {
             let args = acquire_args("v", "a", 60, Mode::Exclusive, &["--limit", n]);
             call(db, &args, 0);
             db.json(&["release", "v", "--owner", "a"], 0);
-            let out = guarded(
-                db,
-                &run_flags("v", Mode::Exclusive, &["--limit", n]),
-                "true",
-                &[],
-            )
-            .output()
-            .expect("run distlock");
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "run --limit {n}: {}",
-                describe(&out)
+            output_exiting(
+                &mut guarded(
+                    db,
+                    &run_flags("v", Mode::Exclusive, &["--limit", n]),
+                    "true",
+                    &[],
+                ),
+                0,
             );
         }
 

@@ -28,7 +28,7 @@ use serde_json::Value;
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
 use crate::common::process::{BIN, Finished, Proc, wait_for};
-use crate::common::store::{Db, distlock_at};
+use crate::common::store::{Db, distlock_at, sh_script};
 
 /// A distinctive password that must never show up in anything distlock prints.
 const SECRET: &str = "hunter2-Pa55";
@@ -614,15 +614,11 @@ fn unreachable_server_makes_run_exit_74_without_starting_the_command() {
     cmd.env("DISTLOCK_DB", &url)
         .env_remove("PGPASSWORD")
         .current_dir(db.dir.path())
-        .args([
-            "run",
-            "--resource",
-            "r",
-            "--",
-            "sh",
-            "-c",
+        .args(sh_script(
+            &["run", "--resource", "r"],
             "echo ran > started",
-        ]);
+            &[],
+        ));
     let out = finish(cmd, db.dir.path(), "run", Duration::from_secs(30));
     assert!(
         out.elapsed < Duration::from_secs(15),

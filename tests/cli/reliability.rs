@@ -42,7 +42,7 @@ use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
 use crate::common::process::{
     BIN, Proc, describe, pid_of, wait_for_file, wait_or_kill, wait_until,
 };
-use crate::common::store::{Db, Kind, distlock_at, each_store};
+use crate::common::store::{Db, Kind, distlock_at, each_store, sh_script};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -856,9 +856,10 @@ fn number() -> impl Strategy<Value = u64> {
     ]
 }
 
-/// A duration as text, with its value in nanoseconds when the text has one exact meaning
-/// under the contract (a bare integer is seconds; humantime units), or `None` for text whose
-/// meaning only the parser decides (fractions, garbage).
+/// A duration as text, with its value in nanoseconds when the strategy built it from parts of
+/// one exact meaning under the contract (a bare integer is seconds; humantime units), or `None`
+/// for text it did not (negatives, fractions, garbage), which an oracle reads by the contract's
+/// rules itself.
 fn duration_text() -> BoxedStrategy<(String, Option<u128>)> {
     let unit = prop::sample::select(UNITS.to_vec());
     prop_oneof![
@@ -931,6 +932,69 @@ fn duration_text() -> BoxedStrategy<(String, Option<u128>)> {
 /// 1 s ..= 365 days.
 fn ttl_valid(nanos: u128) -> bool {
     nanos % 1_000_000_000 == 0 && (1..=u128::from(MAX_TTL_SECS)).contains(&(nanos / 1_000_000_000))
+}
+
+/// What humantime itself reads in `raw`, in nanoseconds: the contract's "humantime forms", read
+/// by the crate the contract names rather than by distlock's parsers. `None` when it reads no
+/// duration, or panics (humantime 2.4 does on a carry past `u64::MAX` seconds, far beyond every
+/// bound here).
+fn humantime_reading(raw: &str) -> Option<u128> {
+    std::panic::catch_unwind(|| humantime::parse_duration(raw))
+        .ok()?
+        .ok()
+        .map(|d| d.as_nanos())
+}
+
+/// A bare number of seconds (digits, with at most one `.` among them), in nanoseconds: a
+/// fraction past nanoseconds is cut, and a number too large for `u128` saturates.
+fn bare_number(raw: &str) -> Option<u128> {
+    let (whole, fraction) = raw.split_once('.').unwrap_or((raw, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() + fraction.len() == 0 || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().unwrap_or(u128::MAX)
+    };
+    let nanos: String = fraction
+        .chars()
+        .chain("000000000".chars())
+        .take(9)
+        .collect();
+    Some(
+        whole
+            .saturating_mul(1_000_000_000)
+            .saturating_add(nanos.parse().expect("digits")),
+    )
+}
+
+/// The contract's `--ttl` rule for text from [`duration_text`] (`nanos`: its exact meaning, when
+/// it has one): fractions (any `.`) and negatives are never a TTL; a bare integer is seconds;
+/// other text is a TTL only as a humantime form; and the value must pass [`ttl_valid`].
+fn ttl_accepted(raw: &str, nanos: Option<u128>) -> bool {
+    if raw.contains('.') || raw.trim_start().starts_with('-') {
+        return false;
+    }
+    nanos
+        .or_else(|| bare_number(raw))
+        .or_else(|| humantime_reading(raw))
+        .is_some_and(ttl_valid)
+}
+
+/// The contract's rule for `--wait`, `--kill-after`, `--since` and `--keep-history`, for text
+/// from [`duration_text`]: a duration ≥ 0 — a bare number of seconds, fractions allowed
+/// (`--wait 0.5`), or a humantime form (which humantime must be able to hold) — and at most
+/// [`MAX_DURATION`]; never a negative.
+fn duration_accepted(raw: &str, nanos: Option<u128>) -> bool {
+    let max = MAX_DURATION.as_nanos();
+    if raw.trim_start().starts_with('-') || nanos.is_some_and(|n| n > max) {
+        return false;
+    }
+    bare_number(raw)
+        .or_else(|| humantime_reading(raw))
+        .is_some_and(|n| n <= max)
 }
 
 /// Calls a parser, turning a panic into an error the property reports.
@@ -1105,9 +1169,9 @@ fn binary_runner(cases: u32) -> TestRunner {
 
 /// Runs distlock with `args`: checks it neither panicked nor died of a signal, that its exit
 /// code is one of `allowed`, and that a usage error (64) printed nothing on stdout and left the
-/// store exactly as it was. `expect_usage`: what the oracle says (64 or not) — the contract's
-/// validation table for names and owners, the parsing layer (checked against the contract
-/// above) for durations.
+/// store exactly as it was. `expect_usage`: what the contract's validation table says (64 or
+/// not), written in this file ([`resource_valid`], [`owner_valid`], [`ttl_accepted`],
+/// [`duration_accepted`]), never what distlock's own parsers say.
 fn hostile_call(
     db: &Db,
     args: &[OsString],
@@ -1170,12 +1234,6 @@ fn hostile_call(
     Ok(out)
 }
 
-/// Whether the parsing layer accepts `raw`; a parser that panics counts as rejecting it (the
-/// parsing-layer properties report the panic itself), so the binary must exit 64, not 101.
-fn accepts<T, E>(parse: fn(&str) -> Result<T, E>, raw: &str) -> bool {
-    std::panic::catch_unwind(|| parse(raw).is_ok()).unwrap_or(false)
-}
-
 fn os(args: &[String]) -> Vec<OsString> {
     args.iter().map(OsString::from).collect()
 }
@@ -1184,16 +1242,16 @@ fn os(args: &[String]) -> Vec<OsString> {
 /// back out exactly.
 fn acquire_property(db: &Db, cases: u32) {
     let ttl = prop_oneof![
-        1 => (1u32..5000).prop_map(|n| (n.to_string(), None::<u128>)),
+        1 => (1u32..5000).prop_map(|n| (n.to_string(), Some(u128::from(n) * 1_000_000_000))),
         2 => duration_text(),
     ];
     let strategy = (hostile_text(), hostile_text(), ttl);
     binary_runner(cases)
-        .run(&strategy, |(resource, owner, (ttl, _))| {
+        .run(&strategy, |(resource, owner, (ttl, nanos))| {
             let (resource, owner, ttl) = (passable(&resource), passable(&owner), passable(&ttl));
             let valid = resource_valid(&resource)
                 && owner_valid(&owner).is_some()
-                && accepts(Ttl::parse, &ttl);
+                && ttl_accepted(&ttl, nanos);
             // `--flag=value` and `--` before the name, so that a value starting with `-` is
             // read as a value: the parser, not clap's flag syntax, decides.
             let args = os(&[
@@ -1245,10 +1303,13 @@ fn binary_status_release_renew_with_hostile_input() {
         0usize..3,
         prop_oneof![1 => Just("held".to_owned()), 3 => hostile_text()],
         prop_oneof![1 => Just("holder".to_owned()), 3 => hostile_text()],
-        prop_oneof![1 => Just("300".to_owned()), 2 => duration_text().prop_map(|(t, _)| t)],
+        prop_oneof![
+            1 => Just(("300".to_owned(), Some(300_000_000_000))),
+            2 => duration_text(),
+        ],
     );
     binary_runner(64)
-        .run(&strategy, |(command, resource, owner, ttl)| {
+        .run(&strategy, |(command, resource, owner, (ttl, nanos))| {
             let (resource, owner, ttl) = (passable(&resource), passable(&owner), passable(&ttl));
             let names_ok = resource_valid(&resource);
             let (args, valid) = match command {
@@ -1263,7 +1324,7 @@ fn binary_status_release_renew_with_hostile_input() {
                         format!("--owner={owner}"),
                         format!("--ttl={ttl}"),
                     ],
-                    names_ok && owner_valid(&owner).is_some() && accepts(Ttl::parse, &ttl),
+                    names_ok && owner_valid(&owner).is_some() && ttl_accepted(&ttl, nanos),
                 ),
             };
             let mut args = args;
@@ -1288,8 +1349,8 @@ fn binary_run_with_hostile_options() {
     let duration = || {
         prop_oneof![
             1 => Just(None),
-            1 => Just(Some("0".to_owned())),
-            3 => duration_text().prop_map(|(t, _)| Some(t)),
+            1 => Just(Some(("0".to_owned(), Some(0)))),
+            3 => duration_text().prop_map(Some),
         ]
     };
     let code_text = prop_oneof![
@@ -1301,7 +1362,7 @@ fn binary_run_with_hostile_options() {
     let strategy = (
         hostile_text(),
         prop::option::of(hostile_text()),
-        prop::option::of(duration_text().prop_map(|(t, _)| t)),
+        prop::option::of(duration_text()),
         duration(),
         duration(),
         prop::option::of(code_text),
@@ -1320,15 +1381,15 @@ fn binary_run_with_hostile_options() {
                     valid &= owner_valid(&owner).is_some();
                     args.push(format!("--owner={owner}"));
                 }
-                if let Some(ttl) = ttl {
+                if let Some((ttl, nanos)) = ttl {
                     let ttl = passable(&ttl);
-                    valid &= accepts(Ttl::parse, &ttl);
+                    valid &= ttl_accepted(&ttl, nanos);
                     args.push(format!("--ttl={ttl}"));
                 }
                 for (flag, value) in [("--wait", wait), ("--kill-after", kill_after)] {
-                    if let Some(value) = value {
+                    if let Some((value, nanos)) = value {
                         let value = passable(&value);
-                        valid &= accepts(parse_duration, &value);
+                        valid &= duration_accepted(&value, nanos);
                         args.push(format!("{flag}={value}"));
                     }
                 }
@@ -1363,19 +1424,19 @@ fn binary_log_list_gc_with_hostile_input() {
         any::<String>(),
     ];
     let strategy = prop_oneof![
-        duration_text().prop_map(|(t, _)| (0usize, t)),
-        number_text.prop_map(|t| (1usize, t)),
-        hostile_text().prop_map(|t| (2usize, t)),
-        hostile_text().prop_map(|t| (3usize, t)),
-        duration_text().prop_map(|(t, _)| (4usize, t)),
+        duration_text().prop_map(|(t, nanos)| (0usize, t, nanos)),
+        number_text.prop_map(|t| (1usize, t, None)),
+        hostile_text().prop_map(|t| (2usize, t, None)),
+        hostile_text().prop_map(|t| (3usize, t, None)),
+        duration_text().prop_map(|(t, nanos)| (4usize, t, nanos)),
     ];
     binary_runner(64)
-        .run(&strategy, |(command, value)| {
+        .run(&strategy, |(command, value, nanos)| {
             let value = passable(&value);
             let (args, valid) = match command {
                 0 => (
                     vec!["log".to_owned(), format!("--since={value}")],
-                    accepts(parse_duration, &value),
+                    duration_accepted(&value, nanos),
                 ),
                 1 => (
                     vec!["log".to_owned(), format!("--limit={value}")],
@@ -1389,7 +1450,7 @@ fn binary_log_list_gc_with_hostile_input() {
                 3 => (vec!["list".to_owned(), format!("--prefix={value}")], true),
                 _ => (
                     vec!["gc".to_owned(), format!("--keep-history={value}")],
-                    accepts(parse_duration, &value),
+                    duration_accepted(&value, nanos),
                 ),
             };
             let out = hostile_call(&db, &os(&args), &LOCK_EXITS, !valid)?;
@@ -2180,16 +2241,11 @@ fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
         command
     };
     let mut guard = under_umask()
-        .args([
-            "run",
-            "--resource",
-            "r",
-            "--",
-            "sh",
-            "-c",
+        .args(sh_script(
+            &["run", "--resource", "r"],
             r#"touch "$1"; exec sleep 30"#,
-            "sh",
-        ])
+            &[],
+        ))
         .arg(&started)
         .spawn()
         .unwrap();

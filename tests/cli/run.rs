@@ -24,7 +24,9 @@ use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone};
 use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file, wait_until};
-use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd};
+use crate::common::store::{
+    Db, Kind, assert_free, assert_held_by, each_store, output_exiting, run_cmd, sh_script,
+};
 use crate::common::tenure::{Mode, Tenure};
 
 /// Holds SQLite's write lock on `path` from another connection for `hold`, as a stuck writer
@@ -111,16 +113,11 @@ fn busy_lock_exits_75_or_the_conflict_code_and_never_starts_the_command() {
         let start = Instant::now();
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "busy",
-                "--wait",
-                "1s",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "busy", "--wait", "1s"],
                 r#"echo ran > "$D/ran""#,
-            ],
+                &[],
+            ),
         )
         .output()
         .expect("run distlock");
@@ -192,14 +189,11 @@ fn command_gets_the_four_variables_and_its_fence_is_the_one_status_reports() {
         // The default owner is unique per process.
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "env: r 1",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "env: r 1"],
                 r#"echo "$DISTLOCK_OWNER" > "$D/owner2""#,
-            ],
+                &[],
+            ),
         )
         .output()
         .expect("run distlock");
@@ -257,16 +251,11 @@ fn stdout_is_exactly_the_commands_own() {
         for format in ["json", "text"] {
             let out = run_cmd(
                 db,
-                &[
-                    "--format",
-                    format,
-                    "--resource",
-                    "out",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &["--format", format, "--resource", "out"],
                     r"printf 'a\nb'; printf 'to-stderr' >&2",
-                ],
+                    &[],
+                ),
             )
             .output()
             .expect("run distlock");
@@ -296,14 +285,7 @@ fn run_never_takes_its_owner_from_distlock_owner_but_does_from_the_flag() {
         // An owner inherited through the environment must not join someone else's lock.
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "shared",
-                "--",
-                "sh",
-                "-c",
-                r#"echo ran > "$D/ran""#,
-            ],
+            &sh_script(&["--resource", "shared"], r#"echo ran > "$D/ran""#, &[]),
         )
         .env("DISTLOCK_OWNER", "shared")
         .output()
@@ -320,14 +302,11 @@ fn run_never_takes_its_owner_from_distlock_owner_but_does_from_the_flag() {
         // default, per-process owner.
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "free",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "free"],
                 r#"echo "$DISTLOCK_OWNER" > "$D/owner""#,
-            ],
+                &[],
+            ),
         )
         .env("DISTLOCK_OWNER", "shared")
         .output()
@@ -338,26 +317,16 @@ fn run_never_takes_its_owner_from_distlock_owner_but_does_from_the_flag() {
         assert_eq!(owner.split(':').count(), 3, "owner {owner:?}");
 
         // --owner given explicitly is the owner.
-        let out = run_cmd(
-            db,
-            &[
-                "--resource",
-                "shared",
-                "--owner",
-                "shared",
-                "--",
-                "sh",
-                "-c",
-                r#"echo "$DISTLOCK_OWNER" > "$D/ran""#,
-            ],
-        )
-        .output()
-        .expect("run distlock");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "stderr {}",
-            String::from_utf8_lossy(&out.stderr)
+        output_exiting(
+            &mut run_cmd(
+                db,
+                &sh_script(
+                    &["--resource", "shared", "--owner", "shared"],
+                    r#"echo "$DISTLOCK_OWNER" > "$D/ran""#,
+                    &[],
+                ),
+            ),
+            0,
         );
         assert_eq!(read_trimmed(&ran), "shared");
         let lock = assert_held_by(db, "shared", "shared");
@@ -374,14 +343,11 @@ fn lock_is_released_when_the_command_exits_and_the_log_shows_one_tenure() {
     each_store(|db| {
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "tenure",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "tenure"],
                 r#"echo "$DISTLOCK_FENCE" > "$D/fence"; echo "$DISTLOCK_OWNER" > "$D/owner""#,
-            ],
+                &[],
+            ),
         )
         .output()
         .expect("run distlock");
@@ -406,16 +372,11 @@ fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "hb",
-                    "--ttl",
-                    "2s",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &["--resource", "hb", "--ttl", "2s"],
                     r#"echo "$DISTLOCK_FENCE" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"; sleep 5"#,
-                ],
+                    &[],
+                ),
             ),
             db.dir.path(),
             "run",
@@ -688,18 +649,11 @@ fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expir
     let proc = Proc::spawn(
         &mut run_cmd(
             &db,
-            &[
-                "--resource",
-                "cut",
-                "--ttl",
-                "6",
-                "--kill-after",
-                "30",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "cut", "--ttl", "6", "--kill-after", "30"],
                 &script,
-            ],
+                &[],
+            ),
         ),
         db.dir.path(),
         "run",
@@ -734,16 +688,7 @@ fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "orphan",
-                    "--ttl",
-                    "2",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
+                &sh_script(&["--resource", "orphan", "--ttl", "2"], &script, &[]),
             ),
             db.dir.path(),
             "run",
@@ -1276,14 +1221,7 @@ fn a_command_found_on_path_sees_its_name_as_given() {
         // `sh -c SCRIPT` sets `$0` to its own argv[0]: "sh", not the path `run` found it at.
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "argv0",
-                "--",
-                "sh",
-                "-c",
-                r#"echo "$0" > "$D/argv0""#,
-            ],
+            &sh_script(&["--resource", "argv0"], r#"echo "$0" > "$D/argv0""#, &[]),
         )
         .output()
         .expect("run distlock");
@@ -1297,26 +1235,16 @@ fn run_as_the_holder_joins_the_tenure_and_leaves_the_lock_held() {
     each_store(|db| {
         let held = db.json(&["acquire", "join", "--owner", "X", "--ttl", "30"], 0);
         let fence = held["lock"]["fence"].as_i64().expect("fence");
-        let out = run_cmd(
-            db,
-            &[
-                "--resource",
-                "join",
-                "--owner",
-                "X",
-                "--",
-                "sh",
-                "-c",
-                r#"echo "$DISTLOCK_FENCE" > "$D/f""#,
-            ],
-        )
-        .output()
-        .expect("run distlock");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "stderr {}",
-            String::from_utf8_lossy(&out.stderr)
+        output_exiting(
+            &mut run_cmd(
+                db,
+                &sh_script(
+                    &["--resource", "join", "--owner", "X"],
+                    r#"echo "$DISTLOCK_FENCE" > "$D/f""#,
+                    &[],
+                ),
+            ),
+            0,
         );
         assert_eq!(read_number(&db.file("f")), fence);
         let lock = assert_held_by(db, "join", "X");
@@ -1342,18 +1270,11 @@ fn joined_step_is_kept_alive_by_the_heartbeat() {
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "step",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "2",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &["--resource", "step", "--owner", "X", "--ttl", "2"],
                     r#"echo ready > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"; sleep 4"#,
-                ],
+                    &[],
+                ),
             ),
             db.dir.path(),
             "run",
@@ -1558,18 +1479,11 @@ fn a_waiting_run_of_the_same_owner_waits_its_turn() {
         let script = r#"echo "$DISTLOCK_FENCE" > "$D/second.tmp"; mv "$D/second.tmp" "$D/second""#;
         let mut cmd = run_cmd(
             db,
-            &[
-                "--resource",
-                "turn",
-                "--owner",
-                "cron",
-                "--wait",
-                "20s",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "turn", "--owner", "cron", "--wait", "20s"],
                 script,
-            ],
+                &[],
+            ),
         );
         let second = Proc::spawn(&mut cmd, db.dir.path(), "second");
         wait_until(LONG, "the second run waits in the queue", || {
@@ -1607,18 +1521,11 @@ fn the_deploy_script_recipe_holds_one_tenure_across_its_run_steps() {
             );
             let out = run_cmd(
                 db,
-                &[
-                    "--resource",
-                    "deploy",
-                    "--owner",
-                    "X",
-                    "--ttl",
-                    "60",
-                    "--",
-                    "sh",
-                    "-c",
+                &sh_script(
+                    &["--resource", "deploy", "--owner", "X", "--ttl", "60"],
                     &script,
-                ],
+                    &[],
+                ),
             )
             .output()
             .expect("run distlock");

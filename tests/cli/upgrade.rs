@@ -25,7 +25,7 @@ use crate::common::files::read_trimmed;
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, rfc3339_millis};
 use crate::common::process::{Proc, describe};
-use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd};
+use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd, sh_script};
 use crate::common::tenure::{Mode, Tenure};
 
 /// The schema distlock 0.1.0 created on PostgreSQL (schema version 1): the `SCHEMA` constant
@@ -535,15 +535,11 @@ fn store_newer_than_the_binary_is_refused_naming_both_versions() {
         }
         let out = db
             .std_cmd()
-            .args([
-                "run",
-                "--resource",
-                "r",
-                "--",
-                "sh",
-                "-c",
+            .args(sh_script(
+                &["run", "--resource", "r"],
                 r#"echo ran > "$D/ran""#,
-            ])
+                &[],
+            ))
             .env("D", db.dir.path())
             .stdin(Stdio::null())
             .output()
@@ -968,16 +964,11 @@ fn v2_store_is_upgraded_in_place_keeping_tenures_fences_history_and_the_queue() 
         // A tenure run takes on the upgraded store is guarded: its own owner finds it busy.
         let out = run_cmd(
             db,
-            &[
-                "--resource",
-                "fresh",
-                "--owner",
-                "cron",
-                "--",
-                "sh",
-                "-c",
+            &sh_script(
+                &["--resource", "fresh", "--owner", "cron"],
                 r#""$DL" acquire fresh --owner cron --ttl 60 > /dev/null; echo $? > "$D/inner""#,
-            ],
+                &[],
+            ),
         )
         .output()
         .expect("run distlock");

@@ -2,8 +2,8 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`store`] | the store under test ([`store::Db`], [`store::each_store`]: SQLite, and PostgreSQL when the suite has a server), `distlock` command lines (`run` with `$D` and `$DL`: [`store::run_cmd`]), `status` and `log` as values, "free" and "held by" as assertions |
-//! | [`output`] | what distlock prints: one JSON line, JSON lines and their event names, key sets, RFC 3339 times, the usage and store error shapes |
+//! | [`store`] | the store under test ([`store::Db`], [`store::each_store`]: SQLite, and PostgreSQL when the suite has a server), `distlock` command lines (`run` with `$D` and `$DL`: [`store::run_cmd`]; a shell script after distlock's flags: [`store::sh_script`]; run to the end, its exit code checked: [`store::output_exiting`]), `status` and `log` as values, "free" and "held by" as assertions |
+//! | [`output`] | what distlock prints: one JSON line, JSON lines and their event names, key sets, a fence, RFC 3339 times, the usage and store error shapes |
 //! | [`process`] | the binary, spawning with a deadline ([`process::Proc`]), describing an outcome, waiting for a condition or a file |
 //! | [`tenure`] | a tenure in each lock mode (exclusive, shared, semaphore) and the answers built from tenures: lock and holder objects, busy, mismatch, held |
 //! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children; killing leftovers ([`pids::KillOnDrop`]) |

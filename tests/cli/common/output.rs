@@ -1,6 +1,7 @@
 //! What distlock prints, checked against the contract's shapes: one JSON object on one line,
-//! JSON lines (`log`) and their event names, the keys of an object, RFC 3339 UTC times with milliseconds (read, and
-//! written for expected answers), and the usage (64) and store (74) error shapes.
+//! JSON lines (`log`) and their event names, the keys of an object, a fence, RFC 3339 UTC times
+//! with milliseconds (read, and written for expected answers), and the usage (64) and store (74)
+//! error shapes.
 
 use std::process::Output;
 
@@ -45,6 +46,14 @@ pub fn keys(value: &Value) -> Vec<&str> {
     let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
     keys.sort_unstable();
     keys
+}
+
+/// The `"fence"` of a lock object or an event, which must be an integer: a missing or
+/// mistyped fence fails the test instead of comparing as `None`.
+pub fn fence(lock: &Value) -> i64 {
+    lock["fence"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("fence must be an integer in {lock}"))
 }
 
 /// Checks a usage error (exit 64): a message on stderr, nothing on stdout.

@@ -298,6 +298,24 @@ pub fn run_cmd(db: &Db, args: &[&str]) -> std::process::Command {
     cmd
 }
 
+/// `FLAGS… -- sh -c SCRIPT sh ARGS…`: distlock's own arguments (a command and its flags, or
+/// `run`'s flags for [`run_cmd`]), then a shell script for `run` to start, with `ARGS` as its
+/// `$1`….
+pub fn sh_script<'a>(flags: &[&'a str], script: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = flags.to_vec();
+    all.extend(["--", "sh", "-c", script, "sh"]);
+    all.extend_from_slice(args);
+    all
+}
+
+/// Runs `cmd` (a distlock command line, such as [`run_cmd`] makes) to its end: its output, once
+/// it has exited `code`.
+pub fn output_exiting(cmd: &mut std::process::Command, code: i32) -> Output {
+    let out = cmd.output().expect("run distlock");
+    assert_eq!(out.status.code(), Some(code), "{cmd:?}: {}", describe(&out));
+    out
+}
+
 /// Asserts that `resource` is free.
 pub fn assert_free(db: &Db, resource: &str) {
     let (code, json) = db.status(resource);

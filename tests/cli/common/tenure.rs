@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use super::output::timestamp_millis;
+use super::output::{fence, timestamp_millis};
 
 /// How a tenure holds its resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,9 +78,7 @@ impl Tenure {
         let tenure = Tenure {
             resource: text(lock, "resource").to_owned(),
             owner: text(lock, "owner").to_owned(),
-            fence: lock["fence"]
-                .as_i64()
-                .unwrap_or_else(|| panic!("fence must be an integer in {lock}")),
+            fence: fence(lock),
             acquired_at: text(lock, "acquired_at").to_owned(),
             expires_at: text(lock, "expires_at").to_owned(),
             mode,
@@ -117,11 +115,7 @@ impl Tenure {
     /// The lock object of an exclusive tenure, byte for byte as distlock printed it before lock
     /// modes existed (keys in the contract's order).
     pub fn plain_lock_text(&self) -> String {
-        assert_eq!(
-            self.mode,
-            Mode::Exclusive,
-            "only exclusive locks keep the old bytes"
-        );
+        self.assert_plain("locks");
         format!(
             r#"{{"resource":{},"owner":{},"fence":{},"acquired_at":{},"expires_at":{}}}"#,
             quoted(&self.resource),
@@ -135,17 +129,23 @@ impl Tenure {
     /// The busy answer (75) beside this exclusive tenure alone, byte for byte as distlock printed
     /// it before lock modes existed.
     pub fn plain_busy_text(&self) -> String {
+        self.assert_plain("holders");
+        let holder = format!(
+            r#"{{"owner":{},"expires_at":{}}}"#,
+            quoted(&self.owner),
+            quoted(&self.expires_at)
+        );
+        let resource = quoted(&self.resource);
+        format!(r#"{{"acquired":false,"resource":{resource},"holder":{holder}}}"#)
+    }
+
+    /// Only exclusive tenures print what distlock printed before lock modes existed.
+    fn assert_plain(&self, what: &str) {
         assert_eq!(
             self.mode,
             Mode::Exclusive,
-            "only exclusive holders keep the old bytes"
+            "only exclusive {what} keep the old bytes"
         );
-        format!(
-            r#"{{"acquired":false,"resource":{},"holder":{{"owner":{},"expires_at":{}}}}}"#,
-            quoted(&self.resource),
-            quoted(&self.owner),
-            quoted(&self.expires_at)
-        )
     }
 
     /// The holder object: `owner, expires_at`, and the mode's field.
