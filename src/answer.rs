@@ -85,6 +85,8 @@ pub enum MismatchReason {
     Mismatch,
 }
 
+// serde's `skip_serializing_if` hands the field by reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
 fn is_zero(count: &usize) -> bool {
     *count == 0
 }

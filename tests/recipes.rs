@@ -556,9 +556,7 @@ fn backup_job(s: &Scratch, name: &str) -> PathBuf {
 }
 
 fn runs(s: &Scratch, name: &str) -> usize {
-    std::fs::read_to_string(s.path(&format!("{name}.runs")))
-        .map(|text| text.lines().count())
-        .unwrap_or(0)
+    std::fs::read_to_string(s.path(&format!("{name}.runs"))).map_or(0, |text| text.lines().count())
 }
 
 /// The `"fence"` of a lock object, which must be an integer: a missing fence fails the test

@@ -47,28 +47,25 @@ pub fn spawn(command: &[OsString], env: &[(&str, OsString)]) -> Result<Child, Ex
     };
     spawned.map_err(|err| {
         let shown = program.to_string_lossy();
-        match err.kind() {
-            std::io::ErrorKind::NotFound => {
-                if crlf_shebang(path) {
-                    warn(format_args!(
-                        "cannot run {shown}: its #! line ends in a carriage return (Windows line \
-                         ends), so its interpreter's name does too; convert it with dos2unix"
-                    ));
-                } else {
-                    match interpreter_of(path).filter(|interpreter| !interpreter.exists()) {
-                        Some(missing) => warn(format_args!(
-                            "cannot run {shown}: its interpreter {} was not found",
-                            missing.display()
-                        )),
-                        None => warn(format_args!("cannot run {shown}: {err}")),
-                    }
+        if err.kind() == std::io::ErrorKind::NotFound {
+            if crlf_shebang(path) {
+                warn(format_args!(
+                    "cannot run {shown}: its #! line ends in a carriage return (Windows line \
+                     ends), so its interpreter's name does too; convert it with dos2unix"
+                ));
+            } else {
+                match interpreter_of(path).filter(|interpreter| !interpreter.exists()) {
+                    Some(missing) => warn(format_args!(
+                        "cannot run {shown}: its interpreter {} was not found",
+                        missing.display()
+                    )),
+                    None => warn(format_args!("cannot run {shown}: {err}")),
                 }
-                Exit::CommandNotFound
             }
-            _ => {
-                warn(format_args!("cannot run {shown}: {err}"));
-                Exit::CannotExecute
-            }
+            Exit::CommandNotFound
+        } else {
+            warn(format_args!("cannot run {shown}: {err}"));
+            Exit::CannotExecute
         }
     })
 }
@@ -102,7 +99,7 @@ fn shebang(head: &[u8]) -> Option<PathBuf> {
     let line = head.strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
     let word = line
-        .split(|b| b.is_ascii_whitespace())
+        .split(u8::is_ascii_whitespace)
         .find(|word| !word.is_empty())?;
     Some(PathBuf::from(OsStr::from_bytes(word)))
 }

@@ -55,7 +55,7 @@ impl Ttl {
 
     pub fn as_millis(self) -> i64 {
         // At most 365 days: always fits.
-        self.0.as_millis() as i64
+        i64::try_from(self.0.as_millis()).unwrap_or(i64::MAX)
     }
 }
 

@@ -681,9 +681,10 @@ struct Kept {
 
 /// The lease a `--ttl` gives, in milliseconds: a humantime form or a bare number of seconds.
 fn ttl_millis(ttl: &str) -> i64 {
-    let millis = humantime::parse_duration(ttl)
-        .map(|d| d.as_millis())
-        .unwrap_or_else(|_| u128::from(ttl.parse::<u64>().expect("ttl")) * 1000);
+    let millis = humantime::parse_duration(ttl).map_or_else(
+        |_| u128::from(ttl.parse::<u64>().expect("ttl")) * 1000,
+        |d| d.as_millis(),
+    );
     i64::try_from(millis).expect("ttl in range")
 }
 

@@ -925,7 +925,7 @@ fn reading_commands_never_create_a_postgresql_schema() {
     let Some(db) = Db::postgres() else { return };
     for args in [&["status", "r"][..], &["list"], &["log"], &["log", "r"]] {
         let out = db.std_cmd().args(args).output().expect("distlock");
-        let expected = if args[0] == "status" { 1 } else { 0 };
+        let expected = i32::from(args[0] == "status");
         assert_eq!(out.status.code(), Some(expected), "{args:?}: {out:?}");
     }
     let schemas = db

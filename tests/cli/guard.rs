@@ -159,18 +159,17 @@ impl Sig {
     /// Sends the signal to `pid` (not to its group). The real-time signals, which nix has no
     /// name for, go through the shell's `kill -N`.
     fn send(self, pid: i32) {
-        match Signal::try_from(self.0) {
-            Ok(signal) => kill(Pid::from_raw(pid), signal)
-                .unwrap_or_else(|e| panic!("send {} to {pid}: {e}", self.name())),
-            Err(_) => {
-                let status = Command::new("sh")
-                    .args(["-c", r#"kill -"$0" "$1""#])
-                    .arg(self.0.to_string())
-                    .arg(pid.to_string())
-                    .status()
-                    .expect("run kill");
-                assert!(status.success(), "kill -{} {pid}: {status}", self.0);
-            }
+        if let Ok(signal) = Signal::try_from(self.0) {
+            kill(Pid::from_raw(pid), signal)
+                .unwrap_or_else(|e| panic!("send {} to {pid}: {e}", self.name()));
+        } else {
+            let status = Command::new("sh")
+                .args(["-c", r#"kill -"$0" "$1""#])
+                .arg(self.0.to_string())
+                .arg(pid.to_string())
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill -{} {pid}: {status}", self.0);
         }
     }
 
@@ -880,11 +879,11 @@ fn orphans_are_reaped_however_they_die() {
         // One in three exits, one dies of SIGTERM, one of a real-time signal, whose status
         // is no named signal.
         let orphan = format!(
-            r#"case $((i % 3)) in
+            r"case $((i % 3)) in
                 0) sleep 0.1 ;;
                 1) sh -c 'sleep 0.1; kill -TERM $$' ;;
                 *) sh -c 'sleep 0.1; kill -{} $$' ;;
-            esac"#,
+            esac",
             libc::SIGRTMIN()
         );
         orphans_are_reaped(db, "deaths", &orphan);

@@ -401,7 +401,7 @@ fn log_since_excludes_older_events() {
         release(db, "old", "w1");
         // Old events are at least 5 s old when the log is read; the new ones are younger than
         // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
-        sleep(Duration::from_millis(5_000));
+        sleep(Duration::from_secs(5));
         acquire(db, "new", "w2", "60");
         db.json(&["renew", "new", "--owner", "w2", "--ttl", "60"], 0);
         let all = log(db, &[]);
@@ -505,7 +505,7 @@ fn gc_keeps_history_younger_than_keep_history() {
         acquire(db, "held", "w1", "60");
         // Old events are at least 5 s old when the log is read; the new ones are younger than
         // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
-        sleep(Duration::from_millis(5_000));
+        sleep(Duration::from_secs(5));
         let renewed = db.json(&["renew", "held", "--owner", "w1", "--ttl", "60"], 0);
         acquire(db, "new", "w2", "60");
         let all = log(db, &[]);
@@ -857,10 +857,10 @@ fn check_waiting_line(shown: &str, after: &str, ttl_secs: u64) -> usize {
         "expires in {secs}s for a {ttl_secs}s lease: {shown:?}"
     );
     let last = shown.rfind("waiting for").expect("a waiting line");
-    let done = shown[last..]
-        .find(after)
-        .map(|at| last + at)
-        .unwrap_or_else(|| panic!("{after:?} after the last waiting line: {shown:?}"));
+    let done = shown[last..].find(after).map_or_else(
+        || panic!("{after:?} after the last waiting line: {shown:?}"),
+        |at| last + at,
+    );
     assert!(
         shown[last..done].contains(CLEAR),
         "the waiting line is cleared (\\r ESC[2K) before {after:?}: {shown:?}"

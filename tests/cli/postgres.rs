@@ -790,10 +790,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8) {
 }
 
 /// The guarded command: records when SIGTERM reached it (ms since the epoch) and exits.
-const STOPPABLE: &str = r#"echo $$ > pid.tmp && mv pid.tmp pid
+const STOPPABLE: &str = r"echo $$ > pid.tmp && mv pid.tmp pid
 trap 'date +%s%3N > stopped.tmp && mv stopped.tmp stopped; exit 0' TERM
 echo go > started
-while :; do sleep 0.1; done"#;
+while :; do sleep 0.1; done";
 
 /// `run --ttl 3 --kill-after 1` through a proxy; the proxy then fails as `fault` says, and the
 /// command must be stopped before the lease recorded on the server ends, with exit 124.

@@ -641,10 +641,10 @@ fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expir
     let db = Db::sqlite();
     // --kill-after is far longer than the lease: the guard must not wait that long.
     let script = format!(
-        r#"trap '' TERM
+        r"trap '' TERM
         sleep 60 &
         {FAMILY}
-        for i in $(seq 600); do sleep 0.1; done"#
+        for i in $(seq 600); do sleep 0.1; done"
     );
     let proc = Proc::spawn(
         &mut run_cmd(
@@ -1281,7 +1281,7 @@ fn joined_step_is_kept_alive_by_the_heartbeat() {
         );
         wait_for_file(&db.file("ready"), LONG);
         let ready = Instant::now();
-        thread::sleep(Duration::from_millis(3000).saturating_sub(ready.elapsed()));
+        thread::sleep(Duration::from_secs(3).saturating_sub(ready.elapsed()));
         let lock = assert_held_by(db, "step", "X");
         assert_eq!(&lock["fence"], fence);
 

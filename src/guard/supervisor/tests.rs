@@ -138,12 +138,12 @@ impl Sim {
                 break;
             }
             self.now = self.now.max(when);
-            let event = match from_queue {
-                true => self
-                    .queue
+            let event = if from_queue {
+                self.queue
                     .pop_front()
-                    .map_or(Event::Timer, |(_, event)| event),
-                false => Event::Timer,
+                    .map_or(Event::Timer, |(_, event)| event)
+            } else {
+                Event::Timer
             };
             self.apply(event);
         }

@@ -140,16 +140,15 @@ impl PostgresStore {
         {
             bail!("PostgreSQL {}: the connection is gone", self.shown);
         }
-        match result.recv_timeout(CALL_TIMEOUT) {
-            Ok(outcome) => outcome.with_context(|| format!("PostgreSQL {}", self.shown)),
-            Err(_) => {
-                self.stuck = true;
-                bail!(
-                    "PostgreSQL {}: no answer within {} s",
-                    self.shown,
-                    CALL_TIMEOUT.as_secs()
-                )
-            }
+        if let Ok(outcome) = result.recv_timeout(CALL_TIMEOUT) {
+            outcome.with_context(|| format!("PostgreSQL {}", self.shown))
+        } else {
+            self.stuck = true;
+            bail!(
+                "PostgreSQL {}: no answer within {} s",
+                self.shown,
+                CALL_TIMEOUT.as_secs()
+            )
         }
     }
 }

@@ -88,7 +88,9 @@ impl Unwritten {
         if std::fs::symlink_metadata(Path::new(&journal)).is_ok() || !in_wal_mode(path) {
             return None;
         }
-        let meta = std::fs::metadata(path).ok().filter(|meta| meta.is_file())?;
+        let meta = std::fs::metadata(path)
+            .ok()
+            .filter(std::fs::Metadata::is_file)?;
         Some(Unwritten {
             identity: (meta.dev(), meta.ino()),
             len: meta.len(),

@@ -60,6 +60,8 @@ impl Turnstile {
     }
 
     /// The futex word of `slot` (taken modulo [`SLOTS`]), in the mapping.
+    // The mapping starts on a page boundary and the offset is a multiple of 4: aligned.
+    #[allow(clippy::cast_ptr_alignment)]
     fn counter(&self, slot: usize) -> &AtomicU32 {
         let offset = (slot % SLOTS) * COUNTER;
         let word = self
