@@ -920,6 +920,18 @@ fn the_default_stores_folders_are_private_and_a_named_paths_follow_the_umask() {
     }
 }
 
+/// Whether the PostgreSQL database behind `db` has a `distlock` schema.
+fn has_distlock_schema(db: &Db) -> bool {
+    let schemas = db
+        .pg_client()
+        .query(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = 'distlock'",
+            &[],
+        )
+        .expect("query the catalogue");
+    !schemas.is_empty()
+}
+
 #[test]
 fn reading_commands_never_create_a_postgresql_schema() {
     let Some(db) = Db::postgres() else { return };
@@ -928,14 +940,10 @@ fn reading_commands_never_create_a_postgresql_schema() {
         let expected = i32::from(args[0] == "status");
         assert_eq!(out.status.code(), Some(expected), "{args:?}: {out:?}");
     }
-    let schemas = db
-        .pg_client()
-        .query(
-            "SELECT 1 FROM information_schema.schemata WHERE schema_name = 'distlock'",
-            &[],
-        )
-        .expect("query the catalogue");
-    assert!(schemas.is_empty(), "a reading command created the schema");
+    assert!(
+        !has_distlock_schema(&db),
+        "a reading command created the schema"
+    );
     // A command that writes creates it, and then the readers read it.
     let out = db
         .std_cmd()
@@ -977,15 +985,8 @@ fn commands_that_change_nothing_create_no_postgresql_schema() {
         let out = db.std_cmd().args(args).output().expect("distlock");
         assert_eq!(out.status.code(), Some(code), "{args:?}: {out:?}");
     }
-    let schemas = db
-        .pg_client()
-        .query(
-            "SELECT 1 FROM information_schema.schemata WHERE schema_name = 'distlock'",
-            &[],
-        )
-        .expect("query the catalogue");
     assert!(
-        schemas.is_empty(),
+        !has_distlock_schema(&db),
         "a command that changed nothing made the schema"
     );
 }
