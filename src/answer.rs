@@ -10,7 +10,7 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::exit::Exit;
-use crate::lock::{Fence, Holder, Lock, Mode, Note, Resource};
+use crate::lock::{Fence, Holder, Lock, Mode, Remark, Resource};
 
 mod acquire;
 mod change;
@@ -92,7 +92,7 @@ fn is_zero(count: &usize) -> bool {
 }
 
 /// " (fence 7)", " (fence 7, shared, note: …)": what a text line adds after a tenure.
-fn tenure_text(fence: Fence, mode: Mode, note: Option<&Note>) -> String {
+fn tenure_text(fence: Fence, mode: Mode, note: Option<&Remark>) -> String {
     let mut parts = vec![format!("fence {fence}")];
     parts.extend(mode.describe());
     if let Some(note) = note {

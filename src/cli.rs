@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::lock::{Mode, Note, Owner, Resource, Ttl, parse_duration, parse_span};
+use crate::lock::{Mode, Owner, Remark, Resource, Ttl, parse_duration, parse_span};
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbidden,
@@ -122,8 +122,8 @@ pub struct ModeArgs {
     #[arg(long, value_name = "N", value_parser = Mode::parse_limit, allow_hyphen_values = true)]
     pub limit: Option<Mode>,
     /// Why or for whom the lock is held (shown by status, list and log)
-    #[arg(long, value_name = "TEXT", value_parser = Note::parse)]
-    pub note: Option<Note>,
+    #[arg(long, value_name = "TEXT", value_parser = Remark::parse)]
+    pub note: Option<Remark>,
 }
 
 impl ModeArgs {
@@ -249,14 +249,14 @@ pub struct BreakArgs {
     #[arg(value_parser = Resource::parse)]
     pub resource: Resource,
     /// Why (recorded in the history, and told to the evicted run)
-    #[arg(long, value_name = "TEXT", value_parser = Note::parse)]
-    pub reason: Note,
+    #[arg(long, value_name = "TEXT", value_parser = Remark::parse)]
+    pub reason: Remark,
     /// Only this owner's tenure (never read from DISTLOCK_OWNER) [default: every tenure]
     #[arg(long, value_parser = Owner::parse)]
     pub owner: Option<Owner>,
     /// Who breaks it [default: <user>@<hostname>]
-    #[arg(long, value_name = "NAME", value_parser = Note::parse)]
-    pub by: Option<Note>,
+    #[arg(long, value_name = "NAME", value_parser = Remark::parse)]
+    pub by: Option<Remark>,
 }
 
 #[derive(Debug, Args)]

@@ -11,7 +11,7 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{Breach, LogQuery, MAX_NOTE_BYTES, Note, Resource};
+use crate::lock::{Eviction, LogQuery, MAX_REMARK_BYTES, Remark, Resource};
 use crate::output::{Printer, StatusLine};
 use crate::store::{self, Location, LockStore, Locks};
 use crate::wait;
@@ -45,7 +45,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Command::List(args) => list(read_only()?.as_mut(), printer, args),
         Command::Log(args) => log(read_only()?.as_mut(), printer, args),
         Command::Gc(args) => gc(existing()?.as_mut(), printer, args),
-        Command::Break(args) => breach(existing()?.as_mut(), printer, args),
+        Command::Break(args) => evict(existing()?.as_mut(), printer, args),
     }
 }
 
@@ -137,14 +137,14 @@ fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exi
     Ok(Exit::Done)
 }
 
-fn breach(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
+fn evict(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
     let resource = &args.resource;
-    let breach = Breach {
+    let eviction = Eviction {
         by: args.by.unwrap_or_else(operator),
         reason: args.reason,
     };
-    let removed = store.breach(resource, args.owner.as_ref(), &breach)?;
-    answer(printer, &BreakAnswer::new(resource, removed, &breach))
+    let removed = store.evict(resource, args.owner.as_ref(), &eviction)?;
+    answer(printer, &BreakAnswer::new(resource, removed, &eviction))
 }
 
 /// Prints `answer` and returns its exit code.
@@ -154,7 +154,7 @@ fn answer(printer: Printer, answer: &impl Answer) -> Result<Exit> {
 }
 
 /// `<user>@<hostname>`: who runs this `break`, for the history.
-fn operator() -> Note {
+fn operator() -> Remark {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .ok()
@@ -174,10 +174,10 @@ fn operator() -> Note {
         .chars()
         .filter(|c| !c.is_control())
         .collect();
-    while text.len() > MAX_NOTE_BYTES {
+    while text.len() > MAX_REMARK_BYTES {
         text.pop();
     }
-    Note::parse(&text).unwrap_or_else(|_| Note::from_store("operator"))
+    Remark::parse(&text).unwrap_or_else(|_| Remark::from_store("operator"))
 }
 
 fn gc(store: &mut dyn LockStore, printer: Printer, args: GcArgs) -> Result<Exit> {

@@ -18,25 +18,25 @@
 //! - every change of state is recorded in the history, in the same transaction.
 
 use crate::lock::{
-    Event, EventKind, Fence, Holder, Lock, Mode, Note, Owner, Resource, Timestamp, Ttl,
+    Event, EventKind, Fence, Holder, Lock, Mode, Owner, Remark, Resource, Timestamp, Ttl,
 };
 
 /// One tenure as a store holds it, live or expired.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
+pub struct Tenure {
     pub owner: Owner,
     pub fence: Fence,
     pub acquired_at: Timestamp,
     pub expires_at: Timestamp,
     pub mode: Mode,
-    pub note: Option<Note>,
+    pub note: Option<Remark>,
     /// Taken by `run`, which guards it: nobody joins it, not even its own owner. Set when the
     /// tenure begins and kept for its whole life (extending, renewing and keeping it change
     /// only its times and note).
     pub guarded: bool,
 }
 
-impl Lease {
+impl Tenure {
     pub fn is_live(&self, now: Timestamp) -> bool {
         now < self.expires_at
     }
@@ -70,10 +70,10 @@ pub struct Request {
     pub ttl: Ttl,
     pub mode: Mode,
     /// Replaces the tenure's note; `None` keeps the one it has.
-    pub note: Option<Note>,
+    pub note: Option<Remark>,
     /// A waiter (`--wait` not zero): when refused, it takes (or keeps) a place in the queue.
     pub waits: bool,
-    /// `run`'s request: a new tenure it takes is guarded by that run ([`Lease::guarded`]). It
+    /// `run`'s request: a new tenure it takes is guarded by that run ([`Tenure::guarded`]). It
     /// may still join its owner's tenure that is not guarded, which then stays not guarded.
     pub guarded: bool,
 }
@@ -118,7 +118,7 @@ pub struct State {
     /// The store's "now": the host clock on SQLite, the server's on PostgreSQL.
     pub now: Timestamp,
     /// Every tenure row of the resource, live or expired, in any order.
-    pub leases: Vec<Lease>,
+    pub leases: Vec<Tenure>,
     /// Every place in the resource's queue, live or expired, in any order.
     pub queue: Vec<Waiter>,
 }
@@ -136,8 +136,8 @@ impl State {
     }
 
     /// The live tenures, oldest (smallest fence) first.
-    pub fn live(&self) -> Vec<&Lease> {
-        let mut live: Vec<&Lease> = self.leases.iter().filter(|l| l.is_live(self.now)).collect();
+    pub fn live(&self) -> Vec<&Tenure> {
+        let mut live: Vec<&Tenure> = self.leases.iter().filter(|l| l.is_live(self.now)).collect();
         live.sort_by_key(|l| l.fence);
         live
     }
@@ -147,9 +147,9 @@ impl State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A new tenure row.
-    Insert(Lease),
+    Insert(Tenure),
     /// The tenure with this lease's fence gets its times and note.
-    Update(Lease),
+    Update(Tenure),
     /// The tenure `fence` is removed.
     Delete { fence: Fence },
     /// A history row.
@@ -241,7 +241,7 @@ impl<T> Decision<T> {
 
 mod rules;
 
-pub use rules::{Finish, acquire, breach, finish, leave, release, renew, status};
+pub use rules::{Finish, acquire, evict, finish, leave, release, renew, status};
 
 fn expiry(now: Timestamp, ttl: Ttl) -> Timestamp {
     Timestamp(now.0.saturating_add(ttl.as_millis()))
@@ -250,7 +250,7 @@ fn expiry(now: Timestamp, ttl: Ttl) -> Timestamp {
 fn record(
     resource: &Resource,
     at: Timestamp,
-    lease: &Lease,
+    lease: &Tenure,
     event: EventKind,
     previous: Option<Owner>,
 ) -> Change {

@@ -39,7 +39,7 @@ use crate::answer::{AcquireAnswer, Answer};
 use crate::engine::Request;
 use crate::error::Result;
 use crate::exit::Exit;
-use crate::lock::{Acquire, Fence, Mode, Note, Owner, Resource, Tenure, Ttl};
+use crate::lock::{Acquire, Fence, Grant, Mode, Owner, Remark, Resource, Ttl};
 use crate::output::{StatusLine, warn};
 use crate::store::{self, Location, LockStore, Locks};
 use crate::wait;
@@ -55,7 +55,7 @@ pub struct RunSpec {
     /// Exclusive, shared, or one of N.
     pub mode: Mode,
     /// Why or for whom the lock is held.
-    pub note: Option<Note>,
+    pub note: Option<Remark>,
     /// Exit with this instead of 75 when the lock is busy.
     pub conflict_exit_code: Option<u8>,
     /// Between SIGTERM and SIGKILL when the command must be stopped.
@@ -133,7 +133,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     // Joining a tenure this owner took with `acquire` (a script's `acquire --owner X`, then
     // steps with `run --owner X`): keep it alive while the step runs, and leave it held
     // afterwards. Only such a tenure is ever extended for a guarded request.
-    let joined = tenure == Tenure::Extended;
+    let joined = tenure == Grant::Extended;
     let job = runner::Job {
         location,
         lock: &lock,

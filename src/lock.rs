@@ -14,8 +14,8 @@ mod mode;
 mod text;
 mod time;
 
-pub use mode::{MAX_LIMIT, Mode};
-pub use text::{MAX_NAME_BYTES, MAX_NOTE_BYTES, Note, Owner, Resource};
+pub use mode::{Family, MAX_LIMIT, Mode};
+pub use text::{MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource};
 pub use time::{MAX_DURATION, MAX_TTL_SECS, Timestamp, Ttl, parse_duration, parse_span};
 
 /// A fencing token: strictly increases with every new tenure of a resource, never reused.
@@ -42,7 +42,7 @@ pub struct Lock {
     #[serde(flatten)]
     pub mode: Mode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<Note>,
+    pub note: Option<Remark>,
 }
 
 /// Who holds a lock that someone else asked for: its owner and lease end, and the mode and
@@ -54,12 +54,12 @@ pub struct Holder {
     #[serde(flatten)]
     pub mode: Mode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<Note>,
+    pub note: Option<Remark>,
 }
 
 /// How an acquire that succeeded came about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tenure {
+pub enum Grant {
     /// A new tenure with a new, larger fence (the lock was free or had expired).
     New,
     /// The same owner already held the live lock: same tenure and fence, lease moved to now + ttl.
@@ -70,7 +70,7 @@ pub enum Tenure {
 pub enum Acquire {
     Acquired {
         lock: Lock,
-        tenure: Tenure,
+        tenure: Grant,
     },
     /// Held by others in a mode that does not admit this request now, or reserved for
     /// earlier waiters.
@@ -132,17 +132,17 @@ pub struct Event {
     #[serde(flatten)]
     pub mode: Mode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<Note>,
+    pub note: Option<Remark>,
     /// Who broke the tenure, and why (a `broken` event).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub broken: Option<Breach>,
+    pub broken: Option<Eviction>,
 }
 
 /// Who broke a lock with `break`, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Breach {
-    pub by: Note,
-    pub reason: Note,
+pub struct Eviction {
+    pub by: Remark,
+    pub reason: Remark,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -310,10 +310,10 @@ mod tests {
     #[test]
     fn notes_are_trimmed_and_bounded() {
         assert_eq!(
-            Note::parse("  deploy v1.4 ").unwrap().as_str(),
+            Remark::parse("  deploy v1.4 ").unwrap().as_str(),
             "deploy v1.4"
         );
-        assert!(Note::parse(&"x".repeat(1024)).is_ok());
+        assert!(Remark::parse(&"x".repeat(1024)).is_ok());
         for bad in [
             String::new(),
             "   ".into(),
@@ -321,7 +321,7 @@ mod tests {
             "a\nb".into(),
             "a\u{7f}".into(),
         ] {
-            assert!(Note::parse(&bad).is_err(), "{bad:?} should be rejected");
+            assert!(Remark::parse(&bad).is_err(), "{bad:?} should be rejected");
         }
     }
 

@@ -23,7 +23,7 @@ use anyhow::Result;
 
 use crate::engine::{self, Decision, State};
 use crate::lock::{
-    Breach, Event, EventKind, Fence, Lock, LogQuery, Mode, Note, Owner, Resource, Timestamp,
+    Event, EventKind, Eviction, Fence, Lock, LogQuery, Mode, Owner, Remark, Resource, Timestamp,
 };
 
 pub use location::{Folders, Location};
@@ -168,9 +168,9 @@ impl<B: Backend> LockStore for B {
             Op::Break {
                 resource,
                 owner,
-                breach,
+                eviction,
             } => Outcome::Break(self.transact(&resource, Durable, &mut |state, _| {
-                Ok(engine::breach(&resource, state, owner.as_ref(), &breach))
+                Ok(engine::evict(&resource, state, owner.as_ref(), &eviction))
             })?),
             Op::Leave { resource, owner } => {
                 self.transact(&resource, Relaxed, &mut |state, _| {
@@ -228,10 +228,10 @@ fn event(row: &HistoryRow<'_>) -> Result<Event> {
         event: kind,
         previous_owner: row.previous_owner.map(Owner::from_store),
         mode: mode_of(row.mode, row.lim)?,
-        note: row.note.map(Note::from_store),
-        broken: row.by.zip(row.reason).map(|(by, reason)| Breach {
-            by: Note::from_store(by),
-            reason: Note::from_store(reason),
+        note: row.note.map(Remark::from_store),
+        broken: row.by.zip(row.reason).map(|(by, reason)| Eviction {
+            by: Remark::from_store(by),
+            reason: Remark::from_store(reason),
         }),
     })
 }

@@ -232,7 +232,7 @@ impl Drop for Interrupts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::{Fence, Lock, Mode, Owner, Tenure, Timestamp};
+    use crate::lock::{Fence, Grant, Lock, Mode, Owner, Timestamp};
 
     fn ms(millis: u64) -> Duration {
         Duration::from_millis(millis)
@@ -259,7 +259,7 @@ mod tests {
                 mode: Mode::Exclusive,
                 note: None,
             },
-            tenure: Tenure::New,
+            tenure: Grant::New,
         }
     }
 

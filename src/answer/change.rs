@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Answer, Flag, Refusal, lock_text};
 use crate::exit::Exit;
-use crate::lock::{Breach, Lock, Release, Renew, Resource};
+use crate::lock::{Eviction, Lock, Release, Renew, Resource};
 
 /// `release` 0: `{"released":true,"resource":"R"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,7 +132,7 @@ pub struct Broken {
     pub locks: Vec<Lock>,
     /// Who broke it and why, for the text line (the history keeps them; this JSON does not).
     #[serde(skip)]
-    pub breach: Option<Breach>,
+    pub eviction: Option<Eviction>,
 }
 
 /// `break` 1: `{"broken":false,"resource":"R","reason":"not_found"}`.
@@ -152,8 +152,8 @@ pub enum BreakAnswer {
 }
 
 impl BreakAnswer {
-    /// The answer to `breach` on `resource` that removed `removed`.
-    pub fn new(resource: &Resource, removed: Vec<Lock>, breach: &Breach) -> BreakAnswer {
+    /// The answer to a `break` (`eviction`) on `resource` that removed `removed`.
+    pub fn new(resource: &Resource, removed: Vec<Lock>, eviction: &Eviction) -> BreakAnswer {
         if removed.is_empty() {
             return BreakAnswer::NotBroken(NotBroken {
                 broken: Flag,
@@ -165,7 +165,7 @@ impl BreakAnswer {
             broken: Flag,
             resource: resource.clone(),
             locks: removed,
-            breach: Some(breach.clone()),
+            eviction: Some(eviction.clone()),
         })
     }
 }
@@ -186,7 +186,7 @@ impl Answer for BreakAnswer {
             BreakAnswer::Broken(broken) => {
                 let owners: Vec<&str> = broken.locks.iter().map(|l| l.owner.as_str()).collect();
                 let (by, reason) = broken
-                    .breach
+                    .eviction
                     .as_ref()
                     .map_or(("?", "?"), |b| (b.by.as_str(), b.reason.as_str()));
                 format!(

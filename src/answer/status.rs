@@ -124,11 +124,11 @@ impl Answer for Event {
 
     fn text(&self) -> String {
         let tenure = tenure_text(self.fence, self.mode, self.note.as_ref());
-        if let Some(breach) = &self.broken {
+        if let Some(eviction) = &self.broken {
             // The owner is the evicted holder, not who broke it.
             return format!(
                 "{} {} broken by {}: the tenure of {}{} ({})",
-                self.at, self.resource, breach.by, self.owner, tenure, breach.reason
+                self.at, self.resource, eviction.by, self.owner, tenure, eviction.reason
             );
         }
         let mut line = format!(

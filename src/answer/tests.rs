@@ -2,7 +2,7 @@
 //! back into the same answer; and each answer's exit code and text.
 
 use super::*;
-use crate::lock::{Acquire, Breach, Event, EventKind, Owner, Release, Renew, Status, Timestamp};
+use crate::lock::{Acquire, Event, EventKind, Eviction, Owner, Release, Renew, Status, Timestamp};
 use crate::store::GcReport;
 
 const T1: &str = "2026-11-30T04:08:52.123Z";
@@ -20,8 +20,8 @@ fn owner(name: &str) -> Owner {
     Owner::parse(name).expect("a valid owner")
 }
 
-fn note(text: &str) -> Note {
-    Note::parse(text).expect("a valid note")
+fn note(text: &str) -> Remark {
+    Remark::parse(text).expect("a valid note")
 }
 
 fn lock(name: &str, who: &str, fence: i64, mode: Mode, with: Option<&str>) -> Lock {
@@ -68,7 +68,7 @@ fn acquire_answers_are_the_contracts_lines() {
                 &r,
                 &Acquire::Acquired {
                     lock: plain.clone(),
-                    tenure: crate::lock::Tenure::New,
+                    tenure: crate::lock::Grant::New,
                 },
                 Mode::Exclusive,
             ),
@@ -283,7 +283,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
     pin(&empty, r#"{"locks":[]}"#);
     assert_eq!(empty.text(), "no live locks");
 
-    let event = |kind, previous: Option<&str>, broken: Option<Breach>| Event {
+    let event = |kind, previous: Option<&str>, broken: Option<Eviction>| Event {
         at: at(T1),
         resource: resource("r"),
         owner: owner("w1"),
@@ -294,7 +294,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
         note: None,
         broken,
     };
-    let breach = Breach {
+    let eviction = Eviction {
         by: note("alice@ops"),
         reason: note("runner lost"),
     };
@@ -310,7 +310,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
             "2026-11-30T04:08:52.123Z r taken over by w1 (fence 7) from w0",
         ),
         (
-            event(EventKind::Broken, None, Some(breach.clone())),
+            event(EventKind::Broken, None, Some(eviction.clone())),
             r#"{"at":"2026-11-30T04:08:52.123Z","resource":"r","owner":"w1","fence":7,"event":"broken","by":"alice@ops","reason":"runner lost"}"#,
             "2026-11-30T04:08:52.123Z r broken by alice@ops: the tenure of w1 (fence 7) (runner lost)",
         ),
@@ -331,7 +331,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
     );
 
     let r = resource("r");
-    let broken = BreakAnswer::new(&r, vec![shared], &breach);
+    let broken = BreakAnswer::new(&r, vec![shared], &eviction);
     assert_eq!(
         serde_json::to_string(&broken).expect("serializes"),
         r#"{"broken":true,"resource":"r","locks":[{"resource":"b","owner":"w2","fence":3,"acquired_at":"2026-11-30T04:08:52.123Z","expires_at":"2026-11-30T04:09:22.123Z","shared":true,"note":"deploy v1.4"}]}"#
@@ -341,7 +341,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
         broken.text(),
         "broke r: removed the tenure of w2 (by alice@ops: runner lost)"
     );
-    let nothing = BreakAnswer::new(&r, Vec::new(), &breach);
+    let nothing = BreakAnswer::new(&r, Vec::new(), &eviction);
     pin(
         &nothing,
         r#"{"broken":false,"resource":"r","reason":"not_found"}"#,

@@ -2,11 +2,11 @@
 //! [`State`] (see the module above for the invariants they keep).
 
 use super::{
-    Change, Decision, LIVENESS_MS, Lease, REFRESH_BELOW_MS, Request, State, expiry, record,
+    Change, Decision, LIVENESS_MS, REFRESH_BELOW_MS, Request, State, Tenure, expiry, record,
 };
 use crate::lock::{
-    Acquire, Breach, EventKind, Fence, Lock, Mode, Owner, Release, Renew, Resource, Status, Tenure,
-    Timestamp, Ttl,
+    Acquire, EventKind, Eviction, Fence, Grant, Lock, Mode, Owner, Release, Renew, Resource,
+    Status, Timestamp, Ttl,
 };
 
 /// `acquire` (contract, "Lock modes", admission, and "`run`, the exec guard", item 5):
@@ -47,7 +47,7 @@ pub fn acquire<E>(
                 holders: live.iter().map(|l| l.holder()).collect(),
             }));
         }
-        let lease = Lease {
+        let lease = Tenure {
             acquired_at: now,
             expires_at,
             note: request.note.clone().or_else(|| own.note.clone()),
@@ -60,7 +60,7 @@ pub fn acquire<E>(
             ],
             outcome: Acquire::Acquired {
                 lock: lease.lock(resource),
-                tenure: Tenure::Extended,
+                tenure: Grant::Extended,
             },
         });
     }
@@ -129,7 +129,7 @@ pub fn acquire<E>(
         .iter()
         .max_by_key(|l| l.fence)
         .filter(|_| live.is_empty());
-    let lease = Lease {
+    let lease = Tenure {
         owner: request.owner.clone(),
         fence: fresh_fence()?,
         acquired_at: now,
@@ -159,7 +159,7 @@ pub fn acquire<E>(
     Ok(Decision {
         outcome: Acquire::Acquired {
             lock: lease.lock(resource),
-            tenure: Tenure::New,
+            tenure: Grant::New,
         },
         changes,
     })
@@ -173,7 +173,7 @@ enum Admission {
     Mismatch,
 }
 
-fn admission(mode: Mode, live: &[&Lease]) -> Admission {
+fn admission(mode: Mode, live: &[&Tenure]) -> Admission {
     if live.iter().any(|l| l.mode.family() != mode.family()) {
         return Admission::Mismatch;
     }
@@ -219,7 +219,7 @@ pub fn renew(
         Err(Refusal::NotFound) => return Decision::unchanged(Renew::NotFound),
         Err(Refusal::Forbidden) => return Decision::unchanged(Renew::Forbidden),
     };
-    let lease = Lease {
+    let lease = Tenure {
         expires_at: expiry(state.now, ttl),
         ..own.clone()
     };
@@ -283,7 +283,7 @@ pub fn finish(
     let hold_ms = hold.map_or(0, |h| i64::try_from(h.as_millis()).unwrap_or(i64::MAX));
     let until = Timestamp(own.acquired_at.0.saturating_add(hold_ms));
     if hold.is_some() && state.now < until {
-        let lease = Lease {
+        let lease = Tenure {
             expires_at: until,
             ..own.clone()
         };
@@ -308,13 +308,13 @@ pub fn finish(
 /// `break`: an operator removes every live tenure of the resource (only `owner`'s, when
 /// given), whoever holds it, recording each as `broken` with who and why. The removed tenures
 /// are the outcome; none means "not found". The next tenure gets a higher fence, as always.
-pub fn breach(
+pub fn evict(
     resource: &Resource,
     state: &State,
     owner: Option<&Owner>,
-    breach: &Breach,
+    eviction: &Eviction,
 ) -> Decision<Vec<Lock>> {
-    let removed: Vec<&Lease> = state
+    let removed: Vec<&Tenure> = state
         .live()
         .into_iter()
         .filter(|l| owner.is_none_or(|o| l.owner == *o))
@@ -324,7 +324,7 @@ pub fn breach(
         changes.push(Change::Delete { fence: lease.fence });
         if let Change::Record(mut row) = record(resource, state.now, lease, EventKind::Broken, None)
         {
-            row.broken = Some(breach.clone());
+            row.broken = Some(eviction.clone());
             changes.push(Change::Record(row));
         }
     }
@@ -360,7 +360,7 @@ fn own_tenure<'a>(
     state: &'a State,
     owner: &Owner,
     fence: Option<Fence>,
-) -> Result<&'a Lease, Refusal> {
+) -> Result<&'a Tenure, Refusal> {
     let live = state.live();
     let mut own = live.iter().filter(|l| l.owner == *owner).peekable();
     if own.peek().is_none() {

@@ -4,7 +4,7 @@ use std::cell::Cell;
 use std::convert::Infallible;
 
 use super::*;
-use crate::lock::{Acquire, Breach, Release, Renew, Tenure};
+use crate::lock::{Acquire, Eviction, Grant, Release, Renew};
 
 const NOW: i64 = 1_000_000;
 
@@ -22,8 +22,8 @@ fn ttl(secs: u64) -> Ttl {
 
 /// A tenure of `owner` with `fence`, acquired 1 s before now, expiring `left` ms from now
 /// (zero or negative: expired).
-fn lease(owner: &str, fence: i64, left: i64) -> Lease {
-    Lease {
+fn lease(owner: &str, fence: i64, left: i64) -> Tenure {
+    Tenure {
         owner: own(owner),
         fence: Fence(fence),
         acquired_at: Timestamp(NOW - 1_000),
@@ -39,7 +39,7 @@ fn request(owner: &str, secs: u64) -> Request {
     Request::exclusive(own(owner), ttl(secs))
 }
 
-fn state(leases: &[Lease]) -> State {
+fn state(leases: &[Tenure]) -> State {
     State {
         now: Timestamp(NOW),
         leases: leases.to_vec(),
@@ -52,7 +52,7 @@ fn at(ms: i64) -> Timestamp {
 }
 
 /// Acquire with a fence source that hands out 100 and counts how often it was asked.
-fn acquire_with(leases: &[Lease], owner: &str, secs: u64) -> (Decision<Acquire>, u32) {
+fn acquire_with(leases: &[Tenure], owner: &str, secs: u64) -> (Decision<Acquire>, u32) {
     let asked = Cell::new(0);
     let decision = acquire(&res(), &state(leases), &request(owner, secs), || {
         asked.set(asked.get() + 1);
@@ -108,7 +108,7 @@ fn acquire_table() {
     // (rows, requester, expected outcome, expected changes, fence source asked)
     struct Case {
         name: &'static str,
-        rows: Vec<Lease>,
+        rows: Vec<Tenure>,
         who: &'static str,
         outcome: &'static str,
         changes: Vec<&'static str>,
@@ -201,7 +201,7 @@ fn acquire_table() {
                 "acquired {} {} {}",
                 lock.owner,
                 lock.fence,
-                if *tenure == Tenure::New {
+                if *tenure == Grant::New {
                     "new"
                 } else {
                     "extended"
@@ -230,7 +230,7 @@ fn acquire_sets_both_times_from_the_store_clock() {
         assert_eq!(lock.expires_at.0 - NOW, i64::try_from(secs * 1000).unwrap());
         assert_eq!(
             decision.changes[0],
-            Change::Insert(Lease {
+            Change::Insert(Tenure {
                 owner: own("a"),
                 fence: Fence(100),
                 acquired_at: Timestamp(NOW),
@@ -249,14 +249,14 @@ fn extend_moves_both_times_and_keeps_the_fence() {
     let Acquire::Acquired { lock, tenure } = decision.outcome else {
         panic!("own lock must be extended")
     };
-    assert_eq!(tenure, Tenure::Extended);
+    assert_eq!(tenure, Grant::Extended);
     assert_eq!(
         (lock.fence, lock.acquired_at, lock.expires_at),
         (Fence(7), at(0), at(10_000))
     );
     assert_eq!(
         decision.changes[0],
-        Change::Update(Lease {
+        Change::Update(Tenure {
             acquired_at: at(0),
             expires_at: at(10_000),
             ..lease("a", 7, 0)
@@ -297,7 +297,7 @@ fn busy_names_the_holder_and_its_expiry() {
 fn owner_names_compare_exactly() {
     // Owners are trimmed at the edge; past it, "a" and "A" are different owners.
     for other in ["A", "a ", "aa", "b"] {
-        let rows = [Lease {
+        let rows = [Tenure {
             owner: Owner::from_store(other),
             ..lease("x", 7, 5_000)
         }];
@@ -345,7 +345,7 @@ fn expiry_saturates_instead_of_overflowing() {
 /// (name, rows, requester, fence given, expected outcome).
 type OwnershipCase = (
     &'static str,
-    Vec<Lease>,
+    Vec<Tenure>,
     &'static str,
     Option<i64>,
     &'static str,
@@ -482,7 +482,7 @@ fn renew_keeps_acquired_at_and_fence() {
     );
     assert_eq!(
         decision.changes[0],
-        Change::Update(Lease {
+        Change::Update(Tenure {
             acquired_at: at(-1_000),
             expires_at: at(30_000),
             ..lease("a", 7, 0)
@@ -567,7 +567,7 @@ fn live_tenures_come_oldest_first() {
 }
 
 /// Applies `changes` to `rows` as a store would, checking each write finds its row.
-fn applied(mut rows: Vec<Lease>, changes: &[Change]) -> Vec<Lease> {
+fn applied(mut rows: Vec<Tenure>, changes: &[Change]) -> Vec<Tenure> {
     for change in changes {
         match change {
             Change::Insert(l) => {
@@ -653,7 +653,7 @@ fn at_the_instant_of_expiry_every_operation_sees_no_lock() {
     assert!(matches!(
         decision.outcome,
         Acquire::Acquired {
-            tenure: Tenure::New,
+            tenure: Grant::New,
             ..
         }
     ));
@@ -683,7 +683,7 @@ fn a_released_lock_is_free_for_anyone_with_a_new_fence() {
     let Acquire::Acquired { lock, tenure } = decision.outcome else {
         panic!("a released lock must be free")
     };
-    assert_eq!((lock.fence, tenure), (Fence(100), Tenure::New));
+    assert_eq!((lock.fence, tenure), (Fence(100), Grant::New));
     // Nothing expired was left behind, so the history says "acquired", not "taken over".
     assert_eq!(
         kinds(&decision.changes),
@@ -803,8 +803,8 @@ fn releasing_records_the_released_tenure_not_the_requester_input() {
 }
 
 /// A live tenure of `owner` with `fence` in `mode`, expiring `left` ms from now.
-fn held(owner: &str, fence: i64, left: i64, mode: Mode) -> Lease {
-    Lease {
+fn held(owner: &str, fence: i64, left: i64, mode: Mode) -> Tenure {
+    Tenure {
         mode,
         ..lease(owner, fence, left)
     }
@@ -818,15 +818,14 @@ fn asking(owner: &str, mode: Mode) -> Request {
 }
 
 /// What an acquire comes to, in one word.
-fn verdict(rows: &[Lease], req: &Request) -> &'static str {
+fn verdict(rows: &[Tenure], req: &Request) -> &'static str {
     let decision = acquire(&res(), &state(rows), req, || {
         Ok::<_, Infallible>(Fence(100))
     })
     .unwrap();
     match decision.outcome {
         Acquire::Acquired {
-            tenure: Tenure::New,
-            ..
+            tenure: Grant::New, ..
         } => "granted",
         Acquire::Acquired { .. } => "extended",
         Acquire::Busy { .. } => "busy",
@@ -884,7 +883,7 @@ fn admission_table() {
         ),
     ];
     for (name, holders, mode, expected) in cases {
-        let rows: Vec<Lease> = holders
+        let rows: Vec<Tenure> = holders
             .iter()
             .enumerate()
             .map(|(i, m)| held(&format!("h{i}"), i as i64 + 1, 5_000, *m))
@@ -1000,7 +999,7 @@ fn a_mismatch_lists_every_holder_and_writes_nothing() {
 
 #[test]
 fn a_new_tenure_takes_the_requested_mode_and_note() {
-    let note = Note::parse("deploy v1.4 by alice").unwrap();
+    let note = Remark::parse("deploy v1.4 by alice").unwrap();
     let req = Request {
         note: Some(note.clone()),
         ..asking("a", Mode::Semaphore(5))
@@ -1024,9 +1023,9 @@ fn a_new_tenure_takes_the_requested_mode_and_note() {
 
 #[test]
 fn a_reacquire_replaces_the_note_only_when_one_is_given() {
-    let old = Note::parse("old").unwrap();
-    let new = Note::parse("new").unwrap();
-    let rows = [Lease {
+    let old = Remark::parse("old").unwrap();
+    let new = Remark::parse("new").unwrap();
+    let rows = [Tenure {
         note: Some(old.clone()),
         ..lease("a", 7, 5_000)
     }];
@@ -1098,7 +1097,7 @@ fn random_mixed_modes_never_break_admission() {
     let modes = [X, S, Mode::Semaphore(2), Mode::Semaphore(3)];
     for seed in 0..300u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let mut rows: Vec<Lease> = Vec::new();
+        let mut rows: Vec<Tenure> = Vec::new();
         let mut now = NOW;
         let mut fence = 0;
         for _ in 0..80 {
@@ -1130,7 +1129,7 @@ fn random_mixed_modes_never_break_admission() {
                 ..State::default()
             };
             let live = after.live();
-            let families: std::collections::HashSet<Option<u32>> =
+            let families: std::collections::HashSet<crate::lock::Family> =
                 live.iter().map(|l| l.mode.family()).collect();
             assert!(families.len() <= 1, "seed {seed}: two families at once");
             let exclusive = live.iter().filter(|l| l.mode == X).count();
@@ -1163,7 +1162,7 @@ fn place(owner: &str, ticket: i64, left: i64) -> Waiter {
     }
 }
 
-fn queued(leases: &[Lease], queue: &[Waiter]) -> State {
+fn queued(leases: &[Tenure], queue: &[Waiter]) -> State {
     State {
         now: Timestamp(NOW),
         leases: leases.to_vec(),
@@ -1206,13 +1205,13 @@ fn queue_verdict(state: &State, req: &Request) -> (String, Vec<String>) {
 
 #[test]
 fn fair_waiting_table() {
-    let free: &[Lease] = &[];
+    let free: &[Tenure] = &[];
     let held_by_h = [lease("h", 1, 5_000)];
     let readers = [held("r1", 1, 5_000, S), held("r2", 2, 5_000, S)];
     // (case, holders, queue, request, verdict, queue changes)
     type Case<'a> = (
         &'a str,
-        &'a [Lease],
+        &'a [Tenure],
         Vec<Waiter>,
         Request,
         &'a str,
@@ -1357,11 +1356,11 @@ fn status_counts_live_waiters_only() {
 
 #[test]
 fn only_changes_that_may_let_a_waiter_in_wake_waiters() {
-    let shared = Lease {
+    let shared = Tenure {
         mode: Mode::Shared,
         ..lease("a", 1, 5)
     };
-    let semaphore = Lease {
+    let semaphore = Tenure {
         mode: Mode::Semaphore(3),
         ..lease("a", 1, 5)
     };
@@ -1414,7 +1413,7 @@ fn a_change_that_may_let_a_waiter_in_wakes_the_first_live_waiter_left() {
     let dequeue = |name: &str| Change::Dequeue { owner: own(name) };
     let release = || Change::Delete { fence: Fence(1) };
     let shared = |name: &str| {
-        Change::Insert(Lease {
+        Change::Insert(Tenure {
             mode: Mode::Shared,
             ..lease(name, 2, 5)
         })
@@ -1566,8 +1565,8 @@ fn random_retry_orders_still_grant_in_arrival_order() {
 
 /// A live tenure of `owner` with `fence` in `mode`, expiring `left` ms from now, that `run`
 /// took (guarded).
-fn run_held(owner: &str, fence: i64, left: i64, mode: Mode) -> Lease {
-    Lease {
+fn run_held(owner: &str, fence: i64, left: i64, mode: Mode) -> Tenure {
+    Tenure {
         guarded: true,
         ..held(owner, fence, left, mode)
     }
@@ -1600,7 +1599,7 @@ fn guard_verdict(state: &State, req: &Request) -> (String, Vec<String>) {
     let verdict = match &decision.outcome {
         Acquire::Acquired {
             lock,
-            tenure: Tenure::New,
+            tenure: Grant::New,
         } => tenure(lock, "new"),
         Acquire::Acquired { lock, .. } => tenure(lock, "extended"),
         Acquire::Mismatch { .. } => "mismatch".to_owned(),
@@ -1616,7 +1615,7 @@ fn only_a_tenure_acquire_took_may_be_joined() {
     // (case, tenures, queue, request, verdict, changes)
     type Case = (
         &'static str,
-        Vec<Lease>,
+        Vec<Tenure>,
         Vec<Waiter>,
         Request,
         &'static str,
@@ -1870,7 +1869,7 @@ fn only_a_tenure_acquire_took_may_be_joined() {
 #[test]
 fn an_owners_guarded_tenure_refuses_it_exactly_as_another_owner() {
     let sem = Mode::Semaphore;
-    let states: Vec<(Vec<Lease>, Vec<Waiter>)> = vec![
+    let states: Vec<(Vec<Tenure>, Vec<Waiter>)> = vec![
         (vec![run_held("a", 7, 5_000, X)], vec![]),
         (
             vec![run_held("a", 7, 5_000, X)],
@@ -1955,10 +1954,10 @@ fn renewing_and_keeping_a_guarded_tenure_keep_it_guarded() {
     );
 }
 
-fn breach_by(by: &str, reason: &str) -> Breach {
-    Breach {
-        by: Note::parse(by).unwrap(),
-        reason: Note::parse(reason).unwrap(),
+fn breach_by(by: &str, reason: &str) -> Eviction {
+    Eviction {
+        by: Remark::parse(by).unwrap(),
+        reason: Remark::parse(reason).unwrap(),
     }
 }
 
@@ -1967,7 +1966,7 @@ fn finish_table() {
     use std::time::Duration as D;
     // The tenure started 1 s ago (`lease`'s acquired_at is NOW - 1000).
     // (case, rows, fence, hold, expected outcome, expected changes)
-    type Case<'a> = (&'a str, Vec<Lease>, i64, Option<D>, Finish, Vec<&'a str>);
+    type Case<'a> = (&'a str, Vec<Tenure>, i64, Option<D>, Finish, Vec<&'a str>);
     let cases: Vec<Case<'_>> = vec![
         (
             "no hold: released",
@@ -2045,8 +2044,8 @@ fn finish_table() {
 
 #[test]
 fn a_kept_lease_keeps_its_fence_start_and_note() {
-    let rows = [Lease {
-        note: Some(Note::parse("hourly report").unwrap()),
+    let rows = [Tenure {
+        note: Some(Remark::parse("hourly report").unwrap()),
         ..lease("a", 7, 5_000)
     }];
     let decision = finish(
@@ -2076,7 +2075,7 @@ fn breach_table() {
     // (case, rows, --owner, removed owners, changes)
     type Case<'a> = (
         &'a str,
-        Vec<Lease>,
+        Vec<Tenure>,
         Option<&'a str>,
         Vec<&'a str>,
         Vec<&'a str>,
@@ -2120,7 +2119,7 @@ fn breach_table() {
     let why = breach_by("alice@ops", "stuck since Friday");
     for (name, rows, owner, removed, changes) in cases {
         let owner = owner.map(own);
-        let decision = breach(&res(), &state(&rows), owner.as_ref(), &why);
+        let decision = evict(&res(), &state(&rows), owner.as_ref(), &why);
         let got: Vec<&str> = decision.outcome.iter().map(|l| l.owner.as_str()).collect();
         assert_eq!(got, removed, "{name}");
         assert_eq!(kinds(&decision.changes), changes, "{name}");
@@ -2135,13 +2134,13 @@ fn breach_table() {
 #[test]
 fn after_a_break_the_next_tenure_gets_a_higher_fence() {
     let rows = vec![lease("h", 4, 5_000)];
-    let broken = breach(&res(), &state(&rows), None, &breach_by("op", "stuck"));
+    let broken = evict(&res(), &state(&rows), None, &breach_by("op", "stuck"));
     let rows = applied(rows, &broken.changes);
     let (decision, _) = acquire_with(&rows, "next", 30);
     let Acquire::Acquired { lock, tenure } = decision.outcome else {
         panic!("a broken lock is free")
     };
-    assert_eq!(tenure, Tenure::New);
+    assert_eq!(tenure, Grant::New);
     assert!(lock.fence > Fence(4));
 }
 
@@ -2153,7 +2152,7 @@ fn random_histories_keep_the_invariants() {
     let owners = ["a", "b", "c"];
     for seed in 0..200u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let mut rows: Vec<Lease> = Vec::new();
+        let mut rows: Vec<Tenure> = Vec::new();
         let mut now = NOW;
         let mut next_fence = 1;
         let mut last_new_fence = 0;
@@ -2188,7 +2187,7 @@ fn random_histories_keep_the_invariants() {
                     match &d.outcome {
                         Acquire::Acquired {
                             lock,
-                            tenure: Tenure::New,
+                            tenure: Grant::New,
                         } => {
                             assert!(lock.fence.0 > last_new_fence, "seed {seed}: fence reused");
                             last_new_fence = lock.fence.0;

@@ -57,7 +57,7 @@ impl Heartbeat {
             })
             .and_then(|event| event.broken);
         match broken {
-            Some(breach) => format!("it was broken by {} ({})", breach.by, breach.reason),
+            Some(eviction) => format!("it was broken by {} ({})", eviction.by, eviction.reason),
             None => otherwise.to_owned(),
         }
     }

@@ -17,6 +17,15 @@ pub enum Mode {
     Semaphore(u32),
 }
 
+/// Which modes may hold one resource together (contract, "Lock modes", admission).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Exclusive and shared: a read/write lock.
+    ReadWrite,
+    /// A semaphore of N, with every holder asking the same N.
+    Semaphore(u32),
+}
+
 /// A [`Mode`] as the fields of a lock or holder object.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct ModeFields {
@@ -87,11 +96,11 @@ impl Mode {
     }
 
     /// The family a mode belongs to: exclusive and shared share one (a read/write lock);
-    /// a semaphore's is its own N.
-    pub fn family(self) -> Option<u32> {
+    /// a semaphore's is its own N. Modes of two families never hold a resource together.
+    pub fn family(self) -> Family {
         match self {
-            Mode::Exclusive | Mode::Shared => None,
-            Mode::Semaphore(n) => Some(n),
+            Mode::Exclusive | Mode::Shared => Family::ReadWrite,
+            Mode::Semaphore(n) => Family::Semaphore(n),
         }
     }
 

@@ -135,40 +135,41 @@ fn check_name(what: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Why or for whom a lock is held: 1..=1024 bytes after trimming, no control characters.
+/// A short text a person gives a lock: why or for whom it is held (`--note`), why it was broken
+/// and by whom (`--reason`, `--by`). 1..=1024 bytes after trimming, no control characters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
-pub struct Note(String);
+pub struct Remark(String);
 
-checked_text!(Note);
+checked_text!(Remark);
 
 /// The longest `--note`, `--reason` or `--by`, in bytes of UTF-8 after trimming.
-pub const MAX_NOTE_BYTES: usize = 1024;
+pub const MAX_REMARK_BYTES: usize = 1024;
 
-impl Note {
+impl Remark {
     /// # Errors
     ///
     /// A message naming the rule that `raw` breaks.
-    pub fn parse(raw: &str) -> Result<Note, String> {
+    pub fn parse(raw: &str) -> Result<Remark, String> {
         let text = raw.trim();
         if text.is_empty() {
             return Err("the text must not be empty".into());
         }
-        if text.len() > MAX_NOTE_BYTES {
+        if text.len() > MAX_REMARK_BYTES {
             return Err(format!(
-                "the text is {} bytes long; the limit is {MAX_NOTE_BYTES}",
+                "the text is {} bytes long; the limit is {MAX_REMARK_BYTES}",
                 text.len()
             ));
         }
         if text.chars().any(char::is_control) {
             return Err("the text must not contain control characters".into());
         }
-        Ok(Note(text.to_owned()))
+        Ok(Remark(text.to_owned()))
     }
 
     /// A note read back from the store, trusted as written.
-    pub(crate) fn from_store(raw: &str) -> Note {
-        Note(raw.to_owned())
+    pub(crate) fn from_store(raw: &str) -> Remark {
+        Remark(raw.to_owned())
     }
 
     pub fn as_str(&self) -> &str {
@@ -176,7 +177,7 @@ impl Note {
     }
 }
 
-impl fmt::Display for Note {
+impl fmt::Display for Remark {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

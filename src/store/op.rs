@@ -11,7 +11,7 @@ use anyhow::{Result, bail};
 
 use crate::engine::{Finish, Request};
 use crate::lock::{
-    Acquire, Breach, Event, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Status, Ttl,
+    Acquire, Event, Eviction, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Status, Ttl,
 };
 
 use super::{GcReport, LockStore};
@@ -51,7 +51,7 @@ pub enum Op {
     Break {
         resource: Resource,
         owner: Option<Owner>,
-        breach: Breach,
+        eviction: Eviction,
     },
     /// A waiter gives up its place in the queue.
     Leave { resource: Resource, owner: Owner },
@@ -207,16 +207,16 @@ pub trait Locks: LockStore {
     /// # Errors
     ///
     /// Only store failures.
-    fn breach(
+    fn evict(
         &mut self,
         resource: &Resource,
         owner: Option<&Owner>,
-        breach: &Breach,
+        eviction: &Eviction,
     ) -> Result<Vec<Lock>> {
         let op = Op::Break {
             resource: resource.clone(),
             owner: owner.cloned(),
-            breach: breach.clone(),
+            eviction: eviction.clone(),
         };
         match self.perform(op)? {
             Outcome::Break(removed) => Ok(removed),

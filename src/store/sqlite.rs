@@ -35,15 +35,15 @@
 //! - [`rows`]: the SQL statements, a resource's rows read into tenures and waiters, the core's
 //!   changes written in order, the queries of `status`, `list`, `log` and `gc`;
 //! - [`reader`]: how the read-only commands reach the file, creating nothing;
-//! - [`doorbell`]: the turnstile whose futexes wake the first waiter (Linux; elsewhere waiters
+//! - [`turnstile`]: the turnstile whose futexes wake the first waiter (Linux; elsewhere waiters
 //!   poll);
 //! - [`words`]: SQLite's failures in words a person can act on.
 
-mod doorbell;
 mod open;
 mod reader;
 mod rows;
 mod schema;
+mod turnstile;
 mod wal;
 mod words;
 
@@ -98,7 +98,7 @@ pub struct SqliteStore {
     /// Whether this process's latest write left waiters in the resource's queue.
     queue_behind: bool,
     /// The store's turnstile, once this process waits or wakes a waiter.
-    turnstile: Option<doorbell::Turnstile>,
+    turnstile: Option<turnstile::Turnstile>,
     /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
     watch: Option<(usize, u32)>,
     /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
@@ -222,10 +222,10 @@ impl SqliteStore {
     fn ring(&mut self, resource: &Resource, head: &Owner) {
         if self.turnstile.is_none() {
             // Nobody waits without having created it.
-            self.turnstile = doorbell::Turnstile::open(&self.path, false);
+            self.turnstile = turnstile::Turnstile::open(&self.path, false);
         }
         if let Some(turnstile) = &self.turnstile {
-            turnstile.ring(doorbell::slot(resource.as_str(), head.as_str()));
+            turnstile.ring(turnstile::slot(resource.as_str(), head.as_str()));
         }
     }
 }
@@ -245,9 +245,9 @@ impl Backend for SqliteStore {
     fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
         self.prepare_grant();
         if self.turnstile.is_none() {
-            self.turnstile = doorbell::Turnstile::open(&self.path, true);
+            self.turnstile = turnstile::Turnstile::open(&self.path, true);
         }
-        let slot = doorbell::slot(resource.as_str(), owner.as_str());
+        let slot = turnstile::slot(resource.as_str(), owner.as_str());
         self.watch = self
             .turnstile
             .as_ref()

@@ -8,8 +8,8 @@ use postgres::{Row, SimpleQueryRow};
 use postgres_protocol::escape::escape_literal;
 
 use super::batch::{Output, column, flag, number, one_row, required};
-use crate::engine::{Change, Lease, State, Waiter};
-use crate::lock::{Fence, Note, Owner, Timestamp};
+use crate::engine::{Change, State, Tenure, Waiter};
+use crate::lock::{Fence, Owner, Remark, Timestamp};
 use crate::store::{SCHEMA_VERSION, mode_columns, mode_of};
 
 /// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
@@ -127,21 +127,21 @@ pub(super) fn found(head: &Output, tenures: &Output, waiters: &Output) -> Result
 }
 
 /// Reads [`LEASE_COLUMNS`] from a text row.
-pub(super) fn lease(row: &SimpleQueryRow) -> Result<Lease> {
-    Ok(Lease {
+pub(super) fn lease(row: &SimpleQueryRow) -> Result<Tenure> {
+    Ok(Tenure {
         owner: Owner::from_store(required(column(row, 0)?, 0)?),
         fence: Fence(required(number(row, 1)?, 1)?),
         acquired_at: Timestamp(required(number(row, 2)?, 2)?),
         expires_at: Timestamp(required(number(row, 3)?, 3)?),
         mode: mode_of(required(column(row, 4)?, 4)?, number(row, 5)?)?,
-        note: column(row, 6)?.map(Note::from_store),
+        note: column(row, 6)?.map(Remark::from_store),
         guarded: flag(row, 7)?,
     })
 }
 
 /// Reads [`LEASE_COLUMNS`] from the binary row of `list`, starting at column `first`.
-pub(super) fn binary_lease(row: &Row, first: usize) -> Result<Lease> {
-    Ok(Lease {
+pub(super) fn binary_lease(row: &Row, first: usize) -> Result<Tenure> {
+    Ok(Tenure {
         owner: Owner::from_store(row.get(first)),
         fence: Fence(row.get(first + 1)),
         acquired_at: Timestamp(row.get(first + 2)),
@@ -150,7 +150,9 @@ pub(super) fn binary_lease(row: &Row, first: usize) -> Result<Lease> {
             row.get(first + 4),
             row.get::<_, Option<i32>>(first + 5).map(i64::from),
         )?,
-        note: row.get::<_, Option<&str>>(first + 6).map(Note::from_store),
+        note: row
+            .get::<_, Option<&str>>(first + 6)
+            .map(Remark::from_store),
         guarded: row.get(first + 7),
     })
 }
@@ -170,7 +172,7 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
                 at_ms(lease.expires_at.0),
                 text(mode),
                 number_or_null(lim),
-                text_or_null(lease.note.as_ref().map(Note::as_str)),
+                text_or_null(lease.note.as_ref().map(Remark::as_str)),
                 lease.guarded,
             )
         }
@@ -179,7 +181,7 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
              WHERE resource = {resource} AND fence = {}",
             at_ms(lease.acquired_at.0),
             at_ms(lease.expires_at.0),
-            text_or_null(lease.note.as_ref().map(Note::as_str)),
+            text_or_null(lease.note.as_ref().map(Remark::as_str)),
             lease.fence.0,
         )),
         Change::Delete { fence } => one_row(&format!(
@@ -214,7 +216,7 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
                 text_or_null(record.previous_owner.as_ref().map(Owner::as_str)),
                 text(mode),
                 number_or_null(lim),
-                text_or_null(record.note.as_ref().map(Note::as_str)),
+                text_or_null(record.note.as_ref().map(Remark::as_str)),
                 text_or_null(record.broken.as_ref().map(|b| b.by.as_str())),
                 text_or_null(record.broken.as_ref().map(|b| b.reason.as_str())),
             )

@@ -9,8 +9,8 @@ use anyhow::{Result, bail};
 use rusqlite::{Connection, Transaction, params};
 
 use super::SqliteStore;
-use crate::engine::{Change, Lease, State, Waiter};
-use crate::lock::{Event, Fence, Lock, LogQuery, Note, Owner, Resource, Timestamp};
+use crate::engine::{Change, State, Tenure, Waiter};
+use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Remark, Resource, Timestamp};
 use crate::store::{GC_BATCH, GcReport, HistoryRow, event, mode_columns, mode_of};
 
 impl SqliteStore {
@@ -81,8 +81,8 @@ impl Shape {
 }
 
 /// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
-fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
-    Ok(Lease {
+fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Tenure> {
+    Ok(Tenure {
         owner: Owner::from_store(&r.get::<_, String>(first)?),
         fence: Fence(r.get(first + 1)?),
         acquired_at: Timestamp(r.get(first + 2)?),
@@ -91,7 +91,7 @@ fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Lease> {
         note: r
             .get::<_, Option<String>>(first + 6)?
             .as_deref()
-            .map(Note::from_store),
+            .map(Remark::from_store),
         guarded: r.get(first + 7)?,
     })
 }
@@ -125,7 +125,7 @@ pub(super) fn state(
 }
 
 /// Every tenure row of `resource`, live or not.
-fn leases(conn: &Connection, shape: Shape, resource: &Resource) -> Result<Vec<Lease>> {
+fn leases(conn: &Connection, shape: Shape, resource: &Resource) -> Result<Vec<Tenure>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {} FROM locks WHERE resource = ?1",
         shape.lease
@@ -172,7 +172,7 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
                     lease.expires_at.0,
                     mode,
                     lim,
-                    lease.note.as_ref().map(Note::as_str),
+                    lease.note.as_ref().map(Remark::as_str),
                     lease.guarded
                 ])?
             }
@@ -186,7 +186,7 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
                     lease.fence.0,
                     lease.acquired_at.0,
                     lease.expires_at.0,
-                    lease.note.as_ref().map(Note::as_str)
+                    lease.note.as_ref().map(Remark::as_str)
                 ])?,
             Change::Delete { fence } => tx
                 .prepare_cached(DELETE_LOCK)?
@@ -205,7 +205,7 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
                     record.previous_owner.as_ref().map(Owner::as_str),
                     mode,
                     lim,
-                    record.note.as_ref().map(Note::as_str),
+                    record.note.as_ref().map(Remark::as_str),
                     record.broken.as_ref().map(|b| b.by.as_str()),
                     record.broken.as_ref().map(|b| b.reason.as_str())
                 ])?

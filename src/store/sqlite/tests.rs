@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::super::Locks;
 use crate::engine::Request;
-use crate::lock::{Acquire, EventKind, Release, Renew, Tenure, Ttl};
+use crate::lock::{Acquire, EventKind, Grant, Release, Renew, Ttl};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::*;
@@ -50,7 +50,7 @@ fn req(owner: &str, secs: u64) -> Request {
     Request::exclusive(own(owner), ttl(secs))
 }
 
-fn acquired(outcome: Acquire) -> (Lock, Tenure) {
+fn acquired(outcome: Acquire) -> (Lock, Grant) {
     match outcome {
         Acquire::Acquired { lock, tenure } => (lock, tenure),
         other => panic!("expected acquired, got {other:?}"),
@@ -61,7 +61,7 @@ fn acquired(outcome: Acquire) -> (Lock, Tenure) {
 fn lease_expires_exactly_at_expires_at() {
     let (_dir, mut store, clock) = store();
     let (lock, tenure) = acquired(store.acquire(&res("r"), &req("a", 10)).unwrap());
-    assert_eq!(tenure, Tenure::New);
+    assert_eq!(tenure, Grant::New);
     assert_eq!(lock.expires_at.0 - lock.acquired_at.0, 10_000);
     clock.advance(9_999);
     assert!(store.status(&res("r")).unwrap().locks.len() == 1);
@@ -85,7 +85,7 @@ fn same_owner_extends_with_the_same_fence() {
     let (first, _) = acquired(store.acquire(&res("r"), &req("a", 10)).unwrap());
     clock.advance(4_000);
     let (again, tenure) = acquired(store.acquire(&res("r"), &req("a", 10)).unwrap());
-    assert_eq!(tenure, Tenure::Extended);
+    assert_eq!(tenure, Grant::Extended);
     assert_eq!(again.fence, first.fence);
     assert_eq!(again.acquired_at.0, first.acquired_at.0 + 4_000);
     assert_eq!(again.expires_at.0, first.expires_at.0 + 4_000);
@@ -108,7 +108,7 @@ fn a_tenure_run_took_is_stored_guarded_and_only_one_acquire_took_is_joined() {
     acquired(store.acquire(&res("took"), &req("a", 10)).unwrap());
     for request in [&run, &req("a", 10)] {
         let (_, tenure) = acquired(store.acquire(&res("took"), request).unwrap());
-        assert_eq!(tenure, Tenure::Extended);
+        assert_eq!(tenure, Grant::Extended);
     }
     let stored: Vec<(String, i64)> = store
         .conn

@@ -138,7 +138,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::store::sqlite::doorbell::slot;
+    use crate::store::sqlite::turnstile::slot;
 
     #[test]
     fn slots_are_stable_and_spread() {
