@@ -61,7 +61,8 @@ pub use polling::Turnstile;
 /// How many counters the turnstile holds: one 4 KiB page of `u32`s.
 pub const SLOTS: usize = 1024;
 
-/// The file beside the database at `db`.
+/// The file beside the database at `db` (only the futex turnstile has one).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn path(db: &Path) -> PathBuf {
     let mut path = db.as_os_str().to_owned();
     path.push("-turnstile");
