@@ -1071,3 +1071,51 @@ fn a_file_of_another_application_without_tables_is_refused_unchanged_too() {
         }
     }
 }
+
+#[test]
+fn a_foreign_database_with_a_hot_rollback_journal_is_left_as_it_is() {
+    // Another application's database in rollback mode, its writer killed mid-transaction: the
+    // journal is hot, and SQLite's first read would roll it back into the file.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("other.db");
+    let writer = r#"
+import os, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA journal_mode=DELETE")
+c.execute("CREATE TABLE t (x)")
+c.execute("PRAGMA cache_size=1")
+c.execute("BEGIN")
+for _ in range(500):
+    c.execute("INSERT INTO t VALUES (randomblob(500))")
+os._exit(0)
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", writer])
+        .arg(&path)
+        .status()
+        .expect("python3 (Debian's python3) writes the foreign database");
+    assert!(status.success());
+    let journal = dir.path().join("other.db-journal");
+    let (db_before, journal_before) = (
+        std::fs::read(&path).expect("read"),
+        std::fs::read(&journal).expect("a hot journal"),
+    );
+    assert!(!journal_before.is_empty(), "the journal is hot");
+    for args in [
+        &["acquire", "r", "--owner", "o", "--ttl", "30"][..],
+        &["release", "r", "--owner", "o"],
+        &["gc"],
+        &["status", "r"],
+    ] {
+        let out = distlock_at(&path).args(args).output().expect("distlock");
+        assert_store_error(&out, &args);
+        assert!(
+            std::fs::read(&path).expect("read") == db_before,
+            "{args:?}: file changed"
+        );
+        assert!(
+            std::fs::read(&journal).expect("read") == journal_before,
+            "{args:?}: journal changed"
+        );
+    }
+}

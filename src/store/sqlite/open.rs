@@ -25,6 +25,28 @@ use crate::store::{Clock, SCHEMA_VERSION};
 /// read without locks (see `reader`): the second read goes through SQLite's locks.
 const LOOKS: usize = 3;
 
+/// Refuses a file in rollback mode with a hot journal beside it (`PATH-journal`, not empty):
+/// SQLite's first read would roll the journal back into the file, and a distlock store is in
+/// WAL mode from its first commit on, so such a file is another application's (or one a crash
+/// left mid-write): distlock leaves both as they are.
+///
+/// # Errors
+///
+/// Such a file, named.
+fn refuse_rollback_journal(path: &Path) -> Result<()> {
+    let mut journal = path.as_os_str().to_owned();
+    journal.push("-journal");
+    let hot = std::fs::metadata(std::path::Path::new(&journal)).is_ok_and(|m| m.len() > 0);
+    if hot && !super::reader::in_wal_mode(path) {
+        anyhow::bail!(
+            "cannot use {}: it is a SQLite database of another application in rollback mode, \
+             with a journal beside it; distlock leaves both as they are",
+            crate::output::shown(&path.display().to_string())
+        );
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up.
     ///
@@ -33,6 +55,7 @@ impl SqliteStore {
     /// When the file cannot be opened or created, is not a SQLite database, belongs to another
     /// application, or was written by a newer distlock.
     pub fn open(path: &Path, clock: Box<dyn Clock>) -> Result<SqliteStore> {
+        refuse_rollback_journal(path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
         // Missing, or the empty file `store::open` creates: the schema is written now.
         let created = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
@@ -48,6 +71,7 @@ impl SqliteStore {
     ///
     /// As [`SqliteStore::open`], for a file that exists.
     pub fn open_existing(path: &Path, clock: Box<dyn Clock>) -> Result<Option<SqliteStore>> {
+        refuse_rollback_journal(path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         match Connection::open_with_flags(path, flags) {
             Ok(conn) => SqliteStore::with_connection(conn, path, clock, false).map(Some),

@@ -109,7 +109,7 @@ impl Unwritten {
 /// versions, bytes 18 and 19, are 2), or it is too short to have a header yet (an empty
 /// store). A file in rollback mode is never read `immutable`: a writer may be changing it in
 /// place.
-fn in_wal_mode(path: &Path) -> bool {
+pub(super) fn in_wal_mode(path: &Path) -> bool {
     use std::io::Read;
     let mut header = [0u8; 20];
     let Ok(mut file) = std::fs::File::open(path) else {
