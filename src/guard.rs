@@ -154,6 +154,10 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         // run, and not after a lost lease, which is no longer this run's to keep.
         let ran = matches!(&supervised, Ok(s) if s.started && s.stopped != Some(Stop::LeaseLost));
         let hold = args.hold_at_least.filter(|_| ran);
+        // A store that lost its connection meanwhile is sought again while the lease lasts,
+        // so that a job that finished while its server was away is released once it is back.
+        let lease_end = supervised.as_ref().map_or(job.lease_end, |s| s.lease_end);
+        store.keep_trying_until(Some(lease_end));
         finish(store.as_mut(), &args.resource, &owner, lock.fence, hold);
     }
     supervised.map(|s| s.exit)

@@ -1,8 +1,9 @@
 //! Where locks live. [`LockStore`] is the one interface every command talks to; each backend
 //! (the embedded SQLite file, PostgreSQL) implements it with the same guarantees:
 //!
-//! - every operation is one atomic transaction on one resource, serialised per resource and
-//!   guarded by `UNIQUE(resource)`; its decision is [`crate::engine`]'s, the same on every store;
+//! - every operation is one atomic transaction on one resource or on a set of them, serialised
+//!   per resource and guarded by `UNIQUE(resource)`; its decision is [`crate::engine`]'s, the
+//!   same on every store;
 //! - a lock is live while `now < expires_at`, by the store's own clock;
 //! - fences strictly increase with every new tenure and are never reused, not after release,
 //!   expiry, `gc` or a crash;
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::engine::{self, Decision, State};
+use crate::engine::{self, Change, Decision, State};
 use crate::lock::{
     Event, EventKind, Eviction, Fence, Lock, LogQuery, Mode, Owner, Remark, Resource, Timestamp,
 };
@@ -55,18 +56,65 @@ pub trait LockStore: Send {
     /// fails, and what it cannot do now is done at a later moment or by another process.
     /// Nothing by default (PostgreSQL has nothing to do).
     fn tidy(&mut self) {}
+
+    /// A store whose connection can be lost (PostgreSQL) seeks it again, and tries the call
+    /// again, for the connect timeout of each call; with a `deadline`, until then instead if
+    /// that is later (a waiter's `--wait`, `run`'s lease). `None` restores the default.
+    /// Nothing for a store without a connection.
+    fn keep_trying_until(&mut self, _deadline: Option<std::time::Instant>) {}
 }
 
 /// Hands out a fresh fence inside the deciding transaction.
 pub type FenceSource<'a> = dyn FnMut() -> Result<Fence> + 'a;
 
+/// The core's choice for one resource, from its state (see [`Backend::transact`]).
+pub type Decide<'a, T> = dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>> + 'a;
+
+/// The core's choice for the members of a set, from their states in the members' order (see
+/// [`Backend::transact_set`]).
+pub type DecideSet<'a, T> =
+    dyn FnMut(&[State], &mut FenceSource<'_>) -> Result<SetDecision<T>> + 'a;
+
+/// What a decision over a set writes: each member's changes, in the members' order.
+#[derive(Debug)]
+pub struct SetDecision<T> {
+    pub outcome: T,
+    pub changes: Vec<Vec<Change>>,
+}
+
+impl<T> SetDecision<T> {
+    fn writes(&self) -> bool {
+        self.changes.iter().any(|changes| !changes.is_empty())
+    }
+
+    fn is_durable(&self) -> bool {
+        self.changes.iter().flatten().any(Change::is_durable)
+    }
+}
+
 /// What a backend provides: reading a resource's state and applying the core's changes in one
 /// transaction, plus the read-only queries, which are plain SQL of its own.
 pub trait Backend: Send {
-    /// One write transaction on `resource`: reads its rows and the store's "now" under the
-    /// store's per-resource serialisation, lets `decide` choose, writes the changes it returns in
-    /// order, and commits. `decide` may run again if the store retries the transaction.
-    /// [`Durability::Relaxed`] lets the store skip flushing this commit to stable storage.
+    /// One write transaction on the members of a set, `resources`, sorted and distinct: reads
+    /// their rows and the store's "now" under the store's per-resource serialisation, lets
+    /// `decide` choose, writes the changes it returns for each member in order, and commits —
+    /// every member's changes or none. Two transactions over overlapping sets never deadlock
+    /// (each store takes its members in their order), and a transaction holds no lock of the
+    /// store's while `decide` runs on a client of a remote one. `decide` may run again if the
+    /// store retries the transaction. [`Durability::Relaxed`] lets the store skip flushing
+    /// this commit to stable storage.
+    ///
+    /// # Errors
+    ///
+    /// Store failures, and whatever `decide` returns.
+    fn transact_set<T>(
+        &mut self,
+        resources: &[Resource],
+        durability: Durability,
+        decide: &mut DecideSet<'_, T>,
+    ) -> Result<T>;
+
+    /// [`Backend::transact_set`] over one resource.
     ///
     /// # Errors
     ///
@@ -75,8 +123,17 @@ pub trait Backend: Send {
         &mut self,
         resource: &Resource,
         durability: Durability,
-        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
-    ) -> Result<T>;
+        decide: &mut Decide<'_, T>,
+    ) -> Result<T> {
+        let members = std::slice::from_ref(resource);
+        self.transact_set(members, durability, &mut |states, fresh| {
+            let decision = decide(&states[0], fresh)?;
+            Ok(SetDecision {
+                outcome: decision.outcome,
+                changes: vec![decision.changes],
+            })
+        })
+    }
 
     /// The resource's rows and the store's "now", without writing.
     ///
@@ -195,6 +252,31 @@ impl<B: Backend> LockStore for B {
     fn tidy(&mut self) {
         Backend::tidy(self);
     }
+}
+
+/// A transaction on a store that holds no locks at all and must stay so (a store that does not
+/// exist, a database without a distlock schema): `decide` sees every member free, and a
+/// decision that would write fails with `why`.
+///
+/// # Errors
+///
+/// `why`, and whatever `decide` returns.
+fn decide_on_nothing<T>(
+    resources: &[Resource],
+    decide: &mut DecideSet<'_, T>,
+    why: &str,
+) -> Result<T> {
+    let nothing = State {
+        now: Timestamp::now(),
+        leases: Vec::new(),
+        queue: Vec::new(),
+    };
+    let mut no_fence = || anyhow::bail!("{why}");
+    let decision = decide(&vec![nothing; resources.len()], &mut no_fence)?;
+    if decision.writes() {
+        anyhow::bail!("{why}");
+    }
+    Ok(decision.outcome)
 }
 
 /// A history row as both stores read it back.

@@ -89,8 +89,24 @@ pub fn acquire(
         None
     };
     if patience.waits() {
+        // A lost connection is sought again while the wait lasts.
+        store.keep_trying_until(Some(patience.until));
         store.watch(resource, &request.owner)?;
     }
+    let waited = wait_in_line(store, resource, request, &mut patience, interrupts, on_busy);
+    store.keep_trying_until(None);
+    waited
+}
+
+/// [`acquire`]'s attempts, until one is the answer.
+fn wait_in_line(
+    store: &mut dyn LockStore,
+    resource: &Resource,
+    request: &Request,
+    patience: &mut Patience,
+    interrupts: Option<Interrupts>,
+    on_busy: &mut dyn FnMut(Option<&Holder>, usize),
+) -> Result<Waited> {
     loop {
         let started = Instant::now();
         let attempt = Request {

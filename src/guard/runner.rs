@@ -73,6 +73,8 @@ pub struct Supervised {
     pub started: bool,
     /// Why the command was stopped, if `run` stopped it.
     pub stopped: Option<Stop>,
+    /// The latest end of the lease that a renewal (or the acquire) made sure of.
+    pub lease_end: Instant,
 }
 
 /// Starts the command and supervises it until it exits; `wakeups` has caught `run`'s signals
@@ -111,6 +113,7 @@ pub fn supervise(
             exit: Exit::Child(u8::try_from(128 + signal).unwrap_or(u8::MAX)),
             started: false,
             stopped: None,
+            lease_end: job.lease_end,
         });
     }
     let child = match spawn(job.command, &env) {
@@ -120,6 +123,7 @@ pub fn supervise(
                 exit,
                 started: false,
                 stopped: None,
+                lease_end: job.lease_end,
             });
         }
     };
@@ -154,6 +158,7 @@ pub fn supervise(
         exit,
         started: true,
         stopped: supervisor.stopped(),
+        lease_end: supervisor.lease_end(),
     })
 }
 

@@ -212,6 +212,11 @@ impl Supervisor {
     }
 
     /// Why the command was stopped, if it was.
+    /// The latest lease end a successful renewal (or the acquire) made sure of.
+    pub fn lease_end(&self) -> Instant {
+        self.lease_end
+    }
+
     pub fn stopped(&self) -> Option<Stop> {
         self.stopped
     }

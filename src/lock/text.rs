@@ -30,7 +30,8 @@ pub const MAX_NAME_BYTES: usize = 255;
 
 /// The name of a lockable resource, exactly as the user gave it (not trimmed). Read back from
 /// JSON (a server's answer), it is checked as a command-line value is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Resources order by their bytes, as both stores sort them (`COLLATE "C"` on PostgreSQL).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 pub struct Resource(String);
 

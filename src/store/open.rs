@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::{
-    Backend, Durability, FenceSource, Folders, GcReport, Location, LockStore, PostgresStore,
-    SqliteStore, SystemClock,
+    Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, PostgresStore,
+    SqliteStore, SystemClock, decide_on_nothing,
 };
-use crate::engine::{Decision, State};
+use crate::engine::State;
 use crate::lock::{Event, Lock, LogQuery, Owner, Resource, Timestamp};
 
 /// Opens the store at `location` with the host's clock, for a command that may create it
@@ -158,18 +158,13 @@ impl Absent {
 }
 
 impl Backend for Absent {
-    fn transact<T>(
+    fn transact_set<T>(
         &mut self,
-        _resource: &Resource,
+        resources: &[Resource],
         _durability: Durability,
-        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+        decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
-        let mut no_fence = || anyhow::bail!("the store does not exist");
-        let decision = decide(&Absent::nothing(), &mut no_fence)?;
-        if !decision.changes.is_empty() {
-            anyhow::bail!("the store does not exist");
-        }
-        Ok(decision.outcome)
+        decide_on_nothing(resources, decide, "the store does not exist")
     }
 
     fn read(&mut self, _resource: &Resource) -> Result<State> {

@@ -55,12 +55,25 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{Backend, Clock, Durability, FenceSource, GcReport, Vanished};
-use crate::engine::{self, Change, Decision, State};
+use super::{Backend, Clock, DecideSet, Durability, GcReport, Vanished};
+use crate::engine::{self, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use open::identity;
 use reader::Access;
 use rows::{Shape, apply, next_fence, state};
+
+/// The states of `resources`, in their order, as of `now`.
+fn states(
+    conn: &Connection,
+    shape: Shape,
+    resources: &[Resource],
+    now: Timestamp,
+) -> Result<Vec<State>> {
+    resources
+        .iter()
+        .map(|resource| state(conn, shape, resource, now))
+        .collect()
+}
 use words::{Doing, worded};
 
 /// How long an operation waits for another process's write to finish before it gives up.
@@ -118,16 +131,17 @@ impl Drop for SqliteStore {
 }
 
 impl SqliteStore {
-    /// One operation: a durable one (acquire, renew) decides on a read snapshot first, and
-    /// only if that writes, again under the write lock, then writes (a waiter just rung goes
-    /// to the write lock at once). `durable: false` (a release, a waiter leaving) decides
-    /// under the write lock at once and commits without an fsync; so does a decision that
-    /// only moves places in the queue, which need not survive power loss.
+    /// One operation on the members of a set: a durable one (acquire, renew) decides on a read
+    /// snapshot first, and only if that writes, again under the write lock, then writes (a
+    /// waiter just rung goes to the write lock at once). `durable: false` (a release, a waiter
+    /// leaving) decides under the write lock at once and commits without an fsync; so does a
+    /// decision that only moves places in the queue, which need not survive power loss. The
+    /// one write lock covers the whole store, so a set is as atomic as a single resource.
     fn decide_and_apply<T>(
         &mut self,
-        resource: &Resource,
+        resources: &[Resource],
         durable: bool,
-        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+        decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
         let now = self.clock.now();
         // Look before taking the write lock: a decision that writes nothing (busy, not found,
@@ -140,29 +154,29 @@ impl SqliteStore {
         let needs_sync = if durable && !rung {
             let shape = self.shape;
             let snapshot = self.conn.transaction()?;
-            let state = state(&snapshot, shape, resource, now)?;
+            let states = states(&snapshot, shape, resources, now)?;
             // A new tenure's fence is only handed out under the write lock.
             let mut not_yet = || Ok(Fence(0));
-            let decision = decide(&state, &mut not_yet)?;
-            if decision.changes.is_empty() {
+            let decision = decide(&states, &mut not_yet)?;
+            if !decision.writes() {
                 return Ok(decision.outcome);
             }
-            decision.changes.iter().any(Change::is_durable)
+            decision.is_durable()
         } else {
             durable
         };
         // The safety level cannot change inside a transaction: it is set for this one from
         // the look above, and if the locked state asks for more, the transaction starts over.
         let outcome = if needs_sync {
-            self.write(resource, now, false, decide)
+            self.write(resources, now, false, decide)
         } else {
-            self.unsynced(|store| store.write(resource, now, durable, decide))?
+            self.unsynced(|store| store.write(resources, now, durable, decide))?
         };
         match outcome? {
             Some(outcome) => Ok(outcome),
             // Unsynced, but the locked state needed a durable change after all.
             None => self
-                .write(resource, now, false, decide)?
+                .write(resources, now, false, decide)?
                 .context("the decision changed twice"),
         }
     }
@@ -171,28 +185,34 @@ impl SqliteStore {
     /// decision has a change that must survive power loss (nothing is written then).
     fn write<T>(
         &mut self,
-        resource: &Resource,
+        resources: &[Resource],
         now: Timestamp,
         refuse_durable: bool,
-        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+        decide: &mut DecideSet<'_, T>,
     ) -> Result<Option<T>> {
         let shape = self.shape;
         let tx = self.write_tx()?;
-        let state = state(&tx, shape, resource, now)?;
+        let states = states(&tx, shape, resources, now)?;
         let mut fresh = || Ok(Fence(next_fence(&tx)?));
-        let decision = decide(&state, &mut fresh)?;
-        if decision.changes.is_empty() {
+        let decision = decide(&states, &mut fresh)?;
+        if !decision.writes() {
             // A refusal after all: dropping the transaction rolls it back.
             return Ok(Some(decision.outcome));
         }
-        if refuse_durable && decision.changes.iter().any(Change::is_durable) {
+        if refuse_durable && decision.is_durable() {
             return Ok(None);
         }
-        apply(&tx, resource, &decision.changes)?;
+        let members = resources.iter().zip(&states).zip(&decision.changes);
+        for ((resource, _), changes) in members.clone() {
+            apply(&tx, resource, changes)?;
+        }
         tx.commit()?;
-        self.queue_behind = engine::head_after(&state, &decision.changes).is_some();
-        if let Some(head) = engine::next_to_wake(&state, &decision.changes) {
-            self.ring(resource, head);
+        self.queue_behind = false;
+        for ((resource, state), changes) in members {
+            self.queue_behind |= engine::head_after(state, changes).is_some();
+            if let Some(head) = engine::next_to_wake(state, changes) {
+                self.ring(resource, head);
+            }
         }
         Ok(Some(decision.outcome))
     }
@@ -231,14 +251,14 @@ impl SqliteStore {
 }
 
 impl Backend for SqliteStore {
-    fn transact<T>(
+    fn transact_set<T>(
         &mut self,
-        resource: &Resource,
+        resources: &[Resource],
         durability: Durability,
-        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+        decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
         let durable = durability == Durability::Durable;
-        let done = self.decide_and_apply(resource, durable, decide);
+        let done = self.decide_and_apply(resources, durable, decide);
         done.map_err(|err| worded(&self.path, Doing::Write, err))
     }
 

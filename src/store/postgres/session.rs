@@ -4,20 +4,23 @@
 //!   truncated to milliseconds as times are printed) in the transaction that decides, after it
 //!   holds the resource, never from this host, so a client whose clock is off still gets
 //!   exactly its TTL.
-//! - **One resource, one writer at a time.** Each write transaction first inserts or locks the
-//!   resource's row in `distlock.resources` (`UNIQUE(resource)`), which it holds until the
-//!   transaction ends — also for a resource that had no row yet: a racing insert waits on the
-//!   unique index, then takes the conflict path and the lock. Only then, in later statements (each
-//!   with a snapshot of its own), does it read the resource's tenures. A conflicting insert, or a
-//!   row that changed under a decision, starts the transaction over (as do serialization
-//!   failures and deadlocks), a bounded number of times.
-//! - **Two round trips per operation.** A process makes one or two calls, so what costs is the
-//!   number of round trips, not parsing. The statements are sent in two simple-protocol
-//!   batches: `BEGIN`, the row lock and the reads; then the core's writes, `pg_notify` and
-//!   `COMMIT`. Values go into the SQL as literals ([`text`]: escape strings, so their meaning
-//!   does not depend on server settings). The schema version is read in the first batch too:
-//!   only when it is not this build's, or the batch fails on a connection that has not seen the
-//!   schema yet, is the schema checked, created or upgraded the careful way
+//! - **No lock is held across a round trip.** An operation reads in one batch (an implicit
+//!   transaction that ends with it, holding nothing afterwards), decides in this process, and
+//!   writes in a second batch, `BEGIN; …; COMMIT` sent as one message, which the server runs to
+//!   its end whatever this process does meanwhile: stopped, cut off or killed, it keeps no
+//!   other client waiting for more than a statement's time. The write batch first locks each
+//!   member's row in `distlock.resources` (`UNIQUE(resource)`), in the members' order, so two
+//!   writers of one resource are serialised and two sets never deadlock. Then it checks that
+//!   the decision still holds ([`unchanged_since`]): the member's rows are those read (a digest
+//!   of them, read before them), nothing live at the read has expired since, and the read is
+//!   recent. A member that changed aborts the whole batch and the operation starts over, a
+//!   bounded number of times, as after a serialization failure or a deadlock.
+//! - **Two round trips per operation**, one for a refusal. A process makes one or two calls,
+//!   so what costs is the number of round trips, not parsing: the statements are sent as
+//!   simple-protocol batches, their values as literals ([`text`]: escape strings, so their
+//!   meaning does not depend on server settings). The schema version is read in the first
+//!   batch too: only when it is not this build's, or the batch fails on a connection that has
+//!   not seen the schema yet, is the schema checked, created or upgraded the careful way
 //!   ([`Session::ensure_schema`]), and the operation tried again.
 //! - Fences come from the sequence `distlock.fence` (never cycles; values are never reused, even
 //!   after a rollback or a crash). When the resource has no live tenure and no live waiter (an
@@ -28,6 +31,8 @@
 //! - Session state: only `LISTEN` (waiters), and only in a waiting process. No prepared
 //!   statements, no session-level advisory locks, no temporary tables.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
@@ -35,20 +40,33 @@ use postgres::Client;
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 
-use super::batch::{number, required, send};
+use super::batch::{Output, column, number, required, send};
 use super::statements::{
-    CHANNEL, LEASE_COLUMNS, binary_lease, found, head, is_transient, lock_row, tenures, text,
-    waiters, write,
+    CHANNEL, LEASE_COLUMNS, binary_lease, fingerprint, found, head, is_transient, lock_row,
+    still_listening, tenures, text, unchanged_since, waiters, write,
 };
-use crate::engine::{self, Change, Decision, State};
+use crate::engine::{self, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use crate::store::{
-    Backend, Durability, FenceSource, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION, event,
+    Backend, DecideSet, Durability, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION,
+    decide_on_nothing, event,
 };
 
-/// Attempts per operation when the server reports a serialization failure, a deadlock, or a
-/// conflict with a racing writer.
-const ATTEMPTS: usize = 5;
+/// A connection of this process was found not to keep its `LISTEN` (see
+/// [`Session::check_listening`]): no new connection listens either.
+static POOLED: AtomicBool = AtomicBool::new(false);
+
+/// Attempts per operation when the server reports a serialization failure or a deadlock, or
+/// when a member changed between the read and the write. Between attempts a writer backs off
+/// for a random while that grows with each attempt ([`back_off`]), so that writers racing for
+/// one resource spread out.
+const ATTEMPTS: u32 = 30;
+
+/// Sleeps between 0 and `attempt` milliseconds, at most 10.
+fn back_off(attempt: u32) {
+    let most = u64::from(attempt.min(10)) * 1_000;
+    std::thread::sleep(Duration::from_micros(fastrand::u64(0..=most)));
+}
 
 /// The connection, owned by the worker thread.
 pub struct Session {
@@ -64,6 +82,10 @@ pub struct Session {
     pub(super) creates: bool,
     /// A read-only session found no distlock schema: it reads as an empty store.
     pub(super) absent: bool,
+    /// Set while a write batch is on its way and its answer has not come: a connection lost
+    /// then leaves the commit's outcome unknown. Shared with the store's handle, which reads it
+    /// when a call times out.
+    pub(super) committing: Arc<AtomicBool>,
 }
 
 /// Why a transaction must start over.
@@ -87,11 +109,15 @@ impl From<postgres::Error> for Retry {
 }
 
 impl Session {
-    /// A session on a new connection. The schema is checked by the first operation, in its
-    /// first round trip.
     /// A session on `client`; `read_only` for the commands that only read, which never
-    /// create or upgrade the schema.
-    pub fn new(client: Client, read_only: bool, creates: bool) -> Session {
+    /// create or upgrade the schema. The schema is checked by the first operation, in its
+    /// first round trip.
+    pub fn new(
+        client: Client,
+        read_only: bool,
+        creates: bool,
+        committing: Arc<AtomicBool>,
+    ) -> Session {
         Session {
             client,
             listening: false,
@@ -99,6 +125,7 @@ impl Session {
             read_only,
             creates,
             absent: false,
+            committing,
         }
     }
 
@@ -111,6 +138,27 @@ impl Session {
         }
     }
 
+    /// After a read on a listening connection: if the server session that ran it does not
+    /// listen, this connection's `LISTEN` stayed behind on another one — a pooler in
+    /// transaction mode hands each transaction whichever server connection is free — so no
+    /// release will wake this waiter. It says so once, and from then on looks again after
+    /// each pause instead (every 250 ms at most, see [`crate::wait`]).
+    fn check_listening(&mut self, heard: Option<&Output>) {
+        let listens = heard
+            .and_then(|output| output.rows.first())
+            .is_none_or(|row| matches!(column(row, 0), Ok(Some("t"))));
+        if !listens {
+            self.listening = false;
+            if !POOLED.swap(true, Ordering::Relaxed) {
+                crate::output::warn(format_args!(
+                    "the PostgreSQL connection does not keep its LISTEN between transactions \
+                     (a pooler in transaction mode, such as PgBouncer?): waiting by looking \
+                     again every 250 ms instead of being woken"
+                ));
+            }
+        }
+    }
+
     /// Ends the open transaction, after an error or a refusal. A failure to roll back is not
     /// reported: the caller reports what went wrong first, and a broken connection rolls the
     /// transaction back on the server anyway.
@@ -120,48 +168,43 @@ impl Session {
 }
 
 impl Backend for Session {
-    fn transact<T>(
+    fn transact_set<T>(
         &mut self,
-        resource: &Resource,
+        resources: &[Resource],
         durability: Durability,
-        decide: &mut dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>>,
+        decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
         let durable = durability == Durability::Durable;
-        let res = text(resource.as_str());
+        let members: Vec<String> = resources.iter().map(|r| text(r.as_str())).collect();
         let mut attempt = 0;
         let mut rechecked = false;
         loop {
             if self.absent {
                 // No schema, and this command may not make one: it decides on an empty store,
                 // and one that would write finds nothing to write to.
-                let mut no_fence = || bail!("the database has no distlock schema");
-                let decision = decide(&Session::nothing(), &mut no_fence)?;
-                if !decision.changes.is_empty() {
-                    bail!("the database has no distlock schema");
-                }
-                return Ok(decision.outcome);
+                return decide_on_nothing(resources, decide, "the database has no distlock schema");
             }
             attempt += 1;
-            // Round trip 1: take the resource's row lock, then read (each read a statement of
-            // its own, so it sees what the previous writer committed).
-            let opened = send(
-                &mut self.client,
-                &[
-                    "BEGIN".to_owned(),
-                    lock_row(&res),
-                    head(&res, true),
-                    tenures(&res),
-                    waiters(&res),
-                ],
-            );
-            let outputs = match opened {
-                Ok(outputs) if outputs.len() == 5 => outputs,
-                Ok(_) => {
-                    self.rollback();
-                    bail!("the server answered a different number of statements");
+            // Round trip 1, the reads: one implicit transaction that ends with the batch, so
+            // nothing is held while this process decides. Each member's digest is read before
+            // its rows: a change committed in between makes the write below start over.
+            let mut reads = vec![head(&members[0], members.len() == 1)];
+            for member in &members {
+                reads.extend([fingerprint(member), tenures(member), waiters(member)]);
+            }
+            if self.listening {
+                reads.push(still_listening());
+            }
+            let outputs = match send(&mut self.client, &reads) {
+                Ok(mut outputs) if outputs.len() == reads.len() => {
+                    if self.listening {
+                        let heard = outputs.pop();
+                        self.check_listening(heard.as_ref());
+                    }
+                    outputs
                 }
+                Ok(_) => bail!("the server answered a different number of statements"),
                 Err(err) => {
-                    self.rollback();
                     if self.recheck(false, &mut rechecked)? {
                         attempt -= 1;
                         continue;
@@ -172,29 +215,22 @@ impl Backend for Session {
                     return Err(err.into());
                 }
             };
-            let found = match found(&outputs[2], &outputs[3], &outputs[4]) {
-                Ok(found) => found,
-                Err(err) => {
-                    self.rollback();
-                    return Err(err);
-                }
-            };
-            if found.version != Some(SCHEMA_VERSION) {
-                self.rollback();
+            let read = found(&outputs)?;
+            if read.version != Some(SCHEMA_VERSION) {
                 if self.recheck(true, &mut rechecked)? {
                     attempt -= 1;
                     continue;
                 }
                 bail!(
                     "the schema version changed while this operation ran ({:?})",
-                    found.version
+                    read.version
                 );
             }
             self.checked = true;
 
             let decision = {
                 let client = &mut self.client;
-                let mut ahead = found.fence;
+                let mut ahead = read.fence;
                 let mut fresh = || -> Result<Fence> {
                     if let Some(fence) = ahead.take() {
                         return Ok(Fence(fence));
@@ -206,37 +242,47 @@ impl Backend for Session {
                         .ok_or_else(|| anyhow!("nextval returned no row"))?;
                     Ok(Fence(required(number(row, 0)?, 0)?))
                 };
-                decide(&found.state, &mut fresh)
+                decide(&read.states, &mut fresh)?
             };
-            let decision = match decision {
-                Ok(decision) => decision,
-                Err(err) => {
-                    self.rollback();
-                    return Err(err);
-                }
-            };
-            if decision.changes.is_empty() {
-                // A refusal, or nothing to do: give the row lock back.
-                self.rollback();
+            if !decision.writes() {
+                // A refusal, or nothing to do: nothing was locked, nothing to give back.
                 return Ok(decision.outcome);
             }
 
-            // Round trip 2: the writes, the wake-up and the commit.
-            let mut statements = Vec::with_capacity(decision.changes.len() + 3);
-            if !(durable && decision.changes.iter().any(Change::is_durable)) {
+            // Round trip 2, the write: one message that the server runs to its end whatever
+            // this process does meanwhile. It locks the members' rows in their order (so two
+            // sets never deadlock), checks that each decision still holds, writes, wakes the
+            // waiters, and commits; a member that changed since the read aborts it all, and
+            // the operation starts over.
+            let mut statements = vec!["BEGIN".to_owned()];
+            if !(durable && decision.is_durable()) {
                 // As on SQLite: a commit that need not survive power loss (a release, a place
                 // in the queue) does not wait for the server's WAL flush, nor for a synchronous
                 // standby; lost, the lock merely stays until its TTL runs out.
                 statements.push("SET LOCAL synchronous_commit TO off".to_owned());
             }
-            statements.extend(decision.changes.iter().map(|change| write(&res, change)));
+            for (member, digest) in members.iter().zip(&read.digests) {
+                statements.push(lock_row(member));
+                statements.push(unchanged_since(member, digest, read.now.0));
+            }
+            for (member, changes) in members.iter().zip(&decision.changes) {
+                statements.extend(changes.iter().map(|change| write(member, change)));
+            }
             // Waiters hear of a change that may let them in when it commits (NOTIFY is
             // delivered on commit, and not at all on a rollback).
-            if engine::wakes_waiters(&decision.changes) {
-                statements.push(format!("SELECT pg_notify({}, {res})", text(CHANNEL)));
+            for (member, changes) in members.iter().zip(&decision.changes) {
+                if engine::wakes_waiters(changes) {
+                    statements.push(format!("SELECT pg_notify({}, {member})", text(CHANNEL)));
+                }
             }
             statements.push("COMMIT".to_owned());
+            self.committing.store(true, Ordering::SeqCst);
             let committed = send(&mut self.client, &statements);
+            // An error the server answered with stopped the batch before its COMMIT ended:
+            // nothing was committed. Only a connection lost with no answer leaves it unknown.
+            if !matches!(&committed, Err(err) if err.as_db_error().is_none()) {
+                self.committing.store(false, Ordering::SeqCst);
+            }
             match committed.map_err(Retry::from) {
                 Ok(outputs) if outputs.len() == statements.len() => {
                     return Ok(decision.outcome);
@@ -246,14 +292,19 @@ impl Backend for Session {
                     bail!("the server answered a different number of statements");
                 }
                 Err(retry) => {
+                    // The transaction is aborted, and its row locks were let go with it; the
+                    // connection waits for the ROLLBACK.
                     self.rollback();
                     match retry {
-                        Retry::Conflict if attempt < ATTEMPTS => {}
-                        Retry::Server(err) if attempt < ATTEMPTS && is_transient(&err) => {}
+                        Retry::Conflict if attempt < ATTEMPTS => back_off(attempt),
+                        Retry::Server(err) if attempt < ATTEMPTS && is_transient(&err) => {
+                            back_off(attempt);
+                        }
                         Retry::Conflict => {
                             bail!(
-                                "the lock rows of {resource} kept changing; gave up after \
-                                 {ATTEMPTS} attempts"
+                                "the lock rows of {} kept changing; gave up after \
+                                 {ATTEMPTS} attempts",
+                                resources[0]
                             )
                         }
                         Retry::Server(err) => return Err(err.into()),
@@ -271,12 +322,14 @@ impl Backend for Session {
                 return Ok(Session::nothing());
             }
             // One implicit transaction; each statement sees what committed before it began.
-            let read = send(
-                &mut self.client,
-                &[head(&res, false), tenures(&res), waiters(&res)],
-            );
-            let outputs = match read {
-                Ok(outputs) if outputs.len() == 3 => outputs,
+            let reads = [
+                head(&res, false),
+                fingerprint(&res),
+                tenures(&res),
+                waiters(&res),
+            ];
+            let outputs = match send(&mut self.client, &reads) {
+                Ok(outputs) if outputs.len() == reads.len() => outputs,
                 Ok(_) => bail!("the server answered a different number of statements"),
                 Err(err) => {
                     if self.recheck(false, &mut rechecked)? {
@@ -285,7 +338,7 @@ impl Backend for Session {
                     return Err(err.into());
                 }
             };
-            let found = found(&outputs[0], &outputs[1], &outputs[2])?;
+            let found = found(&outputs)?;
             if found.version != Some(SCHEMA_VERSION) {
                 if self.recheck(true, &mut rechecked)? {
                     continue;
@@ -296,12 +349,16 @@ impl Backend for Session {
                 );
             }
             self.checked = true;
-            return Ok(found.state);
+            return found
+                .states
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow!("the server answered no rows for {resource}"));
         }
     }
 
     fn watch(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
-        if !self.listening {
+        if !self.listening && !POOLED.load(Ordering::Relaxed) {
             self.client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
             self.listening = true;
         }

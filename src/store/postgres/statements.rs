@@ -2,7 +2,7 @@
 
 use std::fmt::Display;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use postgres::error::SqlState;
 use postgres::{Row, SimpleQueryRow};
 use postgres_protocol::escape::escape_literal;
@@ -79,6 +79,58 @@ pub(super) fn head(resource: &str, fence: bool) -> String {
     )
 }
 
+/// A digest of everything `resource`'s decision reads: its tenure rows and its queue, each row
+/// whole. Read before the rows themselves, it is compared under the row lock when the decision
+/// is written ([`unchanged_since`]).
+pub(super) fn fingerprint(resource: &str) -> String {
+    format!("SELECT {}", digest(resource))
+}
+
+fn digest(resource: &str) -> String {
+    format!(
+        "md5(coalesce((SELECT string_agg(l::text, ';' ORDER BY l.fence) FROM distlock.locks l \
+                       WHERE l.resource = {resource}), '') || '|' || \
+             coalesce((SELECT string_agg(w::text, ';' ORDER BY w.ticket) FROM distlock.waiters w \
+                       WHERE w.resource = {resource}), ''))"
+    )
+}
+
+/// How long a decision may take from its read to its write: past this the write is refused and
+/// the operation starts over from a new read, so that no write carries times read long ago
+/// (from a client that was stopped or cut off in between).
+pub(super) const DECISION_LIFETIME_MS: i64 = 2_000;
+
+/// Under the row lock of [`lock_row`]: fails with `division_by_zero` (read as a conflict) unless
+/// the decision that `resource`'s read at `read_at` (ms) led to still holds — its rows are as
+/// they were read (`digest`, from [`fingerprint`]), no tenure or place in the queue has expired
+/// since (nothing the decision counted as live has stopped being so), and the read is not
+/// older than [`DECISION_LIFETIME_MS`].
+pub(super) fn unchanged_since(resource: &str, digest_read: &str, read_at: i64) -> String {
+    let read = at_ms(read_at);
+    let expired = |table: &str| {
+        format!(
+            "NOT EXISTS (SELECT FROM distlock.{table} WHERE resource = {resource} \
+             AND expires_at > {read} AND expires_at <= clock_timestamp())"
+        )
+    };
+    format!(
+        "SELECT 1 / ({} = {} AND {} AND {} \
+                     AND clock_timestamp() < {read} + interval '{DECISION_LIFETIME_MS} ms')::integer",
+        digest(resource),
+        text(digest_read),
+        expired("locks"),
+        expired("waiters"),
+    )
+}
+
+/// Whether the server session that runs it listens on [`CHANNEL`].
+pub(super) fn still_listening() -> String {
+    format!(
+        "SELECT EXISTS (SELECT FROM pg_listening_channels() c WHERE c = {})",
+        text(CHANNEL)
+    )
+}
+
 pub(super) fn tenures(resource: &str) -> String {
     format!("SELECT {LEASE_COLUMNS} FROM distlock.locks WHERE resource = {resource}")
 }
@@ -90,37 +142,56 @@ pub(super) fn waiters(resource: &str) -> String {
     )
 }
 
-/// What the reads of a batch found: the state, the schema version, and a fence taken ahead.
+/// What the reads of a batch found: each member's state and digest, the server's now, the
+/// schema version, and a fence taken ahead.
 pub(super) struct Found {
-    pub(super) state: State,
+    pub(super) states: Vec<State>,
+    pub(super) digests: Vec<String>,
+    pub(super) now: Timestamp,
     pub(super) version: Option<i64>,
     pub(super) fence: Option<i64>,
 }
 
-/// Reads the outputs of [`head`], [`tenures`] and [`waiters`].
-pub(super) fn found(head: &Output, tenures: &Output, waiters: &Output) -> Result<Found> {
+/// Reads the outputs of a batch of reads: [`head`], then for each member [`fingerprint`],
+/// [`tenures`] and [`waiters`].
+pub(super) fn found(outputs: &[Output]) -> Result<Found> {
+    let (head, members) = outputs
+        .split_first()
+        .ok_or_else(|| anyhow!("the server answered no statement"))?;
     let first = head
         .rows
         .first()
         .ok_or_else(|| anyhow!("the server's clock query returned no row"))?;
-    let leases = tenures.rows.iter().map(lease).collect::<Result<_>>()?;
-    let queue = waiters
-        .rows
-        .iter()
-        .map(|r| {
-            Ok(Waiter {
-                owner: Owner::from_store(required(column(r, 0)?, 0)?),
-                ticket: required(number(r, 1)?, 1)?,
-                expires_at: Timestamp(required(number(r, 2)?, 2)?),
+    let now = Timestamp(required(number(first, 0)?, 0)?);
+    let mut states = Vec::with_capacity(members.len() / 3);
+    let mut digests = Vec::with_capacity(members.len() / 3);
+    for member in members.chunks(3) {
+        let [digest, tenures, waiters] = member else {
+            bail!("the server answered a different number of statements");
+        };
+        let digest = digest
+            .rows
+            .first()
+            .ok_or_else(|| anyhow!("the server's digest query returned no row"))?;
+        digests.push(required(column(digest, 0)?, 0)?.to_owned());
+        let leases = tenures.rows.iter().map(lease).collect::<Result<_>>()?;
+        let queue = waiters
+            .rows
+            .iter()
+            .map(|r| {
+                Ok(Waiter {
+                    owner: Owner::from_store(required(column(r, 0)?, 0)?),
+                    ticket: required(number(r, 1)?, 1)?,
+                    expires_at: Timestamp(required(number(r, 2)?, 2)?),
+                })
             })
-        })
-        .collect::<Result<_>>()?;
+            .collect::<Result<_>>()?;
+        states.push(State { now, leases, queue });
+    }
     Ok(Found {
-        state: State {
-            now: Timestamp(required(number(first, 0)?, 0)?),
-            leases,
-            queue,
-        },
+        states,
+        digests,
+        now,
         version: number(first, 1)?,
         fence: number(first, 2)?,
     })

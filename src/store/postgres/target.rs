@@ -23,7 +23,10 @@ enum SslMode {
 }
 
 /// A parsed `postgres://` URL, checked before anything connects.
+#[derive(Clone)]
 pub struct Target {
+    /// The URL as given, kept to scrub its password from messages; never shown.
+    url: String,
     config: Config,
     ssl: SslMode,
     root_cert: Option<String>,
@@ -99,23 +102,54 @@ impl Target {
         );
         config.options(options.trim_end());
         Ok(Target {
+            url: url.to_owned(),
             config,
             ssl,
             root_cert,
         })
     }
 
-    /// `user@host:port/db`, for messages.
+    /// The URL as given, with its password: for [`scrub`] only.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// How long connecting may take: the URL's `connect_timeout`, or distlock's 5 s.
+    pub fn connect_timeout(&self) -> Duration {
+        self.config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(CONNECT_TIMEOUT)
+    }
+
+    /// `user@host:port/db` for messages, every host of a multi-host URL in turn
+    /// (`user@h1:5432,h2:5432/db`).
     pub fn describe(&self) -> String {
-        let host = match self.config.get_hosts().first() {
-            Some(postgres::config::Host::Tcp(host)) => host.clone(),
-            Some(postgres::config::Host::Unix(path)) => path.display().to_string(),
-            None => "localhost".to_owned(),
+        let hosts = self.config.get_hosts();
+        let ports = self.config.get_ports();
+        let port = |i: usize| match ports {
+            [] => 5432,
+            [only] => *only,
+            ports => ports.get(i).copied().unwrap_or(5432),
         };
-        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let shown: Vec<String> = if hosts.is_empty() {
+            vec![format!("localhost:{}", port(0))]
+        } else {
+            hosts
+                .iter()
+                .enumerate()
+                .map(|(i, host)| {
+                    let name = match host {
+                        postgres::config::Host::Tcp(host) => host.clone(),
+                        postgres::config::Host::Unix(path) => path.display().to_string(),
+                    };
+                    format!("{name}:{}", port(i))
+                })
+                .collect()
+        };
         let user = self.config.get_user().unwrap_or("(default user)");
         let db = self.config.get_dbname().unwrap_or(user);
-        format!("{user}@{host}:{port}/{db}")
+        format!("{user}@{}/{db}", shown.join(","))
     }
 
     pub fn connect(&self) -> Result<Client> {
@@ -187,6 +221,18 @@ mod tests {
         assert_eq!(t.ssl, SslMode::VerifyFull);
         assert_eq!(t.root_cert.as_deref(), Some("/ca.pem"));
         assert_eq!(t.describe(), "u@h:6543/d");
+        let hosts = [
+            ("postgres://u@h1,h2/d", "u@h1:5432,h2:5432/d"),
+            ("postgres://u@h1:1,h2:2/d", "u@h1:1,h2:2/d"),
+            (
+                "postgres://u@h1:7,h2/d?target_session_attrs=read-write",
+                "u@h1:7,h2:5432/d",
+            ),
+            ("postgres://u@/d", "u@localhost:5432/d"),
+        ];
+        for (url, shown) in hosts {
+            assert_eq!(Target::parse(url).unwrap().describe(), shown, "{url}");
+        }
         assert_eq!(
             Target::parse("postgresql://u@h/d").unwrap().ssl,
             SslMode::Prefer

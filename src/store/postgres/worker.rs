@@ -1,12 +1,29 @@
-//! The connection's own thread. The driver bounds only the TCP connect; a server that accepts
-//! bytes and never answers would hang a caller forever. So the connection lives on a worker
-//! thread, every call is a job sent to it, and the caller gives up after [`CALL_TIMEOUT`].
-//! After a timeout the worker may still be stuck, so the handle refuses further calls.
+//! The connection's own thread, and finding the server again when the connection is lost.
+//!
+//! - **A thread per connection.** The driver bounds only the TCP connect; a server that
+//!   accepts bytes and never answers would hang a caller forever. So the connection lives on a
+//!   worker thread, every call is a job sent to it, and the caller gives up on it after
+//!   [`CALL_TIMEOUT`]. A worker that timed out may still be stuck: it is abandoned, never
+//!   used again.
+//! - **A lost connection is sought again** (a restart, a failover, a session terminated, a
+//!   connection cut): the call starts over on a new connection, and a waiter listens on it
+//!   again. The search goes on for the call's budget: the connect timeout (5 s unless the URL's
+//!   `connect_timeout` says otherwise), or until the deadline the caller set
+//!   ([`LockStore::keep_trying_until`]: a waiter's `--wait`, `run`'s lease). A multi-host URL
+//!   is tried host by host at every attempt, so after a failover it reaches the new primary
+//!   (with `target_session_attrs=read-write`).
+//! - **Except during a commit.** A connection lost after a write batch was sent and before its
+//!   answer came leaves the outcome unknown: the call fails, and a lock that did commit expires
+//!   by its TTL (the same owner asking again re-acquires it, same fence). A batch the server
+//!   answered with an error never committed, whatever the error: that one is tried again.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow};
+use postgres::error::SqlState;
 
 use super::session::Session;
 use super::target::{Target, scrub};
@@ -17,31 +34,60 @@ use crate::store::{LockStore, Op, Outcome};
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 const CALL_TIMEOUT: Duration = Duration::from_secs(8);
 
-/// A PostgreSQL store: a connection on a worker thread of its own, so that every call can be
-/// given up on after [`CALL_TIMEOUT`] even when the server accepts bytes and never answers
-/// (the driver itself only bounds the TCP connect).
+/// The pause between two attempts to reach a server that is away: short, so that a waiter or
+/// a finished `run` is served soon after the server is back.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const LONGEST_PAUSE: Duration = Duration::from_millis(250);
+
+/// A PostgreSQL store: a connection on a worker thread of its own (see the module's doc).
 pub struct PostgresStore {
-    /// `None` once dropped, which ends the worker.
-    jobs: Option<Sender<Job>>,
-    /// Hears from the worker when it has closed the connection.
-    closed: Receiver<()>,
+    target: Target,
+    read_only: bool,
+    creates: bool,
+    /// `None` before the first connection and after a lost one.
+    worker: Option<Worker>,
     /// `user@host:port/db`, for messages.
     shown: String,
-    /// A call timed out: the worker may still be stuck in it, so later calls fail at once.
+    /// The `LISTEN` of a waiter, sent again on every new connection.
+    watching: Option<Op>,
+    /// Until when a lost connection is sought; `None`: for the connect timeout of each call.
+    persist_until: Option<Instant>,
+    /// The server was away when the store was opened: since when, and why.
+    away: Option<(Instant, anyhow::Error)>,
+}
+
+/// One connection's thread.
+struct Worker {
+    /// Dropped to end the worker.
+    jobs: Sender<Job>,
+    /// Hears from the worker when it has closed the connection.
+    closed: Receiver<()>,
+    /// The session's "a write batch awaits its answer" (see [`Session`]).
+    committing: Arc<AtomicBool>,
+    /// A call timed out: the worker may still be stuck in it.
     stuck: bool,
 }
 
 type Job = Box<dyn FnOnce(&mut Session) + Send>;
 
+/// Why a call failed.
+enum Failure {
+    /// The connection was lost, and nothing was committed: try again on a new one.
+    Lost(anyhow::Error),
+    /// Anything else, the outcome unknown included.
+    Final(anyhow::Error),
+}
+
 impl PostgresStore {
     /// Connects and logs in, on a new worker thread. The schema is checked (created, upgraded,
     /// or refused when newer) by the first operation, in the same round trip as its first
-    /// statements.
+    /// statements. A server that is away (refusing, restarting) is sought again by the first
+    /// call, within its budget.
     ///
     /// # Errors
     ///
-    /// When the server cannot be reached, refuses the login or does not answer within
-    /// [`OPEN_TIMEOUT`].
+    /// When the server refuses the login, or cannot be reached for another reason than being
+    /// away.
     pub fn open(url: &str) -> Result<PostgresStore> {
         PostgresStore::connect(url, false, true)
     }
@@ -71,15 +117,41 @@ impl PostgresStore {
     fn connect(url: &str, read_only: bool, creates: bool) -> Result<PostgresStore> {
         let target = Target::parse(url).map_err(|e| anyhow!(e))?;
         let shown = target.describe();
+        let mut store = PostgresStore {
+            target,
+            read_only,
+            creates,
+            worker: None,
+            shown,
+            watching: None,
+            persist_until: None,
+            away: None,
+        };
+        let start = Instant::now();
+        match store.start_worker() {
+            Ok(worker) => store.worker = Some(worker),
+            // Away: the first call seeks it, within its budget, which began here.
+            Err(Failure::Lost(err)) => store.away = Some((start, err)),
+            Err(Failure::Final(err)) => return Err(err),
+        }
+        Ok(store)
+    }
+
+    /// A new connection on a new worker thread, listening if this store's waiter does.
+    fn start_worker(&self) -> Result<Worker, Failure> {
         let (ready_tx, ready) = mpsc::channel();
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (closed_tx, closed) = mpsc::channel();
+        let committing = Arc::new(AtomicBool::new(false));
+        let target = self.target.clone();
+        let (read_only, creates) = (self.read_only, self.creates);
+        let shared = Arc::clone(&committing);
         let spawned = std::thread::Builder::new()
             .name("postgres".into())
             .spawn(move || {
                 let session = target
                     .connect()
-                    .map(|client| Session::new(client, read_only, creates));
+                    .map(|client| Session::new(client, read_only, creates, shared));
                 match session {
                     Ok(mut session) => {
                         if ready_tx.send(Ok(())).is_ok() {
@@ -97,60 +169,139 @@ impl PostgresStore {
                 }
             });
         if let Err(err) = spawned {
-            bail!("PostgreSQL {shown}: cannot start the connection's thread: {err}");
+            return Err(Failure::Final(anyhow!(
+                "PostgreSQL {}: cannot start the connection's thread: {err}",
+                self.shown
+            )));
         }
-        let opened = match ready.recv_timeout(OPEN_TIMEOUT) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) => Err(format!("{err:#}")),
-            Err(_) => Err(format!("no answer within {} s", OPEN_TIMEOUT.as_secs())),
+        let failed = |err: anyhow::Error| {
+            let lost = is_lost(&err);
+            let err = anyhow!(scrub(
+                format!("PostgreSQL {}: {err:#}", self.shown),
+                self.target.url()
+            ));
+            if lost {
+                Failure::Lost(err)
+            } else {
+                Failure::Final(err)
+            }
         };
-        match opened {
-            Ok(()) => Ok(PostgresStore {
-                jobs: Some(jobs),
+        let mut worker = match ready.recv_timeout(OPEN_TIMEOUT) {
+            Ok(Ok(())) => Worker {
+                jobs,
                 closed,
-                shown,
+                committing,
                 stuck: false,
-            }),
-            Err(message) => Err(anyhow!(scrub(
-                format!("PostgreSQL {shown}: {message}"),
-                url
-            ))),
+            },
+            Ok(Err(err)) => return Err(failed(err)),
+            Err(_) => {
+                return Err(Failure::Lost(anyhow!(
+                    "PostgreSQL {}: no answer within {} s",
+                    self.shown,
+                    OPEN_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        if let Some(watch) = self.watching.clone() {
+            worker.call(&self.shown, watch)?;
         }
+        Ok(worker)
     }
 
+    /// The budget of a call that started at `start`.
+    fn deadline(&self, start: Instant) -> Instant {
+        let own = start + self.target.connect_timeout();
+        self.persist_until.map_or(own, |until| until.max(own))
+    }
+}
+
+impl Worker {
     /// Runs `op` on the worker's connection and waits at most [`CALL_TIMEOUT`] for it.
-    fn call<T: Send + 'static>(
-        &mut self,
-        op: impl FnOnce(&mut Session) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        if self.stuck {
-            bail!(
-                "PostgreSQL {}: the connection is unusable after an earlier timeout",
-                self.shown
-            );
-        }
+    fn call(&mut self, shown: &str, op: Op) -> Result<Outcome, Failure> {
         let (done, result) = mpsc::channel();
         let job: Job = Box::new(move |session| {
-            let _ = done.send(op(session));
+            let _ = done.send(session.perform(op));
         });
-        if self
-            .jobs
-            .as_ref()
-            .is_none_or(|jobs| jobs.send(job).is_err())
-        {
-            bail!("PostgreSQL {}: the connection is gone", self.shown);
+        if self.jobs.send(job).is_err() {
+            return Err(Failure::Lost(anyhow!(
+                "PostgreSQL {shown}: the connection is gone"
+            )));
         }
-        if let Ok(outcome) = result.recv_timeout(CALL_TIMEOUT) {
-            outcome.with_context(|| format!("PostgreSQL {}", self.shown))
-        } else {
-            self.stuck = true;
-            bail!(
-                "PostgreSQL {}: no answer within {} s",
-                self.shown,
-                CALL_TIMEOUT.as_secs()
-            )
+        let outcome = result.recv_timeout(CALL_TIMEOUT);
+        let committing = self.committing.load(Ordering::SeqCst);
+        match outcome {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(err)) if committing => Err(Failure::Final(unknown(shown, &err))),
+            Ok(Err(err)) => {
+                let lost = is_lost(&err);
+                let err = err.context(format!("PostgreSQL {shown}"));
+                Err(if lost {
+                    Failure::Lost(err)
+                } else {
+                    Failure::Final(err)
+                })
+            }
+            Err(_) => {
+                self.stuck = true;
+                let err = anyhow!(
+                    "PostgreSQL {shown}: no answer within {} s",
+                    CALL_TIMEOUT.as_secs()
+                );
+                Err(if committing {
+                    Failure::Final(unknown(shown, &err))
+                } else {
+                    Failure::Lost(err)
+                })
+            }
         }
     }
+}
+
+/// The failure of a call whose commit may or may not have happened.
+fn unknown(shown: &str, err: &anyhow::Error) -> anyhow::Error {
+    anyhow!(
+        "PostgreSQL {shown}: the connection was lost while committing, so whether the change \
+         took effect is unknown (a lock taken expires by its TTL): {err:#}"
+    )
+}
+
+/// Whether `err` is a connection lost or a server away, not an answer: the connection closed
+/// or reset, refused, a server shutting down or starting up, or a session terminated.
+fn is_lost(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        if let Some(err) = cause.downcast_ref::<postgres::Error>() {
+            if err.is_closed() {
+                return true;
+            }
+            if let Some(code) = err.code() {
+                return code.code().starts_with("08")
+                    || [
+                        SqlState::ADMIN_SHUTDOWN,
+                        SqlState::CRASH_SHUTDOWN,
+                        SqlState::CANNOT_CONNECT_NOW,
+                    ]
+                    .contains(code);
+            }
+        }
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            use std::io::ErrorKind::{
+                BrokenPipe, ConnectionAborted, ConnectionRefused, ConnectionReset, NotConnected,
+                NotFound, TimedOut, UnexpectedEof,
+            };
+            matches!(
+                io.kind(),
+                BrokenPipe
+                    | ConnectionAborted
+                    | ConnectionRefused
+                    | ConnectionReset
+                    | NotConnected
+                    // A Unix socket that is not there while its server restarts.
+                    | NotFound
+                    | TimedOut
+                    | UnexpectedEof
+            )
+        })
+    })
 }
 
 impl Drop for PostgresStore {
@@ -158,9 +309,17 @@ impl Drop for PostgresStore {
     /// does not log a reset connection for every call; bounded, and skipped for a connection
     /// that already stopped answering.
     fn drop(&mut self) {
-        drop(self.jobs.take());
-        if !self.stuck {
-            let _ = self.closed.recv_timeout(Duration::from_secs(1));
+        if let Some(worker) = self.worker.take() {
+            let Worker {
+                jobs,
+                closed,
+                stuck,
+                ..
+            } = worker;
+            drop(jobs);
+            if !stuck {
+                let _ = closed.recv_timeout(Duration::from_secs(1));
+            }
         }
     }
 }
@@ -175,6 +334,80 @@ impl LockStore for PostgresStore {
             },
             op => op,
         };
-        self.call(move |session| session.perform(op))
+        if matches!(op, Op::Watch { .. }) {
+            self.watching = Some(op.clone());
+        }
+        let (start, mut lost) = match self.away.take() {
+            Some((since, err)) => (since, Some(err)),
+            None => (Instant::now(), None),
+        };
+        let mut pause = FIRST_PAUSE;
+        loop {
+            if let Some(err) = lost.take() {
+                let left = self
+                    .deadline(start)
+                    .saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(err);
+                }
+                std::thread::sleep(pause.mul_f64(0.5 + fastrand::f64() * 0.5).min(left));
+                pause = (pause * 2).min(LONGEST_PAUSE);
+            }
+            let called = match &mut self.worker {
+                Some(worker) => worker.call(&self.shown, op.clone()),
+                None => self.start_worker().and_then(|mut worker| {
+                    let called = worker.call(&self.shown, op.clone());
+                    self.worker = Some(worker);
+                    called
+                }),
+            };
+            match called {
+                Ok(outcome) => return Ok(outcome),
+                Err(Failure::Final(err)) => {
+                    if self.worker.as_ref().is_some_and(|w| w.stuck) {
+                        self.worker = None;
+                    }
+                    return Err(err);
+                }
+                Err(Failure::Lost(err)) => {
+                    // The worker that lost its connection (or got stuck) is let go; the next
+                    // attempt starts a new one.
+                    if let Some(worker) = self.worker.take() {
+                        drop(worker.jobs);
+                    }
+                    lost = Some(err);
+                }
+            }
+        }
+    }
+
+    fn keep_trying_until(&mut self, deadline: Option<Instant>) {
+        self.persist_until = deadline;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_connections_are_told_from_answers() {
+        let io = |kind| anyhow::Error::new(std::io::Error::from(kind));
+        let cases = [
+            (io(std::io::ErrorKind::ConnectionRefused), true),
+            (io(std::io::ErrorKind::ConnectionReset), true),
+            (io(std::io::ErrorKind::UnexpectedEof), true),
+            (io(std::io::ErrorKind::NotFound), true),
+            (io(std::io::ErrorKind::PermissionDenied), false),
+            (io(std::io::ErrorKind::InvalidData), false),
+            (anyhow!("the database has no distlock schema"), false),
+            (
+                io(std::io::ErrorKind::BrokenPipe).context("PostgreSQL u@h:5432/d"),
+                true,
+            ),
+        ];
+        for (err, lost) in cases {
+            assert_eq!(is_lost(&err), lost, "{err:#}");
+        }
     }
 }
