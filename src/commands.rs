@@ -13,7 +13,7 @@ use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
 use crate::lock::{Eviction, LogQuery, MAX_REMARK_BYTES, Remark, Resource};
 use crate::output::{Printer, StatusLine};
-use crate::store::{self, Location, LockStore, Locks};
+use crate::store::{self, Location, LockStore, Locks, NetworkFs};
 use crate::wait;
 
 /// Runs the parsed command line.
@@ -28,7 +28,9 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Some(db) => Some(db),
         None => db_from_env()?,
     };
-    let location = Location::resolve(db.as_deref()).map_err(Error::Usage)?;
+    let network_fs = NetworkFs::from_env(std::env::var_os("DISTLOCK_ALLOW_NETWORK_FS").as_deref())
+        .map_err(Error::Usage)?;
+    let location = Location::resolve(db.as_deref(), network_fs).map_err(Error::Usage)?;
     // Three ways in, by what the command may do to a SQLite store: `acquire` and `run` create
     // it if needed; the commands that change only what they find create nothing (a store that
     // is not there holds nothing to change: they answer as for an empty one); the read-only

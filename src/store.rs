@@ -10,9 +10,11 @@
 //! - every state change is recorded in the history in the same transaction.
 //!
 //! Where a store is ([`Location`], from `--db`) is `location`'s; opening it for what a command
-//! does ([`open()`], [`open_existing`], [`open_read_only`], [`reopen`]) is `open`'s.
+//! does ([`open()`], [`open_existing`], [`open_read_only`], [`reopen`]) is `open`'s; whether a
+//! SQLite store would lie on a network filesystem, which `open` refuses, is `network_fs`'s.
 
 mod location;
+mod network_fs;
 mod op;
 mod open;
 mod postgres;
@@ -27,7 +29,7 @@ use crate::lock::{
     Event, EventKind, Eviction, Fence, Lock, LogQuery, Mode, Owner, Remark, Resource, Timestamp,
 };
 
-pub use location::{Folders, Location};
+pub use location::{Folders, Location, NetworkFs};
 pub use op::{Durability, Locks, Op, Outcome};
 pub use open::{Vanished, open, open_existing, open_read_only, reopen};
 pub use postgres::PostgresStore;

@@ -418,6 +418,10 @@ fn environment(roff: &mut Roff, with_run: bool) {
             "The owner for acquire, release and renew, as --owner. run never reads it.",
         ),
         (
+            "DISTLOCK_ALLOW_NETWORK_FS",
+            "1 opens a SQLite store on a network filesystem (NFS, SMB, FUSE, 9p and others), which is otherwise refused (exit 74) as two hosts could both get a lock there: only for a mount that this host alone uses. 0 or empty is as unset; any other value is a usage error (64).",
+        ),
+        (
             "PGPASSWORD",
             "The PostgreSQL password when the URL has none.",
         ),

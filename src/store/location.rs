@@ -1,7 +1,10 @@
 //! Where the store is, as the user named it: [`Location`] reads `--db` / `DISTLOCK_DB` (a file
 //! path or a `postgres://` URL, never guessed one for the other), falls back to the default path
-//! under the user's state folder, and gives the value `run` exports to its command.
+//! under the user's state folder, and gives the value `run` exports to its command. A SQLite
+//! store's [`NetworkFs`] says whether a network filesystem may hold it
+//! (`DISTLOCK_ALLOW_NETWORK_FS`).
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
 use super::postgres;
@@ -9,8 +12,9 @@ use super::postgres;
 /// Where the store is, as the user named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
-    /// A SQLite file, and how its missing folders are made.
-    Sqlite(PathBuf, Folders),
+    /// A SQLite file, how its missing folders are made, and whether it may lie on a network
+    /// filesystem.
+    Sqlite(PathBuf, Folders, NetworkFs),
     Postgres(String),
 }
 
@@ -26,22 +30,56 @@ pub enum Folders {
     AsUmask,
 }
 
+/// Whether a SQLite store may lie on a network filesystem (NFS, SMB, FUSE, …; see
+/// `store::network_fs`), where two hosts could both get a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkFs {
+    /// Refused, with exit 74 and the filesystem named: the default.
+    Refused,
+    /// Opened all the same (`DISTLOCK_ALLOW_NETWORK_FS=1`): the user says that one host
+    /// alone uses the mount.
+    Allowed,
+}
+
+impl NetworkFs {
+    /// Reads the value of `DISTLOCK_ALLOW_NETWORK_FS`: `1` allows; unset, empty or `0`
+    /// refuses, as without it.
+    ///
+    /// # Errors
+    ///
+    /// A usage message for any other value (`yes`, `true`, ` 1`): a setting that does not say
+    /// what it means leaves nothing to guess from.
+    pub fn from_env(value: Option<&OsStr>) -> Result<NetworkFs, String> {
+        match value {
+            None => Ok(NetworkFs::Refused),
+            Some(value) if value.is_empty() || value == "0" => Ok(NetworkFs::Refused),
+            Some(value) if value == "1" => Ok(NetworkFs::Allowed),
+            Some(value) => Err(format!(
+                "DISTLOCK_ALLOW_NETWORK_FS must be 1 (open a SQLite store on a network \
+                 filesystem all the same) or 0 (refuse it, as when unset or empty), not {:?}",
+                crate::output::shown(&value.to_string_lossy())
+            )),
+        }
+    }
+}
+
 impl Location {
     /// Reads `--db` / `DISTLOCK_DB`. What it names is never guessed: a value with a URL
     /// scheme (`word://…` or `word:/…`, the scheme in any case) is a URL, and only
     /// `postgres`/`postgresql` (PostgreSQL) are stores; any other scheme is refused, so a
     /// mistyped URL never becomes a local file named after it. Anything else is a file path
     /// (one with a colon in it is written `./a:b`). Without one, the default path under the
-    /// user's state folder.
+    /// user's state folder. A SQLite store may lie on a network filesystem as `network_fs`
+    /// says.
     ///
     /// # Errors
     ///
     /// A usage message when a URL has an unknown scheme or cannot be read, `--db` is empty or
     /// blank, or no `--db` was given and neither `XDG_STATE_HOME` nor `HOME` is an absolute
     /// path.
-    pub fn resolve(db: Option<&str>) -> Result<Location, String> {
+    pub fn resolve(db: Option<&str>, network_fs: NetworkFs) -> Result<Location, String> {
         let Some(db) = db else {
-            return default_path().map(|path| Location::Sqlite(path, Folders::Private));
+            return default_path().map(|path| Location::Sqlite(path, Folders::Private, network_fs));
         };
         if db.trim().is_empty() {
             return Err("--db must not be empty or blank".to_owned());
@@ -54,7 +92,7 @@ impl Location {
             );
         }
         let Some((scheme, rest)) = url_scheme(db) else {
-            return path_of(db);
+            return path_of(db, network_fs);
         };
         match scheme.to_ascii_lowercase().as_str() {
             known @ ("postgres" | "postgresql") => {
@@ -83,7 +121,7 @@ impl Location {
     /// be unreadable (removed), the path is exported as given.
     pub fn to_env_value(&self) -> std::ffi::OsString {
         match self {
-            Location::Sqlite(path, _) => std::path::absolute(path)
+            Location::Sqlite(path, ..) => std::path::absolute(path)
                 .unwrap_or_else(|_| path.clone())
                 .into_os_string(),
             Location::Postgres(url) => url.into(),
@@ -94,7 +132,7 @@ impl Location {
 /// A `--db` value that is no URL, as a path: refused where it is surely a mistyped URL (a
 /// scheme distlock knows, or `://`, however it is spelled) or names a folder, and where SQLite
 /// would read it as a URI itself (`file:…`).
-fn path_of(db: &str) -> Result<Location, String> {
+fn path_of(db: &str, network_fs: NetworkFs) -> Result<Location, String> {
     let word = db
         .split_once(':')
         .map(|(word, _)| word.to_ascii_lowercase());
@@ -113,7 +151,11 @@ fn path_of(db: &str) -> Result<Location, String> {
     if db.ends_with('/') {
         return Err("--db names a folder; a store is a file in it, e.g. DIR/locks.db".to_owned());
     }
-    Ok(Location::Sqlite(PathBuf::from(db), Folders::AsUmask))
+    Ok(Location::Sqlite(
+        PathBuf::from(db),
+        Folders::AsUmask,
+        network_fs,
+    ))
 }
 
 /// The scheme of a value that is a URL, and what follows its colon: `word:/…`, where the word
@@ -156,7 +198,13 @@ mod tests {
     #[test]
     fn db_values_with_a_url_scheme_are_urls_and_only_known_schemes_are_stores() {
         // (value, what it names: Ok(path or url), or Err(a word the message must hold))
-        let path = |p: &str| Ok(Location::Sqlite(PathBuf::from(p), Folders::AsUmask));
+        let path = |p: &str| {
+            Ok(Location::Sqlite(
+                PathBuf::from(p),
+                Folders::AsUmask,
+                NetworkFs::Refused,
+            ))
+        };
         let pg = |u: &str| Ok(Location::Postgres(u.to_owned()));
         let refused = |word: &'static str| Err(word);
         let cases: [(&str, Result<Location, &str>); 31] = [
@@ -200,7 +248,7 @@ mod tests {
             ("\t\n", refused("blank")),
         ];
         for (value, want) in cases {
-            let got = Location::resolve(Some(value));
+            let got = Location::resolve(Some(value), NetworkFs::Refused);
             match (&got, &want) {
                 (Ok(got), Ok(want)) => assert_eq!(got, want, "{value:?}"),
                 (Err(message), Err(word)) => {
@@ -217,6 +265,44 @@ mod tests {
     }
 
     #[test]
+    fn only_1_allows_a_network_filesystem_and_only_0_or_nothing_refuses_it() {
+        let refused = Ok(NetworkFs::Refused);
+        let allowed = Ok(NetworkFs::Allowed);
+        for (value, want) in [
+            (None, refused),
+            (Some(""), refused),
+            (Some("0"), refused),
+            (Some("1"), allowed),
+            (Some("yes"), Err("\"yes\"")),
+            (Some("true"), Err("\"true\"")),
+            (Some(" 1"), Err("\" 1\"")),
+            (Some("01"), Err("\"01\"")),
+            (Some("no"), Err("\"no\"")),
+        ] {
+            let got = NetworkFs::from_env(value.map(OsStr::new));
+            match (&got, &want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{value:?}"),
+                (Err(message), Err(shown)) => assert!(
+                    message.starts_with("DISTLOCK_ALLOW_NETWORK_FS must be 1 ")
+                        && message.ends_with(shown),
+                    "{value:?}: {message}"
+                ),
+                _ => panic!("{value:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        // The allowance goes with a SQLite store, named or by default.
+        for db in [Some("locks.db"), None] {
+            let Ok(Location::Sqlite(_, _, network_fs)) = Location::resolve(db, NetworkFs::Allowed)
+            else {
+                // Without --db, a machine without HOME has no default store to look at.
+                assert!(db.is_none(), "{db:?}");
+                continue;
+            };
+            assert_eq!(network_fs, NetworkFs::Allowed, "{db:?}");
+        }
+    }
+
+    #[test]
     fn the_exported_db_is_absolute_for_a_file_and_unchanged_for_a_url() {
         let here = std::env::current_dir().expect("the current folder");
         for (given, exported) in [
@@ -229,7 +315,8 @@ mod tests {
                 PathBuf::from("/var/lib/distlock/locks.db"),
             ),
         ] {
-            let location = Location::Sqlite(PathBuf::from(given), Folders::AsUmask);
+            let location =
+                Location::Sqlite(PathBuf::from(given), Folders::AsUmask, NetworkFs::Refused);
             // Compared as strings: `Path` equality would overlook a `.` left in.
             assert_eq!(
                 location.to_env_value(),

@@ -1,7 +1,8 @@
 //! Opening the store at a [`Location`] for what a command does with it: [`open`] may create a
 //! SQLite store and its folders; [`open_existing`] and [`open_read_only`] create nothing and
 //! read a store that is not there as [`Absent`], an empty one; [`reopen`] finds a store that is
-//! gone [`Vanished`].
+//! gone [`Vanished`]. The first three refuse a SQLite path that is no place for a store — a
+//! device, a FIFO, a socket, a network filesystem — before anything is made.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::{
-    Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, PostgresStore,
-    SqliteStore, SystemClock, decide_on_nothing,
+    Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, NetworkFs,
+    PostgresStore, SqliteStore, SystemClock, decide_on_nothing, network_fs,
 };
 use crate::engine::State;
 use crate::lock::{Event, Lock, LogQuery, Owner, Resource, Timestamp};
@@ -20,11 +21,13 @@ use crate::lock::{Event, Lock, LogQuery, Owner, Resource, Timestamp};
 ///
 /// # Errors
 ///
-/// When the store cannot be opened, is corrupt or comes from a newer distlock.
+/// When the store cannot be opened, is corrupt or comes from a newer distlock, and for a SQLite
+/// path that is no place for a store (a device, a FIFO, a socket, a network filesystem).
 pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
-        Location::Sqlite(path, folders) => {
+        Location::Sqlite(path, folders, network_fs) => {
             refuse_special(path)?;
+            refuse_network_fs(path, *network_fs)?;
             Ok(Box::new(open_sqlite(path, *folders)?))
         }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
@@ -38,18 +41,21 @@ pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
 ///
 /// # Errors
 ///
-/// As [`open`], for a store that exists.
+/// As [`open`]; a SQLite path that is no place for a store is refused also where nothing is
+/// there yet.
 pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
-    if let Location::Sqlite(path, _) = location {
+    if let Location::Sqlite(path, _, network_fs) = location {
         refuse_special(path)?;
+        refuse_network_fs(path, *network_fs)?;
     }
     match location {
-        Location::Sqlite(path, _) if !holds_a_store(path) => Ok(Box::new(Absent)),
-        Location::Sqlite(path, _) => match SqliteStore::open_existing(path, Box::new(SystemClock))?
-        {
-            Some(store) => Ok(Box::new(store)),
-            None => Ok(Box::new(Absent)),
-        },
+        Location::Sqlite(path, ..) if !holds_a_store(path) => Ok(Box::new(Absent)),
+        Location::Sqlite(path, ..) => {
+            match SqliteStore::open_existing(path, Box::new(SystemClock))? {
+                Some(store) => Ok(Box::new(store)),
+                None => Ok(Box::new(Absent)),
+            }
+        }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open_existing(url)?)),
     }
 }
@@ -60,13 +66,15 @@ pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
 ///
 /// # Errors
 ///
-/// As [`open`], for a store that exists.
+/// As [`open`]; a SQLite path that is no place for a store is refused also where nothing is
+/// there yet.
 pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
-    if let Location::Sqlite(path, _) = location {
+    if let Location::Sqlite(path, _, network_fs) = location {
         refuse_special(path)?;
+        refuse_network_fs(path, *network_fs)?;
     }
     match location {
-        Location::Sqlite(path, _) => {
+        Location::Sqlite(path, ..) => {
             match SqliteStore::open_read_only(path, Box::new(SystemClock))? {
                 Some(store) => Ok(Box::new(store)),
                 None => Ok(Box::new(Absent)),
@@ -106,6 +114,39 @@ fn refuse_special(path: &Path) -> Result<()> {
     )
 }
 
+/// Refuses a store on a network filesystem ([`network_fs`]) unless the user `allowed` it:
+/// SQLite's WAL keeps its locks in memory that only the processes of one host share, so where
+/// other hosts reach the file too, two hosts could both get a lock. The file need not exist: a
+/// store not made yet is judged by the folder it would be made in, so nothing is made there.
+///
+/// # Errors
+///
+/// Such a path, with its filesystem named and the ways out: PostgreSQL or a distlock server
+/// across hosts, `DISTLOCK_ALLOW_NETWORK_FS=1` for a mount that one host alone uses.
+fn refuse_network_fs(path: &Path, allowed: NetworkFs) -> Result<()> {
+    if allowed == NetworkFs::Allowed {
+        return Ok(());
+    }
+    let Some(name) = network_fs::network_filesystem(path) else {
+        return Ok(());
+    };
+    let what = if network_fs::is_fuse(name) {
+        format!(
+            "a FUSE filesystem ({name}), which may be a network one (sshfs, GlusterFS: \
+             distlock cannot tell)"
+        )
+    } else {
+        format!("a network filesystem ({name})")
+    };
+    anyhow::bail!(
+        "cannot use {} as a store: it is on {what}, where SQLite's WAL keeps its locks in \
+         memory that only the processes of one host share, so two hosts could both get a lock; \
+         across hosts use PostgreSQL (--db postgres://…) or a distlock server, or set \
+         DISTLOCK_ALLOW_NETWORK_FS=1 if this host alone uses the mount",
+        crate::output::shown(&path.display().to_string())
+    )
+}
+
 /// Whether a file that may hold a store is at `path`: not when nothing is there (or a part of
 /// its path is not a folder), nor for an empty file, which is an empty database. Anything else
 /// (a folder, a file this user may not see) is opened, and the open says what is wrong.
@@ -129,7 +170,7 @@ fn holds_a_store(path: &Path) -> bool {
 /// [`Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
 pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
-        Location::Sqlite(path, _) => {
+        Location::Sqlite(path, ..) => {
             match SqliteStore::open_existing(path, Box::new(SystemClock))? {
                 Some(store) => Ok(Box::new(store)),
                 None => Err(Vanished(path.clone()).into()),
@@ -248,7 +289,7 @@ mod tests {
     fn a_removed_sqlite_store_is_vanished_to_its_open_connection_and_is_never_reopened_anew() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state").join("locks.db");
-        let location = Location::Sqlite(path.clone(), Folders::AsUmask);
+        let location = Location::Sqlite(path.clone(), Folders::AsUmask, NetworkFs::Refused);
         let resource = Resource::parse("r").unwrap();
         let owner = Owner::parse("o").unwrap();
         let ttl = Ttl::from_secs(30).unwrap();

@@ -10,6 +10,7 @@ mod front_door;
 mod guard;
 mod history;
 mod modes;
+mod network_fs;
 mod postgres;
 mod reliability;
 mod run;
