@@ -27,8 +27,8 @@ use serde_json::Value;
 
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
-use crate::common::process::{BIN, Finished, Proc, wait_for};
-use crate::common::store::{Db, distlock_at, sh_script};
+use crate::common::process::{BIN, Finished, Proc, describe, wait_for, wait_until};
+use crate::common::store::{Db, assert_free, distlock_at, sh_script};
 
 /// A distinctive password that must never show up in anything distlock prints.
 const SECRET: &str = "hunter2-Pa55";
@@ -1585,4 +1585,66 @@ fn quotes_and_backslashes_are_stored_as_given_whatever_standard_conforming_strin
         json(&["status", resource], 1, "status-after")["held"],
         false
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-host URLs: whichever host answers as a primary.
+
+#[test]
+fn a_multi_host_url_reaches_the_next_host_when_the_first_refuses_and_after_a_failover() {
+    let Some(db) = Db::postgres() else { return };
+    let first = Proxy::start(server_addr());
+    let second = Proxy::start(server_addr());
+    let url = PgUrl::parse(db.pg_url())
+        .with_server(&format!("{},{}", first.addr, second.addr))
+        .with_setting("target_session_attrs", "read-write")
+        .to_string();
+    let through = |args: &[&str], code: i32| -> Value {
+        let out = pg_at(&url, args).output().expect("run distlock");
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            describe(&out)
+        );
+        parse_line(&out.stdout)
+    };
+
+    // The first host refuses every connection: the second serves.
+    first.kill();
+    let taken = through(&["acquire", "r", "--owner", "a", "--ttl", "30"], 0);
+    assert_eq!(
+        db.json(&["status", "r"], 0)["lock"]["fence"],
+        taken["lock"]["fence"]
+    );
+    through(&["release", "r", "--owner", "a"], 0);
+
+    // A failover while `run` holds the lock: the host it talks to goes away, and its renewals
+    // and its release reach the other one.
+    let first = Proxy::start(server_addr());
+    let url = PgUrl::parse(db.pg_url())
+        .with_server(&format!("{},{}", first.addr, second.addr))
+        .with_setting("target_session_attrs", "read-write")
+        .to_string();
+    let run = Proc::spawn(
+        &mut pg_at(
+            &url,
+            &["run", "--resource", "r", "--ttl", "3s", "--", "sleep", "4"],
+        ),
+        db.dir.path(),
+        "run",
+    );
+    wait_until(Duration::from_secs(10), "run holds r", || {
+        db.status("r").0 == 0
+    });
+    first.kill();
+    let out = run.finish(Duration::from_secs(20));
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    let renewed = db
+        .log(&["r"])
+        .iter()
+        .filter(|e| e["event"] == "renewed")
+        .count();
+    assert!(renewed >= 2, "the run renewed {renewed} times");
+    assert_free(&db, "r");
 }
