@@ -165,12 +165,12 @@ pub trait Backend: Send {
     /// Only store failures.
     fn prune(&mut self, keep_history: Duration) -> Result<GcReport>;
 
-    /// See [`Op::Watch`].
+    /// See [`Op::Subscribe`].
     ///
     /// # Errors
     ///
     /// Only store failures.
-    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
+    fn subscribe(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
 
     /// See [`Op::WaitForChange`].
     ///
@@ -240,9 +240,9 @@ impl<B: Backend> LockStore for B {
             Op::List { prefix } => Outcome::List(self.scan(&prefix)?),
             Op::Log { query } => Outcome::Log(self.history(&query)?),
             Op::Gc { keep_history } => Outcome::Gc(self.prune(keep_history)?),
-            Op::Watch { resource, owner } => {
-                Backend::watch(self, &resource, &owner)?;
-                Outcome::Watching
+            Op::Subscribe { resource, owner } => {
+                Backend::subscribe(self, &resource, &owner)?;
+                Outcome::Subscribed
             }
             Op::WaitForChange { resource, timeout } => {
                 Backend::wait_for_change(self, &resource, timeout)?;

@@ -91,7 +91,7 @@ pub fn acquire(
     if patience.waits() {
         // A lost connection is sought again while the wait lasts.
         store.keep_trying_until(Some(patience.until));
-        store.watch(resource, &request.owner)?;
+        store.subscribe(resource, &request.owner)?;
     }
     let waited = wait_in_line(store, resource, request, &mut patience, interrupts, on_busy);
     store.keep_trying_until(None);

@@ -153,7 +153,7 @@ pub fn supervise(
         tree: &tree,
         terminal: &mut terminal,
     };
-    let exit = guard.watch(command, wakeups, &mut pulse, &inbox);
+    let exit = guard.event_loop(command, wakeups, &mut pulse, &inbox);
     Ok(Supervised {
         exit,
         started: true,
@@ -172,7 +172,7 @@ struct Guard<'a> {
 impl Guard<'_> {
     /// The event loop: turns wake-ups into events, feeds them to the supervisor and performs
     /// its actions until it says to exit.
-    fn watch(
+    fn event_loop(
         &mut self,
         command: Pid,
         wakeups: &mut Wakeups,

@@ -62,7 +62,7 @@ pub enum Op {
     /// Delete expired lock rows and history older than `keep_history`.
     Gc { keep_history: Duration },
     /// Start listening for changes of `resource` that may let `owner` in.
-    Watch { resource: Resource, owner: Owner },
+    Subscribe { resource: Resource, owner: Owner },
     /// Block until `resource` may have changed, or `timeout` passes.
     WaitForChange {
         resource: Resource,
@@ -84,7 +84,7 @@ pub enum Outcome {
     List(Vec<Lock>),
     Log(Vec<Event>),
     Gc(GcReport),
-    Watching,
+    Subscribed,
     /// The resource may have changed, or the wait timed out.
     Woken,
 }
@@ -280,20 +280,20 @@ pub trait Locks: LockStore {
         }
     }
 
-    /// See [`Op::Watch`]: called once, before a waiter's first attempt, so that no change
+    /// See [`Op::Subscribe`]: called once, before a waiter's first attempt, so that no change
     /// committed after it is missed by [`Locks::wait_for_change`].
     ///
     /// # Errors
     ///
     /// Only store failures; a store that cannot listen makes waiters poll.
-    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
-        let op = Op::Watch {
+    fn subscribe(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+        let op = Op::Subscribe {
             resource: resource.clone(),
             owner: owner.clone(),
         };
         match self.perform(op)? {
-            Outcome::Watching => Ok(()),
-            other => unexpected("watch", &other),
+            Outcome::Subscribed => Ok(()),
+            other => unexpected("subscribe", &other),
         }
     }
 

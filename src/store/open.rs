@@ -224,7 +224,7 @@ impl Backend for Absent {
         Ok(GcReport::default())
     }
 
-    fn watch(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
         Ok(())
     }
 

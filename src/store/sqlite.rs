@@ -113,7 +113,7 @@ pub struct SqliteStore {
     /// The store's turnstile, once this process waits or wakes a waiter.
     turnstile: Option<turnstile::Turnstile>,
     /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
-    watch: Option<(usize, u32)>,
+    waiting_on: Option<(usize, u32)>,
     /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
     /// be granted, so it skips the look at a read snapshot.
     rung: bool,
@@ -262,18 +262,18 @@ impl Backend for SqliteStore {
         done.map_err(|err| worded(&self.path, Doing::Write, err))
     }
 
-    fn watch(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
         self.prepare_grant();
         if self.turnstile.is_none() {
             self.turnstile = turnstile::Turnstile::open(&self.path, true);
         }
         let slot = turnstile::slot(resource.as_str(), owner.as_str());
-        self.watch = self
+        self.waiting_on = self
             .turnstile
             .as_ref()
             .and_then(|turnstile| turnstile.read(slot))
             .map(|seen| (slot, seen));
-        if self.watch.is_none() {
+        if self.waiting_on.is_none() {
             // Cut short already, or no turnstile here: poll.
             self.turnstile = None;
         }
@@ -285,7 +285,7 @@ impl Backend for SqliteStore {
     }
 
     fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
-        if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.watch) {
+        if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.waiting_on) {
             let woken = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.
             if let (Some(rung), Some(now)) = (woken, turnstile.read(*slot)) {
@@ -295,7 +295,7 @@ impl Backend for SqliteStore {
             }
             // The file was cut short under the mapping: poll from now on.
             self.turnstile = None;
-            self.watch = None;
+            self.waiting_on = None;
             if woken.is_some() {
                 return Ok(());
             }

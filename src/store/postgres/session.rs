@@ -357,7 +357,7 @@ impl Backend for Session {
         }
     }
 
-    fn watch(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
         if !self.listening && !POOLED.load(Ordering::Relaxed) {
             self.client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
             self.listening = true;

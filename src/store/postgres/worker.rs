@@ -49,7 +49,7 @@ pub struct PostgresStore {
     /// `user@host:port/db`, for messages.
     shown: String,
     /// The `LISTEN` of a waiter, sent again on every new connection.
-    watching: Option<Op>,
+    subscribed: Option<Op>,
     /// Until when a lost connection is sought; `None`: for the connect timeout of each call.
     persist_until: Option<Instant>,
     /// The server was away when the store was opened: since when, and why.
@@ -123,7 +123,7 @@ impl PostgresStore {
             creates,
             worker: None,
             shown,
-            watching: None,
+            subscribed: None,
             persist_until: None,
             away: None,
         };
@@ -202,8 +202,8 @@ impl PostgresStore {
                 )));
             }
         };
-        if let Some(watch) = self.watching.clone() {
-            worker.call(&self.shown, watch)?;
+        if let Some(subscribe) = self.subscribed.clone() {
+            worker.call(&self.shown, subscribe)?;
         }
         Ok(worker)
     }
@@ -334,8 +334,8 @@ impl LockStore for PostgresStore {
             },
             op => op,
         };
-        if matches!(op, Op::Watch { .. }) {
-            self.watching = Some(op.clone());
+        if matches!(op, Op::Subscribe { .. }) {
+            self.subscribed = Some(op.clone());
         }
         let (start, mut lost) = match self.away.take() {
             Some((since, err)) => (since, Some(err)),

@@ -201,7 +201,7 @@ impl SqliteStore {
             identity: identity(path),
             queue_behind: false,
             turnstile: None,
-            watch: None,
+            waiting_on: None,
             rung: false,
             shape: Shape::CURRENT,
             access: Access::Shared,
