@@ -251,3 +251,67 @@ fn list_shows_live_locks_by_prefix_in_order() {
         ["job:a", "job:b", "jobs", "x"]
     );
 }
+
+/// Acquires every member of `set` for `owner` in one transaction, each with its own fence.
+fn acquire_set(
+    store: &mut SqliteStore,
+    set: &[Resource],
+    owner: &str,
+) -> Result<Vec<Acquire>, anyhow::Error> {
+    let request = req(owner, 60);
+    store.transact_set(set, Durability::Durable, &mut |states, fresh| {
+        let mut outcome = Vec::new();
+        let mut changes = Vec::new();
+        for (resource, state) in set.iter().zip(states) {
+            let decision = engine::acquire(resource, state, &request, &mut *fresh)?;
+            outcome.push(decision.outcome);
+            changes.push(decision.changes);
+        }
+        Ok(super::super::SetDecision { outcome, changes })
+    })
+}
+
+#[test]
+fn a_set_is_written_in_one_transaction_and_a_failed_decision_writes_nothing() {
+    let (_dir, mut store, _clock) = store();
+    let set = [res("a"), res("b"), res("c")];
+    // Every member granted at once, each with its own fence, in the members' order.
+    let outcomes = acquire_set(&mut store, &set, "w1").unwrap();
+    let fences: Vec<i64> = outcomes
+        .into_iter()
+        .map(|outcome| acquired(outcome).0.fence.0)
+        .collect();
+    assert_eq!(fences.len(), 3);
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    for (resource, fence) in set.iter().zip(&fences) {
+        assert_eq!(store.status(resource).unwrap().locks[0].fence.0, *fence);
+    }
+
+    // A decision that writes two members and then fails leaves both as they were.
+    let (d, e) = (res("d"), res("e"));
+    let both = [d.clone(), e.clone()];
+    let request = req("w2", 60);
+    let failed: Result<(), _> =
+        store.transact_set(&both, Durability::Durable, &mut |states, fresh| {
+            for (resource, state) in both.iter().zip(states) {
+                let _ = engine::acquire(resource, state, &request, &mut *fresh)?;
+            }
+            anyhow::bail!("the decision failed after its reads")
+        });
+    assert!(failed.is_err());
+    assert!(store.status(&d).unwrap().locks.is_empty());
+    assert!(store.status(&e).unwrap().locks.is_empty());
+
+    // A set with one busy member: each member's decision is its own, and the writes of the
+    // free ones land together with nothing for the busy one.
+    let mixed = [res("a"), res("f")];
+    let outcomes = acquire_set(&mut store, &mixed, "w3").unwrap();
+    assert!(
+        matches!(outcomes[0], Acquire::Busy { .. }),
+        "{:?}",
+        outcomes[0]
+    );
+    let (lock, _) = acquired(outcomes[1].clone());
+    assert!(lock.fence.0 > fences[2]);
+    assert_eq!(store.log(&LogQuery::default()).unwrap().len(), 4);
+}
