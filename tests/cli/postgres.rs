@@ -12,13 +12,10 @@
 //! slack, or lower bounds that follow from causality.
 
 use std::fs;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -28,6 +25,7 @@ use serde_json::Value;
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
 use crate::common::process::{BIN, Finished, Proc, describe, wait_for, wait_until};
+use crate::common::proxy::Proxy;
 use crate::common::store::{Db, assert_free, distlock_at, sh_script};
 
 /// A distinctive password that must never show up in anything distlock prints.
@@ -672,129 +670,6 @@ fn server_that_accepts_but_never_answers_is_a_store_error_in_bounded_time() {
 // ---------------------------------------------------------------------------------------------
 // The server dies or hangs while `run` holds the lock: the command is stopped before the lease
 // can expire.
-
-const FORWARD: u8 = 0;
-const BLACK_HOLE: u8 = 1;
-const DEAD: u8 = 2;
-
-/// A TCP proxy in front of the real server, as a fault injector: it forwards bytes both ways
-/// until told to play a dead server (close every connection, refuse new ones) or a hung one
-/// (keep connections open, swallow every byte). Dropping it stops and joins all its threads.
-struct Proxy {
-    addr: SocketAddr,
-    mode: Arc<AtomicU8>,
-    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    fn start(upstream: SocketAddr) -> Proxy {
-        Proxy::start_on("127.0.0.1", upstream)
-    }
-
-    /// The same, listening on the address `ip` (on Linux, every 127.x.y.z reaches this host).
-    fn start_on(ip: &str, upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind((ip, 0)).expect("bind the proxy");
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
-        let addr = listener.local_addr().expect("proxy address");
-        let mode = Arc::new(AtomicU8::new(FORWARD));
-        let threads = Arc::new(Mutex::new(Vec::new()));
-        let acceptor = {
-            let (mode, threads) = (Arc::clone(&mode), Arc::clone(&threads));
-            thread::spawn(move || {
-                // Polling lets the thread notice DEAD; the listener is dropped on the way
-                // out, so later connections are refused.
-                while mode.load(Ordering::SeqCst) != DEAD {
-                    match listener.accept() {
-                        Ok((client, _)) => {
-                            let pumps = connect(client, upstream, &mode);
-                            threads.lock().expect("proxy threads").extend(pumps);
-                        }
-                        Err(_) => thread::sleep(Duration::from_millis(10)),
-                    }
-                }
-            })
-        };
-        threads.lock().expect("proxy threads").push(acceptor);
-        Proxy {
-            addr,
-            mode,
-            threads,
-        }
-    }
-
-    /// A hung server: connections stay open, nothing gets through either way.
-    fn black_hole(&self) {
-        self.mode.store(BLACK_HOLE, Ordering::SeqCst);
-    }
-
-    /// A dead server: every connection is closed, new ones are refused.
-    fn kill(&self) {
-        self.mode.store(DEAD, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.kill();
-        loop {
-            let threads = std::mem::take(&mut *self.threads.lock().expect("proxy threads"));
-            if threads.is_empty() {
-                break;
-            }
-            for thread in threads {
-                let _ = thread.join();
-            }
-        }
-    }
-}
-
-/// Connects `client` to the server and starts one pump per direction.
-fn connect(client: TcpStream, upstream: SocketAddr, mode: &Arc<AtomicU8>) -> Vec<JoinHandle<()>> {
-    let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else {
-        return Vec::new();
-    };
-    let streams = [&client, &server].map(|s| {
-        s.set_nonblocking(false).is_ok()
-            && s.set_nodelay(true).is_ok()
-            && s.set_read_timeout(Some(Duration::from_millis(50))).is_ok()
-            && s.set_write_timeout(Some(Duration::from_secs(2))).is_ok()
-    });
-    if streams.contains(&false) {
-        return Vec::new();
-    }
-    let mut pumps = Vec::new();
-    for (from, to) in [(&client, &server), (&server, &client)] {
-        let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
-            continue;
-        };
-        let mode = Arc::clone(mode);
-        pumps.push(thread::spawn(move || pump(from, to, &mode)));
-    }
-    pumps
-}
-
-/// Copies bytes from `from` to `to` while forwarding, swallows them while a black hole, and
-/// closes both ends when dead or when either end closes.
-fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8) {
-    let mut buf = [0u8; 16 * 1024];
-    while mode.load(Ordering::SeqCst) != DEAD {
-        match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if mode.load(Ordering::SeqCst) == FORWARD && to.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
-}
 
 /// The guarded command: records when SIGTERM reached it (ms since the epoch) and exits.
 const STOPPABLE: &str = r"echo $$ > pid.tmp && mv pid.tmp pid

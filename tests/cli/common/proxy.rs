@@ -1,0 +1,194 @@
+//! A TCP proxy in front of a real PostgreSQL server, as a fault injector between distlock and
+//! the server. It forwards bytes both ways until told to play a fault:
+//!
+//! | call | the fault |
+//! | --- | --- |
+//! | [`Proxy::black_hole`] | a hung server: connections stay open, new ones are accepted, every byte either way is swallowed |
+//! | [`Proxy::kill`] | a dead server: every connection is closed, new ones are refused |
+//!
+//! Dropping it closes everything and joins all its threads.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// How often an idle pump looks at the proxy's mode.
+const TICK: Duration = Duration::from_millis(20);
+/// How often the acceptor looks for a new connection.
+const ACCEPT_POLL: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Bytes go through.
+    Forward,
+    BlackHole,
+    /// Connections closed, the listener too.
+    Dead,
+}
+
+/// What every thread of the proxy reads.
+struct Shared {
+    mode: Mutex<Mode>,
+    /// `None` while the proxy is dead.
+    listener: Mutex<Option<TcpListener>>,
+    /// Set when the proxy is dropped.
+    shutdown: AtomicBool,
+}
+
+/// One proxied connection.
+struct Conn {
+    /// Set to close both sides.
+    cut: AtomicBool,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub struct Proxy {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    /// A proxy on a free port of 127.0.0.1, forwarding to `upstream`.
+    pub fn start(upstream: SocketAddr) -> Proxy {
+        Proxy::start_on("127.0.0.1", upstream)
+    }
+
+    /// The same, listening on the address `ip` (on Linux, every 127.x.y.z reaches this host).
+    pub fn start_on(ip: &str, upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind((ip, 0)).expect("bind the proxy");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let addr = listener.local_addr().expect("proxy address");
+        let shared = Arc::new(Shared {
+            mode: Mutex::new(Mode::Forward),
+            listener: Mutex::new(Some(listener)),
+            shutdown: AtomicBool::new(false),
+        });
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let acceptor = {
+            let (shared, threads) = (Arc::clone(&shared), Arc::clone(&threads));
+            thread::spawn(move || accept(upstream, &shared, &threads))
+        };
+        locked(&threads).push(acceptor);
+        Proxy {
+            addr,
+            shared,
+            threads,
+        }
+    }
+
+    /// A partition (or a hung server): connections stay open, nothing gets through either way.
+    pub fn black_hole(&self) {
+        *locked(&self.shared.mode) = Mode::BlackHole;
+    }
+
+    /// A dead server: every connection is closed, new ones are refused from now on.
+    pub fn kill(&self) {
+        *locked(&self.shared.mode) = Mode::Dead;
+        locked(&self.shared.listener).take();
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        loop {
+            let threads = std::mem::take(&mut *locked(&self.threads));
+            if threads.is_empty() {
+                break;
+            }
+            for thread in threads {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// The acceptor: takes connections while the proxy has a listener.
+fn accept(upstream: SocketAddr, shared: &Arc<Shared>, threads: &Arc<Mutex<Vec<JoinHandle<()>>>>) {
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        let accepted = locked(&shared.listener)
+            .as_ref()
+            .and_then(|listener| listener.accept().ok());
+        match accepted {
+            Some((client, _)) => {
+                let pumps = connect(client, upstream, shared);
+                let mut threads = locked(threads);
+                threads.retain(|thread| !thread.is_finished());
+                threads.extend(pumps);
+            }
+            None => thread::sleep(ACCEPT_POLL),
+        }
+    }
+}
+
+/// Connects `client` to the server and starts one pump per direction.
+fn connect(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else {
+        return Vec::new();
+    };
+    let ready = [&client, &server].map(|s| {
+        s.set_nonblocking(false).is_ok()
+            && s.set_nodelay(true).is_ok()
+            && s.set_read_timeout(Some(TICK)).is_ok()
+            && s.set_write_timeout(Some(Duration::from_secs(2))).is_ok()
+    });
+    if ready.contains(&false) {
+        return Vec::new();
+    }
+    let conn = Arc::new(Conn {
+        cut: AtomicBool::new(false),
+    });
+    let mut pumps = Vec::new();
+    for (from, to) in [(&client, &server), (&server, &client)] {
+        let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
+            conn.cut.store(true, Ordering::SeqCst);
+            continue;
+        };
+        let (shared, conn) = (Arc::clone(shared), Arc::clone(&conn));
+        pumps.push(thread::spawn(move || {
+            pump(from, to, &shared, &conn);
+        }));
+    }
+    pumps
+}
+
+/// Copies bytes from `from` to `to` while forwarding, swallows them while a black hole, and
+/// closes both ends when the proxy is dead or dropped, or when either end closes.
+fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, conn: &Conn) {
+    let mut buf = [0u8; 16 * 1024];
+    let ended = || {
+        shared.shutdown.load(Ordering::SeqCst)
+            || conn.cut.load(Ordering::SeqCst)
+            || *locked(&shared.mode) == Mode::Dead
+    };
+    while !ended() {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            Err(_) => break,
+        };
+        if *locked(&shared.mode) == Mode::Forward && to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    conn.cut.store(true, Ordering::SeqCst);
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
