@@ -36,6 +36,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rusqlite::Connection;
 
+use crate::common::critical;
 use crate::common::fenced_write::{fenced_write, ledger};
 use crate::common::output::{assert_store_error, assert_usage_error, parse_line, parse_lines};
 use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
@@ -63,21 +64,8 @@ fn running_as_root() -> bool {
 // Mutual exclusion under contention
 // ---------------------------------------------------------------------------------------------
 
-/// The command each contender runs under the lock: a critical section that notices any other
-/// process inside it (`mkdir` is atomic and fails if the folder exists), and appends its fence to
-/// a log in the order the holders got in.
-const CRITICAL_SECTION: &str = r#"d=$1
-if ! mkdir "$d/crit" 2>/dev/null; then
-  echo "fence $DISTLOCK_FENCE found the critical section occupied" >>"$d/overlaps"
-  exit 99
-fi
-printf '%s\n' "$DISTLOCK_FENCE" >>"$d/fences"
-sleep 0.005
-rmdir "$d/crit" || { echo "fence $DISTLOCK_FENCE: crit vanished" >>"$d/overlaps"; exit 98; }
-"#;
-
 /// `workers` processes at a time, each running `cycles` rounds of `run --wait 60s --ttl 10`
-/// around [`CRITICAL_SECTION`].
+/// around the [`critical`] section.
 fn contend(db: &Db, workers: usize, cycles: usize) {
     let started = Instant::now();
     let failures = Mutex::new(Vec::new());
@@ -103,8 +91,7 @@ fn contend(db: &Db, workers: usize, cycles: usize) {
                             "--ttl",
                             "10",
                         ])
-                        .args(["--", "sh", "-c", CRITICAL_SECTION, "sh"])
-                        .arg(db.dir.path())
+                        .args(critical::command(db.dir.path(), "0.005"))
                         .stdin(Stdio::null())
                         .stdout(Stdio::null())
                         .stderr(stderr)
@@ -127,11 +114,12 @@ fn contend(db: &Db, workers: usize, cycles: usize) {
         started.elapsed()
     );
 
-    let overlaps = fs::read_to_string(db.file("overlaps")).unwrap_or_default();
+    let violations = critical::violations(db.dir.path());
     assert!(
-        overlaps.is_empty(),
-        "{:?}: two holders were inside the critical section at once:\n{overlaps}",
-        db.kind
+        violations.is_empty(),
+        "{:?}: mutual exclusion broke:\n{}",
+        db.kind,
+        violations.join("\n")
     );
     let failures = failures.into_inner().unwrap();
     assert!(
@@ -140,22 +128,11 @@ fn contend(db: &Db, workers: usize, cycles: usize) {
         db.kind,
         failures.join("\n")
     );
-    let fences: Vec<i64> = fs::read_to_string(db.file("fences"))
-        .expect("fence log")
-        .lines()
-        .map(|line| line.parse().expect("a fence"))
-        .collect();
-    assert_eq!(fences.len(), workers * cycles, "one fence per holder");
-    for pair in fences.windows(2) {
-        assert!(
-            pair[0] < pair[1],
-            "{:?}: fences must strictly increase in the order the holders wrote them: {} then {} \
-             in {fences:?}",
-            db.kind,
-            pair[0],
-            pair[1]
-        );
-    }
+    assert_eq!(
+        critical::fences(db.dir.path()).len(),
+        workers * cycles,
+        "one fence per holder"
+    );
 }
 
 #[test]
