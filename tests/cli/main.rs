@@ -5,6 +5,7 @@
 mod common;
 mod core;
 mod fair;
+mod faults;
 mod fleet;
 mod front_door;
 mod guard;

@@ -7,6 +7,7 @@
 //! | [`process`] | the binary, spawning with a deadline ([`process::Proc`]), describing an outcome, waiting for a condition or a file |
 //! | [`tenure`] | a tenure in each lock mode (exclusive, shared, semaphore) and the answers built from tenures: lock and holder objects, busy, mismatch, held |
 //! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children; killing leftovers ([`pids::KillOnDrop`]) |
+//! | [`cluster`] | a private PostgreSQL server for one test, which it may restart and whose sessions it may terminate |
 //! | [`critical`] | a critical section for the holders of one lock, and its checks: no two holders inside at once, fences strictly increasing |
 //! | [`files`] | the marker files that commands write: a trimmed line, a number |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
@@ -17,6 +18,7 @@
 //! of their items is used by both test crates; what only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
+pub mod cluster;
 pub mod critical;
 pub mod fenced_write;
 pub mod files;

@@ -73,6 +73,12 @@ impl Db {
         }
     }
 
+    /// A fresh PostgreSQL database on the server behind `admin` (a test's own server, such as
+    /// a [`super::cluster::Cluster`]'s).
+    pub fn postgres_on(admin: &str) -> Db {
+        Db::on(PgDatabase::create(admin, "").expect("create a test database"))
+    }
+
     fn on(pg: PgDatabase) -> Db {
         Db {
             kind: Kind::Postgres,
@@ -352,7 +358,7 @@ struct PgDatabase {
 
 /// The suite's PostgreSQL server, as an admin URL (`DISTLOCK_TEST_PG_URL`). Without one: fails
 /// the test if `DISTLOCK_TEST_REQUIRE_PG` is set, else notes on stderr that `what` is skipped.
-fn pg_admin_url(what: &str) -> Option<String> {
+pub fn pg_admin_url(what: &str) -> Option<String> {
     let Ok(admin) = std::env::var("DISTLOCK_TEST_PG_URL") else {
         assert!(
             std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
@@ -376,7 +382,7 @@ impl PgDatabase {
             fastrand::u32(..)
         );
         let mut client = postgres::Client::connect(admin, postgres::NoTls)
-            .unwrap_or_else(|e| panic!("cannot reach the test server DISTLOCK_TEST_PG_URL: {e}"));
+            .unwrap_or_else(|e| panic!("cannot reach the test server: {e}"));
         client.batch_execute(&format!("CREATE DATABASE {name} {options}"))?;
         // Same server and credentials, another database.
         let (base, query) = admin.split_once('?').unwrap_or((admin, ""));

@@ -1,0 +1,354 @@
+//! Store faults with real parts (CONTRACT.md, "Store faults"): a real PostgreSQL server
+//! restarted while `run` holds a lock, while a `run` waits, and among 160 contending runs; and
+//! every distlock session terminated while holders renew and waiters wait.
+//!
+//! | fault | tests |
+//! | --- | --- |
+//! | restart | `restart_mid_run_*`, `restart_mid_wait_*`, `restart_among_8_by_20_*` |
+//! | sessions terminated | `terminating_every_distlock_session_*` |
+//!
+//! Each test has a PostgreSQL server of its own ([`Cluster`]), so that it can restart it or end
+//! its sessions while the rest of the suite uses the shared server; the tests run when the suite
+//! runs its PostgreSQL variants (`DISTLOCK_TEST_PG_URL`, `DISTLOCK_TEST_REQUIRE_PG`).
+//!
+//! Every case ends with the same checks ([`Verdict`]): no two holders were in the critical
+//! section at once, no fence was reused (fences strictly increase in the order holders got in),
+//! no finished command's lock is left held (`status` says free as soon as the last process has
+//! exited), and no waiter was lost (every process exited in time, with a code its case allows).
+//! A verdict lists every violation it found, so one failure shows all of them.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::common::cluster::Cluster;
+use crate::common::critical;
+use crate::common::output::fence;
+use crate::common::process::{Finished, Proc, wait_for_file, wait_until};
+use crate::common::store::Db;
+
+/// The one resource each case contends for.
+const R: &str = "r";
+
+/// A private server and a fresh database on it. The database is dropped first, while the
+/// server still runs.
+struct Server {
+    db: Db,
+    cluster: Cluster,
+}
+
+/// A [`Server`] for the test named `what`, or `None` (with a note) when the suite does not run
+/// its PostgreSQL variants.
+fn server(what: &str) -> Option<Server> {
+    let cluster = Cluster::start(what)?;
+    let db = Db::postgres_on(&cluster.admin_url());
+    Some(Server { db, cluster })
+}
+
+/// `run --resource r FLAGS…` with the critical section as its command, inside for `seconds`,
+/// started in the background as `name`.
+fn spawn_run(db: &Db, flags: &[&str], seconds: &str, name: &str) -> Proc {
+    let section = critical::command(db.dir.path(), seconds);
+    let mut args = vec!["run", "--resource", R];
+    args.extend_from_slice(flags);
+    args.extend(section.iter().map(String::as_str));
+    db.spawn(&args, name)
+}
+
+/// Whether `out` exited in time with one of the `allowed` codes.
+fn ended_as(out: &Finished, allowed: &[i32]) -> bool {
+    !out.timed_out && out.code().is_some_and(|code| allowed.contains(&code))
+}
+
+/// What a case found wrong, gathered so that a failure lists every violation at once.
+#[derive(Default)]
+struct Verdict {
+    problems: Vec<String>,
+}
+
+impl Verdict {
+    fn problem(&mut self, problem: String) {
+        self.problems.push(problem);
+    }
+
+    /// `what` must have exited in time with one of the `allowed` codes.
+    fn exited(&mut self, what: &str, out: &Finished, allowed: &[i32]) {
+        if !ended_as(out, allowed) {
+            self.problem(format!(
+                "{what} must exit with one of {allowed:?}: {}",
+                out.describe()
+            ));
+        }
+    }
+
+    /// Every one of `runs` (named) must have exited in time with one of the `allowed` codes.
+    /// The ones that did not are counted by how they ended, and the first few shown whole.
+    fn all_exited(&mut self, what: &str, runs: &[(String, Finished)], allowed: &[i32]) {
+        let failed: Vec<_> = runs
+            .iter()
+            .filter(|(_, out)| !ended_as(out, allowed))
+            .collect();
+        if failed.is_empty() {
+            return;
+        }
+        let mut how: Vec<(String, usize)> = Vec::new();
+        for (_, out) in &failed {
+            let ended = if out.timed_out {
+                "still running at its limit".to_owned()
+            } else {
+                out.output.status.to_string()
+            };
+            match how.iter_mut().find(|(seen, _)| *seen == ended) {
+                Some((_, n)) => *n += 1,
+                None => how.push((ended, 1)),
+            }
+        }
+        let how: Vec<String> = how
+            .iter()
+            .map(|(ended, n)| format!("{n} × {ended}"))
+            .collect();
+        let mut problem = format!(
+            "{} of {} {what} must exit with one of {allowed:?}; they ended: {}",
+            failed.len(),
+            runs.len(),
+            how.join(", ")
+        );
+        for (name, out) in failed.iter().take(3) {
+            problem.push_str(&format!("\n- {name}: {}", out.describe()));
+        }
+        self.problem(problem);
+    }
+
+    /// The checks every case ends with, once every process it started has exited: the
+    /// critical section saw one holder at a time and strictly increasing fences, `entered`
+    /// holders got in, and the resource is free.
+    fn finish(mut self, db: &Db, entered: usize) {
+        self.problems.extend(critical::violations(db.dir.path()));
+        let fences = critical::fences(db.dir.path());
+        if fences.len() != entered {
+            self.problem(format!(
+                "{entered} holders should have entered the critical section, {} did: {fences:?}",
+                fences.len()
+            ));
+        }
+        let (code, json) = db.status(R);
+        if code != 1 {
+            self.problem(format!(
+                "every process has exited, so nothing may hold {R}; status says {json}"
+            ));
+        }
+        assert!(
+            self.problems.is_empty(),
+            "{} violation(s):\n\n{}",
+            self.problems.len(),
+            self.problems.join("\n\n")
+        );
+    }
+}
+
+/// The fence of the lock on `R` now, which must be held.
+fn held_fence(db: &Db) -> i64 {
+    let (code, json) = db.status(R);
+    assert_eq!(code, 0, "{R} should be held: {json}");
+    fence(&json["lock"])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restarts
+// ---------------------------------------------------------------------------------------------
+
+/// How long each restart keeps the server down, between its fast shutdown and its start.
+const DOWN: Duration = Duration::from_secs(1);
+
+#[test]
+fn restart_mid_run_releases_the_lock_once_the_server_is_back() {
+    let Some(server) = server("restart mid-run") else {
+        return;
+    };
+    let db = &server.db;
+    let run = spawn_run(db, &["--ttl", "15s"], "6", "run");
+    wait_for_file(&db.file("crit"), Duration::from_secs(20));
+    let fence = held_fence(db);
+    thread::sleep(Duration::from_secs(2));
+    server.cluster.restart(DOWN);
+    // The lock committed before the restart is still there.
+    assert_eq!(held_fence(db), fence, "the same tenure after the restart");
+
+    let out = run.finish(Duration::from_secs(30));
+    let mut verdict = Verdict::default();
+    // The command took 6 s of a 15 s lease: the lock must be free when `run` exits, not at
+    // the end of its TTL.
+    verdict.exited(
+        "run, its server restarted while its command ran",
+        &out,
+        &[0],
+    );
+    verdict.finish(db, 1);
+}
+
+#[test]
+fn restart_mid_wait_keeps_the_waiter_in_line_and_runs_its_command_after_the_holder() {
+    let Some(server) = server("restart mid-wait") else {
+        return;
+    };
+    let db = &server.db;
+    let holder = spawn_run(db, &["--ttl", "15s"], "5", "holder");
+    wait_for_file(&db.file("crit"), Duration::from_secs(20));
+    let waiter = spawn_run(db, &["--wait", "40s", "--ttl", "15s"], "0.2", "waiter");
+    wait_until(
+        Duration::from_secs(10),
+        "the waiter takes its place",
+        || db.waiting(R) == 1,
+    );
+    thread::sleep(Duration::from_millis(500));
+    server.cluster.restart(DOWN);
+
+    let holder = holder.finish(Duration::from_secs(30));
+    let holder_gone = Instant::now();
+    let waiter = waiter.finish(Duration::from_secs(45));
+    let waited_after = holder_gone.elapsed();
+    let mut verdict = Verdict::default();
+    verdict.exited("the holder, its server restarted", &holder, &[0]);
+    verdict.exited(
+        "the waiter (--wait 40s), its server restarted while it waited",
+        &waiter,
+        &[0],
+    );
+    // Granted at the holder's release, not at the end of the holder's 15 s TTL.
+    if waiter.code() == Some(0) && waited_after > Duration::from_secs(5) {
+        verdict.problem(format!(
+            "the waiter ended {waited_after:?} after the holder: it should be granted at the \
+             holder's release"
+        ));
+    }
+    verdict.finish(db, 2);
+}
+
+#[test]
+fn restart_among_8_by_20_waiting_runs_loses_none_and_overlaps_none() {
+    let Some(server) = server("restart among 8 x 20 runs") else {
+        return;
+    };
+    let db = &server.db;
+    const WORKERS: usize = 8;
+    const ROUNDS: usize = 20;
+    let started = Instant::now();
+    let outcomes = Mutex::new(Vec::new());
+    let all_done = AtomicBool::new(false);
+    let restarted_after = Mutex::new(None);
+    thread::scope(|scope| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let outcomes = &outcomes;
+                scope.spawn(move || {
+                    for round in 0..ROUNDS {
+                        let name = format!("w{w}-{round}");
+                        let run = spawn_run(db, &["--wait", "60s", "--ttl", "10s"], "0.02", &name);
+                        let out = run.finish(Duration::from_secs(90));
+                        outcomes.lock().expect("outcomes").push((name, out));
+                    }
+                })
+            })
+            .collect();
+        scope.spawn(|| {
+            // The restart comes once a third of the runs have been inside.
+            let third = WORKERS * ROUNDS / 3;
+            while critical::fences(db.dir.path()).len() < third {
+                if all_done.load(Ordering::SeqCst) {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            *restarted_after.lock().expect("restart") = Some(started.elapsed());
+            server.cluster.restart(DOWN);
+        });
+        for worker in workers {
+            worker.join().expect("a worker");
+        }
+        all_done.store(true, Ordering::SeqCst);
+    });
+    let restarted_after = restarted_after.into_inner().expect("restart");
+    eprintln!(
+        "{} runs in {:?}, the server restarted after {restarted_after:?}",
+        WORKERS * ROUNDS,
+        started.elapsed()
+    );
+    let mut verdict = Verdict::default();
+    if restarted_after.is_none() {
+        verdict.problem("the runs ended before a third of them got in: no restart".to_owned());
+    }
+    let runs = outcomes.into_inner().expect("outcomes");
+    verdict.all_exited("runs (--wait 60s), their server restarted", &runs, &[0]);
+    verdict.finish(db, WORKERS * ROUNDS);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every distlock session terminated
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn terminating_every_distlock_session_loses_no_holder_and_no_waiter() {
+    let Some(server) = server("terminated sessions") else {
+        return;
+    };
+    let db = &server.db;
+    const WORKERS: usize = 3;
+    const ROUNDS: usize = 3;
+    let outcomes = Mutex::new(Vec::new());
+    let done = AtomicBool::new(false);
+    let terminated = AtomicUsize::new(0);
+    thread::scope(|scope| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let outcomes = &outcomes;
+                scope.spawn(move || {
+                    for round in 0..ROUNDS {
+                        let name = format!("w{w}-{round}");
+                        // Inside for longer than a renewal interval (2 s), so the holder renews
+                        // and has a heartbeat connection to lose.
+                        let run = spawn_run(db, &["--wait", "40s", "--ttl", "6s"], "2.2", &name);
+                        let out = run.finish(Duration::from_secs(60));
+                        outcomes.lock().expect("outcomes").push((name, out));
+                    }
+                })
+            })
+            .collect();
+        scope.spawn(|| {
+            let mut admin = server.cluster.admin();
+            while !done.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(900));
+                // Every distlock session between two transactions: a holder's connection while
+                // its command runs, its heartbeat's between renewals, a waiter's while it
+                // listens. A session inside a transaction is left alone, so no commit is cut
+                // (its outcome would be unknown to the client, which may then exit 74).
+                let ended: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+                         FROM pg_stat_activity
+                         WHERE application_name LIKE 'distlock%' AND state = 'idle'
+                           AND pid <> pg_backend_pid()",
+                        &[],
+                    )
+                    .expect("terminate the sessions")
+                    .get(0);
+                terminated.fetch_add(usize::try_from(ended).expect("a count"), Ordering::SeqCst);
+            }
+        });
+        for worker in workers {
+            worker.join().expect("a worker");
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    let terminated = terminated.into_inner();
+    eprintln!("{terminated} distlock sessions terminated");
+    let mut verdict = Verdict::default();
+    if terminated < WORKERS * ROUNDS {
+        verdict.problem(format!(
+            "only {terminated} sessions were terminated: the fault hardly happened"
+        ));
+    }
+    let runs = outcomes.into_inner().expect("outcomes");
+    verdict.all_exited("runs (--wait 40s), their sessions terminated", &runs, &[0]);
+    verdict.finish(db, WORKERS * ROUNDS);
+}
