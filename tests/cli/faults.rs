@@ -1,15 +1,18 @@
 //! Store faults with real parts (CONTRACT.md, "Store faults"): a real PostgreSQL server
-//! restarted while `run` holds a lock, while a `run` waits, and among 160 contending runs; and
-//! every distlock session terminated while holders renew and waiters wait.
+//! restarted while `run` holds a lock, while a `run` waits, and among 160 contending runs; every
+//! distlock session terminated while holders renew and waiters wait; clients stopped (SIGSTOP)
+//! or partitioned at any point of their operations while a holder with a short TTL renews.
 //!
 //! | fault | tests |
 //! | --- | --- |
 //! | restart | `restart_mid_run_*`, `restart_mid_wait_*`, `restart_among_8_by_20_*` |
 //! | sessions terminated | `terminating_every_distlock_session_*` |
+//! | clients stopped, partitioned | `clients_stopped_*`, `clients_partitioned_*` |
 //!
 //! Each test has a PostgreSQL server of its own ([`Cluster`]), so that it can restart it or end
 //! its sessions while the rest of the suite uses the shared server; the tests run when the suite
-//! runs its PostgreSQL variants (`DISTLOCK_TEST_PG_URL`, `DISTLOCK_TEST_REQUIRE_PG`).
+//! runs its PostgreSQL variants (`DISTLOCK_TEST_PG_URL`, `DISTLOCK_TEST_REQUIRE_PG`). Faults
+//! between distlock and the server come from a [`Proxy`].
 //!
 //! Every case ends with the same checks ([`Verdict`]): no two holders were in the critical
 //! section at once, no fence was reused (fences strictly increase in the order holders got in),
@@ -17,16 +20,22 @@
 //! exited), and no waiter was lost (every process exited in time, with a code its case allows).
 //! A verdict lists every violation it found, so one failure shows all of them.
 
+use std::collections::HashMap;
+use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
 use crate::common::cluster::Cluster;
 use crate::common::critical;
-use crate::common::output::fence;
+use crate::common::output::{fence, parse_line};
 use crate::common::process::{Finished, Proc, wait_for_file, wait_until};
-use crate::common::store::Db;
+use crate::common::proxy::Proxy;
+use crate::common::store::{Db, distlock_at};
 
 /// The one resource each case contends for.
 const R: &str = "r";
@@ -46,6 +55,24 @@ fn server(what: &str) -> Option<Server> {
     Some(Server { db, cluster })
 }
 
+impl Server {
+    /// The database's URL through `proxy` instead of straight to the server.
+    fn url_via(&self, proxy: &Proxy) -> String {
+        let direct = self.cluster.addr().to_string();
+        let url = self.db.pg_url();
+        assert!(url.contains(&direct), "{url} names {direct}");
+        url.replacen(&direct, &proxy.addr.to_string(), 1)
+    }
+}
+
+/// `distlock ARGS…` against `url` (no store or owner from the test's environment), with the
+/// scratch folder in `$D`.
+fn distlock_via(db: &Db, url: &str, args: &[&str]) -> Command {
+    let mut cmd = distlock_at(url);
+    cmd.args(args).env("D", db.dir.path());
+    cmd
+}
+
 /// `run --resource r FLAGS…` with the critical section as its command, inside for `seconds`,
 /// started in the background as `name`.
 fn spawn_run(db: &Db, flags: &[&str], seconds: &str, name: &str) -> Proc {
@@ -54,6 +81,11 @@ fn spawn_run(db: &Db, flags: &[&str], seconds: &str, name: &str) -> Proc {
     args.extend_from_slice(flags);
     args.extend(section.iter().map(String::as_str));
     db.spawn(&args, name)
+}
+
+/// Sends `signal` to `pid`; a process that has just exited is no error.
+fn signal(pid: Pid, signal: Signal) {
+    let _ = kill(pid, signal);
 }
 
 /// Whether `out` exited in time with one of the `allowed` codes.
@@ -351,4 +383,287 @@ fn terminating_every_distlock_session_loses_no_holder_and_no_waiter() {
     let runs = outcomes.into_inner().expect("outcomes");
     verdict.all_exited("runs (--wait 40s), their sessions terminated", &runs, &[0]);
     verdict.finish(db, WORKERS * ROUNDS);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stopped and partitioned clients beside a holder with a short TTL
+// ---------------------------------------------------------------------------------------------
+
+/// The holder's lease: 4 s, renewed every 1.3 s. A renewal held up for more than about 1.3 s
+/// costs it the lease (`run` stops its command and exits 124).
+const HOLDER_TTL: &str = "4s";
+/// How long the holder's command stays inside.
+const HOLDER_SECONDS: &str = "15";
+/// How long a stopped client stays stopped, and a partition lasts: longer than the holder's
+/// whole lease.
+const STALL: Duration = Duration::from_secs(5);
+
+/// Clients that keep working on `R` while the holder holds it, each a loop of distlock
+/// processes of one owner (`pest-K`): `acquire` (busy), `renew` (another owner's lock),
+/// `run --wait 2s` (a waiter that gives up). Each process's connection is named
+/// `pest-K-I` (`application_name`), so the server's sessions can be told apart.
+struct Pests<'a> {
+    db: &'a Db,
+    /// The URL they use, without the session name.
+    url: String,
+    /// The processes running now, by session name.
+    live: Mutex<HashMap<String, Pid>>,
+    /// Set when the holder has exited: the loops end.
+    done: AtomicBool,
+    verdict: Mutex<Verdict>,
+    /// How many of them got in (granted after the holder left).
+    entered: AtomicUsize,
+}
+
+impl<'a> Pests<'a> {
+    fn new(db: &'a Db, url: String) -> Pests<'a> {
+        Pests {
+            db,
+            url,
+            live: Mutex::new(HashMap::new()),
+            done: AtomicBool::new(false),
+            verdict: Mutex::new(Verdict::default()),
+            entered: AtomicUsize::new(0),
+        }
+    }
+
+    /// Pest `k`'s loop, until the holder has exited.
+    fn work(&self, k: usize) {
+        let owner = format!("pest-{k}");
+        let section = critical::command(self.db.dir.path(), "0.01");
+        let mut i = 0;
+        while !self.done.load(Ordering::SeqCst) {
+            i += 1;
+            let tag = format!("pest-{k}-{i}");
+            let url = format!("{}&application_name={tag}", self.url);
+            let (args, allowed): (Vec<&str>, &[i32]) = match fastrand::u8(0..3) {
+                0 => (
+                    vec!["acquire", R, "--owner", &owner, "--ttl", "5"],
+                    &[0, 74, 75],
+                ),
+                1 => (
+                    vec!["renew", R, "--owner", &owner, "--ttl", "5"],
+                    &[1, 74, 77],
+                ),
+                _ => {
+                    let mut args = vec!["run", "--resource", R, "--wait", "2s", "--ttl", "5"];
+                    args.extend(section.iter().map(String::as_str));
+                    (args, &[0, 74, 75])
+                }
+            };
+            let mut cmd = distlock_via(self.db, &url, &args);
+            let proc = Proc::spawn(&mut cmd, self.db.dir.path(), &tag);
+            self.live
+                .lock()
+                .expect("live pests")
+                .insert(tag.clone(), proc.pid());
+            let out = proc.finish(Duration::from_secs(40));
+            self.live.lock().expect("live pests").remove(&tag);
+            let mut verdict = self.verdict.lock().expect("verdict");
+            verdict.exited(&format!("{tag}: {args:?}"), &out, allowed);
+            if args[0] == "run" && out.code() == Some(0) {
+                self.entered.fetch_add(1, Ordering::SeqCst);
+            }
+            if args[0] == "acquire" && matches!(out.code(), Some(0 | 74)) {
+                if out.code() == Some(0) {
+                    // A holder like any other: it must find the critical section empty.
+                    critical::visit(
+                        self.db.dir.path(),
+                        fence(&parse_line(&out.output.stdout)["lock"]),
+                    );
+                    self.entered.fetch_add(1, Ordering::SeqCst);
+                }
+                // Its lock (one that committed unbeknown to it, after a 74, too) is given back.
+                let released = self.db.run(&["release", R, "--owner", &owner]);
+                if !matches!(released.status.code(), Some(0 | 1 | 77)) {
+                    verdict.problem(format!("{owner}'s release: {released:?}"));
+                }
+            }
+            drop(verdict);
+            thread::sleep(Duration::from_millis(fastrand::u64(30..120)));
+        }
+    }
+
+    /// The pid of a running pest chosen at random.
+    fn any(&self) -> Option<Pid> {
+        let live = self.live.lock().expect("live pests");
+        if live.is_empty() {
+            return None;
+        }
+        live.values().nth(fastrand::usize(..live.len())).copied()
+    }
+
+    fn pid_of(&self, tag: &str) -> Option<Pid> {
+        self.live.lock().expect("live pests").get(tag).copied()
+    }
+}
+
+/// The holder, `run --ttl 4s` inside the critical section for 15 s, beside `workers` pests
+/// while `fault` does its worst to them (it returns once they are done). Returns the verdict
+/// so far, the holder's exit 0 among its checks, and how many holders got in.
+fn holder_beside(
+    server: &Server,
+    pests: &Pests,
+    workers: usize,
+    fault: impl Fn(&Pests) + Sync,
+) -> (Verdict, usize) {
+    let db = &server.db;
+    let holder = spawn_run(db, &["--ttl", HOLDER_TTL], HOLDER_SECONDS, "holder");
+    wait_for_file(&db.file("crit"), Duration::from_secs(20));
+    let holder = thread::scope(|scope| {
+        for k in 0..workers {
+            scope.spawn(move || pests.work(k));
+        }
+        scope.spawn(|| fault(pests));
+        let out = holder.finish(Duration::from_secs(60));
+        pests.done.store(true, Ordering::SeqCst);
+        out
+    });
+    let mut verdict = Verdict::default();
+    verdict.exited(
+        "the holder (run --ttl 4s), beside stalled clients",
+        &holder,
+        &[0],
+    );
+    let theirs = std::mem::take(&mut *pests.verdict.lock().expect("verdict"));
+    verdict.problems.extend(theirs.problems);
+    (verdict, 1 + pests.entered.load(Ordering::SeqCst))
+}
+
+#[test]
+fn clients_stopped_at_any_point_never_cost_the_holder_its_lease() {
+    let Some(server) = server("stopped clients") else {
+        return;
+    };
+    let pests = Pests::new(&server.db, server.db.pg_url().to_owned());
+    let caught = AtomicUsize::new(0);
+    let stopped = AtomicUsize::new(0);
+    let (mut verdict, entered) = holder_beside(&server, &pests, 4, |pests| {
+        thread::scope(|scope| {
+            // One stopper stops clients at random points of their lives.
+            scope.spawn(|| {
+                while !pests.done.load(Ordering::SeqCst) {
+                    thread::sleep(Duration::from_millis(fastrand::u64(100..1200)));
+                    if let Some(pid) = pests.any() {
+                        signal(pid, Signal::SIGSTOP);
+                        stopped.fetch_add(1, Ordering::SeqCst);
+                        thread::sleep(STALL);
+                        signal(pid, Signal::SIGCONT);
+                    }
+                }
+            });
+            // The other stops a client at the worst point it can find: inside a transaction on
+            // the server, between two of its round trips, where it would hold the resource's
+            // row. It keeps trying for a second, then stops one at random.
+            scope.spawn(|| {
+                let mut admin = server.cluster.admin();
+                while !pests.done.load(Ordering::SeqCst) {
+                    thread::sleep(Duration::from_millis(fastrand::u64(200..700)));
+                    let found = Instant::now();
+                    let mut victim = None;
+                    while victim.is_none() && found.elapsed() < Duration::from_secs(1) {
+                        victim = stop_inside_a_transaction(&mut admin, pests);
+                    }
+                    let victim = if victim.is_some() {
+                        caught.fetch_add(1, Ordering::SeqCst);
+                        victim
+                    } else {
+                        pests.any().inspect(|&pid| {
+                            signal(pid, Signal::SIGSTOP);
+                            stopped.fetch_add(1, Ordering::SeqCst);
+                        })
+                    };
+                    if let Some(pid) = victim {
+                        thread::sleep(STALL);
+                        signal(pid, Signal::SIGCONT);
+                    }
+                }
+            });
+        });
+    });
+    let (caught, stopped) = (caught.into_inner(), stopped.into_inner());
+    eprintln!("clients stopped: {caught} inside a transaction, {stopped} at random points");
+    if caught + stopped == 0 {
+        verdict.problem("no client was ever stopped".to_owned());
+    }
+    verdict.finish(&server.db, entered);
+}
+
+/// Stops a pest whose session is inside a transaction, and keeps it stopped if it still is;
+/// its pid, or `None` when no pest was caught there.
+fn stop_inside_a_transaction(admin: &mut postgres::Client, pests: &Pests) -> Option<Pid> {
+    let inside = "SELECT application_name FROM pg_stat_activity
+                  WHERE state = 'idle in transaction' AND application_name LIKE 'pest-%'";
+    let rows = admin.query(inside, &[]).expect("read pg_stat_activity");
+    for row in rows {
+        let tag: String = row.get(0);
+        let Some(pid) = pests.pid_of(&tag) else {
+            continue;
+        };
+        signal(pid, Signal::SIGSTOP);
+        let still: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE state = 'idle in transaction' AND application_name = $1",
+                &[&tag],
+            )
+            .expect("read pg_stat_activity")
+            .get(0);
+        if still > 0 {
+            return Some(pid);
+        }
+        signal(pid, Signal::SIGCONT);
+    }
+    None
+}
+
+/// How long the proxy holds back each chunk of the partitioned clients' traffic.
+const SLOW: Duration = Duration::from_millis(60);
+
+#[test]
+fn clients_partitioned_mid_operation_never_cost_the_holder_its_lease() {
+    let Some(server) = server("partitioned clients") else {
+        return;
+    };
+    let proxy = Proxy::start(server.cluster.addr());
+    proxy.delay(SLOW);
+    let pests = Pests::new(&server.db, server.url_via(&proxy));
+    let caught = AtomicUsize::new(0);
+    let partitions = AtomicUsize::new(0);
+    let (mut verdict, entered) = holder_beside(&server, &pests, 3, |pests| {
+        let mut admin = server.cluster.admin();
+        while !pests.done.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(fastrand::u64(300..1500)));
+            // The partition comes at a random point, or, when one is found within 1.5 s, while
+            // a client behind the proxy is inside a transaction.
+            let looking = Instant::now();
+            while looking.elapsed() < Duration::from_millis(1500) {
+                let ports = proxy.upstream_ports();
+                let inside: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                         WHERE state = 'idle in transaction' AND client_port = ANY($1)",
+                        &[&ports],
+                    )
+                    .expect("read pg_stat_activity")
+                    .get(0);
+                if inside > 0 {
+                    caught.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+            }
+            proxy.black_hole();
+            partitions.fetch_add(1, Ordering::SeqCst);
+            thread::sleep(STALL);
+            // The partition ends as real ones often do: the connections are gone.
+            proxy.cut();
+            proxy.delay(SLOW);
+        }
+    });
+    let (partitions, caught) = (partitions.into_inner(), caught.into_inner());
+    eprintln!("{partitions} partitions, {caught} of them while a client was inside a transaction");
+    if partitions == 0 {
+        verdict.problem("no partition ever happened".to_owned());
+    }
+    verdict.finish(&server.db, entered);
 }

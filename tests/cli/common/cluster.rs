@@ -10,7 +10,7 @@
 //! (`-m immediate`) and removes its folder. A test killed before that leaves the server
 //! running: `pg_ctl -D /tmp/.tmpXXXX/data stop` ends it.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -96,6 +96,10 @@ impl Cluster {
             "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
             self.port
         )
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// A connection to the `postgres` database, for what the test does on the server itself.

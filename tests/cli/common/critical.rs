@@ -2,11 +2,13 @@
 //! leaves in a folder: no two holders were ever inside at once, and fences strictly increase in
 //! the order the holders got in.
 //!
-//! A holder is a command under `run` ([`command`]). Entering makes the folder `crit` (`mkdir`
-//! is atomic and fails if it exists) and appends the holder's fence to `fences`; a holder that
-//! finds `crit` there writes a line to `overlaps` instead.
+//! A holder is a command under `run` ([`command`]), or the test itself after an `acquire` it
+//! made ([`visit`]). Entering makes the folder `crit` (`mkdir` is atomic and fails if it exists)
+//! and appends the holder's fence to `fences`; a holder that finds `crit` there writes a line to
+//! `overlaps` instead.
 
-use std::fs;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
 use std::path::Path;
 
 /// The command's script, `sh critical-section DIR SECONDS`. It stays inside for SECONDS, and
@@ -41,6 +43,30 @@ pub fn command(dir: &Path, seconds: &str) -> Vec<String> {
         text(dir),
         seconds.to_owned(),
     ]
+}
+
+/// The test enters and leaves the critical section in `dir` as the holder of `fence` (a lock
+/// an `acquire` of its own got).
+pub fn visit(dir: &Path, fence: i64) {
+    let crit = dir.join("crit");
+    if fs::create_dir(&crit).is_err() {
+        append(
+            &dir.join("overlaps"),
+            &format!("fence {fence} (an acquire) found the critical section occupied"),
+        );
+        return;
+    }
+    append(&dir.join("fences"), &fence.to_string());
+    fs::remove_dir(&crit).expect("leave the critical section");
+}
+
+fn append(path: &Path, line: &str) {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open for appending");
+    writeln!(file, "{line}").expect("append a line");
 }
 
 /// What went wrong in `dir`'s critical section, one line each: two holders inside at once, a

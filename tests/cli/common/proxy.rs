@@ -3,9 +3,13 @@
 //!
 //! | call | the fault |
 //! | --- | --- |
-//! | [`Proxy::black_hole`] | a hung server: connections stay open, new ones are accepted, every byte either way is swallowed |
+//! | [`Proxy::black_hole`] | a partition: connections stay open, new ones are accepted, every byte either way is swallowed |
+//! | [`Proxy::delay`] | a slow network: each chunk is held back before it is passed on |
+//! | [`Proxy::cut`] | a dropped connection: every open connection is closed, new ones go through |
 //! | [`Proxy::kill`] | a dead server: every connection is closed, new ones are refused |
 //!
+//! It also tells which connections are its own on the server ([`Proxy::upstream_ports`] are
+//! `pg_stat_activity.client_port`).
 //! Dropping it closes everything and joins all its threads.
 
 use std::io::{ErrorKind, Read, Write};
@@ -22,8 +26,10 @@ const ACCEPT_POLL: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// Bytes go through.
-    Forward,
+    /// Bytes go through, each chunk after `delay`.
+    Forward {
+        delay: Duration,
+    },
     BlackHole,
     /// Connections closed, the listener too.
     Dead,
@@ -34,6 +40,8 @@ struct Shared {
     mode: Mutex<Mode>,
     /// `None` while the proxy is dead.
     listener: Mutex<Option<TcpListener>>,
+    /// Every connection accepted so far, in order.
+    conns: Mutex<Vec<Arc<Conn>>>,
     /// Set when the proxy is dropped.
     shutdown: AtomicBool,
 }
@@ -42,6 +50,8 @@ struct Shared {
 struct Conn {
     /// Set to close both sides.
     cut: AtomicBool,
+    /// The proxy's local port towards the server.
+    upstream_port: u16,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,8 +78,11 @@ impl Proxy {
             .expect("non-blocking listener");
         let addr = listener.local_addr().expect("proxy address");
         let shared = Arc::new(Shared {
-            mode: Mutex::new(Mode::Forward),
+            mode: Mutex::new(Mode::Forward {
+                delay: Duration::ZERO,
+            }),
             listener: Mutex::new(Some(listener)),
+            conns: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
         });
         let threads = Arc::new(Mutex::new(Vec::new()));
@@ -94,6 +107,36 @@ impl Proxy {
     pub fn kill(&self) {
         *locked(&self.shared.mode) = Mode::Dead;
         locked(&self.shared.listener).take();
+    }
+
+    /// A slow network: from now on each chunk, either way, is passed on `delay` after it came;
+    /// after [`Proxy::kill`], new connections are taken on the same address again.
+    pub fn delay(&self, delay: Duration) {
+        let mut listener = locked(&self.shared.listener);
+        if listener.is_none() {
+            let bound = TcpListener::bind(self.addr).expect("bind the proxy's address again");
+            bound.set_nonblocking(true).expect("non-blocking listener");
+            *listener = Some(bound);
+        }
+        *locked(&self.shared.mode) = Mode::Forward { delay };
+    }
+
+    /// Dropped connections: every connection open now is closed, both sides; new ones go
+    /// through.
+    pub fn cut(&self) {
+        for conn in locked(&self.shared.conns).iter() {
+            conn.cut.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The local ports of the proxy's open connections to the server: what the server shows
+    /// as their `client_port`.
+    pub fn upstream_ports(&self) -> Vec<i32> {
+        locked(&self.shared.conns)
+            .iter()
+            .filter(|conn| !conn.cut.load(Ordering::SeqCst))
+            .map(|conn| i32::from(conn.upstream_port))
+            .collect()
     }
 }
 
@@ -141,12 +184,20 @@ fn connect(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> Vec
             && s.set_read_timeout(Some(TICK)).is_ok()
             && s.set_write_timeout(Some(Duration::from_secs(2))).is_ok()
     });
+    let Ok(local) = server.local_addr() else {
+        return Vec::new();
+    };
     if ready.contains(&false) {
         return Vec::new();
     }
     let conn = Arc::new(Conn {
         cut: AtomicBool::new(false),
+        upstream_port: local.port(),
     });
+    {
+        let mut conns = locked(&shared.conns);
+        conns.push(Arc::clone(&conn));
+    }
     let mut pumps = Vec::new();
     for (from, to) in [(&client, &server), (&server, &client)] {
         let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
@@ -161,8 +212,8 @@ fn connect(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> Vec
     pumps
 }
 
-/// Copies bytes from `from` to `to` while forwarding, swallows them while a black hole, and
-/// closes both ends when the proxy is dead or dropped, or when either end closes.
+/// Copies bytes from `from` to `to` as the proxy's mode says, and closes both ends when the
+/// proxy is dead or dropped, when the connection is cut, or when either end closes.
 fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, conn: &Conn) {
     let mut buf = [0u8; 16 * 1024];
     let ended = || {
@@ -184,7 +235,18 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, conn: &Conn) {
             }
             Err(_) => break,
         };
-        if *locked(&shared.mode) == Mode::Forward && to.write_all(&buf[..n]).is_err() {
+        if let Mode::Forward { delay } = *locked(&shared.mode) {
+            thread::sleep(delay);
+        }
+        if ended() {
+            break;
+        }
+        // The mode may have changed during the delay: a chunk held back is swallowed by a
+        // black hole that opened meanwhile.
+        if !matches!(*locked(&shared.mode), Mode::Forward { .. }) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).is_err() {
             break;
         }
     }
