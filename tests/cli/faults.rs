@@ -1,13 +1,15 @@
 //! Store faults with real parts (CONTRACT.md, "Store faults"): a real PostgreSQL server
 //! restarted while `run` holds a lock, while a `run` waits, and among 160 contending runs; every
 //! distlock session terminated while holders renew and waiters wait; clients stopped (SIGSTOP)
-//! or partitioned at any point of their operations while a holder with a short TTL renews.
+//! or partitioned at any point of their operations while a holder with a short TTL renews; and
+//! connections cut mid-statement, or refused for a moment, under try-once calls.
 //!
 //! | fault | tests |
 //! | --- | --- |
 //! | restart | `restart_mid_run_*`, `restart_mid_wait_*`, `restart_among_8_by_20_*` |
 //! | sessions terminated | `terminating_every_distlock_session_*` |
 //! | clients stopped, partitioned | `clients_stopped_*`, `clients_partitioned_*` |
+//! | connection cut, refused | `a_connection_cut_*`, `a_refused_connection_*` |
 //!
 //! Each test has a PostgreSQL server of its own ([`Cluster`]), so that it can restart it or end
 //! its sessions while the rest of the suite uses the shared server; the tests run when the suite
@@ -21,6 +23,7 @@
 //! A verdict lists every violation it found, so one failure shows all of them.
 
 use std::collections::HashMap;
+use std::net::TcpStream;
 use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -666,4 +669,255 @@ fn clients_partitioned_mid_operation_never_cost_the_holder_its_lease() {
         verdict.problem("no partition ever happened".to_owned());
     }
     verdict.finish(&server.db, entered);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections cut mid-statement, or refused for a moment, under try-once calls
+// ---------------------------------------------------------------------------------------------
+
+/// The chunks (first byte, size) a try-once `acquire` on a free resource sends through a
+/// proxy on one connection, once the schema exists: the startup message, its batches of
+/// queries, goodbye. Their offsets in the client's stream are where cuts can land.
+fn acquire_chunks(server: &Server, proxy: &Proxy) -> Vec<(u8, usize)> {
+    let db = &server.db;
+    db.json(&["acquire", R, "--owner", "seed", "--ttl", "30"], 0);
+    db.json(&["release", R, "--owner", "seed"], 0);
+    let url = server.url_via(proxy);
+    let out = distlock_via(db, &url, &["acquire", R, "--owner", "probe", "--ttl", "30"])
+        .output()
+        .expect("run distlock");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    db.json(&["release", R, "--owner", "probe"], 0);
+    let chunks = proxy.client_chunks();
+    assert_eq!(
+        chunks.len(),
+        1,
+        "one connection through the proxy: {chunks:?}"
+    );
+    let chunks = chunks.into_iter().next().expect("a connection");
+    assert!(
+        chunks.iter().any(|&(first, _)| first == b'Q'),
+        "the acquire sent queries: {chunks:?}"
+    );
+    chunks
+}
+
+/// Offsets into the client's stream of each chunk's start, with the chunk.
+fn offsets(chunks: &[(u8, usize)]) -> Vec<(usize, u8, usize)> {
+    let mut at = 0;
+    chunks
+        .iter()
+        .map(|&(first, len)| {
+            let start = at;
+            at += len;
+            (start, first, len)
+        })
+        .collect()
+}
+
+/// A try-once `acquire` as owner `owner` through `proxy`, whose connection is cut once the
+/// client has sent `bytes`; then what the store holds, checked: a lock held by `owner` alone
+/// (a rival is busy, `owner` re-acquires it with the same fence), or none, which only a 74 may
+/// leave. Returns the acquire's outcome and the fence of the tenure it left, if any; the
+/// resource is free again afterwards.
+fn cut_acquire(server: &Server, proxy: &Proxy, owner: &str, bytes: usize) -> (Finished, i64) {
+    let db = &server.db;
+    let url = server.url_via(proxy);
+    proxy.cut_next_after(bytes);
+    let mut cmd = distlock_via(db, &url, &["acquire", R, "--owner", owner, "--ttl", "30"]);
+    let out = Proc::spawn(&mut cmd, db.dir.path(), owner).finish(Duration::from_secs(30));
+    let (code, json) = db.status(R);
+    let tenure = if code == 0 {
+        assert_eq!(
+            json["lock"]["owner"], owner,
+            "cut after {bytes} bytes: {json}"
+        );
+        let rival = db.run(&["acquire", R, "--owner", "rival", "--ttl", "30"]);
+        assert_eq!(
+            rival.status.code(),
+            Some(75),
+            "cut after {bytes} bytes: {owner} holds {R}, a rival must be busy: {rival:?}"
+        );
+        let again = db.json(&["acquire", R, "--owner", owner, "--ttl", "30"], 0);
+        assert_eq!(
+            again["lock"]["fence"], json["lock"]["fence"],
+            "the same owner asking again re-acquires its tenure"
+        );
+        db.json(&["release", R, "--owner", owner], 0);
+        fence(&json["lock"])
+    } else {
+        let rival = db.json(&["acquire", R, "--owner", "rival", "--ttl", "30"], 0);
+        db.json(&["release", R, "--owner", "rival"], 0);
+        fence(&rival["lock"])
+    };
+    if out.code() == Some(0) {
+        let answer = parse_line(&out.output.stdout);
+        assert_eq!(
+            code,
+            0,
+            "acquire said 0 but {R} is free: {}",
+            out.describe()
+        );
+        assert_eq!(fence(&answer["lock"]), tenure, "{}", out.describe());
+    }
+    (out, tenure)
+}
+
+#[test]
+fn a_connection_cut_before_the_commit_is_retried_by_a_try_once_acquire() {
+    let Some(server) = server("cut before the commit") else {
+        return;
+    };
+    let proxy = Proxy::start(server.cluster.addr());
+    let chunks = acquire_chunks(&server, &proxy);
+    let commit = chunks
+        .iter()
+        .rposition(|&(first, _)| first == b'Q')
+        .expect("a query");
+    // Cuts where nothing can have committed yet: at the start and in the middle of every
+    // chunk before the last batch of queries (the one with COMMIT).
+    let mut verdict = Verdict::default();
+    let mut tenures = Vec::new();
+    for (start, first, len) in offsets(&chunks).into_iter().take(commit) {
+        for bytes in [start, start + len / 2] {
+            let owner = format!("cut-{bytes}");
+            let (out, tenure) = cut_acquire(&server, &proxy, &owner, bytes);
+            tenures.push(tenure);
+            verdict.exited(
+                &format!(
+                    "a try-once acquire whose connection was cut after {bytes} bytes (in the \
+                     chunk {:?} at {start}, of {len}), before its commit",
+                    char::from(first)
+                ),
+                &out,
+                &[0],
+            );
+        }
+    }
+    eprintln!("the acquire's chunks: {chunks:?}; fences {tenures:?}");
+    check_tenures(&mut verdict, &tenures);
+    verdict.finish(&server.db, 0);
+}
+
+#[test]
+fn a_connection_cut_at_the_commit_is_a_retry_or_a_one_line_74_and_never_two_holders() {
+    let Some(server) = server("cut at the commit") else {
+        return;
+    };
+    let proxy = Proxy::start(server.cluster.addr());
+    let chunks = acquire_chunks(&server, &proxy);
+    let commit = chunks
+        .iter()
+        .rposition(|&(first, _)| first == b'Q')
+        .expect("a query");
+    let (start, _, len) = offsets(&chunks)[commit];
+    let mut verdict = Verdict::default();
+    let mut tenures = Vec::new();
+    // Before the batch with COMMIT arrives, in its middle, and right after all of it went
+    // through (the server commits, the answer is lost).
+    for bytes in [start, start + len / 2, start + len] {
+        let owner = format!("cut-{bytes}");
+        let (out, tenure) = cut_acquire(&server, &proxy, &owner, bytes);
+        tenures.push(tenure);
+        let what = format!(
+            "a try-once acquire whose connection was cut after {bytes} bytes (its commit's \
+             batch is bytes {start}..{})",
+            start + len
+        );
+        verdict.exited(&what, &out, &[0, 74]);
+        if out.code() == Some(74) {
+            let stderr = out.stderr();
+            if !(out.output.stdout.is_empty()
+                && stderr.starts_with("distlock: ")
+                && stderr.lines().count() == 1)
+            {
+                verdict.problem(format!(
+                    "{what}: a 74 is one line `distlock: …` on stderr and nothing on stdout: {}",
+                    out.describe()
+                ));
+            }
+        }
+    }
+    eprintln!("the acquire's chunks: {chunks:?}; fences {tenures:?}");
+    check_tenures(&mut verdict, &tenures);
+    verdict.finish(&server.db, 0);
+}
+
+/// The tenures that `cut_acquire` saw, one after another on one resource: each fence above
+/// the one before.
+fn check_tenures(verdict: &mut Verdict, tenures: &[i64]) {
+    for pair in tenures.windows(2) {
+        if pair[0] >= pair[1] {
+            verdict.problem(format!(
+                "fence {} was handed out after fence {}: fences must strictly increase, in \
+                 {tenures:?}",
+                pair[1], pair[0]
+            ));
+        }
+    }
+}
+
+#[test]
+fn a_refused_connection_back_within_2_s_is_reached_by_try_once_calls() {
+    let Some(server) = server("refused, then back") else {
+        return;
+    };
+    let db = &server.db;
+    let proxy = Proxy::start(server.cluster.addr());
+    let url = server.url_via(&proxy);
+    proxy.kill();
+    wait_until(
+        Duration::from_secs(5),
+        "the proxy refuses connections",
+        || TcpStream::connect(proxy.addr).is_err(),
+    );
+    let mut status = distlock_via(db, &url, &["status", R]);
+    let status = Proc::spawn(&mut status, db.dir.path(), "status");
+    let mut acquire = distlock_via(db, &url, &["acquire", R, "--owner", "back", "--ttl", "30"]);
+    let acquire = Proc::spawn(&mut acquire, db.dir.path(), "acquire");
+    // Each one is waited for on a thread of its own from the start, so each one's time is its
+    // own.
+    let ended = thread::scope(|scope| {
+        let waiting = [("status", status, 1), ("acquire", acquire, 0)].map(|(what, proc, code)| {
+            (
+                what,
+                scope.spawn(move || proc.finish(Duration::from_secs(15))),
+                code,
+            )
+        });
+        thread::sleep(Duration::from_millis(1500));
+        proxy.restore();
+        waiting.map(|(what, waiting, code)| (what, waiting.join().expect("a wait"), code))
+    });
+    let mut verdict = Verdict::default();
+    // Within the connect timeout (5 s): reached, not 74.
+    let mut acquired = false;
+    for (what, out, code) in ended {
+        verdict.exited(
+            &format!("a try-once {what}, its server refusing connections for 1.5 s"),
+            &out,
+            &[code],
+        );
+        if out.elapsed > Duration::from_secs(7) {
+            verdict.problem(format!(
+                "{what} took {:?}: the server was back 1.5 s after it started",
+                out.elapsed
+            ));
+        }
+        acquired = what == "acquire" && out.code() == Some(0);
+    }
+    // The proxy is back for good: the outcome above was distlock's.
+    let now = distlock_via(db, &url, &["status", R])
+        .output()
+        .expect("run distlock");
+    assert!(
+        matches!(now.status.code(), Some(0 | 1)),
+        "status through the restored proxy: {now:?}"
+    );
+    if acquired {
+        let lock = db.json(&["status", R], 0)["lock"].clone();
+        assert_eq!(lock["owner"], "back", "{lock}");
+        db.json(&["release", R, "--owner", "back"], 0);
+    }
+    verdict.finish(db, 0);
 }

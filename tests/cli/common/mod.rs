@@ -12,7 +12,7 @@
 //! | [`files`] | the marker files that commands write: a trimmed line, a number |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
 //! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
-//! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, cut connections, a dead server |
+//! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
 //!
 //! `process` and `fenced_write` are also compiled into `tests/recipes.rs` (`#[path]`), so each
 //! of their items is used by both test crates; what only this suite needs lives elsewhere.

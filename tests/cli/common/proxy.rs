@@ -6,10 +6,12 @@
 //! | [`Proxy::black_hole`] | a partition: connections stay open, new ones are accepted, every byte either way is swallowed |
 //! | [`Proxy::delay`] | a slow network: each chunk is held back before it is passed on |
 //! | [`Proxy::cut`] | a dropped connection: every open connection is closed, new ones go through |
+//! | [`Proxy::cut_next_after`] | a drop mid-statement: the next connection is closed once its client has sent N bytes |
 //! | [`Proxy::kill`] | a dead server: every connection is closed, new ones are refused |
+//! | [`Proxy::restore`] | the network heals: forwarding again, without delay, on the same address |
 //!
 //! It also tells which connections are its own on the server ([`Proxy::upstream_ports`] are
-//! `pg_stat_activity.client_port`).
+//! `pg_stat_activity.client_port`), and what each client sent ([`Proxy::client_chunks`]).
 //! Dropping it closes everything and joins all its threads.
 
 use std::io::{ErrorKind, Read, Write};
@@ -40,6 +42,8 @@ struct Shared {
     mode: Mutex<Mode>,
     /// `None` while the proxy is dead.
     listener: Mutex<Option<TcpListener>>,
+    /// Client bytes the next accepted connection may send before it is closed.
+    cut_next: Mutex<Option<usize>>,
     /// Every connection accepted so far, in order.
     conns: Mutex<Vec<Arc<Conn>>>,
     /// Set when the proxy is dropped.
@@ -50,6 +54,10 @@ struct Shared {
 struct Conn {
     /// Set to close both sides.
     cut: AtomicBool,
+    /// Client bytes this connection may still send before it is closed.
+    budget: Mutex<Option<usize>>,
+    /// The first byte and the size of each chunk the client sent, in order.
+    client_chunks: Mutex<Vec<(u8, usize)>>,
     /// The proxy's local port towards the server.
     upstream_port: u16,
 }
@@ -82,6 +90,7 @@ impl Proxy {
                 delay: Duration::ZERO,
             }),
             listener: Mutex::new(Some(listener)),
+            cut_next: Mutex::new(None),
             conns: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
         });
@@ -121,12 +130,24 @@ impl Proxy {
         *locked(&self.shared.mode) = Mode::Forward { delay };
     }
 
+    /// The network heals: forwarding again, without delay (and listening again after
+    /// [`Proxy::kill`]).
+    pub fn restore(&self) {
+        self.delay(Duration::ZERO);
+    }
+
     /// Dropped connections: every connection open now is closed, both sides; new ones go
     /// through.
     pub fn cut(&self) {
         for conn in locked(&self.shared.conns).iter() {
             conn.cut.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// The next connection accepted is closed, both sides, once its client has sent `bytes`
+    /// (the first `bytes` are passed on); connections after it go through.
+    pub fn cut_next_after(&self, bytes: usize) {
+        *locked(&self.shared.cut_next) = Some(bytes);
     }
 
     /// The local ports of the proxy's open connections to the server: what the server shows
@@ -136,6 +157,17 @@ impl Proxy {
             .iter()
             .filter(|conn| !conn.cut.load(Ordering::SeqCst))
             .map(|conn| i32::from(conn.upstream_port))
+            .collect()
+    }
+
+    /// For each connection accepted so far, in order, the first byte and the size of each
+    /// chunk its client sent. On loopback, a client that waits for each answer before it writes
+    /// again sends one chunk per write: the startup message, then each batch of messages (a
+    /// PostgreSQL message starts with its type, `Q` for a query, `X` for goodbye).
+    pub fn client_chunks(&self) -> Vec<Vec<(u8, usize)>> {
+        locked(&self.shared.conns)
+            .iter()
+            .map(|conn| locked(&conn.client_chunks).clone())
             .collect()
     }
 }
@@ -192,6 +224,8 @@ fn connect(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> Vec
     }
     let conn = Arc::new(Conn {
         cut: AtomicBool::new(false),
+        budget: Mutex::new(locked(&shared.cut_next).take()),
+        client_chunks: Mutex::new(Vec::new()),
         upstream_port: local.port(),
     });
     {
@@ -199,14 +233,14 @@ fn connect(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> Vec
         conns.push(Arc::clone(&conn));
     }
     let mut pumps = Vec::new();
-    for (from, to) in [(&client, &server), (&server, &client)] {
+    for (from, to, from_client) in [(&client, &server, true), (&server, &client, false)] {
         let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
             conn.cut.store(true, Ordering::SeqCst);
             continue;
         };
         let (shared, conn) = (Arc::clone(shared), Arc::clone(&conn));
         pumps.push(thread::spawn(move || {
-            pump(from, to, &shared, &conn);
+            pump(from, to, &shared, &conn, from_client);
         }));
     }
     pumps
@@ -214,7 +248,7 @@ fn connect(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> Vec
 
 /// Copies bytes from `from` to `to` as the proxy's mode says, and closes both ends when the
 /// proxy is dead or dropped, when the connection is cut, or when either end closes.
-fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, conn: &Conn) {
+fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, conn: &Conn, from_client: bool) {
     let mut buf = [0u8; 16 * 1024];
     let ended = || {
         shared.shutdown.load(Ordering::SeqCst)
@@ -235,6 +269,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, conn: &Conn) {
             }
             Err(_) => break,
         };
+        if from_client {
+            locked(&conn.client_chunks).push((buf[0], n));
+        }
         if let Mode::Forward { delay } = *locked(&shared.mode) {
             thread::sleep(delay);
         }
@@ -246,7 +283,23 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, conn: &Conn) {
         if !matches!(*locked(&shared.mode), Mode::Forward { .. }) {
             continue;
         }
-        if to.write_all(&buf[..n]).is_err() {
+        let (pass, cut_after) = if from_client {
+            let mut budget = locked(&conn.budget);
+            match *budget {
+                Some(left) if n >= left => (left, true),
+                Some(left) => {
+                    *budget = Some(left - n);
+                    (n, false)
+                }
+                None => (n, false),
+            }
+        } else {
+            (n, false)
+        };
+        if to.write_all(&buf[..pass]).is_err() {
+            break;
+        }
+        if cut_after {
             break;
         }
     }
