@@ -11,6 +11,7 @@ mod guard;
 mod history;
 mod modes;
 mod network_fs;
+mod pooler;
 mod postgres;
 mod reliability;
 mod run;
