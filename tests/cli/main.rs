@@ -12,6 +12,7 @@ mod guard;
 mod history;
 mod modes;
 mod network_fs;
+mod pooler;
 mod postgres;
 mod reliability;
 mod run;

@@ -71,8 +71,9 @@ fn back_off(attempt: u32) {
 /// The connection, owned by the worker thread.
 pub struct Session {
     pub(super) client: Client,
-    /// `LISTEN` was sent on this connection.
-    pub(super) listening: bool,
+    /// The server process (`pg_backend_pid()`) that ran this connection's `LISTEN`, while
+    /// this connection counts on being woken.
+    pub(super) listening: Option<i64>,
     /// The schema was found at [`SCHEMA_VERSION`] on this connection, or made so.
     pub(super) checked: bool,
     /// Opened for `status`, `list` or `log`: the schema is never created or upgraded.
@@ -120,7 +121,7 @@ impl Session {
     ) -> Session {
         Session {
             client,
-            listening: false,
+            listening: None,
             checked: false,
             read_only,
             creates,
@@ -138,17 +139,21 @@ impl Session {
         }
     }
 
-    /// After a read on a listening connection: if the server session that ran it does not
-    /// listen, this connection's `LISTEN` stayed behind on another one — a pooler in
-    /// transaction mode hands each transaction whichever server connection is free — so no
-    /// release will wake this waiter. It says so once, and from then on looks again after
-    /// each pause instead (every 250 ms at most, see [`crate::wait`]).
+    /// After a read on a listening connection: if the server session that ran it is not the
+    /// one that ran this connection's `LISTEN`, or no longer listens, the `LISTEN` stayed
+    /// behind on another server connection — a pooler in transaction mode hands each
+    /// transaction whichever server connection is free — so no release will wake this
+    /// waiter. It says so once, and from then on looks again after each pause instead (every
+    /// 250 ms at most, see [`crate::wait`]). The server session is told apart by its process
+    /// id, not only by whether it listens: a pooled server connection keeps the `LISTEN` of
+    /// any earlier client that ran one there, and in a pool where every server connection has
+    /// one, every read would seem to run where this waiter listens.
     fn check_listening(&mut self, heard: Option<&Output>) {
         let listens = heard
             .and_then(|output| output.rows.first())
             .is_none_or(|row| matches!(column(row, 0), Ok(Some("t"))));
         if !listens {
-            self.listening = false;
+            self.listening = None;
             if !POOLED.swap(true, Ordering::Relaxed) {
                 crate::output::warn(format_args!(
                     "the PostgreSQL connection does not keep its LISTEN between transactions \
@@ -192,12 +197,13 @@ impl Backend for Session {
             for member in &members {
                 reads.extend([fingerprint(member), tenures(member), waiters(member)]);
             }
-            if self.listening {
-                reads.push(still_listening());
+            let listener = self.listening;
+            if let Some(pid) = listener {
+                reads.push(still_listening(pid));
             }
             let outputs = match send(&mut self.client, &reads) {
                 Ok(mut outputs) if outputs.len() == reads.len() => {
-                    if self.listening {
+                    if listener.is_some() {
                         let heard = outputs.pop();
                         self.check_listening(heard.as_ref());
                     }
@@ -358,15 +364,26 @@ impl Backend for Session {
     }
 
     fn subscribe(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
-        if !self.listening && !POOLED.load(Ordering::Relaxed) {
-            self.client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
-            self.listening = true;
+        if self.listening.is_none() && !POOLED.load(Ordering::Relaxed) {
+            // One message, so a pooler runs both on the same server connection.
+            let outputs = send(
+                &mut self.client,
+                &[
+                    format!("LISTEN {CHANNEL}"),
+                    "SELECT pg_backend_pid()".to_owned(),
+                ],
+            )?;
+            let row = outputs
+                .get(1)
+                .and_then(|o| o.rows.first())
+                .ok_or_else(|| anyhow!("pg_backend_pid returned no row"))?;
+            self.listening = Some(required(number(row, 0)?, 0)?);
         }
         Ok(())
     }
 
     fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
-        if !self.listening {
+        if self.listening.is_none() {
             std::thread::sleep(timeout);
             return Ok(());
         }

@@ -123,10 +123,12 @@ pub(super) fn unchanged_since(resource: &str, digest_read: &str, read_at: i64) -
     )
 }
 
-/// Whether the server session that runs it listens on [`CHANNEL`].
-pub(super) fn still_listening() -> String {
+/// Whether the server session that runs it is server process `pid` (the one that ran a
+/// waiter's `LISTEN`) and listens on [`CHANNEL`].
+pub(super) fn still_listening(pid: i64) -> String {
     format!(
-        "SELECT EXISTS (SELECT FROM pg_listening_channels() c WHERE c = {})",
+        "SELECT pg_backend_pid() = {pid} \
+         AND EXISTS (SELECT FROM pg_listening_channels() c WHERE c = {})",
         text(CHANNEL)
     )
 }
