@@ -448,10 +448,13 @@ impl<'a> Pests<'a> {
                     vec!["renew", R, "--owner", &owner, "--ttl", "5"],
                     &[1, 74, 77],
                 ),
+                // A pest that got in after the holder left may itself be stopped or cut off
+                // past its own lease: its `run` then stops its command (124), which the
+                // critical section's checks still hold to one holder at a time.
                 _ => {
                     let mut args = vec!["run", "--resource", R, "--wait", "2s", "--ttl", "5"];
                     args.extend(section.iter().map(String::as_str));
-                    (args, &[0, 74, 75])
+                    (args, &[0, 74, 75, 124])
                 }
             };
             let mut cmd = distlock_via(self.db, &url, &args);
