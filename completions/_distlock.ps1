@@ -36,6 +36,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show lock history, oldest first')
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete expired locks and old history')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a lock (operators): remove its live tenures, recording who and why')
+            [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the HTTP lock API over the store, for CI runners and programs')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -129,6 +130,14 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
+        'distlock;serve' {
+            [CompletionResult]::new('--listen', '--listen', [CompletionResultType]::ParameterName, 'The address and port to listen on (loopback only); port 0 picks a free one')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
         'distlock;help' {
             [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take a lock (or extend your own); exit 75 if another owner holds it')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds a lock; exit 1 if nobody does')
@@ -139,6 +148,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show lock history, oldest first')
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete expired locks and old history')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a lock (operators): remove its live tenures, recording who and why')
+            [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the HTTP lock API over the store, for CI runners and programs')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -167,6 +177,9 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             break
         }
         'distlock;help;break' {
+            break
+        }
+        'distlock;help;serve' {
             break
         }
         'distlock;help;help' {

@@ -43,6 +43,9 @@ _distlock() {
             distlock,run)
                 cmd="distlock__subcmd__run"
                 ;;
+            distlock,serve)
+                cmd="distlock__subcmd__serve"
+                ;;
             distlock,status)
                 cmd="distlock__subcmd__status"
                 ;;
@@ -73,6 +76,9 @@ _distlock() {
             distlock__subcmd__help,run)
                 cmd="distlock__subcmd__help__subcmd__run"
                 ;;
+            distlock__subcmd__help,serve)
+                cmd="distlock__subcmd__help__subcmd__serve"
+                ;;
             distlock__subcmd__help,status)
                 cmd="distlock__subcmd__help__subcmd__status"
                 ;;
@@ -83,7 +89,7 @@ _distlock() {
 
     case "${cmd}" in
         distlock)
-            opts="-h -V --db --format --help --version acquire status release renew run list log gc break help"
+            opts="-h -V --db --format --help --version acquire status release renew run list log gc break serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -207,7 +213,7 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__help)
-            opts="acquire status release renew run list log gc break help"
+            opts="acquire status release renew run list log gc break serve help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -333,6 +339,20 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__help__subcmd__run)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__help__subcmd__serve)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -516,6 +536,32 @@ _distlock() {
                     return 0
                     ;;
                 --kill-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "json text" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__serve)
+            opts="-h --listen --db --format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -33,6 +33,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand log 'Show lock history, oldest first'
             cand gc 'Delete expired locks and old history'
             cand break 'Force-release a lock (operators): remove its live tenures, recording who and why'
+            cand serve 'Serve the HTTP lock API over the store, for CI runners and programs'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'distlock;acquire'= {
@@ -116,6 +117,13 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
+        &'distlock;serve'= {
+            cand --listen 'The address and port to listen on (loopback only); port 0 picks a free one'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
         &'distlock;help'= {
             cand acquire 'Take a lock (or extend your own); exit 75 if another owner holds it'
             cand status 'Show who holds a lock; exit 1 if nobody does'
@@ -126,6 +134,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand log 'Show lock history, oldest first'
             cand gc 'Delete expired locks and old history'
             cand break 'Force-release a lock (operators): remove its live tenures, recording who and why'
+            cand serve 'Serve the HTTP lock API over the store, for CI runners and programs'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'distlock;help;acquire'= {
@@ -145,6 +154,8 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;help;gc'= {
         }
         &'distlock;help;break'= {
+        }
+        &'distlock;help;serve'= {
         }
         &'distlock;help;help'= {
         }

@@ -38,6 +38,7 @@ complete -c distlock -n "__fish_distlock_needs_command" -f -a "list" -d 'List th
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "log" -d 'Show lock history, oldest first'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "gc" -d 'Delete expired locks and old history'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "serve" -d 'Serve the HTTP lock API over the store, for CI runners and programs'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l ttl -d 'Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)' -r
@@ -102,13 +103,19 @@ complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock 
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "list" -d 'List the live locks, sorted by resource'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "log" -d 'Show lock history, oldest first'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "gc" -d 'Delete expired locks and old history'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l listen -d 'The address and port to listen on (loopback only); port 0 picks a free one' -r
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "list" -d 'List the live locks, sorted by resource'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "log" -d 'Show lock history, oldest first'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "gc" -d 'Delete expired locks and old history'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "serve" -d 'Serve the HTTP lock API over the store, for CI runners and programs'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

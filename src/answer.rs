@@ -18,8 +18,8 @@ mod status;
 
 pub use acquire::{AcquireAnswer, Acquired, Busy, Mismatch};
 pub use change::{
-    BreakAnswer, Broken, NotBroken, NotReleased, NotRenewed, ReleaseAnswer, Released, RenewAnswer,
-    Renewed,
+    BreakAnswer, Broken, KeptAnswer, NotBroken, NotReleased, NotRenewed, ReleaseAnswer, Released,
+    RenewAnswer, Renewed,
 };
 pub use status::{Free, Held, ListAnswer, StatusAnswer};
 

@@ -101,6 +101,28 @@ pub enum Command {
     Gc(GcArgs),
     /// Force-release a lock (operators): remove its live tenures, recording who and why
     Break(BreakArgs),
+    /// Serve the HTTP lock API over the store, for CI runners and programs
+    #[command(long_about = SERVE_LONG_ABOUT)]
+    Serve(ServeArgs),
+}
+
+const SERVE_LONG_ABOUT: &str = "\
+Serve the HTTP lock API over the store, for CI runners and programs.
+
+POST /locks/{r} acquires (owner, ttl_seconds; optional shared, limit, note, wait_seconds), GET \
+/locks/{r} shows the holder (404 when free), DELETE /locks/{r} releases (204; 404 not held, \
+403 another owner's), POST /locks/{r}/renew and POST /locks/{r}/break as the commands of the \
+same names, GET /locks?prefix=P lists, GET /log shows the history, GET /health and GET \
+/metrics report on the server. The bodies are the JSON the commands print; every other answer \
+is a problem document (RFC 9457). The first line on stderr names the address served; then \
+one line per request. SIGTERM or SIGINT: waiting requests are answered, the others finish, \
+exit 0.";
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address and port to listen on (loopback only); port 0 picks a free one
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
+    pub listen: std::net::SocketAddr,
 }
 
 #[derive(Debug, Args)]

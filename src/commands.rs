@@ -48,6 +48,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Command::Log(args) => log(read_only()?.as_mut(), printer, args),
         Command::Gc(args) => gc(existing()?.as_mut(), printer, args),
         Command::Break(args) => evict(existing()?.as_mut(), printer, args),
+        Command::Serve(args) => crate::serve::run(location, args.listen),
     }
 }
 

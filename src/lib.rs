@@ -13,5 +13,6 @@ pub mod exit;
 mod guard;
 pub mod lock;
 pub mod output;
+mod serve;
 pub mod store;
 mod wait;

@@ -93,18 +93,83 @@ pub fn acquire(
         store.keep_trying_until(Some(patience.until));
         store.subscribe(resource, &request.owner)?;
     }
-    let waited = wait_in_line(store, resource, request, &mut patience, interrupts, on_busy);
+    let interrupted = || interrupts.as_ref().and_then(Interrupts::arrived);
+    let waited = wait_in_line(
+        store,
+        resource,
+        request,
+        &mut patience,
+        &interrupted,
+        on_busy,
+    );
     store.keep_trying_until(None);
-    waited
+    match waited? {
+        Waited::Interrupted(signal) => {
+            store.leave(resource, &request.owner)?;
+            Ok(Waited::Interrupted(signal))
+        }
+        done @ Waited::Done(_) => Ok(done),
+    }
 }
 
-/// [`acquire`]'s attempts, until one is the answer.
+/// A distlock server's wait for one request: as [`acquire`], for at most `wait`, except that
+/// it is ended by `stop` (the server shutting down, the client gone) rather than by signals,
+/// and that a wait which is not the request's last (`keeps_place`: the client will ask again
+/// and wait on from the same place) keeps its place in the queue when it runs out, as a stop
+/// always does. A place kept but not asked for again expires as a dead waiter's does.
+///
+/// # Errors
+///
+/// Store failures from any attempt.
+pub fn serve(
+    store: &mut dyn LockStore,
+    resource: &Resource,
+    request: &Request,
+    wait: Duration,
+    keeps_place: bool,
+    stop: &dyn Fn() -> bool,
+) -> Result<Attempt> {
+    let mut patience = Patience::new(Instant::now(), wait);
+    patience.keeps_place = keeps_place;
+    if patience.waits() {
+        store.keep_trying_until(Some(patience.until));
+        store.subscribe(resource, &request.owner)?;
+    }
+    let stopped = || stop().then_some(0);
+    let waited = wait_in_line(
+        store,
+        resource,
+        request,
+        &mut patience,
+        &stopped,
+        &mut |_, _| {},
+    );
+    store.keep_trying_until(None);
+    match waited? {
+        Waited::Done(attempt) => Ok(attempt),
+        Waited::Interrupted(_) => {
+            // Stopped: the latest look's answer, the place kept.
+            let started = Instant::now();
+            let outcome = store.acquire(
+                resource,
+                &Request {
+                    waits: true,
+                    ..request.clone()
+                },
+            )?;
+            Ok(Attempt { outcome, started })
+        }
+    }
+}
+
+/// [`acquire`]'s attempts, until one is the answer or `interrupted` says why not (a signal's
+/// number; the caller decides what becomes of the place in the queue).
 fn wait_in_line(
     store: &mut dyn LockStore,
     resource: &Resource,
     request: &Request,
     patience: &mut Patience,
-    interrupts: Option<Interrupts>,
+    interrupted: &dyn Fn() -> Option<i32>,
     on_busy: &mut dyn FnMut(Option<&Holder>, usize),
 ) -> Result<Waited> {
     loop {
@@ -127,8 +192,7 @@ fn wait_in_line(
                 store.wait_for_change(resource, pause)?;
             }
         }
-        if let Some(signal) = interrupts.as_ref().and_then(Interrupts::arrived) {
-            store.leave(resource, &request.owner)?;
+        if let Some(signal) = interrupted() {
             return Ok(Waited::Interrupted(signal));
         }
     }
@@ -159,6 +223,9 @@ struct Patience {
     waits: bool,
     /// The next pause, before jitter.
     delay: Duration,
+    /// A wait that runs out keeps its place in the queue (a server's request that is not the
+    /// client's last).
+    keeps_place: bool,
 }
 
 impl Patience {
@@ -167,6 +234,7 @@ impl Patience {
             until: start + wait,
             waits: !wait.is_zero(),
             delay: FIRST_DELAY,
+            keeps_place: false,
         }
     }
 
@@ -198,6 +266,7 @@ impl Patience {
                     position: position.unwrap_or(1),
                 }
             }
+            Acquire::Busy { .. } if self.waits && self.keeps_place => Next::Answer,
             Acquire::Busy { .. } | Acquire::Mismatch { .. } if self.waits => Next::LeaveAndAnswer,
             Acquire::Busy { .. } | Acquire::Mismatch { .. } => Next::Answer,
         }
@@ -341,6 +410,40 @@ mod tests {
                 "--wait {wait:?}, at {at:?}, {outcome:?}, jitter {jitter}"
             );
             assert_eq!(patience.has_time(t0 + at), at < wait, "{wait:?} at {at:?}");
+        }
+    }
+
+    #[test]
+    fn a_servers_wait_that_is_not_the_last_keeps_its_place_when_it_runs_out() {
+        let t0 = Instant::now();
+        // (keeps its place, attempt at, outcome) → next, for a wait of 1 s
+        let cases: Vec<(bool, Duration, Acquire, Next)> = vec![
+            (true, ms(1000), busy(Some(2)), Next::Answer),
+            (true, ms(4000), busy(None), Next::Answer),
+            (false, ms(1000), busy(Some(2)), Next::LeaveAndAnswer),
+            // A grant is the answer either way; a mismatch is final, so its place goes.
+            (true, ms(1000), granted(), Next::Answer),
+            (true, ms(10), mismatch(), Next::LeaveAndAnswer),
+            (false, ms(10), mismatch(), Next::LeaveAndAnswer),
+            // With time left, it sleeps as any waiter.
+            (
+                true,
+                ms(0),
+                busy(Some(2)),
+                Next::Sleep {
+                    pause: FIRST_DELAY,
+                    position: 2,
+                },
+            ),
+        ];
+        for (keeps_place, at, outcome, next) in cases {
+            let mut patience = Patience::new(t0, ms(1000));
+            patience.keeps_place = keeps_place;
+            assert_eq!(
+                patience.after(&outcome, t0 + at, 1.0),
+                next,
+                "keeps its place: {keeps_place}, at {at:?}, {outcome:?}"
+            );
         }
     }
 

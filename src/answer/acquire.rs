@@ -27,6 +27,10 @@ pub struct Busy {
     pub holders: Vec<Holder>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waiting: usize,
+    /// The requester's place in the queue (1 = next), in a distlock server's answer to a
+    /// request that waited and is to ask again; the command line never prints it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
 }
 
 /// `acquire` 78: `{"acquired":false,"resource":"R","reason":"mismatch","holders":[…]}`.
@@ -69,6 +73,7 @@ impl AcquireAnswer {
                 holder: holder.clone(),
                 holders: holders.clone(),
                 waiting: *waiting,
+                position: None,
             }),
             Acquire::Mismatch { holders } => AcquireAnswer::Mismatch(Mismatch {
                 acquired: Flag,

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Answer, Flag, Refusal, lock_text};
 use crate::exit::Exit;
-use crate::lock::{Eviction, Lock, Release, Renew, Resource};
+use crate::lock::{Eviction, Lock, Release, Renew, Resource, Timestamp};
 
 /// `release` 0: `{"released":true,"resource":"R"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +19,25 @@ pub struct NotReleased {
     pub released: Flag<false>,
     pub resource: Resource,
     pub reason: Refusal,
+}
+
+/// A distlock server's answer to a release with `hold_at_least_seconds` whose hold is still
+/// ahead (as `run --hold-at-least` keeps it): `{"released":false,"resource":"R","kept_until":T}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptAnswer {
+    pub released: Flag<false>,
+    pub resource: Resource,
+    pub kept_until: Timestamp,
+}
+
+impl KeptAnswer {
+    pub fn new(resource: &Resource, until: Timestamp) -> KeptAnswer {
+        KeptAnswer {
+            released: Flag,
+            resource: resource.clone(),
+            kept_until: until,
+        }
+    }
 }
 
 /// Every answer of `release`.

@@ -1,0 +1,573 @@
+//! One request in, one answer out: the route, the checked input, the operation on the store
+//! (on a blocking thread, never on the async ones), and the status and body. The bodies are the
+//! command line's answers, from the same types; every other answer is a [`Problem`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::State;
+use super::input::{self, Bad, Fields, Params};
+use super::problem::Problem;
+use crate::answer::{
+    AcquireAnswer, Answer, BreakAnswer, KeptAnswer, ListAnswer, ReleaseAnswer, RenewAnswer,
+    StatusAnswer,
+};
+use crate::engine::Finish;
+use crate::exit::Exit;
+use crate::lock::{Eviction, LogQuery, Remark, Resource};
+use crate::store::Locks;
+use crate::wait;
+
+/// The largest request body.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The longest one request waits in a queue; a longer `wait_seconds` is waited out over
+/// several requests, each from the place the one before kept.
+pub const LONGEST_POLL: Duration = Duration::from_secs(30);
+
+/// What a request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Acquire(Resource),
+    Status(Resource),
+    Release(Resource),
+    Renew(Resource),
+    Break(Resource),
+    List,
+    Log,
+    Health,
+    Metrics,
+}
+
+impl Route {
+    /// The route's name in metrics and logs, without the resource.
+    fn name(&self) -> &'static str {
+        match self {
+            Route::Acquire(_) => "POST /locks/{r}",
+            Route::Status(_) => "GET /locks/{r}",
+            Route::Release(_) => "DELETE /locks/{r}",
+            Route::Renew(_) => "POST /locks/{r}/renew",
+            Route::Break(_) => "POST /locks/{r}/break",
+            Route::List => "GET /locks",
+            Route::Log => "GET /log",
+            Route::Health => "GET /health",
+            Route::Metrics => "GET /metrics",
+        }
+    }
+
+    /// Whether the request carries a JSON body.
+    fn takes_body(&self) -> bool {
+        matches!(
+            self,
+            Route::Acquire(_) | Route::Release(_) | Route::Renew(_) | Route::Break(_)
+        )
+    }
+}
+
+/// The route of `method` on `path`.
+fn route(method: &Method, path: &str) -> Result<Route, Problem> {
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+    let not_found = || {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "no-such-route",
+            format!("no route {path}"),
+        )
+    };
+    let wrong_method = || {
+        Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            format!("{path} does not take {method}"),
+        )
+    };
+    let resource = |segment: &str| input::resource(segment).map_err(|bad| problem(&bad));
+    match segments.as_slice() {
+        ["locks"] if method == Method::GET => Ok(Route::List),
+        ["locks", r] => match *method {
+            Method::POST => Ok(Route::Acquire(resource(r)?)),
+            Method::GET => Ok(Route::Status(resource(r)?)),
+            Method::DELETE => Ok(Route::Release(resource(r)?)),
+            _ => Err(wrong_method()),
+        },
+        ["locks", r, "renew"] if method == Method::POST => Ok(Route::Renew(resource(r)?)),
+        ["locks", r, "break"] if method == Method::POST => Ok(Route::Break(resource(r)?)),
+        ["log"] if method == Method::GET => Ok(Route::Log),
+        ["health"] if method == Method::GET => Ok(Route::Health),
+        ["metrics"] if method == Method::GET => Ok(Route::Metrics),
+        ["locks" | "log" | "health" | "metrics"] | ["locks", _, "renew" | "break"] => {
+            Err(wrong_method())
+        }
+        _ => Err(not_found()),
+    }
+}
+
+/// The problem of bad input: 400 for a body that is not JSON, 422 for a rule broken.
+fn problem(bad: &Bad) -> Problem {
+    match bad {
+        Bad::Malformed(why) => Problem::new(StatusCode::BAD_REQUEST, "malformed-json", why.clone()),
+        Bad::Invalid(why) => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+            why.clone(),
+        ),
+    }
+}
+
+/// An answer, before it is sent.
+pub struct Reply {
+    status: StatusCode,
+    body: Vec<u8>,
+    kind: &'static str,
+}
+
+impl Reply {
+    fn json(status: StatusCode, answer: &impl serde::Serialize) -> Reply {
+        Reply {
+            status,
+            body: serde_json::to_vec(answer).unwrap_or_default(),
+            kind: "application/json",
+        }
+    }
+
+    fn empty(status: StatusCode) -> Reply {
+        Reply {
+            status,
+            body: Vec::new(),
+            kind: "application/json",
+        }
+    }
+
+    fn text(body: String, kind: &'static str) -> Reply {
+        Reply {
+            status: StatusCode::OK,
+            body: body.into_bytes(),
+            kind,
+        }
+    }
+}
+
+impl From<Problem> for Reply {
+    fn from(problem: Problem) -> Reply {
+        Reply {
+            status: problem.status,
+            body: problem.body(),
+            kind: "application/problem+json",
+        }
+    }
+}
+
+/// The answer of a lock command, with the status its exit code stands for: the objects of a
+/// refusal go into a problem document.
+fn answered(answer: &impl Answer, detail: impl FnOnce() -> String) -> Reply {
+    let (status, kind) = match answer.exit() {
+        Exit::Done | Exit::Busy => return Reply::json(StatusCode::OK, answer),
+        Exit::NotHeld => (StatusCode::NOT_FOUND, "not-held"),
+        Exit::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+        Exit::Mismatch => (StatusCode::CONFLICT, "mismatch"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    };
+    Problem::new(status, kind, detail()).with(answer).into()
+}
+
+/// Sets `gone` when dropped: a request whose client went away (its future dropped) stops the
+/// wait it started on a blocking thread.
+struct Gone(Arc<AtomicBool>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Answers one request; logs it and counts it.
+pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let (name, reply) = match route(&method, &path) {
+        Ok(route) => {
+            let name = route.name();
+            (name, answer(&state, route, request).await)
+        }
+        Err(problem) => ("other", problem.into()),
+    };
+    let took = started.elapsed();
+    state.metrics.record(name, reply.status.as_u16(), took);
+    crate::output::warn(format_args!(
+        "{method} {path} {} {:.1} ms",
+        reply.status.as_u16(),
+        took.as_secs_f64() * 1000.0
+    ));
+    let mut response = Response::new(Full::new(Bytes::from(reply.body)));
+    *response.status_mut() = reply.status;
+    if reply.status != StatusCode::NO_CONTENT {
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(reply.kind));
+    }
+    response
+}
+
+async fn answer(state: &Arc<State>, route: Route, request: Request<Incoming>) -> Reply {
+    let query = request.uri().query().map(str::to_owned);
+    let body = match read_body(&route, request).await {
+        Ok(body) => body,
+        Err(problem) => return problem.into(),
+    };
+    let gone = Arc::new(AtomicBool::new(false));
+    let _gone = Gone(Arc::clone(&gone));
+    let state = Arc::clone(state);
+    let work = tokio::task::spawn_blocking(move || {
+        carry_out(&state, route, &body, query.as_deref(), &gone)
+    });
+    match work.await {
+        Ok(reply) => reply,
+        Err(_) => Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the request failed",
+        )
+        .into(),
+    }
+}
+
+/// The body of a request that takes one: JSON, at most [`MAX_BODY`] bytes.
+async fn read_body(route: &Route, request: Request<Incoming>) -> Result<Vec<u8>, Problem> {
+    let too_large = || {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too-large",
+            format!("a request body may hold at most {MAX_BODY} bytes"),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let json = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| {
+            value
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    let body = Limited::new(request.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| too_large())?
+        .to_bytes();
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !route.takes_body() {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+            "this request takes no body",
+        ));
+    }
+    if json.as_deref() != Some("application/json") {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "the body must be application/json",
+        ));
+    }
+    Ok(body.to_vec())
+}
+
+/// The request's work, on a blocking thread.
+fn carry_out(
+    state: &State,
+    route: Route,
+    body: &[u8],
+    query: Option<&str>,
+    gone: &AtomicBool,
+) -> Reply {
+    let result = match route {
+        Route::Acquire(resource) => acquire(state, &resource, body, gone),
+        Route::Status(resource) => state.stores.with(|store| {
+            let status = store.status(&resource)?;
+            let answer = StatusAnswer::new(&resource, &status);
+            Ok(Ok(answered(&answer, || format!("{resource} is not held"))))
+        }),
+        Route::Release(resource) => release(state, &resource, body, query),
+        Route::Renew(resource) => renew(state, &resource, body),
+        Route::Break(resource) => evict(state, &resource, body),
+        Route::List => list(state, query),
+        Route::Log => log(state, query),
+        Route::Health => state.stores.with(|store| {
+            store.list("\u{1}")?;
+            Ok(Ok(Reply::text("ok\n".into(), "text/plain; charset=utf-8")))
+        }),
+        Route::Metrics => {
+            let tenures = state.stores.with(|store| Ok(store.list("")?.len())).ok();
+            let waiting = state.waiting.load(Ordering::SeqCst);
+            let text = state.metrics.render(tenures, waiting);
+            Ok(Ok(Reply::text(
+                text,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )))
+        }
+    };
+    match result {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(bad)) => problem(&bad).into(),
+        Err(err) => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-error",
+            format!("{err:#}"),
+        )
+        .into(),
+    }
+}
+
+/// A store failure (the outer error), or a reply or bad input.
+type Outcome = anyhow::Result<Result<Reply, Bad>>;
+
+fn acquire(state: &State, resource: &Resource, body: &[u8], gone: &AtomicBool) -> Outcome {
+    let mut fields = match Fields::parse(body) {
+        Ok(fields) => fields,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    let (request, wait) = match fields
+        .acquire()
+        .and_then(|read| fields.finish().map(|()| read))
+    {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    let mode = request.mode;
+    state.stores.with(|store| {
+        let attempt = if wait.is_zero() {
+            let started = Instant::now();
+            let outcome = store.acquire(resource, &request)?;
+            wait::Attempt { outcome, started }
+        } else {
+            let this_poll = wait.min(LONGEST_POLL);
+            let keeps_place = wait > LONGEST_POLL;
+            state.waiting.fetch_add(1, Ordering::SeqCst);
+            let stop = || state.stopping.load(Ordering::SeqCst) || gone.load(Ordering::SeqCst);
+            let waited = wait::serve(store, resource, &request, this_poll, keeps_place, &stop);
+            state.waiting.fetch_sub(1, Ordering::SeqCst);
+            waited?
+        };
+        let mut answer = AcquireAnswer::new(resource, &attempt.outcome, mode);
+        if let (AcquireAnswer::Busy(busy), crate::lock::Acquire::Busy { position, .. }) =
+            (&mut answer, &attempt.outcome)
+        {
+            if !wait.is_zero() {
+                busy.position = *position;
+            }
+        }
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+fn release(state: &State, resource: &Resource, body: &[u8], query: Option<&str>) -> Outcome {
+    let read = (|| {
+        let mut params = Params::parse(query)?;
+        let owner_param = params.take("owner");
+        params.finish()?;
+        let mut fields = Fields::parse(body)?;
+        let owner = fields.owner_or(owner_param.as_deref())?;
+        let fence = fields.fence()?;
+        let hold = fields.seconds("hold_at_least_seconds", crate::lock::MAX_TTL_SECS)?;
+        fields.finish()?;
+        Ok((owner, fence, hold))
+    })();
+    let (owner, fence, hold) = match read {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let Some(hold) = hold else {
+            let outcome = store.release(resource, &owner, fence)?;
+            let answer = ReleaseAnswer::new(resource, &outcome);
+            return Ok(Ok(match answer {
+                ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
+                refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
+            }));
+        };
+        // A hold is kept for one tenure: the one named, or else the owner's own.
+        let fence = match fence {
+            Some(fence) => Some(fence),
+            None => store
+                .status(resource)?
+                .locks
+                .iter()
+                .find(|lock| lock.owner == owner)
+                .map(|lock| lock.fence),
+        };
+        let finished = match fence {
+            Some(fence) => store.finish(resource, &owner, fence, Some(hold))?,
+            None => Finish::NotFound,
+        };
+        Ok(Ok(match finished {
+            Finish::Released => Reply::empty(StatusCode::NO_CONTENT),
+            Finish::Kept { until } => {
+                Reply::json(StatusCode::OK, &KeptAnswer::new(resource, until))
+            }
+            Finish::NotFound => {
+                let outcome = store.release(resource, &owner, fence)?;
+                let answer = ReleaseAnswer::new(resource, &outcome);
+                match answer {
+                    ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
+                    refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
+                }
+            }
+        }))
+    })
+}
+
+fn renew(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
+    let read = (|| {
+        let mut fields = Fields::parse(body)?;
+        let owner = fields.owner()?;
+        let ttl = fields.ttl()?;
+        let fence = fields.fence()?;
+        fields.finish()?;
+        Ok((owner, ttl, fence))
+    })();
+    let (owner, ttl, fence) = match read {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let outcome = store.renew(resource, &owner, ttl, fence)?;
+        let answer = RenewAnswer::new(resource, &outcome);
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+fn evict(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
+    let read = (|| {
+        let mut fields = Fields::parse(body)?;
+        let reason = fields
+            .remark("reason")?
+            .ok_or_else(|| Bad::Invalid("reason is required".into()))?;
+        let owner = fields.optional_owner()?;
+        let by = fields.remark("by")?;
+        fields.finish()?;
+        Ok((reason, owner, by))
+    })();
+    let (reason, owner, by) = match read {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    let eviction = Eviction {
+        by: by.unwrap_or_else(|| Remark::from_store("distlock serve")),
+        reason,
+    };
+    state.stores.with(|store| {
+        let removed = store.evict(resource, owner.as_ref(), &eviction)?;
+        let answer = BreakAnswer::new(resource, removed, &eviction);
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+fn list(state: &State, query: Option<&str>) -> Outcome {
+    let prefix = (|| {
+        let mut params = Params::parse(query)?;
+        let prefix = params.take("prefix").unwrap_or_default();
+        params.finish()?;
+        Ok(prefix)
+    })();
+    let prefix = match prefix {
+        Ok(prefix) => prefix,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let locks = store.list(&prefix)?;
+        Ok(Ok(Reply::json(StatusCode::OK, &ListAnswer { locks })))
+    })
+}
+
+fn log(state: &State, query: Option<&str>) -> Outcome {
+    let read = (|| {
+        let mut params = Params::parse(query)?;
+        let resource = params
+            .take("resource")
+            .map(|r| Resource::parse(&r).map_err(Bad::Invalid))
+            .transpose()?;
+        let since = params.duration("since")?;
+        let limit = params.count("limit")?;
+        params.finish()?;
+        Ok(LogQuery {
+            resource,
+            since,
+            limit,
+        })
+    })();
+    let query = match read {
+        Ok(query) => query,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let mut text = String::new();
+        for event in store.log(&query)? {
+            text.push_str(&serde_json::to_string(&event)?);
+            text.push('\n');
+        }
+        Ok(Ok(Reply::text(text, "application/x-ndjson")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_of_the_api_and_the_wrong_methods_and_paths() {
+        let r = |name: &str| Resource::parse(name).unwrap();
+        let cases: Vec<(Method, &str, Result<Route, u16>)> = vec![
+            (Method::POST, "/locks/a", Ok(Route::Acquire(r("a")))),
+            (Method::GET, "/locks/a", Ok(Route::Status(r("a")))),
+            (Method::DELETE, "/locks/a", Ok(Route::Release(r("a")))),
+            (Method::POST, "/locks/a/renew", Ok(Route::Renew(r("a")))),
+            (Method::POST, "/locks/a/break", Ok(Route::Break(r("a")))),
+            (
+                Method::POST,
+                "/locks/deploy%2Fprod",
+                Ok(Route::Acquire(r("deploy/prod"))),
+            ),
+            (Method::GET, "/locks", Ok(Route::List)),
+            (Method::GET, "/log", Ok(Route::Log)),
+            (Method::GET, "/health", Ok(Route::Health)),
+            (Method::GET, "/metrics", Ok(Route::Metrics)),
+            (Method::PUT, "/locks/a", Err(405)),
+            (Method::GET, "/locks/a/renew", Err(405)),
+            (Method::POST, "/locks", Err(405)),
+            (Method::DELETE, "/health", Err(405)),
+            (Method::GET, "/", Err(404)),
+            (Method::GET, "/locks/a/b", Err(404)),
+            (Method::GET, "/lockss", Err(404)),
+            (Method::GET, "/locks/", Err(422)),
+        ];
+        for (method, path, expected) in cases {
+            let got = route(&method, path).map_err(|problem| problem.status.as_u16());
+            assert_eq!(got, expected, "{method} {path}");
+        }
+        let long = format!("/locks/{}", "a".repeat(256));
+        assert_eq!(
+            route(&Method::POST, &long).map_err(|p| p.status.as_u16()),
+            Err(422)
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! `GET /metrics`: what the server has answered, in Prometheus' text format — requests by route
+//! and status, a latency histogram, and the requests waiting now; the live tenures are counted
+//! from the store at each scrape.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The upper bounds of the latency histogram's buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// (route, status) → requests.
+    requests: BTreeMap<(&'static str, u16), u64>,
+    /// Requests per bucket of [`BUCKETS`] (not cumulative), and past the last.
+    buckets: [u64; BUCKETS.len() + 1],
+    seconds: f64,
+    count: u64,
+}
+
+impl Metrics {
+    /// Counts one answered request.
+    pub fn record(&self, route: &'static str, status: u16, took: Duration) {
+        let Ok(mut counts) = self.inner.lock() else {
+            return;
+        };
+        *counts.requests.entry((route, status)).or_default() += 1;
+        let secs = took.as_secs_f64();
+        let bucket = BUCKETS
+            .iter()
+            .position(|bound| secs <= *bound)
+            .unwrap_or(BUCKETS.len());
+        counts.buckets[bucket] += 1;
+        counts.seconds += secs;
+        counts.count += 1;
+    }
+
+    /// The text format, with the gauges read at this scrape.
+    pub fn render(&self, tenures: Option<usize>, waiting: usize) -> String {
+        let mut text = String::new();
+        let Ok(counts) = self.inner.lock() else {
+            return text;
+        };
+        text.push_str("# HELP distlock_requests_total Requests answered, by route and status.\n");
+        text.push_str("# TYPE distlock_requests_total counter\n");
+        for ((route, status), n) in &counts.requests {
+            let _ = writeln!(
+                text,
+                "distlock_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
+        }
+        text.push_str("# HELP distlock_request_duration_seconds Time to answer a request.\n");
+        text.push_str("# TYPE distlock_request_duration_seconds histogram\n");
+        let mut cumulative = 0;
+        for (bound, n) in BUCKETS.iter().zip(&counts.buckets) {
+            cumulative += n;
+            let _ = writeln!(
+                text,
+                "distlock_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            text,
+            "distlock_request_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            counts.count
+        );
+        let _ = writeln!(
+            text,
+            "distlock_request_duration_seconds_sum {}\ndistlock_request_duration_seconds_count {}",
+            counts.seconds, counts.count
+        );
+        text.push_str("# HELP distlock_waiting_requests Requests waiting in a queue now.\n");
+        text.push_str("# TYPE distlock_waiting_requests gauge\n");
+        let _ = writeln!(text, "distlock_waiting_requests {waiting}");
+        if let Some(tenures) = tenures {
+            text.push_str("# HELP distlock_live_tenures Live tenures in the store.\n");
+            text.push_str("# TYPE distlock_live_tenures gauge\n");
+            let _ = writeln!(text, "distlock_live_tenures {tenures}");
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_by_route_and_status_and_timed_in_cumulative_buckets() {
+        let metrics = Metrics::default();
+        metrics.record("POST /locks/{r}", 200, Duration::from_micros(300));
+        metrics.record("POST /locks/{r}", 200, Duration::from_millis(3));
+        metrics.record("GET /locks/{r}", 404, Duration::from_secs(60));
+        let text = metrics.render(Some(2), 1);
+        for line in [
+            "distlock_requests_total{route=\"GET /locks/{r}\",status=\"404\"} 1",
+            "distlock_requests_total{route=\"POST /locks/{r}\",status=\"200\"} 2",
+            "distlock_request_duration_seconds_bucket{le=\"0.0005\"} 1",
+            "distlock_request_duration_seconds_bucket{le=\"0.005\"} 2",
+            "distlock_request_duration_seconds_bucket{le=\"30\"} 2",
+            "distlock_request_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "distlock_request_duration_seconds_count 3",
+            "distlock_waiting_requests 1",
+            "distlock_live_tenures 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        assert!(!metrics.render(None, 0).contains("live_tenures"));
+    }
+}
