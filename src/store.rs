@@ -77,6 +77,17 @@ pub type Decide<'a, T> = dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decis
 pub type DecideSet<'a, T> =
     dyn FnMut(&[State], &mut FenceSource<'_>) -> Result<SetDecision<T>> + 'a;
 
+/// What a decision depends on, besides the store's clock: every row of its resources (an
+/// acquire, a `break`), or only the rows of the owner it acts for (a renewal, a release or a
+/// waiter leaving, which other owners' changes cannot make wrong). A store that checks a
+/// decision at commit time rather than locking first (PostgreSQL) checks only these rows, so
+/// that the renewals of many holders of one resource never invalidate each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads<'a> {
+    All,
+    Owner(&'a Owner),
+}
+
 /// What a decision over a set writes: each member's changes, in the members' order.
 #[derive(Debug)]
 pub struct SetDecision<T> {
@@ -113,6 +124,7 @@ pub trait Backend: Send {
         &mut self,
         resources: &[Resource],
         durability: Durability,
+        reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
     ) -> Result<T>;
 
@@ -125,10 +137,11 @@ pub trait Backend: Send {
         &mut self,
         resource: &Resource,
         durability: Durability,
+        reads: Reads<'_>,
         decide: &mut Decide<'_, T>,
     ) -> Result<T> {
         let members = std::slice::from_ref(resource);
-        self.transact_set(members, durability, &mut |states, fresh| {
+        self.transact_set(members, durability, reads, &mut |states, fresh| {
             let decision = decide(&states[0], fresh)?;
             Ok(SetDecision {
                 outcome: decision.outcome,
@@ -187,11 +200,12 @@ impl<B: Backend> LockStore for B {
     fn perform(&mut self, op: Op) -> Result<Outcome> {
         use Durability::{Durable, Relaxed};
         Ok(match op {
-            Op::Acquire { resource, request } => {
-                Outcome::Acquire(self.transact(&resource, Durable, &mut |state, fresh| {
-                    engine::acquire(&resource, state, &request, &mut *fresh)
-                })?)
-            }
+            Op::Acquire { resource, request } => Outcome::Acquire(self.transact(
+                &resource,
+                Durable,
+                Reads::All,
+                &mut |state, fresh| engine::acquire(&resource, state, &request, &mut *fresh),
+            )?),
             Op::Status { resource } => {
                 Outcome::Status(engine::status(&resource, &self.read(&resource)?))
             }
@@ -200,17 +214,23 @@ impl<B: Backend> LockStore for B {
                 owner,
                 ttl,
                 fence,
-            } => Outcome::Renew(self.transact(&resource, Durable, &mut |state, _| {
-                Ok(engine::renew(&resource, state, &owner, ttl, fence))
-            })?),
+            } => Outcome::Renew(self.transact(
+                &resource,
+                Durable,
+                Reads::Owner(&owner),
+                &mut |state, _| Ok(engine::renew(&resource, state, &owner, ttl, fence)),
+            )?),
             // A release need not survive power loss (see `Durability`).
             Op::Release {
                 resource,
                 owner,
                 fence,
-            } => Outcome::Release(self.transact(&resource, Relaxed, &mut |state, _| {
-                Ok(engine::release(&resource, state, &owner, fence))
-            })?),
+            } => Outcome::Release(self.transact(
+                &resource,
+                Relaxed,
+                Reads::Owner(&owner),
+                &mut |state, _| Ok(engine::release(&resource, state, &owner, fence)),
+            )?),
             // A kept lease must survive power loss (the hold is what stops a second host); a
             // release need not.
             Op::Finish {
@@ -220,19 +240,25 @@ impl<B: Backend> LockStore for B {
                 hold,
             } => {
                 let durability = if hold.is_some() { Durable } else { Relaxed };
-                Outcome::Finish(self.transact(&resource, durability, &mut |state, _| {
-                    Ok(engine::finish(&resource, state, &owner, fence, hold))
-                })?)
+                Outcome::Finish(self.transact(
+                    &resource,
+                    durability,
+                    Reads::Owner(&owner),
+                    &mut |state, _| Ok(engine::finish(&resource, state, &owner, fence, hold)),
+                )?)
             }
             Op::Break {
                 resource,
                 owner,
                 eviction,
-            } => Outcome::Break(self.transact(&resource, Durable, &mut |state, _| {
-                Ok(engine::evict(&resource, state, owner.as_ref(), &eviction))
-            })?),
+            } => Outcome::Break(self.transact(
+                &resource,
+                Durable,
+                Reads::All,
+                &mut |state, _| Ok(engine::evict(&resource, state, owner.as_ref(), &eviction)),
+            )?),
             Op::Leave { resource, owner } => {
-                self.transact(&resource, Relaxed, &mut |state, _| {
+                self.transact(&resource, Relaxed, Reads::Owner(&owner), &mut |state, _| {
                     Ok(engine::leave(state, &owner))
                 })?;
                 Outcome::Left

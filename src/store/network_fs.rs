@@ -20,6 +20,16 @@ mod named;
 /// `statfs` cannot tell (a folder this user may not search: opening the store then says what
 /// is wrong).
 pub fn network_filesystem(path: &Path) -> Option<&'static str> {
+    judge(path, 0)
+}
+
+/// The most symbolic links followed from a path to where its store would be made, as the
+/// kernel's own limit (`ELOOP`).
+const MAX_LINKS: usize = 40;
+
+/// [`network_filesystem`], `links` symbolic links deep. A link that names nothing yet (the
+/// store is made where it points) is judged by where it points, not by the folder it is in.
+fn judge(path: &Path, links: usize) -> Option<&'static str> {
     for at in path.ancestors() {
         // A relative path's last ancestor is the empty path: the current folder.
         let at = if at.as_os_str().is_empty() {
@@ -29,7 +39,22 @@ pub fn network_filesystem(path: &Path) -> Option<&'static str> {
         };
         match type_at(at) {
             Ok(network) => return network,
-            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR) => {}
+            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR) => {
+                if let Ok(target) = std::fs::read_link(at) {
+                    if links >= MAX_LINKS {
+                        return None;
+                    }
+                    let beside = at.parent().unwrap_or(Path::new("."));
+                    let pointed = beside.join(target);
+                    // What the path names below the link (joining an empty rest would add a
+                    // trailing slash, which makes the kernel follow the link itself).
+                    let pointed = match path.strip_prefix(at) {
+                        Ok(rest) if !rest.as_os_str().is_empty() => pointed.join(rest),
+                        _ => pointed,
+                    };
+                    return judge(&pointed, links + 1);
+                }
+            }
             Err(_) => return None,
         }
     }
@@ -77,6 +102,25 @@ mod tests {
             assert_eq!(network_filesystem(&path), None, "{}", path.display());
         }
         assert!(!dir.path().join("not").exists());
+    }
+
+    #[test]
+    fn a_link_that_names_nothing_yet_is_judged_by_where_it_points() {
+        let dir = tempfile::tempdir().unwrap();
+        // Local targets, so every answer is None; what is checked is that following links
+        // ends, for chains, relative links and a loop alike.
+        let links = [
+            ("to-missing.db", "nowhere/locks.db"),
+            ("chain.db", "to-missing.db"),
+            ("loop-a", "loop-b"),
+            ("loop-b", "loop-a"),
+        ];
+        for (link, target) in links {
+            std::os::unix::fs::symlink(target, dir.path().join(link)).unwrap();
+        }
+        for name in ["to-missing.db", "chain.db", "loop-a", "loop-a/locks.db"] {
+            assert_eq!(network_filesystem(&dir.path().join(name)), None, "{name}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 
 use super::{
     Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, NetworkFs,
-    PostgresStore, SqliteStore, SystemClock, decide_on_nothing, network_fs,
+    PostgresStore, Reads, SqliteStore, SystemClock, decide_on_nothing, network_fs,
 };
 use crate::engine::State;
 use crate::lock::{Event, Lock, LogQuery, Owner, Resource, Timestamp};
@@ -203,6 +203,7 @@ impl Backend for Absent {
         &mut self,
         resources: &[Resource],
         _durability: Durability,
+        _reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
         decide_on_nothing(resources, decide, "the store does not exist")

@@ -55,7 +55,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{Backend, Clock, DecideSet, Durability, GcReport, Vanished};
+use super::{Backend, Clock, DecideSet, Durability, GcReport, Reads, Vanished};
 use crate::engine::{self, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use open::identity;
@@ -255,6 +255,7 @@ impl Backend for SqliteStore {
         &mut self,
         resources: &[Resource],
         durability: Durability,
+        _reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
         let durable = durability == Durability::Durable;

@@ -136,9 +136,20 @@ fn a_sqlite_store_on_a_fuse_mount_is_refused_by_every_command_unless_allowed() {
 
     // A store not made yet, in the mount and in folders not made yet under it; "0" and empty
     // are as unset.
+    // A link outside the mount that names a store not made yet inside it, directly, through a
+    // relative link, and through a chain of two.
+    let link = scratch.path().join("link.db");
+    std::os::unix::fs::symlink(mount.join("linked.db"), &link).expect("a link");
+    let relative = scratch.path().join("relative.db");
+    std::os::unix::fs::symlink("mount/relative.db", &relative).expect("a link");
+    let chain = scratch.path().join("chain.db");
+    std::os::unix::fs::symlink("link.db", &chain).expect("a link");
     for db in [
         mount.join("locks.db"),
         mount.join("state/distlock/locks.db"),
+        link,
+        relative,
+        chain,
     ] {
         for allow in [None, Some("0"), Some("")] {
             for args in every_command {

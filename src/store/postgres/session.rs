@@ -45,10 +45,10 @@ use super::statements::{
     CHANNEL, LEASE_COLUMNS, binary_lease, fingerprint, found, head, is_transient, lock_row,
     still_listening, tenures, text, unchanged_since, waiters, write,
 };
-use crate::engine::{self, State};
+use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use crate::store::{
-    Backend, DecideSet, Durability, GC_BATCH, GcReport, HistoryRow, SCHEMA_VERSION,
+    Backend, DecideSet, Durability, GC_BATCH, GcReport, HistoryRow, Reads, SCHEMA_VERSION,
     decide_on_nothing, event,
 };
 
@@ -177,10 +177,16 @@ impl Backend for Session {
         &mut self,
         resources: &[Resource],
         durability: Durability,
+        reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
         let durable = durability == Durability::Durable;
         let members: Vec<String> = resources.iter().map(|r| text(r.as_str())).collect();
+        let owner = match reads {
+            Reads::All => None,
+            Reads::Owner(owner) => Some(text(owner.as_str())),
+        };
+        let owner = owner.as_deref();
         let mut attempt = 0;
         let mut rechecked = false;
         loop {
@@ -193,16 +199,16 @@ impl Backend for Session {
             // Round trip 1, the reads: one implicit transaction that ends with the batch, so
             // nothing is held while this process decides. Each member's digest is read before
             // its rows: a change committed in between makes the write below start over.
-            let mut reads = vec![head(&members[0], members.len() == 1)];
+            let mut batch = vec![head(&members[0], members.len() == 1)];
             for member in &members {
-                reads.extend([fingerprint(member), tenures(member), waiters(member)]);
+                batch.extend([fingerprint(member, owner), tenures(member), waiters(member)]);
             }
             let listener = self.listening;
             if let Some(pid) = listener {
-                reads.push(still_listening(pid));
+                batch.push(still_listening(pid));
             }
-            let outputs = match send(&mut self.client, &reads) {
-                Ok(mut outputs) if outputs.len() == reads.len() => {
+            let outputs = match send(&mut self.client, &batch) {
+                Ok(mut outputs) if outputs.len() == batch.len() => {
                     if listener.is_some() {
                         let heard = outputs.pop();
                         self.check_listening(heard.as_ref());
@@ -269,7 +275,7 @@ impl Backend for Session {
             }
             for (member, digest) in members.iter().zip(&read.digests) {
                 statements.push(lock_row(member));
-                statements.push(unchanged_since(member, digest, read.now.0));
+                statements.push(unchanged_since(member, owner, digest, read.now.0));
             }
             for (member, changes) in members.iter().zip(&decision.changes) {
                 statements.extend(changes.iter().map(|change| write(member, change)));
@@ -282,7 +288,15 @@ impl Backend for Session {
                 }
             }
             statements.push("COMMIT".to_owned());
-            self.committing.store(true, Ordering::SeqCst);
+            // Only a change to a tenure makes an unknown outcome matter: a place in the queue,
+            // taken twice, is the same place.
+            let tenure_changes = decision.changes.iter().flatten().any(|change| {
+                matches!(
+                    change,
+                    Change::Insert(_) | Change::Update(_) | Change::Delete { .. }
+                )
+            });
+            self.committing.store(tenure_changes, Ordering::SeqCst);
             let committed = send(&mut self.client, &statements);
             // An error the server answered with stopped the batch before its COMMIT ended:
             // nothing was committed. Only a connection lost with no answer leaves it unknown.
@@ -330,7 +344,7 @@ impl Backend for Session {
             // One implicit transaction; each statement sees what committed before it began.
             let reads = [
                 head(&res, false),
-                fingerprint(&res),
+                fingerprint(&res, None),
                 tenures(&res),
                 waiters(&res),
             ];

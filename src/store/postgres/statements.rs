@@ -79,19 +79,21 @@ pub(super) fn head(resource: &str, fence: bool) -> String {
     )
 }
 
-/// A digest of everything `resource`'s decision reads: its tenure rows and its queue, each row
-/// whole. Read before the rows themselves, it is compared under the row lock when the decision
-/// is written ([`unchanged_since`]).
-pub(super) fn fingerprint(resource: &str) -> String {
-    format!("SELECT {}", digest(resource))
+/// A digest of the rows `resource`'s decision reads: its tenure rows and its queue, each row
+/// whole — all of them, or only `owner`'s (a literal; see [`crate::store::Reads`]). Read before
+/// the rows themselves, it is compared under the row lock when the decision is written
+/// ([`unchanged_since`]).
+pub(super) fn fingerprint(resource: &str, owner: Option<&str>) -> String {
+    format!("SELECT {}", digest(resource, owner))
 }
 
-fn digest(resource: &str) -> String {
+fn digest(resource: &str, owner: Option<&str>) -> String {
+    let whose = owner.map_or_else(String::new, |owner| format!(" AND owner = {owner}"));
     format!(
         "md5(coalesce((SELECT string_agg(l::text, ';' ORDER BY l.fence) FROM distlock.locks l \
-                       WHERE l.resource = {resource}), '') || '|' || \
+                       WHERE l.resource = {resource}{whose}), '') || '|' || \
              coalesce((SELECT string_agg(w::text, ';' ORDER BY w.ticket) FROM distlock.waiters w \
-                       WHERE w.resource = {resource}), ''))"
+                       WHERE w.resource = {resource}{whose}), ''))"
     )
 }
 
@@ -101,22 +103,28 @@ fn digest(resource: &str) -> String {
 pub(super) const DECISION_LIFETIME_MS: i64 = 2_000;
 
 /// Under the row lock of [`lock_row`]: fails with `division_by_zero` (read as a conflict) unless
-/// the decision that `resource`'s read at `read_at` (ms) led to still holds — its rows are as
-/// they were read (`digest`, from [`fingerprint`]), no tenure or place in the queue has expired
-/// since (nothing the decision counted as live has stopped being so), and the read is not
-/// older than [`DECISION_LIFETIME_MS`].
-pub(super) fn unchanged_since(resource: &str, digest_read: &str, read_at: i64) -> String {
+/// the decision that `resource`'s read at `read_at` (ms) led to still holds — the rows it read
+/// (all, or `owner`'s) are as they were (`digest`, from [`fingerprint`]), none of them has
+/// expired since (nothing the decision counted as live has stopped being so), and the read is
+/// not older than [`DECISION_LIFETIME_MS`].
+pub(super) fn unchanged_since(
+    resource: &str,
+    owner: Option<&str>,
+    digest_read: &str,
+    read_at: i64,
+) -> String {
     let read = at_ms(read_at);
+    let whose = owner.map_or_else(String::new, |owner| format!(" AND owner = {owner}"));
     let expired = |table: &str| {
         format!(
-            "NOT EXISTS (SELECT FROM distlock.{table} WHERE resource = {resource} \
+            "NOT EXISTS (SELECT FROM distlock.{table} WHERE resource = {resource}{whose} \
              AND expires_at > {read} AND expires_at <= clock_timestamp())"
         )
     };
     format!(
         "SELECT 1 / ({} = {} AND {} AND {} \
                      AND clock_timestamp() < {read} + interval '{DECISION_LIFETIME_MS} ms')::integer",
-        digest(resource),
+        digest(resource, owner),
         text(digest_read),
         expired("locks"),
         expired("waiters"),

@@ -243,25 +243,23 @@ impl Worker {
             }
             Err(_) => {
                 self.stuck = true;
-                let err = anyhow!(
-                    "PostgreSQL {shown}: no answer within {} s",
-                    CALL_TIMEOUT.as_secs()
-                );
+                let waited = format!("no answer within {} s", CALL_TIMEOUT.as_secs());
                 Err(if committing {
-                    Failure::Final(unknown(shown, &err))
+                    Failure::Final(unknown(shown, &anyhow!(waited)))
                 } else {
-                    Failure::Lost(err)
+                    Failure::Lost(anyhow!("PostgreSQL {shown}: {waited}"))
                 })
             }
         }
     }
 }
 
-/// The failure of a call whose commit may or may not have happened.
+/// The failure of a call whose commit may or may not have happened; `err` is the driver's
+/// (or the timeout's) own words, without the server's name.
 fn unknown(shown: &str, err: &anyhow::Error) -> anyhow::Error {
     anyhow!(
-        "PostgreSQL {shown}: the connection was lost while committing, so whether the change \
-         took effect is unknown (a lock taken expires by its TTL): {err:#}"
+        "PostgreSQL {shown}: no answer came to a commit ({err:#}), so whether it took effect is \
+         unknown (a lock taken expires by its TTL)"
     )
 }
 

@@ -259,16 +259,21 @@ fn acquire_set(
     owner: &str,
 ) -> Result<Vec<Acquire>, anyhow::Error> {
     let request = req(owner, 60);
-    store.transact_set(set, Durability::Durable, &mut |states, fresh| {
-        let mut outcome = Vec::new();
-        let mut changes = Vec::new();
-        for (resource, state) in set.iter().zip(states) {
-            let decision = engine::acquire(resource, state, &request, &mut *fresh)?;
-            outcome.push(decision.outcome);
-            changes.push(decision.changes);
-        }
-        Ok(super::super::SetDecision { outcome, changes })
-    })
+    store.transact_set(
+        set,
+        Durability::Durable,
+        super::super::Reads::All,
+        &mut |states, fresh| {
+            let mut outcome = Vec::new();
+            let mut changes = Vec::new();
+            for (resource, state) in set.iter().zip(states) {
+                let decision = engine::acquire(resource, state, &request, &mut *fresh)?;
+                outcome.push(decision.outcome);
+                changes.push(decision.changes);
+            }
+            Ok(super::super::SetDecision { outcome, changes })
+        },
+    )
 }
 
 #[test]
@@ -291,13 +296,17 @@ fn a_set_is_written_in_one_transaction_and_a_failed_decision_writes_nothing() {
     let (d, e) = (res("d"), res("e"));
     let both = [d.clone(), e.clone()];
     let request = req("w2", 60);
-    let failed: Result<(), _> =
-        store.transact_set(&both, Durability::Durable, &mut |states, fresh| {
+    let failed: Result<(), _> = store.transact_set(
+        &both,
+        Durability::Durable,
+        super::super::Reads::All,
+        &mut |states, fresh| {
             for (resource, state) in both.iter().zip(states) {
                 let _ = engine::acquire(resource, state, &request, &mut *fresh)?;
             }
             anyhow::bail!("the decision failed after its reads")
-        });
+        },
+    );
     assert!(failed.is_err());
     assert!(store.status(&d).unwrap().locks.is_empty());
     assert!(store.status(&e).unwrap().locks.is_empty());
