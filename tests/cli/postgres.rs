@@ -1522,4 +1522,24 @@ fn a_multi_host_url_reaches_the_next_host_when_the_first_refuses_and_after_a_fai
         .count();
     assert!(renewed >= 2, "the run renewed {renewed} times");
     assert_free(&db, "r");
+
+    // A first host that accepts connections and never answers costs one connect timeout, and
+    // the second host serves.
+    let hung = Proxy::start(server_addr());
+    hung.black_hole();
+    let url = PgUrl::parse(db.pg_url())
+        .with_server(&format!("{},{}", hung.addr, second.addr))
+        .with_setting("target_session_attrs", "read-write")
+        .with_setting("connect_timeout", "1")
+        .to_string();
+    let started = Instant::now();
+    let taken = pg_at(&url, &["acquire", "r", "--owner", "b", "--ttl", "30"])
+        .output()
+        .expect("run distlock");
+    assert_eq!(taken.status.code(), Some(0), "{}", describe(&taken));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a hung first host must cost one connect timeout (1 s), not {:?}",
+        started.elapsed()
+    );
 }

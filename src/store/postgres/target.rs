@@ -76,6 +76,9 @@ impl Target {
             let why = std::error::Error::source(&e).map_or(String::new(), |why| format!(": {why}"));
             scrub(format!("invalid PostgreSQL URL: {e}{why}"), url)
         })?;
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            return Err("the PostgreSQL URL names no host (postgres://user@host/database)".into());
+        }
         if config.get_password().is_none() {
             if let Some(password) = std::env::var_os("PGPASSWORD") {
                 config.password(password.as_encoded_bytes());
@@ -107,6 +110,19 @@ impl Target {
             ssl,
             root_cert,
         })
+    }
+
+    /// One target per host of a multi-host URL, in the URL's order, each with the host's own
+    /// port and every other setting (`target_session_attrs` included); the target itself for a
+    /// URL of one host. distlock tries them one by one, each within the connect timeout, so
+    /// that a host that accepts connections and never answers costs one timeout, not the
+    /// call.
+    pub fn hosts(&self) -> Vec<Target> {
+        let Some(urls) = split_hosts(&self.url) else {
+            return vec![self.clone()];
+        };
+        let each: Option<Vec<Target>> = urls.iter().map(|url| Target::parse(url).ok()).collect();
+        each.unwrap_or_else(|| vec![self.clone()])
     }
 
     /// The URL as given, with its password: for [`scrub`] only.
@@ -177,6 +193,25 @@ impl Target {
     }
 }
 
+/// The URL once per host, for a URL that names several (`postgres://u@h1:1,h2:2/db?…`);
+/// `None` for one host.
+fn split_hosts(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    (hosts.len() > 1).then(|| {
+        hosts
+            .iter()
+            .map(|host| format!("{scheme}://{userinfo}{host}{tail}"))
+            .collect()
+    })
+}
+
 /// Replaces the URL's password, wherever it appears in `message`, with `***`.
 pub fn scrub(message: String, url: &str) -> String {
     let password = url
@@ -228,10 +263,38 @@ mod tests {
                 "postgres://u@h1:7,h2/d?target_session_attrs=read-write",
                 "u@h1:7,h2:5432/d",
             ),
-            ("postgres://u@/d", "u@localhost:5432/d"),
         ];
         for (url, shown) in hosts {
             assert_eq!(Target::parse(url).unwrap().describe(), shown, "{url}");
+        }
+        let each = |url: &str| -> Vec<String> {
+            Target::parse(url)
+                .unwrap()
+                .hosts()
+                .iter()
+                .map(Target::describe)
+                .collect()
+        };
+        assert_eq!(
+            each("postgres://u:p@h1:7,h2/d?target_session_attrs=read-write"),
+            ["u@h1:7/d", "u@h2:5432/d"]
+        );
+        assert_eq!(each("postgres://u@h/d"), ["u@h:5432/d"]);
+        assert_eq!(
+            split_hosts("postgresql://u:p%40ss@a:1,b:2,[::1]:3/d?x=1").unwrap(),
+            [
+                "postgresql://u:p%40ss@a:1/d?x=1",
+                "postgresql://u:p%40ss@b:2/d?x=1",
+                "postgresql://u:p%40ss@[::1]:3/d?x=1"
+            ]
+        );
+        assert_eq!(split_hosts("postgres://u@h/d"), None);
+        for no_host in ["postgres://u:pw@/db", "postgres://"] {
+            let err = Target::parse(no_host).err().unwrap();
+            assert!(
+                err.contains("names no host") && !err.contains("pw"),
+                "{no_host}: {err}"
+            );
         }
         assert_eq!(
             Target::parse("postgresql://u@h/d").unwrap().ssl,

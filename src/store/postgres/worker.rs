@@ -29,8 +29,9 @@ use super::session::Session;
 use super::target::{Target, scrub};
 use crate::store::{LockStore, Op, Outcome};
 
-/// How long this client waits for connecting and logging in, and for each operation: a little
-/// over the server-side limits, so a slow server's own error arrives first.
+/// The longest this client waits for connecting and logging in to one host (the connect
+/// timeout, at most this), and for each operation: a little over the server-side limits, so a
+/// slow server's own error arrives first.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 const CALL_TIMEOUT: Duration = Duration::from_secs(8);
 
@@ -137,13 +138,35 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// A new connection on a new worker thread, listening if this store's waiter does.
+    /// A new connection on a new worker thread, listening if this store's waiter does: to the
+    /// first host of the URL that answers (as a primary, with
+    /// `target_session_attrs=read-write`).
     fn start_worker(&self) -> Result<Worker, Failure> {
+        let mut failure = None;
+        for host in self.target.hosts() {
+            match self.start_worker_on(host) {
+                Ok(worker) => return Ok(worker),
+                // A host that is away is one of several; a refusal of the login is final unless
+                // another host lets this client in.
+                Err(Failure::Lost(err)) => failure = Some(Failure::Lost(err)),
+                Err(Failure::Final(err)) => {
+                    if !matches!(failure, Some(Failure::Lost(_))) {
+                        failure = Some(Failure::Final(err));
+                    }
+                }
+            }
+        }
+        Err(failure.unwrap_or_else(|| Failure::Final(anyhow!("the PostgreSQL URL names no host"))))
+    }
+
+    /// [`PostgresStore::start_worker`] on one host, given up after the connect timeout.
+    fn start_worker_on(&self, target: Target) -> Result<Worker, Failure> {
         let (ready_tx, ready) = mpsc::channel();
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (closed_tx, closed) = mpsc::channel();
         let committing = Arc::new(AtomicBool::new(false));
-        let target = self.target.clone();
+        let patience = target.connect_timeout().min(OPEN_TIMEOUT);
+        let host = target.describe();
         let (read_only, creates) = (self.read_only, self.creates);
         let shared = Arc::clone(&committing);
         let spawned = std::thread::Builder::new()
@@ -186,7 +209,7 @@ impl PostgresStore {
                 Failure::Final(err)
             }
         };
-        let mut worker = match ready.recv_timeout(OPEN_TIMEOUT) {
+        let mut worker = match ready.recv_timeout(patience) {
             Ok(Ok(())) => Worker {
                 jobs,
                 closed,
@@ -196,9 +219,8 @@ impl PostgresStore {
             Ok(Err(err)) => return Err(failed(err)),
             Err(_) => {
                 return Err(Failure::Lost(anyhow!(
-                    "PostgreSQL {}: no answer within {} s",
-                    self.shown,
-                    OPEN_TIMEOUT.as_secs()
+                    "PostgreSQL {host}: no answer within {} s",
+                    patience.as_secs_f64()
                 )));
             }
         };
@@ -264,9 +286,13 @@ fn unknown(shown: &str, err: &anyhow::Error) -> anyhow::Error {
 }
 
 /// Whether `err` is a connection lost or a server away, not an answer: the connection closed
-/// or reset, refused, a server shutting down or starting up, or a session terminated.
+/// or reset, refused, a server shutting down or starting up, a session terminated, or a host
+/// that is a standby while a primary is asked for (during a failover, it may be promoted).
 fn is_lost(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
+        if cause.to_string().contains("does not allow writes") {
+            return true;
+        }
         if let Some(err) = cause.downcast_ref::<postgres::Error>() {
             if err.is_closed() {
                 return true;
