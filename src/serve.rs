@@ -21,6 +21,7 @@
 mod api;
 mod input;
 mod metrics;
+mod operations;
 mod problem;
 
 use std::net::SocketAddr;

@@ -12,17 +12,13 @@ use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::State;
-use super::input::{self, Bad, Fields, Params};
+use super::input::{self, Bad};
+use super::operations;
 use super::problem::Problem;
-use crate::answer::{
-    AcquireAnswer, Answer, BreakAnswer, KeptAnswer, ListAnswer, ReleaseAnswer, RenewAnswer,
-    StatusAnswer,
-};
-use crate::engine::Finish;
+use crate::answer::{Answer, StatusAnswer};
 use crate::exit::Exit;
-use crate::lock::{Eviction, LogQuery, Remark, Resource};
+use crate::lock::Resource;
 use crate::store::Locks;
-use crate::wait;
 
 /// The largest request body.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -128,7 +124,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn json(status: StatusCode, answer: &impl serde::Serialize) -> Reply {
+    pub(super) fn json(status: StatusCode, answer: &impl serde::Serialize) -> Reply {
         Reply {
             status,
             body: serde_json::to_vec(answer).unwrap_or_default(),
@@ -136,7 +132,7 @@ impl Reply {
         }
     }
 
-    fn empty(status: StatusCode) -> Reply {
+    pub(super) fn empty(status: StatusCode) -> Reply {
         Reply {
             status,
             body: Vec::new(),
@@ -144,7 +140,7 @@ impl Reply {
         }
     }
 
-    fn text(body: String, kind: &'static str) -> Reply {
+    pub(super) fn text(body: String, kind: &'static str) -> Reply {
         Reply {
             status: StatusCode::OK,
             body: body.into_bytes(),
@@ -165,7 +161,7 @@ impl From<Problem> for Reply {
 
 /// The answer of a lock command, with the status its exit code stands for: the objects of a
 /// refusal go into a problem document.
-fn answered(answer: &impl Answer, detail: impl FnOnce() -> String) -> Reply {
+pub(super) fn answered(answer: &impl Answer, detail: impl FnOnce() -> String) -> Reply {
     let (status, kind) = match answer.exit() {
         Exit::Done | Exit::Busy => return Reply::json(StatusCode::OK, answer),
         Exit::NotHeld => (StatusCode::NOT_FOUND, "not-held"),
@@ -301,17 +297,17 @@ fn carry_out(
     gone: &AtomicBool,
 ) -> Reply {
     let result = match route {
-        Route::Acquire(resource) => acquire(state, &resource, body, gone),
+        Route::Acquire(resource) => operations::acquire(state, &resource, body, gone),
         Route::Status(resource) => state.stores.with(|store| {
             let status = store.status(&resource)?;
             let answer = StatusAnswer::new(&resource, &status);
             Ok(Ok(answered(&answer, || format!("{resource} is not held"))))
         }),
-        Route::Release(resource) => release(state, &resource, body, query),
-        Route::Renew(resource) => renew(state, &resource, body),
-        Route::Break(resource) => evict(state, &resource, body),
-        Route::List => list(state, query),
-        Route::Log => log(state, query),
+        Route::Release(resource) => operations::release(state, &resource, body, query),
+        Route::Renew(resource) => operations::renew(state, &resource, body),
+        Route::Break(resource) => operations::evict(state, &resource, body),
+        Route::List => operations::list(state, query),
+        Route::Log => operations::log(state, query),
         Route::Health => state.stores.with(|store| {
             store.list("\u{1}")?;
             Ok(Ok(Reply::text("ok\n".into(), "text/plain; charset=utf-8")))
@@ -336,197 +332,6 @@ fn carry_out(
         )
         .into(),
     }
-}
-
-/// A store failure (the outer error), or a reply or bad input.
-type Outcome = anyhow::Result<Result<Reply, Bad>>;
-
-fn acquire(state: &State, resource: &Resource, body: &[u8], gone: &AtomicBool) -> Outcome {
-    let mut fields = match Fields::parse(body) {
-        Ok(fields) => fields,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    let (request, wait) = match fields
-        .acquire()
-        .and_then(|read| fields.finish().map(|()| read))
-    {
-        Ok(read) => read,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    let mode = request.mode;
-    state.stores.with(|store| {
-        let attempt = if wait.is_zero() {
-            let started = Instant::now();
-            let outcome = store.acquire(resource, &request)?;
-            wait::Attempt { outcome, started }
-        } else {
-            let this_poll = wait.min(LONGEST_POLL);
-            let keeps_place = wait > LONGEST_POLL;
-            state.waiting.fetch_add(1, Ordering::SeqCst);
-            let stop = || state.stopping.load(Ordering::SeqCst) || gone.load(Ordering::SeqCst);
-            let waited = wait::serve(store, resource, &request, this_poll, keeps_place, &stop);
-            state.waiting.fetch_sub(1, Ordering::SeqCst);
-            waited?
-        };
-        let mut answer = AcquireAnswer::new(resource, &attempt.outcome, mode);
-        if let (AcquireAnswer::Busy(busy), crate::lock::Acquire::Busy { position, .. }) =
-            (&mut answer, &attempt.outcome)
-        {
-            if !wait.is_zero() {
-                busy.position = *position;
-            }
-        }
-        Ok(Ok(answered(&answer, || answer.text())))
-    })
-}
-
-fn release(state: &State, resource: &Resource, body: &[u8], query: Option<&str>) -> Outcome {
-    let read = (|| {
-        let mut params = Params::parse(query)?;
-        let owner_param = params.take("owner");
-        params.finish()?;
-        let mut fields = Fields::parse(body)?;
-        let owner = fields.owner_or(owner_param.as_deref())?;
-        let fence = fields.fence()?;
-        let hold = fields.seconds("hold_at_least_seconds", crate::lock::MAX_TTL_SECS)?;
-        fields.finish()?;
-        Ok((owner, fence, hold))
-    })();
-    let (owner, fence, hold) = match read {
-        Ok(read) => read,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    state.stores.with(|store| {
-        let Some(hold) = hold else {
-            let outcome = store.release(resource, &owner, fence)?;
-            let answer = ReleaseAnswer::new(resource, &outcome);
-            return Ok(Ok(match answer {
-                ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
-                refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
-            }));
-        };
-        // A hold is kept for one tenure: the one named, or else the owner's own.
-        let fence = match fence {
-            Some(fence) => Some(fence),
-            None => store
-                .status(resource)?
-                .locks
-                .iter()
-                .find(|lock| lock.owner == owner)
-                .map(|lock| lock.fence),
-        };
-        let finished = match fence {
-            Some(fence) => store.finish(resource, &owner, fence, Some(hold))?,
-            None => Finish::NotFound,
-        };
-        Ok(Ok(match finished {
-            Finish::Released => Reply::empty(StatusCode::NO_CONTENT),
-            Finish::Kept { until } => {
-                Reply::json(StatusCode::OK, &KeptAnswer::new(resource, until))
-            }
-            Finish::NotFound => {
-                let outcome = store.release(resource, &owner, fence)?;
-                let answer = ReleaseAnswer::new(resource, &outcome);
-                match answer {
-                    ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
-                    refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
-                }
-            }
-        }))
-    })
-}
-
-fn renew(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
-    let read = (|| {
-        let mut fields = Fields::parse(body)?;
-        let owner = fields.owner()?;
-        let ttl = fields.ttl()?;
-        let fence = fields.fence()?;
-        fields.finish()?;
-        Ok((owner, ttl, fence))
-    })();
-    let (owner, ttl, fence) = match read {
-        Ok(read) => read,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    state.stores.with(|store| {
-        let outcome = store.renew(resource, &owner, ttl, fence)?;
-        let answer = RenewAnswer::new(resource, &outcome);
-        Ok(Ok(answered(&answer, || answer.text())))
-    })
-}
-
-fn evict(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
-    let read = (|| {
-        let mut fields = Fields::parse(body)?;
-        let reason = fields
-            .remark("reason")?
-            .ok_or_else(|| Bad::Invalid("reason is required".into()))?;
-        let owner = fields.optional_owner()?;
-        let by = fields.remark("by")?;
-        fields.finish()?;
-        Ok((reason, owner, by))
-    })();
-    let (reason, owner, by) = match read {
-        Ok(read) => read,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    let eviction = Eviction {
-        by: by.unwrap_or_else(|| Remark::from_store("distlock serve")),
-        reason,
-    };
-    state.stores.with(|store| {
-        let removed = store.evict(resource, owner.as_ref(), &eviction)?;
-        let answer = BreakAnswer::new(resource, removed, &eviction);
-        Ok(Ok(answered(&answer, || answer.text())))
-    })
-}
-
-fn list(state: &State, query: Option<&str>) -> Outcome {
-    let prefix = (|| {
-        let mut params = Params::parse(query)?;
-        let prefix = params.take("prefix").unwrap_or_default();
-        params.finish()?;
-        Ok(prefix)
-    })();
-    let prefix = match prefix {
-        Ok(prefix) => prefix,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    state.stores.with(|store| {
-        let locks = store.list(&prefix)?;
-        Ok(Ok(Reply::json(StatusCode::OK, &ListAnswer { locks })))
-    })
-}
-
-fn log(state: &State, query: Option<&str>) -> Outcome {
-    let read = (|| {
-        let mut params = Params::parse(query)?;
-        let resource = params
-            .take("resource")
-            .map(|r| Resource::parse(&r).map_err(Bad::Invalid))
-            .transpose()?;
-        let since = params.duration("since")?;
-        let limit = params.count("limit")?;
-        params.finish()?;
-        Ok(LogQuery {
-            resource,
-            since,
-            limit,
-        })
-    })();
-    let query = match read {
-        Ok(query) => query,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    state.stores.with(|store| {
-        let mut text = String::new();
-        for event in store.log(&query)? {
-            text.push_str(&serde_json::to_string(&event)?);
-            text.push('\n');
-        }
-        Ok(Ok(Reply::text(text, "application/x-ndjson")))
-    })
 }
 
 #[cfg(test)]

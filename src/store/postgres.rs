@@ -4,8 +4,10 @@
 //!   anything connects; the password never appears in a message;
 //! - [`tls`]: the rustls configurations `sslmode` asks for;
 //! - [`worker`]: the connection on a thread of its own, so every call can be given up on;
-//! - [`session`]: the transactions, with the server's clock and a per-resource row lock, two
-//!   round trips per operation; the decisions themselves are [`crate::engine`]'s;
+//! - [`session`]: the transactions, with the server's clock: a read, then one write message
+//!   that locks the resources' rows and checks that the read still holds; the decisions
+//!   themselves are [`crate::engine`]'s;
+//! - [`queries`]: the plain queries of `list`, `log` and `gc`;
 //! - [`schema`]: the tables of each version and the careful check that creates or upgrades
 //!   them once;
 //! - [`statements`]: the SQL each operation sends, values as escaped literals;
@@ -15,6 +17,7 @@
 //! server-side statement and lock timeouts, and a client-side deadline per call.
 
 mod batch;
+mod queries;
 mod schema;
 mod session;
 mod statements;

@@ -42,14 +42,13 @@ use postgres::fallible_iterator::FallibleIterator;
 
 use super::batch::{Output, column, number, required, send};
 use super::statements::{
-    CHANNEL, LEASE_COLUMNS, binary_lease, fingerprint, found, head, is_transient, lock_row,
-    still_listening, tenures, text, unchanged_since, waiters, write,
+    CHANNEL, fingerprint, found, head, is_transient, lock_row, still_listening, tenures, text,
+    unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use crate::store::{
-    Backend, DecideSet, Durability, GC_BATCH, GcReport, HistoryRow, Reads, SCHEMA_VERSION,
-    decide_on_nothing, event,
+    Backend, DecideSet, Durability, GcReport, Reads, SCHEMA_VERSION, decide_on_nothing,
 };
 
 /// A connection of this process was found not to keep its `LISTEN` (see
@@ -440,107 +439,15 @@ impl Backend for Session {
     }
 
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
-        self.ensure_checked()?;
-        if self.absent {
-            return Ok(Vec::new());
-        }
-        // COLLATE "C" sorts by bytes, as the SQLite store does, whatever the database's locale.
-        let sql = format!(
-            "SELECT {LEASE_COLUMNS}, resource FROM distlock.locks
-             WHERE expires_at > now() AND starts_with(resource, $1)
-             ORDER BY resource COLLATE \"C\", fence"
-        );
-        let rows = self.client.query(&sql, &[&prefix])?;
-        rows.iter()
-            .map(|row| Ok(binary_lease(row, 0)?.lock(&Resource::from_store(row.get(8)))))
-            .collect()
+        self.scan_rows(prefix)
     }
 
     fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
-        self.ensure_checked()?;
-        if self.absent {
-            return Ok(Vec::new());
-        }
-        let limit = query.limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        let since_ms = query
-            .since
-            .map(|ago| i64::try_from(ago.as_millis()).unwrap_or(i64::MAX));
-        let resource = query.resource.as_ref().map(Resource::as_str);
-        let rows = self.client.query(
-            "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
-                    previous_owner, mode, lim, note, operator, reason
-             FROM (SELECT * FROM distlock.history
-                   WHERE ($1::text IS NULL OR resource = $1)
-                     AND ($2::bigint IS NULL OR at >= now() - $2::bigint * interval '1 ms')
-                   ORDER BY id DESC LIMIT $3) newest
-             ORDER BY id",
-            &[&resource, &since_ms, &limit],
-        )?;
-        rows.iter()
-            .map(|r| {
-                event(&HistoryRow {
-                    at: Timestamp(r.get(0)),
-                    resource: r.get(1),
-                    owner: r.get(2),
-                    fence: Fence(r.get(3)),
-                    kind: r.get(4),
-                    previous_owner: r.get(5),
-                    mode: r.get(6),
-                    lim: r.get::<_, Option<i32>>(7).map(i64::from),
-                    note: r.get(8),
-                    by: r.get(9),
-                    reason: r.get(10),
-                })
-            })
-            .collect()
+        self.history_rows(query)
     }
 
     fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
-        self.ensure_checked()?;
-        if self.absent {
-            return Ok(GcReport::default());
-        }
-        let keep_ms = i64::try_from(keep_history.as_millis()).unwrap_or(i64::MAX);
-        let mut report = GcReport::default();
-        loop {
-            let deleted = self.client.execute(
-                "DELETE FROM distlock.locks WHERE (resource, fence) IN (
-                     SELECT resource, fence FROM distlock.locks WHERE expires_at <= now()
-                     LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                &[&GC_BATCH],
-            )?;
-            report.expired_locks += deleted;
-            if deleted == 0 {
-                break;
-            }
-        }
-        // Resources nobody holds any more. A writer that races this re-creates its row.
-        loop {
-            let deleted = self.client.execute(
-                "DELETE FROM distlock.resources WHERE resource IN (
-                     SELECT r.resource FROM distlock.resources r
-                     WHERE NOT EXISTS (
-                         SELECT 1 FROM distlock.locks l WHERE l.resource = r.resource)
-                     LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                &[&GC_BATCH],
-            )?;
-            if deleted == 0 {
-                break;
-            }
-        }
-        loop {
-            let deleted = self.client.execute(
-                "DELETE FROM distlock.history WHERE id IN (
-                     SELECT id FROM distlock.history
-                     WHERE at < now() - $1::bigint * interval '1 ms' ORDER BY id LIMIT $2)",
-                &[&keep_ms, &GC_BATCH],
-            )?;
-            report.history_events += deleted;
-            if deleted == 0 {
-                break;
-            }
-        }
-        Ok(report)
+        self.prune_rows(keep_history)
     }
 }
 

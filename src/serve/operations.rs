@@ -1,0 +1,219 @@
+//! Each route's work on the store, on a blocking thread: the request's fields read and checked,
+//! the operation carried out, and the command's own answer turned into the HTTP one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use hyper::StatusCode;
+
+use super::State;
+use super::api::{LONGEST_POLL, Reply, answered};
+use super::input::{Bad, Fields, Params};
+use crate::answer::{
+    AcquireAnswer, Answer, BreakAnswer, KeptAnswer, ListAnswer, ReleaseAnswer, RenewAnswer,
+};
+use crate::engine::Finish;
+use crate::lock::{Eviction, LogQuery, Remark, Resource};
+use crate::store::Locks;
+use crate::wait;
+
+/// A store failure (the outer error), or a reply or bad input.
+pub(super) type Outcome = anyhow::Result<Result<Reply, Bad>>;
+
+pub(super) fn acquire(
+    state: &State,
+    resource: &Resource,
+    body: &[u8],
+    gone: &AtomicBool,
+) -> Outcome {
+    let mut fields = match Fields::parse(body) {
+        Ok(fields) => fields,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    let (request, wait) = match fields
+        .acquire()
+        .and_then(|read| fields.finish().map(|()| read))
+    {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    let mode = request.mode;
+    state.stores.with(|store| {
+        let attempt = if wait.is_zero() {
+            let started = Instant::now();
+            let outcome = store.acquire(resource, &request)?;
+            wait::Attempt { outcome, started }
+        } else {
+            let this_poll = wait.min(LONGEST_POLL);
+            let keeps_place = wait > LONGEST_POLL;
+            state.waiting.fetch_add(1, Ordering::SeqCst);
+            let stop = || state.stopping.load(Ordering::SeqCst) || gone.load(Ordering::SeqCst);
+            let waited = wait::serve(store, resource, &request, this_poll, keeps_place, &stop);
+            state.waiting.fetch_sub(1, Ordering::SeqCst);
+            waited?
+        };
+        let mut answer = AcquireAnswer::new(resource, &attempt.outcome, mode);
+        if let (AcquireAnswer::Busy(busy), crate::lock::Acquire::Busy { position, .. }) =
+            (&mut answer, &attempt.outcome)
+        {
+            if !wait.is_zero() {
+                busy.position = *position;
+            }
+        }
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+pub(super) fn release(
+    state: &State,
+    resource: &Resource,
+    body: &[u8],
+    query: Option<&str>,
+) -> Outcome {
+    let read = (|| {
+        let mut params = Params::parse(query)?;
+        let owner_param = params.take("owner");
+        params.finish()?;
+        let mut fields = Fields::parse(body)?;
+        let owner = fields.owner_or(owner_param.as_deref())?;
+        let fence = fields.fence()?;
+        let hold = fields.seconds("hold_at_least_seconds", crate::lock::MAX_TTL_SECS)?;
+        fields.finish()?;
+        Ok((owner, fence, hold))
+    })();
+    let (owner, fence, hold) = match read {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let Some(hold) = hold else {
+            let outcome = store.release(resource, &owner, fence)?;
+            let answer = ReleaseAnswer::new(resource, &outcome);
+            return Ok(Ok(match answer {
+                ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
+                refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
+            }));
+        };
+        // A hold is kept for one tenure: the one named, or else the owner's own.
+        let fence = match fence {
+            Some(fence) => Some(fence),
+            None => store
+                .status(resource)?
+                .locks
+                .iter()
+                .find(|lock| lock.owner == owner)
+                .map(|lock| lock.fence),
+        };
+        let finished = match fence {
+            Some(fence) => store.finish(resource, &owner, fence, Some(hold))?,
+            None => Finish::NotFound,
+        };
+        Ok(Ok(match finished {
+            Finish::Released => Reply::empty(StatusCode::NO_CONTENT),
+            Finish::Kept { until } => {
+                Reply::json(StatusCode::OK, &KeptAnswer::new(resource, until))
+            }
+            Finish::NotFound => {
+                let outcome = store.release(resource, &owner, fence)?;
+                let answer = ReleaseAnswer::new(resource, &outcome);
+                match answer {
+                    ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
+                    refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
+                }
+            }
+        }))
+    })
+}
+
+pub(super) fn renew(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
+    let read = (|| {
+        let mut fields = Fields::parse(body)?;
+        let owner = fields.owner()?;
+        let ttl = fields.ttl()?;
+        let fence = fields.fence()?;
+        fields.finish()?;
+        Ok((owner, ttl, fence))
+    })();
+    let (owner, ttl, fence) = match read {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let outcome = store.renew(resource, &owner, ttl, fence)?;
+        let answer = RenewAnswer::new(resource, &outcome);
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+pub(super) fn evict(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
+    let read = (|| {
+        let mut fields = Fields::parse(body)?;
+        let reason = fields
+            .remark("reason")?
+            .ok_or_else(|| Bad::Invalid("reason is required".into()))?;
+        let owner = fields.optional_owner()?;
+        let by = fields.remark("by")?;
+        fields.finish()?;
+        Ok((reason, owner, by))
+    })();
+    let (reason, owner, by) = match read {
+        Ok(read) => read,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    let eviction = Eviction {
+        by: by.unwrap_or_else(|| Remark::from_store("distlock serve")),
+        reason,
+    };
+    state.stores.with(|store| {
+        let removed = store.evict(resource, owner.as_ref(), &eviction)?;
+        let answer = BreakAnswer::new(resource, removed, &eviction);
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+pub(super) fn list(state: &State, query: Option<&str>) -> Outcome {
+    let prefix = (|| {
+        let mut params = Params::parse(query)?;
+        let prefix = params.take("prefix").unwrap_or_default();
+        params.finish()?;
+        Ok(prefix)
+    })();
+    let prefix = match prefix {
+        Ok(prefix) => prefix,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let locks = store.list(&prefix)?;
+        Ok(Ok(Reply::json(StatusCode::OK, &ListAnswer { locks })))
+    })
+}
+
+pub(super) fn log(state: &State, query: Option<&str>) -> Outcome {
+    let read = (|| {
+        let mut params = Params::parse(query)?;
+        let resource = params
+            .take("resource")
+            .map(|r| Resource::parse(&r).map_err(Bad::Invalid))
+            .transpose()?;
+        let since = params.duration("since")?;
+        let limit = params.count("limit")?;
+        params.finish()?;
+        Ok(LogQuery {
+            resource,
+            since,
+            limit,
+        })
+    })();
+    let query = match read {
+        Ok(query) => query,
+        Err(bad) => return Ok(Err(bad)),
+    };
+    state.stores.with(|store| {
+        let mut text = String::new();
+        for event in store.log(&query)? {
+            text.push_str(&serde_json::to_string(&event)?);
+            text.push('\n');
+        }
+        Ok(Ok(Reply::text(text, "application/x-ndjson")))
+    })
+}
