@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+use super::common::files::names_in;
 use super::common::output::{assert_store_error, assert_usage_error, now_millis, parse_line};
 use super::common::process::{BIN, describe, wait_until};
 use super::common::store::{Db, distlock_at, each_store};
@@ -332,22 +333,6 @@ fn c1_control_characters_are_refused_in_names_and_notes() {
 // Read-only means read-only; a file that is not distlock's is never touched
 // ---------------------------------------------------------------------------------------------
 
-/// The names in `dir`, sorted: what a command left behind.
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .expect("read the folder")
-        .map(|entry| {
-            entry
-                .expect("an entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    names.sort();
-    names
-}
-
 /// Every command, as a user would type it on a store that holds a lock on `deploy`.
 const EVERY_COMMAND: [&[&str]; 9] = [
     &["status", "deploy"],
@@ -475,7 +460,7 @@ fn read_only_commands_read_an_old_store_as_it_is_and_change_nothing() {
             std::fs::read(&path).expect("read") == before,
             "v{version}: the file changed"
         );
-        assert_eq!(files_in(dir.path()), ["locks.db"], "v{version}: files made");
+        assert_eq!(names_in(dir.path()), ["locks.db"], "v{version}: files made");
         assert_eq!(user_version(&path), version, "v{version}: upgraded");
 
         // The same store upgraded (by a command that writes) answers the same.
@@ -580,7 +565,7 @@ fn a_file_of_another_application_is_refused_unchanged_whatever_its_user_version(
                         "{what:?} {args:?} changed the file"
                     );
                     assert_eq!(
-                        files_in(dir.path()),
+                        names_in(dir.path()),
                         ["other.db"],
                         "{what:?} {args:?} left files"
                     );
@@ -589,7 +574,7 @@ fn a_file_of_another_application_is_refused_unchanged_whatever_its_user_version(
         }
     }
     assert!(
-        files_in(marker.path()).is_empty(),
+        names_in(marker.path()).is_empty(),
         "run started its command"
     );
 }
@@ -638,7 +623,7 @@ fn commands_that_change_nothing_create_nothing() {
                 describe(&out)
             );
         }
-        assert_eq!(files_in(dir.path()), ["empty.db"], "{}", path.display());
+        assert_eq!(names_in(dir.path()), ["empty.db"], "{}", path.display());
         assert_eq!(std::fs::metadata(&empty).expect("stat").len(), 0);
     }
     // A command that writes makes the store, in the empty file too.
@@ -663,7 +648,7 @@ fn without_wal(path: &Path) {
     drop(conn);
     let dir = path.parent().expect("a folder");
     let name = path.file_name().expect("a name").to_string_lossy();
-    assert_eq!(files_in(dir), [name.as_ref()], "the WAL files are gone");
+    assert_eq!(names_in(dir), [name.as_ref()], "the WAL files are gone");
 }
 
 #[test]
@@ -697,7 +682,7 @@ fn a_user_who_may_only_read_the_store_reads_it_also_once_its_wal_is_gone() {
 
     // The -wal and -shm files are there (distlock keeps them): read through them.
     assert_eq!(
-        files_in(dir.path()),
+        names_in(dir.path()),
         ["locks.db", "locks.db-shm", "locks.db-wal"]
     );
     assert_eq!(status_as_nobody("first")["lock"], first);
@@ -707,7 +692,7 @@ fn a_user_who_may_only_read_the_store_reads_it_also_once_its_wal_is_gone() {
     let before = std::fs::read(&path).expect("read");
     assert_eq!(status_as_nobody("first")["lock"], first);
     reads(&path, Some(&nobody));
-    assert_eq!(files_in(dir.path()), ["locks.db"]);
+    assert_eq!(names_in(dir.path()), ["locks.db"]);
     assert!(std::fs::read(&path).expect("read") == before);
 
     // A writer arrives and stays (a run holds the store open): its commits, in its WAL, are

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::common::files::names_in;
 use super::common::output::{assert_store_error, assert_usage_error, parse_line};
 use super::common::process::describe;
 use super::common::store::distlock_at;
@@ -76,22 +77,6 @@ fn distlock(db: &Path, allow: Option<&str>, args: &[&str]) -> std::process::Outp
         cmd.env(ALLOW, allow);
     }
     cmd.output().expect("distlock")
-}
-
-/// The names in `dir`, sorted.
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .expect("read the folder")
-        .map(|entry| {
-            entry
-                .expect("an entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    names.sort();
-    names
 }
 
 #[test]

@@ -31,6 +31,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use super::common::output::timestamp_millis;
+use super::common::pg_url::PgUrl;
 use super::common::process::{Finished, Proc, describe, wait_for, wait_until};
 use super::common::store::{Db, assert_free, distlock_at};
 
@@ -93,48 +94,6 @@ fn pgbouncer_program() -> Option<&'static str> {
     None
 }
 
-/// A `postgres://user:password@host:port/…` URL taken apart just enough to point it at
-/// another server and to log in for it. The suite's URLs spell their user and password
-/// without percent-escapes (scripts/pg-test-server).
-struct PgUrl {
-    scheme: String,
-    user: String,
-    password: String,
-    host: String,
-    port: String,
-    /// `/database?query`, as written.
-    rest: String,
-}
-
-impl PgUrl {
-    fn parse(url: &str) -> PgUrl {
-        let (scheme, after) = url.split_once("://").expect("a URL with a scheme");
-        let end = after.find(['/', '?']).unwrap_or(after.len());
-        let (authority, rest) = after.split_at(end);
-        let (userinfo, server) = authority
-            .rsplit_once('@')
-            .expect("a URL with a user and password");
-        let (user, password) = userinfo.split_once(':').expect("a URL with a password");
-        let (host, port) = server.rsplit_once(':').unwrap_or((server, "5432"));
-        PgUrl {
-            scheme: scheme.to_owned(),
-            user: user.to_owned(),
-            password: password.to_owned(),
-            host: host.to_owned(),
-            port: port.to_owned(),
-            rest: rest.to_owned(),
-        }
-    }
-
-    /// The same database, user and options, through `127.0.0.1:port`.
-    fn through(&self, port: u16) -> String {
-        format!(
-            "{}://{}:{}@127.0.0.1:{port}{}",
-            self.scheme, self.user, self.password, self.rest
-        )
-    }
-}
-
 /// A private pgbouncer on a free port of 127.0.0.1, in front of the server of a test's
 /// database, killed when dropped.
 struct Pgbouncer {
@@ -150,6 +109,11 @@ impl Pgbouncer {
     fn start(db: &Db, mode: PoolMode) -> Option<Pgbouncer> {
         let program = pgbouncer_program()?;
         let server = PgUrl::parse(db.pg_url());
+        let password = server.password.clone().unwrap_or_default();
+        let (host, upstream) = server
+            .server
+            .rsplit_once(':')
+            .unwrap_or((&server.server, "5432"));
         let dir = tempfile::tempdir().expect("temp dir");
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
@@ -158,7 +122,7 @@ impl Pgbouncer {
         let quoted = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
         fs::write(
             dir.path().join("userlist.txt"),
-            format!("{} {}\n", quoted(&server.user), quoted(&server.password)),
+            format!("{} {}\n", quoted(&server.user), quoted(&password)),
         )
         .expect("write userlist.txt");
         // Logs go to stderr (a file, see `Proc`); no Unix socket; the password is kept in
@@ -176,8 +140,6 @@ impl Pgbouncer {
              pool_mode = {mode}\n\
              server_round_robin = 1\n\
              ignore_startup_parameters = options\n",
-            host = server.host,
-            upstream = server.port,
             auth = dir.path().join("userlist.txt").display(),
             mode = mode.as_str(),
         );
@@ -192,7 +154,7 @@ impl Pgbouncer {
         cmd.arg(&ini_path);
         let process = Proc::spawn(&mut cmd, dir.path(), "pgbouncer");
         let bouncer = Pgbouncer {
-            url: server.through(port),
+            url: server.with_server(&format!("127.0.0.1:{port}")).to_string(),
             process,
             dir,
         };

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
+use crate::common::pg_url::PgUrl;
 use crate::common::process::{BIN, Finished, Proc, describe, wait_for, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::store::{Db, assert_free, distlock_at, sh_script};
@@ -33,100 +34,6 @@ const SECRET: &str = "hunter2-Pa55";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: URLs, processes, the server's clock.
-
-/// A `postgres://` URL taken apart just enough to swap its server or password.
-#[derive(Clone)]
-struct PgUrl {
-    scheme: String,
-    user: String,
-    password: Option<String>,
-    /// `host:port` as written.
-    server: String,
-    /// `/db?query`, as written.
-    rest: String,
-}
-
-impl PgUrl {
-    fn parse(url: &str) -> PgUrl {
-        let (scheme, after) = url.split_once("://").expect("a URL with a scheme");
-        let end = after.find(['/', '?']).unwrap_or(after.len());
-        let (authority, rest) = after.split_at(end);
-        let (userinfo, server) = match authority.rsplit_once('@') {
-            Some((userinfo, server)) => (userinfo, server),
-            None => ("", authority),
-        };
-        let (user, password) = match userinfo.split_once(':') {
-            Some((user, password)) => (user, Some(password.to_owned())),
-            None => (userinfo, None),
-        };
-        PgUrl {
-            scheme: scheme.to_owned(),
-            user: user.to_owned(),
-            password,
-            server: server.to_owned(),
-            rest: rest.to_owned(),
-        }
-    }
-
-    fn with_server(&self, server: &str) -> PgUrl {
-        PgUrl {
-            server: server.to_owned(),
-            ..self.clone()
-        }
-    }
-
-    fn with_password(&self, password: Option<&str>) -> PgUrl {
-        PgUrl {
-            password: password.map(str::to_owned),
-            ..self.clone()
-        }
-    }
-
-    /// The URL with the query setting `key` set to `value` (replacing any earlier one).
-    fn with_setting(&self, key: &str, value: &str) -> PgUrl {
-        let (path, query) = self.rest.split_once('?').unwrap_or((&self.rest, ""));
-        let mut settings: Vec<String> = query
-            .split('&')
-            .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(key))
-            .map(str::to_owned)
-            .collect();
-        settings.push(format!("{key}={value}"));
-        PgUrl {
-            rest: format!("{path}?{}", settings.join("&")),
-            ..self.clone()
-        }
-    }
-
-    /// The URL without the query setting `key`.
-    fn without_setting(&self, key: &str) -> PgUrl {
-        let (path, query) = self.rest.split_once('?').unwrap_or((&self.rest, ""));
-        let settings: Vec<&str> = query
-            .split('&')
-            .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(key))
-            .collect();
-        let rest = if settings.is_empty() {
-            path.to_owned()
-        } else {
-            format!("{path}?{}", settings.join("&"))
-        };
-        PgUrl {
-            rest,
-            ..self.clone()
-        }
-    }
-}
-
-impl std::fmt::Display for PgUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}://", self.scheme)?;
-        match (&self.password, self.user.is_empty()) {
-            (Some(password), _) => write!(f, "{}:{password}@", self.user)?,
-            (None, false) => write!(f, "{}@", self.user)?,
-            (None, true) => {}
-        }
-        write!(f, "{}{}", self.server, self.rest)
-    }
-}
 
 /// The address of the suite's PostgreSQL server, from `DISTLOCK_TEST_PG_URL`.
 fn server_addr() -> SocketAddr {

@@ -1,4 +1,5 @@
-//! Files that the commands under test write in the scratch folder: a line, a number.
+//! Files that the commands under test write in the scratch folder: a line, a number; and what
+//! a command left in a folder.
 
 use std::fs;
 use std::path::Path;
@@ -16,4 +17,20 @@ pub fn read_number(path: &Path) -> i64 {
     let text = read_trimmed(path);
     text.parse()
         .unwrap_or_else(|err| panic!("{} holds {text:?}, not a number: {err}", path.display()))
+}
+
+/// The names in `dir`, sorted: what a command left behind.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("read the folder")
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
 }

@@ -9,7 +9,8 @@
 //! | [`pids`] | what `/proc` says about a pid: gone (zombies count as gone), its stat fields, its children; killing leftovers ([`pids::KillOnDrop`]) |
 //! | [`cluster`] | a private PostgreSQL server for one test, which it may restart and whose sessions it may terminate |
 //! | [`critical`] | a critical section for the holders of one lock, and its checks: no two holders inside at once, fences strictly increasing |
-//! | [`files`] | the marker files that commands write: a trimmed line, a number |
+//! | [`files`] | the marker files that commands write: a trimmed line, a number; the names a command left in a folder |
+//! | [`pg_url`] | a `postgres://` URL taken apart, to point it elsewhere or change a setting |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
 //! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
@@ -24,6 +25,7 @@ pub mod fenced_write;
 pub mod files;
 pub mod gate;
 pub mod output;
+pub mod pg_url;
 pub mod pids;
 pub mod process;
 pub mod proxy;
