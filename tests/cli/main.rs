@@ -16,4 +16,5 @@ mod pooler;
 mod postgres;
 mod reliability;
 mod run;
+mod serve;
 mod upgrade;

@@ -13,6 +13,7 @@
 //! | [`pg_url`] | a `postgres://` URL taken apart, to point it elsewhere or change a setting |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
 //! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
+//! | [`server`] | `distlock serve` over a test's store on a free loopback port (its address from its first stderr line, its log, SIGTERM then SIGKILL when dropped), a real HTTP client for it (`ureq`) and raw TCP requests, and the checks of its answers: JSON, problem documents, NDJSON |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
 //!
 //! `process` and `fenced_write` are also compiled into `tests/recipes.rs` (`#[path]`), so each
@@ -29,5 +30,6 @@ pub mod pg_url;
 pub mod pids;
 pub mod process;
 pub mod proxy;
+pub mod server;
 pub mod store;
 pub mod tenure;
