@@ -26,6 +26,12 @@
 //! checked as a problem document (`application/problem+json`, `type`, `title`, `status`,
 //! `detail`), carrying the members of the CLI's object for the same outcome where there is one.
 //!
+//! "Nothing changed" is checked with the CLI's `list` and `log` where that is the point (the
+//! 422 tables) and with the server's own `GET /locks` and `GET /log` elsewhere (two PostgreSQL
+//! processes per look add up); waiter counts are the server's `"waiting"`, cross-checked with
+//! the CLI's `status` at the steps that matter. The HTTP client opens a connection per request;
+//! what a kept-alive connection meets after a refused request is a test of its own.
+//!
 //! Timing: bounds are upper bounds with slack for 2 shared cores; the slow cases (a request
 //! answered after 30 s, a trickling client dropped after 10 s, places that lapse after 5 s) run
 //! both stores at the same time ([`each_store_at_once`]) to keep the module's wall time down.
@@ -129,23 +135,56 @@ fn not_held(resource: &str) -> Value {
     json!({ "held": false, "resource": resource })
 }
 
-/// Waits until `status RESOURCE` (the CLI, on the same store) counts `k` live waiters; fails
-/// the test if it does not within `limit`. Returns how long it took.
-fn until_waiting(db: &Db, resource: &str, k: u64, limit: Duration) -> Duration {
+/// Polls `count` until it says `k`; fails the test, naming `what`, if it does not within
+/// `limit`. Returns how long it took.
+fn until_counted(what: &str, k: u64, limit: Duration, mut count: impl FnMut() -> u64) -> Duration {
     let start = Instant::now();
     let mut seen = 0;
     let counted = wait_for(limit, || {
-        seen = db.waiting(resource);
+        seen = count();
         if seen != k {
-            sleep(Duration::from_millis(50));
+            sleep(Duration::from_millis(20));
         }
         seen == k
     });
     assert!(
         counted,
-        "status {resource} should count {k} waiting within {limit:?}; it counts {seen}"
+        "{what} should count {k} waiting within {limit:?}; it counts {seen}"
     );
     start.elapsed()
+}
+
+/// The live waiters for `resource` that the server counts: `"waiting"` in its status answer
+/// (200), or in its problem document (404), absent for none.
+fn waiting_via(server: &Server, resource: &str) -> u64 {
+    let reply = server.get(&lock_path(resource, ""));
+    let answer = match reply.status {
+        200 => reply.json(200),
+        _ => reply.problem(404),
+    };
+    answer.get("waiting").map_or(0, |k| {
+        k.as_u64()
+            .filter(|&k| k > 0)
+            .unwrap_or_else(|| panic!("\"waiting\" is a positive integer when present: {answer}"))
+    })
+}
+
+/// Waits until the server's status of `resource` counts `k` live waiters (within `limit`).
+/// Returns how long it took.
+fn until_waiting(server: &Server, resource: &str, k: u64, limit: Duration) -> Duration {
+    until_counted(&format!("GET /locks/{resource}"), k, limit, || {
+        waiting_via(server, resource)
+    })
+}
+
+/// What the server shows of its whole store: `GET /locks` and `GET /log`, so that a test can
+/// check that requests changed nothing (the CLI's view of the same, [`Db::state`], costs two
+/// processes; it is used where the check is the point).
+fn state(server: &Server) -> String {
+    let locks = server.get("/locks");
+    let log = server.get("/log");
+    assert_eq!((locks.status, log.status), (200, 200));
+    locks.text() + &log.text()
 }
 
 /// Runs `request` and says when it was answered.
@@ -203,7 +242,7 @@ fn raw_request(method: &str, target: &str, headers: &str, body: &[u8]) -> Vec<u8
 // Starting, logging, the store it serves
 
 #[test]
-fn serve_says_where_it_listens_and_logs_one_line_per_request() {
+fn serve_says_where_it_listens_answers_health_and_logs_one_line_per_request() {
     each_store(|db| {
         let server = Server::start(db);
         assert_eq!(server.get("/health").status, 200);
@@ -315,7 +354,7 @@ fn atk_01_acquire_of_a_lock_another_owner_holds_is_200_busy_and_changes_nothing(
     each_store(|db| {
         let server = Server::start(db);
         let tenure = take(&server, P42, "w1", 60);
-        let before = db.state();
+        let before = state(&server);
         for attacker in ["attacker", "W1", "w1x"] {
             // The seed's path, the colon as written.
             let answer = server
@@ -323,7 +362,7 @@ fn atk_01_acquire_of_a_lock_another_owner_holds_is_200_busy_and_changes_nothing(
                 .json(200);
             assert_eq!(answer, busy(P42, &[&tenure]), "{attacker}");
         }
-        assert_eq!(db.state(), before, "a busy answer changes nothing");
+        assert_eq!(state(&server), before, "a busy answer changes nothing");
         assert_eq!(db.status(P42), (0, held(&[&tenure])));
     });
 }
@@ -338,7 +377,7 @@ fn atk_02_release_of_another_owners_lock_is_403_by_body_or_query() {
             db.json(&["release", P42, "--owner", "attacker"], 77),
             forbidden
         );
-        let before = db.state();
+        let before = state(&server);
         for attacker in ["attacker", "W1", "w1x"] {
             server
                 .delete_with(&lock_path(P42, ""), &json!({ "owner": attacker }))
@@ -348,14 +387,14 @@ fn atk_02_release_of_another_owners_lock_is_403_by_body_or_query() {
                 .delete(&lock_path(P42, &query))
                 .problem_carrying(403, &forbidden);
         }
-        assert_eq!(db.state(), before, "a 403 changes nothing");
+        assert_eq!(state(&server), before, "a 403 changes nothing");
         assert_eq!(db.status(P42), (0, held(&[&tenure])));
     });
 }
 
 #[test]
 fn atk_03_after_expiry_anyone_may_take_the_lock_and_the_old_owner_gets_403() {
-    each_store(|db| {
+    each_store_at_once(|db| {
         let server = Server::start(db);
         let old = take(&server, P42, "w1", 1);
         past(&old);
@@ -390,13 +429,13 @@ fn atk_04_renew_of_another_owners_lock_is_403_whatever_the_ttl() {
             db.json(&["renew", P42, "--owner", "attacker", "--ttl", "3600"], 77),
             forbidden
         );
-        let before = db.state();
+        let before = state(&server);
         for ttl in [3600, 60, 1] {
             server
                 .post(&lock_path(P42, "/renew"), &by("attacker", ttl))
                 .problem_carrying(403, &forbidden);
         }
-        assert_eq!(db.state(), before, "a 403 changes nothing");
+        assert_eq!(state(&server), before, "a 403 changes nothing");
         assert_eq!(db.status(P42), (0, held(&[&tenure])));
     });
 }
@@ -440,11 +479,13 @@ fn atk_06_sql_in_names_owners_and_prefixes_is_taken_literally() {
                 .get(&format!("/locks?prefix={}", segment(prefix)))
                 .json(200);
             assert_eq!(answer, expected, "prefix {prefix:?}");
-            assert_eq!(
-                answer,
-                db.json(&["list", "--prefix", prefix], 0),
-                "prefix {prefix:?}"
-            );
+            if matches!(prefix, "%" | "payment:42'") {
+                assert_eq!(
+                    answer,
+                    db.json(&["list", "--prefix", prefix], 0),
+                    "prefix {prefix:?}"
+                );
+            }
         }
     });
 }
@@ -477,7 +518,7 @@ fn atk_10_twenty_owners_post_at_once_and_exactly_one_acquires() {
     const RACERS: usize = 20;
     each_store(|db| {
         let server = Server::start(db);
-        let rounds = if db.kind == Kind::Sqlite { 5 } else { 3 };
+        let rounds = if db.kind == Kind::Sqlite { 4 } else { 2 };
         for round in 0..rounds {
             let resource = format!("race:{round}");
             let path = lock_path(&resource, "");
@@ -515,7 +556,7 @@ fn atk_10_twenty_owners_post_at_once_and_exactly_one_acquires() {
 
 #[test]
 fn atk_11_status_of_a_missing_or_expired_lock_is_404_without_stale_data() {
-    each_store(|db| {
+    each_store_at_once(|db| {
         let server = Server::start(db);
         let missing = not_held("nonexistent");
         assert_eq!(db.status("nonexistent"), (1, missing.clone()));
@@ -715,11 +756,22 @@ fn bad_bodies_are_422_problem_documents_and_change_nothing() {
         ]
         .concat();
         let before = db.state();
+        let mut wrong = Vec::new();
         for row in &rows {
             let reply = send(&server, row.method, &row.path, row.body.as_deref());
-            assert_eq!(reply.status, 422, "{}: {}", row.id, reply.describe());
-            reply.problem(422);
+            if reply.status == 422 {
+                reply.problem(422);
+            } else {
+                wrong.push(format!("{}: {}", row.id, reply.describe()));
+            }
         }
+        assert!(
+            wrong.is_empty(),
+            "{} of {} bad requests were not refused with 422:\n{}",
+            wrong.len(),
+            rows.len(),
+            wrong.join("\n")
+        );
         assert_eq!(db.state(), before, "a 422 changes nothing");
         assert_eq!(db.status(P42), (0, held(&[&tenure])));
 
@@ -801,6 +853,7 @@ fn atk_12_and_bad_names_are_422_on_every_endpoint() {
         let server = Server::start(db);
         let tenure = take(&server, P42, "w1", 60);
         let before = db.state();
+        let mut wrong = Vec::new();
         for name in &names {
             let at = |tail: &str| format!("/locks/{name}{tail}");
             let body = by("w1", 60).to_string();
@@ -818,16 +871,23 @@ fn atk_12_and_bad_names_are_422_on_every_endpoint() {
                 ("GET", format!("/log?resource={name}"), None),
             ] {
                 let reply = send(&server, method, &path, body.as_deref());
-                let shown: String = name.chars().take(60).collect();
-                assert_eq!(
-                    reply.status,
-                    422,
-                    "{method} with the name {shown}…: {}",
-                    reply.text()
-                );
-                reply.problem(422);
+                if reply.status == 422 {
+                    reply.problem(422);
+                } else {
+                    let shown: String = path.chars().take(80).collect();
+                    wrong.push(format!(
+                        "{method} {shown}…: {} {}",
+                        reply.status,
+                        reply.text()
+                    ));
+                }
             }
         }
+        assert!(
+            wrong.is_empty(),
+            "bad names not refused with 422:\n{}",
+            wrong.join("\n")
+        );
         // No name at all: not a lock of any name (no route, or a refused name), never a
         // lock named "".
         let reply = server.post("/locks/", &by("w1", 60));
@@ -853,7 +913,7 @@ fn malformed_json_is_400_and_other_content_types_415() {
         let tenure = take(&server, P42, "w1", 60);
         let path = lock_path(P42, "");
         let renew = lock_path(P42, "/renew");
-        let before = db.state();
+        let before = state(&server);
         // (An empty body is left out: read as no body at all, it is a missing owner, 422.)
         let malformed: [&[u8]; 6] = [
             b"{",
@@ -890,7 +950,7 @@ fn malformed_json_is_400_and_other_content_types_415() {
                 .delete_as(&path, content_type, release.as_bytes())
                 .problem(415);
         }
-        assert_eq!(db.state(), before, "a 400 or 415 changes nothing");
+        assert_eq!(state(&server), before, "a 400 or 415 changes nothing");
         assert_eq!(db.status(P42), (0, held(&[&tenure])));
         // JSON is JSON whatever its parameters, and media types are case-insensitive.
         for (i, content_type) in ["application/json; charset=utf-8", "Application/JSON"]
@@ -919,7 +979,7 @@ fn oversized_requests_are_413_414_or_431() {
         body.resize(64 * KIB, b' ');
         let at_limit = body.clone();
         body.push(b' ');
-        let before = db.state();
+        let before = state(&server);
         server
             .raw(&raw_request("POST", &path, "", &body))
             .problem(413);
@@ -966,7 +1026,11 @@ fn oversized_requests_are_413_414_or_431() {
         server
             .raw(&raw_request("POST", &target, "", b"{}"))
             .problem_of(&[414, 431]);
-        assert_eq!(db.state(), before, "an oversized request changes nothing");
+        assert_eq!(
+            state(&server),
+            before,
+            "an oversized request changes nothing"
+        );
 
         // Below the limits, the same requests are served.
         let fine_header = format!("X-Pad: {}\r\n", "p".repeat(8 * KIB));
@@ -977,11 +1041,96 @@ fn oversized_requests_are_413_414_or_431() {
     });
 }
 
+/// Reads one answer (its head, lower-cased, and a `Content-Length` body) from a connection
+/// that the server may keep open; `Err` says what came instead.
+fn read_answer(stream: &mut TcpStream) -> Result<(String, Vec<u8>), String> {
+    let mut got = Vec::new();
+    let mut buf = [0_u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .and_then(|value| value.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                return Ok((head, got[end + 4..end + 4 + length].to_vec()));
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => {
+                return Err(format!(
+                    "the connection closed before a whole answer; got {:?}",
+                    String::from_utf8_lossy(&got)
+                ));
+            }
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => {
+                return Err(format!(
+                    "no whole answer ({e}); got {:?}",
+                    String::from_utf8_lossy(&got)
+                ));
+            }
+        }
+    }
+}
+
+/// A request refused on its head alone (a bad name, a content type, a route) whose body is
+/// still on its way: the server reads past that body and serves the next request on the
+/// connection, or says `Connection: close` in its answer. Closing silently after an answer
+/// that promised nothing breaks every client that keeps connections alive (a pooled client's
+/// next request on it fails, though the server is fine).
+#[test]
+fn a_refused_request_whose_body_comes_late_leaves_its_connection_usable_or_says_close() {
+    each_store(|db| {
+        let server = Server::start(db);
+        let body = by("w1", 60).to_string();
+        for (target, content_type, status) in [
+            (lock_path(&"x".repeat(256), ""), "application/json", 422),
+            (lock_path("r", ""), "text/plain", 415),
+            ("/nope".to_owned(), "application/json", 404),
+        ] {
+            let mut stream = server.connect();
+            let head = format!(
+                "POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n\
+                 Content-Length: {}\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).expect("send the head");
+            sleep(Duration::from_millis(100));
+            // The server may have answered (and closed) already.
+            let _ = stream.write_all(body.as_bytes());
+            let shown = &target[..target.len().min(40)];
+            let (answer, _) = read_answer(&mut stream)
+                .unwrap_or_else(|e| panic!("POST {shown}… with its body late: {e}"));
+            assert!(
+                answer.starts_with(&format!("http/1.1 {status} ")),
+                "POST {shown}…: {answer}"
+            );
+            let says_close = answer
+                .lines()
+                .any(|line| line.starts_with("connection:") && line.contains("close"));
+            if says_close {
+                continue;
+            }
+            let _ = stream.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+            let next = read_answer(&mut stream);
+            assert!(
+                next.as_ref()
+                    .is_ok_and(|(head, _)| head.starts_with("http/1.1 200 ")),
+                "POST {shown}… answered {status} without `Connection: close`, and the next \
+                 request on that connection got: {next:?}"
+            );
+        }
+    });
+}
+
 #[test]
 fn unknown_routes_and_methods_answer_problem_documents() {
     each_store(|db| {
         let server = Server::start(db);
-        let before = db.state();
+        let before = state(&server);
         server.get("/nope").problem(404);
         server.get("/locks/a/b").problem(404);
         for (method, target) in [
@@ -996,7 +1145,7 @@ fn unknown_routes_and_methods_answer_problem_documents() {
             let reply = server.raw(&raw_request(method, target, "", br#"{"owner":"w1"}"#));
             reply.problem_of(&[404, 405]);
         }
-        assert_eq!(db.state(), before, "nothing was written");
+        assert_eq!(state(&server), before, "nothing was written");
     });
 }
 
@@ -1015,7 +1164,9 @@ fn percent_encoded_names_are_decoded_once() {
         );
         // Lower-case hex names the same lock: the holder re-acquires it.
         let again = post("/locks/deploy%2fprod", "w 1");
-        assert_eq!(again["lock"]["fence"], json!(deploy.fence));
+        let deploy = Tenure::read(&again["lock"], Mode::Exclusive);
+        assert_eq!(deploy.resource, "deploy/prod");
+        assert_eq!(again["lock"]["fence"], answer["lock"]["fence"]);
         for (target, name) in [
             ("/locks/%20a%20", " a "),
             ("/locks/a%25b", "a%b"),
@@ -1027,8 +1178,12 @@ fn percent_encoded_names_are_decoded_once() {
         ] {
             let answer = post(target, "w1");
             assert_eq!(answer["lock"]["resource"], json!(name), "{target}");
-            assert_eq!(db.status(name).0, 0, "{target} is {name:?}");
+            let status = server.get(&lock_path(name, "")).json(200);
+            assert_eq!(status["lock"], answer["lock"], "{target} is {name:?}");
         }
+        // The CLI finds them under their decoded names.
+        assert_eq!(db.status(" a ").0, 0);
+        assert_eq!(db.status("ключ/é").0, 0);
         server.get("/locks/a").problem(404);
         server.get("/locks/A").problem(404);
         assert_eq!(
@@ -1047,7 +1202,7 @@ fn percent_encoded_names_are_decoded_once() {
 
 #[test]
 fn release_by_the_holder_is_204_by_body_or_query_and_404_once_gone() {
-    each_store(|db| {
+    each_store_at_once(|db| {
         let server = Server::start(db);
         let path = lock_path(P42, "");
         let first = take(&server, P42, "w1", 60);
@@ -1097,7 +1252,7 @@ fn release_and_renew_name_one_tenure_by_its_fence() {
         let old = take(&server, P42, "w1", 60);
         server.delete(&lock_path(P42, "?owner=w1")).no_content();
         let current = take(&server, P42, "w1", 60);
-        let before = db.state();
+        let before = state(&server);
         // The owner's earlier tenure is gone: 404, and the current one is untouched.
         server
             .delete_with(&path, &json!({"owner": "w1", "fence": old.fence}))
@@ -1112,7 +1267,7 @@ fn release_and_renew_name_one_tenure_by_its_fence() {
         server
             .delete_with(&path, &json!({"owner": "w2", "fence": current.fence}))
             .problem_carrying(403, &refused("released", P42, "forbidden"));
-        assert_eq!(db.state(), before);
+        assert_eq!(state(&server), before);
         let answer = server
             .post(
                 &renew,
@@ -1129,7 +1284,7 @@ fn release_and_renew_name_one_tenure_by_its_fence() {
 
 #[test]
 fn release_with_hold_at_least_keeps_the_lock_until_start_plus_hold() {
-    each_store(|db| {
+    each_store_at_once(|db| {
         let server = Server::start(db);
         let tenure = take(&server, P42, "w1", 10);
         let path = lock_path(P42, "");
@@ -1175,7 +1330,7 @@ fn release_with_hold_at_least_keeps_the_lock_until_start_plus_hold() {
 
 #[test]
 fn renew_by_the_holder_moves_the_lease_and_keeps_the_tenure() {
-    each_store(|db| {
+    each_store_at_once(|db| {
         let server = Server::start(db);
         let renew = lock_path(P42, "/renew");
         let tenure = take(&server, P42, "w1", 60);
@@ -1319,7 +1474,7 @@ fn shared_semaphore_and_note_through_the_server_and_409_on_mismatch() {
             ),
             expected
         );
-        let before = db.state();
+        let before = state(&server);
         server
             .post(&path, &json!({"owner": "m", "ttl_seconds": 60, "limit": 3}))
             .problem_carrying(409, &expected);
@@ -1339,7 +1494,7 @@ fn shared_semaphore_and_note_through_the_server_and_409_on_mismatch() {
             start.elapsed() < Duration::from_secs(2),
             "409 does not wait"
         );
-        assert_eq!(db.state(), before, "a 409 changes nothing");
+        assert_eq!(state(&server), before, "a 409 changes nothing");
 
         // A semaphore of 2.
         let limit = |owner: &str, n: u32| json!({"owner": owner, "ttl_seconds": 60, "limit": n});
@@ -1431,15 +1586,6 @@ fn list_and_log_answer_what_the_cli_prints() {
         let reply = server.get("/log?resource=never");
         assert_eq!(reply.ndjson(), Vec::<Value>::new());
         assert!(reply.body.is_empty());
-    });
-}
-
-#[test]
-fn health_is_200_while_the_store_answers() {
-    each_store(|db| {
-        let server = Server::start(db);
-        let reply = server.get("/health");
-        assert_eq!(reply.status, 200, "{}", reply.describe());
     });
 }
 
@@ -1659,7 +1805,7 @@ fn metrics_count_requests_by_route_and_status_and_show_live_tenures_and_waiters(
                     &json!({"owner": "v", "ttl_seconds": 60, "wait_seconds": 10}),
                 )
             });
-            until_waiting(db, "x", 1, QUEUED);
+            until_waiting(&server, "x", 1, QUEUED);
             let (text, now) = scrape(&server);
             assert!((waiters(&now) - 1.0).abs() < 0.5, "1 waiter:\n{text}");
             server.delete(&lock_path("x", "?owner=w")).no_content();
@@ -1692,9 +1838,9 @@ fn waiters_are_granted_promptly_when_the_holder_lets_go_in_the_order_they_came()
         let wait = |owner: &str| json!({"owner": owner, "ttl_seconds": 60, "wait_seconds": 10});
         thread::scope(|s| {
             let a = s.spawn(|| timed(|| server.post(&path, &wait("a"))));
-            until_waiting(db, P42, 1, QUEUED);
+            until_waiting(&server, P42, 1, QUEUED);
             let b = s.spawn(|| timed(|| server.post(&path, &wait("b"))));
-            until_waiting(db, P42, 2, QUEUED);
+            until_waiting(&server, P42, 2, QUEUED);
             // A try-once request does not overtake them, and is told they wait.
             let answer = server.post(&path, &by("c", 60)).json(200);
             assert_eq!(answer["waiting"], 2, "{answer}");
@@ -1729,7 +1875,7 @@ fn waiters_are_granted_promptly_when_the_holder_lets_go_in_the_order_they_came()
 
 #[test]
 fn a_wait_that_runs_out_answers_busy_and_gives_up_its_place_at_once() {
-    each_store(|db| {
+    each_store_at_once(|db| {
         let server = Server::start(db);
         let path = lock_path(P42, "");
         let holder = take(&server, P42, "h", 60);
@@ -1794,7 +1940,7 @@ fn one_request_waits_at_most_30s_and_its_place_is_kept_5s_for_the_client_to_come
                     &answer["position"]
                 ),
                 (&json!(false), &json!("h"), &json!(position)),
-                "{}",
+                "a busy answer after 30 s names the holder and the waiter's place (\"position\":{position}): {}",
                 reply.describe()
             );
             answered
@@ -1802,13 +1948,13 @@ fn one_request_waits_at_most_30s_and_its_place_is_kept_5s_for_the_client_to_come
         thread::scope(|s| {
             let started_a = Instant::now();
             let a = s.spawn(post("a"));
-            until_waiting(db, P42, 1, QUEUED);
+            until_waiting(&server, P42, 1, QUEUED);
             let started_b = Instant::now();
             let b = s.spawn(post("b"));
-            until_waiting(db, P42, 2, QUEUED);
+            until_waiting(&server, P42, 2, QUEUED);
             let started_c = Instant::now();
             let c = s.spawn(post("c"));
-            until_waiting(db, P42, 3, QUEUED);
+            until_waiting(&server, P42, 3, QUEUED);
 
             at_30s(a.join().expect("a"), started_a, 1);
             assert_eq!(db.waiting(P42), 3, "a's place is kept while it comes back");
@@ -1819,7 +1965,7 @@ fn one_request_waits_at_most_30s_and_its_place_is_kept_5s_for_the_client_to_come
             let a = s.spawn(post("a"));
             let c_answered = at_30s(c.join().expect("c"), started_c, 3);
             // c does not come back: its place lapses, a's and b's stay.
-            until_waiting(db, P42, 2, LAPSED);
+            until_waiting(&server, P42, 2, LAPSED);
             let lapsed = c_answered.elapsed();
             assert!(
                 lapsed < LAPSED,
@@ -1872,7 +2018,7 @@ fn a_waiter_whose_client_vanishes_loses_its_place_within_5s() {
             &path,
             &json!({"owner": "gone", "ttl_seconds": 60, "wait_seconds": 60}),
         );
-        until_waiting(db, P42, 1, QUEUED);
+        until_waiting(&server, P42, 1, QUEUED);
         thread::scope(|s| {
             let next = s.spawn(|| {
                 timed(|| {
@@ -1882,11 +2028,11 @@ fn a_waiter_whose_client_vanishes_loses_its_place_within_5s() {
                     )
                 })
             });
-            until_waiting(db, P42, 2, QUEUED);
+            until_waiting(&server, P42, 2, QUEUED);
             let _ = gone.shutdown(Shutdown::Both);
             drop(gone);
             let vanished = Instant::now();
-            until_waiting(db, P42, 1, LAPSED);
+            until_waiting(&server, P42, 1, LAPSED);
             let lapsed = vanished.elapsed();
             assert!(
                 lapsed < LAPSED,
@@ -1903,10 +2049,10 @@ fn a_waiter_whose_client_vanishes_loses_its_place_within_5s() {
             );
             assert!(answered - let_go < HANDOVER);
         });
+        let events = db.log(&[P42]);
         assert!(
-            db.log(&[P42]).iter().all(|e| e["owner"] != "gone"),
-            "the vanished client never held the lock: {:?}",
-            db.log(&[P42])
+            events.iter().all(|e| e["owner"] != "gone"),
+            "the vanished client never held the lock: {events:?}"
         );
     });
 }
@@ -2049,7 +2195,7 @@ fn sigterm_answers_waiting_requests_at_once_keeps_their_places_and_exits_0() {
                     )
                 })
             });
-            until_waiting(db, P42, 1, QUEUED);
+            until_waiting(&server, P42, 1, QUEUED);
             let stopped = Instant::now();
             server.signal(Signal::SIGTERM);
             let (reply, answered) = waiter.join().expect("the waiter");
@@ -2085,7 +2231,7 @@ fn sigterm_answers_waiting_requests_at_once_keeps_their_places_and_exits_0() {
             "nothing listens any more"
         );
         // …and lapses when nobody comes back.
-        until_waiting(db, P42, 0, LAPSED);
+        until_counted(&format!("status {P42}"), 0, LAPSED, || db.waiting(P42));
         assert_eq!(db.status(P42).1["lock"]["owner"], "h");
     });
 }

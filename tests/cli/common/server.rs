@@ -103,9 +103,13 @@ impl Server {
             .unwrap_or_else(|| {
                 panic!("the first stderr line must be `{LISTENING}PORT`, got {first:?}")
             });
+        // A new connection per request: each test checks its own subject, and what a kept-alive
+        // connection meets after a refused request is the subject of one test of its own
+        // (`serve::a_refused_request_whose_body_comes_late_…`).
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST))
+            .max_idle_connections(0)
             .build()
             .into();
         Server {
