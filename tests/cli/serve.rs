@@ -49,6 +49,7 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use crate::common::output::{event_names, keys, now_millis};
+use crate::common::pg_url::PgUrl;
 use crate::common::process::{wait_for, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::server::{Reply, Server, lock_path, segment};
@@ -1589,27 +1590,18 @@ fn list_and_log_answer_what_the_cli_prints() {
     });
 }
 
-/// The `host:port` of a PostgreSQL URL (`postgres://user:password@host:port/db?…`).
-fn pg_server(url: &str) -> String {
-    let (_, after) = url.split_once("://").expect("a URL");
-    let authority = after.split(['/', '?']).next().expect("an authority");
-    authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, server)| server)
-        .to_owned()
-}
-
 #[test]
 fn health_is_503_while_postgresql_does_not_answer_and_200_once_it_does() {
     let Some(db) = Db::postgres() else { return };
-    let direct = pg_server(db.pg_url());
-    let upstream = direct
+    let url = PgUrl::parse(db.pg_url());
+    let upstream = url
+        .server
         .to_socket_addrs()
         .expect("the test server's address")
         .next()
         .expect("an address");
     let proxy = Proxy::start(upstream);
-    let via_proxy = db.pg_url().replacen(&direct, &proxy.addr.to_string(), 1);
+    let via_proxy = url.with_server(&proxy.addr.to_string()).to_string();
     let server = Server::start_at(&db, &via_proxy);
     assert_eq!(server.get("/health").status, 200);
     take(&server, "r", "w1", 60);
