@@ -7,7 +7,7 @@
 //!   tokio's blocking threads, each operation on a store taken from a pool of open ones
 //!   ([`Stores`]), never on the async threads.
 //! - **Limits:** headers must arrive within 10 s (a client that trickles them is dropped) and
-//!   fit in 16 KiB; a body holds at most 64 KiB; at most [`MAX_CONNECTIONS`] connections are
+//!   fit in 16 KiB (past 64 KiB the HTTP layer itself refuses them, with no problem document); a body holds at most 64 KiB; at most [`MAX_CONNECTIONS`] connections are
 //!   served at once, and a connection that stays idle between requests is closed by the same
 //!   header timeout.
 //! - **Waiting** is the command line's own wait ([`crate::wait::serve`]), with the store's
@@ -47,8 +47,14 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// How long a client may take to send a request's headers, and a connection may stay idle.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The most bytes of a request line and headers.
-const MAX_HEAD: usize = 16 * 1024;
+/// The most bytes the HTTP layer reads of a request line and headers; past [`api::MAX_HEAD`]
+/// of them distlock answers 414 or 431 itself, with a problem document, and past this the HTTP
+/// layer does (with an empty body).
+const HEAD_BUFFER: usize = 4 * api::MAX_HEAD;
+
+/// The most headers the HTTP layer reads: enough that 16 KiB of short ones reach distlock's
+/// own 431.
+const MAX_HEADERS: usize = 1024;
 
 /// The most open stores kept for reuse.
 const IDLE_STORES: usize = 32;
@@ -174,7 +180,8 @@ async fn serve(state: Arc<State>, listen: SocketAddr) -> Result<()> {
             http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
-                .max_buf_size(MAX_HEAD)
+                .max_buf_size(HEAD_BUFFER)
+                .max_headers(MAX_HEADERS)
                 .serve_connection(
                     TokioIo::new(stream),
                     service_fn(move |request| {

@@ -174,8 +174,10 @@ fn wait_in_line(
 ) -> Result<Waited> {
     loop {
         let started = Instant::now();
+        // A wait that keeps its place asks for it to the end: its last look refreshes the
+        // place and learns its position.
         let attempt = Request {
-            waits: patience.has_time(started),
+            waits: patience.has_time(started) || patience.keeps_place,
             ..request.clone()
         };
         let outcome = store.acquire(resource, &attempt)?;

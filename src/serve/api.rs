@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::State;
@@ -22,6 +22,9 @@ use crate::store::Locks;
 
 /// The largest request body.
 pub const MAX_BODY: usize = 64 * 1024;
+
+/// The most bytes of a request line, and of a request line and its headers.
+pub const MAX_HEAD: usize = 16 * 1024;
 
 /// The longest one request waits in a queue; a longer `wait_seconds` is waited out over
 /// several requests, each from the place the one before kept.
@@ -187,12 +190,26 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let (name, reply) = match route(&method, &path) {
-        Ok(route) => {
+    let head = oversized_head(&request);
+    let routed = route(&method, &path);
+    let query = request.uri().query().map(str::to_owned);
+    let json = is_json(&request);
+    // The body is read whatever the answer, so that the connection can carry the next
+    // request; one that is too large is not, and the connection is closed after the answer.
+    let body = read_body(request).await;
+    let close = body.is_err();
+    let (name, reply) = match (head, routed, body) {
+        (Some(problem), _, _) => ("other", problem.into()),
+        (None, Err(problem), _) => ("other", problem.into()),
+        (None, Ok(route), Err(problem)) => (route.name(), problem.into()),
+        (None, Ok(route), Ok(body)) => {
             let name = route.name();
-            (name, answer(&state, route, request).await)
+            let reply = match checked_body(&route, body, json) {
+                Ok(body) => answer(&state, route, body, query).await,
+                Err(problem) => problem.into(),
+            };
+            (name, reply)
         }
-        Err(problem) => ("other", problem.into()),
     };
     let took = started.elapsed();
     state.metrics.record(name, reply.status.as_u16(), took);
@@ -208,15 +225,50 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static(reply.kind));
     }
+    if close {
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 
-async fn answer(state: &Arc<State>, route: Route, request: Request<Incoming>) -> Reply {
-    let query = request.uri().query().map(str::to_owned);
-    let body = match read_body(&route, request).await {
-        Ok(body) => body,
-        Err(problem) => return problem.into(),
-    };
+/// A request line longer than [`MAX_HEAD`] (414), or a request line and headers that are
+/// (431). The HTTP layer takes up to four times as much before it refuses a request itself.
+fn oversized_head(request: &Request<Incoming>) -> Option<Problem> {
+    let line = request.method().as_str().len() + request.uri().to_string().len() + 11;
+    if line > MAX_HEAD {
+        return Some(Problem::new(
+            StatusCode::URI_TOO_LONG,
+            "too-large",
+            format!("a request line may hold at most {MAX_HEAD} bytes"),
+        ));
+    }
+    let headers: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    (line + headers > MAX_HEAD).then(|| {
+        Problem::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "too-large",
+            format!("a request line and headers may hold at most {MAX_HEAD} bytes"),
+        )
+    })
+}
+
+/// Whether the request says its body is JSON.
+fn is_json(request: &Request<Incoming>) -> bool {
+    request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("application/json"))
+}
+
+async fn answer(state: &Arc<State>, route: Route, body: Vec<u8>, query: Option<String>) -> Reply {
     let gone = Arc::new(AtomicBool::new(false));
     let _gone = Gone(Arc::clone(&gone));
     let state = Arc::clone(state);
@@ -234,8 +286,8 @@ async fn answer(state: &Arc<State>, route: Route, request: Request<Incoming>) ->
     }
 }
 
-/// The body of a request that takes one: JSON, at most [`MAX_BODY`] bytes.
-async fn read_body(route: &Route, request: Request<Incoming>) -> Result<Vec<u8>, Problem> {
+/// The body, at most [`MAX_BODY`] bytes.
+async fn read_body(request: Request<Incoming>) -> Result<Vec<u8>, Problem> {
     let too_large = || {
         Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -251,25 +303,18 @@ async fn read_body(route: &Route, request: Request<Incoming>) -> Result<Vec<u8>,
     if declared.is_some_and(|length| length > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let json = request
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .map(|value| {
-            value
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        });
     let body = Limited::new(request.into_body(), MAX_BODY)
         .collect()
         .await
         .map_err(|_| too_large())?
         .to_bytes();
+    Ok(body.to_vec())
+}
+
+/// The body of a request that takes one: JSON; nothing for one that takes none.
+fn checked_body(route: &Route, body: Vec<u8>, json: bool) -> Result<Vec<u8>, Problem> {
     if body.is_empty() {
-        return Ok(Vec::new());
+        return Ok(body);
     }
     if !route.takes_body() {
         return Err(Problem::new(
@@ -278,14 +323,14 @@ async fn read_body(route: &Route, request: Request<Incoming>) -> Result<Vec<u8>,
             "this request takes no body",
         ));
     }
-    if json.as_deref() != Some("application/json") {
+    if !json {
         return Err(Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported-media-type",
             "the body must be application/json",
         ));
     }
-    Ok(body.to_vec())
+    Ok(body)
 }
 
 /// The request's work, on a blocking thread.

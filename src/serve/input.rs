@@ -124,14 +124,14 @@ impl Fields {
         self.optional_integer("fence").map(|fence| fence.map(Fence))
     }
 
-    /// A whole number of seconds in `0..=most`.
-    pub fn seconds(&mut self, name: &str, most: u64) -> Result<Option<Duration>, Bad> {
+    /// A whole number of seconds in `least..=most`.
+    pub fn seconds(&mut self, name: &str, least: u64, most: u64) -> Result<Option<Duration>, Bad> {
         match self.optional_integer(name)? {
             None => Ok(None),
             Some(secs) => match u64::try_from(secs) {
-                Ok(secs) if secs <= most => Ok(Some(Duration::from_secs(secs))),
+                Ok(secs) if (least..=most).contains(&secs) => Ok(Some(Duration::from_secs(secs))),
                 _ => Err(Bad::Invalid(format!(
-                    "{name} must be between 0 and {most}, got {secs}"
+                    "{name} must be between {least} and {most}, got {secs}"
                 ))),
             },
         }
@@ -165,7 +165,7 @@ impl Fields {
         let mode = self.mode()?;
         let note = self.remark("note")?;
         let wait = self
-            .seconds("wait_seconds", MAX_WAIT_SECS)?
+            .seconds("wait_seconds", 0, MAX_WAIT_SECS)?
             .unwrap_or_default();
         let request = Request {
             owner,

@@ -77,7 +77,8 @@ pub(super) fn release(
         let mut fields = Fields::parse(body)?;
         let owner = fields.owner_or(owner_param.as_deref())?;
         let fence = fields.fence()?;
-        let hold = fields.seconds("hold_at_least_seconds", crate::lock::MAX_TTL_SECS)?;
+        // As `run --hold-at-least`: 1 s to 365 days.
+        let hold = fields.seconds("hold_at_least_seconds", 1, crate::lock::MAX_TTL_SECS)?;
         fields.finish()?;
         Ok((owner, fence, hold))
     })();
