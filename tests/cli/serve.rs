@@ -2245,3 +2245,51 @@ fn sigint_stops_the_server_with_exit_0() {
         assert_eq!(db.status("r").1["lock"]["owner"], "w1");
     });
 }
+
+/// Two servers over one PostgreSQL database keep no state of their own: a lock taken through
+/// one is held through the other, a waiter on one is granted when the holder lets go through
+/// the other, and the fences run on across both.
+#[test]
+fn two_servers_over_one_postgresql_serve_the_same_locks_and_one_queue() {
+    let Some(db) = Db::postgres() else { return };
+    let (a, b) = (Server::start(&db), Server::start(&db));
+    let path = lock_path(P42, "");
+    let holder = take(&a, P42, "h", 60);
+    let held_through_b = b.get(&path).json(200);
+    assert_eq!(
+        held_through_b["lock"]["fence"], holder.fence,
+        "{held_through_b}"
+    );
+    // The other server refuses another owner, as the first would.
+    let busy = b.post(&path, &by("x", 60)).json(200);
+    assert_eq!(busy["acquired"], false, "{busy}");
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            timed(|| {
+                b.post(
+                    &path,
+                    &json!({"owner": "w", "ttl_seconds": 60, "wait_seconds": 10}),
+                )
+            })
+        });
+        until_waiting(&a, P42, 1, QUEUED);
+        let let_go = Instant::now();
+        a.delete(&lock_path(P42, "?owner=h")).no_content();
+        let (reply, answered) = waiter.join().expect("the waiter");
+        let next = Tenure::read(&reply.json(200)["lock"], Mode::Exclusive);
+        assert_eq!(next.owner, "w", "{}", reply.describe());
+        assert!(
+            next.fence > holder.fence,
+            "{} after {}",
+            next.fence,
+            holder.fence
+        );
+        let took = answered - let_go;
+        assert!(
+            took < HANDOVER,
+            "the waiter on the other server took {took:?}"
+        );
+    });
+    b.delete(&lock_path(P42, "?owner=w")).no_content();
+    a.get(&path).problem(404);
+}
