@@ -282,6 +282,14 @@ impl<B: Backend> LockStore for B {
     }
 }
 
+/// The state of a resource in a store that holds no locks at all, now.
+fn nothing() -> State {
+    State {
+        now: Timestamp::now(),
+        ..State::default()
+    }
+}
+
 /// A transaction on a store that holds no locks at all and must stay so (a store that does not
 /// exist, a database without a distlock schema): `decide` sees every member free, and a
 /// decision that would write fails with `why`.
@@ -294,13 +302,8 @@ fn decide_on_nothing<T>(
     decide: &mut DecideSet<'_, T>,
     why: &str,
 ) -> Result<T> {
-    let nothing = State {
-        now: Timestamp::now(),
-        leases: Vec::new(),
-        queue: Vec::new(),
-    };
     let mut no_fence = || anyhow::bail!("{why}");
-    let decision = decide(&vec![nothing; resources.len()], &mut no_fence)?;
+    let decision = decide(&vec![nothing(); resources.len()], &mut no_fence)?;
     if decision.writes() {
         anyhow::bail!("{why}");
     }

@@ -104,11 +104,11 @@ pub fn acquire(
     );
     store.keep_trying_until(None);
     match waited? {
-        Waited::Interrupted(signal) => {
+        Ended::Stopped { signal, .. } => {
             store.leave(resource, &request.owner)?;
             Ok(Waited::Interrupted(signal))
         }
-        done @ Waited::Done(_) => Ok(done),
+        Ended::Answered(attempt) => Ok(Waited::Done(attempt)),
     }
 }
 
@@ -146,20 +146,18 @@ pub fn serve(
     );
     store.keep_trying_until(None);
     match waited? {
-        Waited::Done(attempt) => Ok(attempt),
-        Waited::Interrupted(_) => {
-            // Stopped: the latest look's answer, the place kept.
-            let started = Instant::now();
-            let outcome = store.acquire(
-                resource,
-                &Request {
-                    waits: true,
-                    ..request.clone()
-                },
-            )?;
-            Ok(Attempt { outcome, started })
-        }
+        // Stopped: the latest look's answer, the place kept.
+        Ended::Answered(attempt) | Ended::Stopped { last: attempt, .. } => Ok(attempt),
     }
+}
+
+/// How [`wait_in_line`] ended.
+enum Ended {
+    /// With this attempt's outcome as the answer.
+    Answered(Attempt),
+    /// Stopped by signal `signal` (0 for a server's stop) after the `last` look, whose place in
+    /// the queue the caller keeps or gives up.
+    Stopped { signal: i32, last: Attempt },
 }
 
 /// [`acquire`]'s attempts, until one is the answer or `interrupted` says why not (a signal's
@@ -171,7 +169,7 @@ fn wait_in_line(
     patience: &mut Patience,
     interrupted: &dyn Fn() -> Option<i32>,
     on_busy: &mut dyn FnMut(Option<&Holder>, usize),
-) -> Result<Waited> {
+) -> Result<Ended> {
     loop {
         let started = Instant::now();
         // A wait that keeps its place asks for it to the end: its last look refreshes the
@@ -182,10 +180,10 @@ fn wait_in_line(
         };
         let outcome = store.acquire(resource, &attempt)?;
         match patience.after(&outcome, started, fastrand::f64()) {
-            Next::Answer => return Ok(Waited::Done(Attempt { outcome, started })),
+            Next::Answer => return Ok(Ended::Answered(Attempt { outcome, started })),
             Next::LeaveAndAnswer => {
                 store.leave(resource, &request.owner)?;
-                return Ok(Waited::Done(Attempt { outcome, started }));
+                return Ok(Ended::Answered(Attempt { outcome, started }));
             }
             Next::Sleep { pause, position } => {
                 if let Acquire::Busy { holder, .. } = &outcome {
@@ -195,7 +193,8 @@ fn wait_in_line(
             }
         }
         if let Some(signal) = interrupted() {
-            return Ok(Waited::Interrupted(signal));
+            let last = Attempt { outcome, started };
+            return Ok(Ended::Stopped { signal, last });
         }
     }
 }

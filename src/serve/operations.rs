@@ -13,8 +13,8 @@ use crate::answer::{
     AcquireAnswer, Answer, BreakAnswer, KeptAnswer, ListAnswer, ReleaseAnswer, RenewAnswer,
 };
 use crate::engine::Finish;
-use crate::lock::{Eviction, LogQuery, Remark, Resource};
-use crate::store::Locks;
+use crate::lock::{Eviction, Fence, LogQuery, Owner, Remark, Resource};
+use crate::store::{LockStore, Locks};
 use crate::wait;
 
 /// A store failure (the outer error), or a reply or bad input.
@@ -88,12 +88,7 @@ pub(super) fn release(
     };
     state.stores.with(|store| {
         let Some(hold) = hold else {
-            let outcome = store.release(resource, &owner, fence)?;
-            let answer = ReleaseAnswer::new(resource, &outcome);
-            return Ok(Ok(match answer {
-                ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
-                refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
-            }));
+            return released(store, resource, &owner, fence).map(Ok);
         };
         // A hold is kept for one tenure: the one named, or else the owner's own.
         let fence = match fence {
@@ -114,15 +109,24 @@ pub(super) fn release(
             Finish::Kept { until } => {
                 Reply::json(StatusCode::OK, &KeptAnswer::new(resource, until))
             }
-            Finish::NotFound => {
-                let outcome = store.release(resource, &owner, fence)?;
-                let answer = ReleaseAnswer::new(resource, &outcome);
-                match answer {
-                    ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
-                    refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
-                }
-            }
+            // Not this owner's: the plain release says why (not held, or another's).
+            Finish::NotFound => released(store, resource, &owner, fence)?,
         }))
+    })
+}
+
+/// A release of `owner`'s tenure (only `fence`, when given), answered as the command's: 204,
+/// or the refusal's problem document.
+fn released(
+    store: &mut dyn LockStore,
+    resource: &Resource,
+    owner: &Owner,
+    fence: Option<Fence>,
+) -> anyhow::Result<Reply> {
+    let outcome = store.release(resource, owner, fence)?;
+    Ok(match ReleaseAnswer::new(resource, &outcome) {
+        ReleaseAnswer::Released(_) => Reply::empty(StatusCode::NO_CONTENT),
+        refused @ ReleaseAnswer::Refused(_) => answered(&refused, || refused.text()),
     })
 }
 

@@ -11,10 +11,10 @@ use anyhow::{Context, Result};
 
 use super::{
     Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, NetworkFs,
-    PostgresStore, Reads, SqliteStore, SystemClock, decide_on_nothing, network_fs,
+    PostgresStore, Reads, SqliteStore, SystemClock, decide_on_nothing, network_fs, nothing,
 };
 use crate::engine::State;
-use crate::lock::{Event, Lock, LogQuery, Owner, Resource, Timestamp};
+use crate::lock::{Event, Lock, LogQuery, Owner, Resource};
 
 /// Opens the store at `location` with the host's clock, for a command that may create it
 /// (`acquire`, `run`): a SQLite store is made, with its missing folders, if it is not there.
@@ -187,17 +187,6 @@ pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
 /// [`open_existing`] and [`open_read_only`]) is refused.
 struct Absent;
 
-impl Absent {
-    /// A resource of a store that holds nothing.
-    fn nothing() -> State {
-        State {
-            now: Timestamp::now(),
-            leases: Vec::new(),
-            queue: Vec::new(),
-        }
-    }
-}
-
 impl Backend for Absent {
     fn transact_set<T>(
         &mut self,
@@ -210,7 +199,7 @@ impl Backend for Absent {
     }
 
     fn read(&mut self, _resource: &Resource) -> Result<State> {
-        Ok(Absent::nothing())
+        Ok(nothing())
     }
 
     fn scan(&mut self, _prefix: &str) -> Result<Vec<Lock>> {

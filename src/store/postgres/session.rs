@@ -46,9 +46,9 @@ use super::statements::{
     unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
+use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource};
 use crate::store::{
-    Backend, DecideSet, Durability, GcReport, Reads, SCHEMA_VERSION, decide_on_nothing,
+    Backend, DecideSet, Durability, GcReport, Reads, SCHEMA_VERSION, decide_on_nothing, nothing,
 };
 
 /// A connection of this process was found not to keep its `LISTEN` (see
@@ -146,15 +146,6 @@ impl Session {
         }
     }
 
-    /// The state of a resource of a store without a distlock schema: nobody holds it.
-    fn nothing() -> State {
-        State {
-            now: Timestamp::now(),
-            leases: Vec::new(),
-            queue: Vec::new(),
-        }
-    }
-
     /// After a read on a listening connection: if the server session that ran it is not the
     /// one that ran this connection's `LISTEN`, or no longer listens, the `LISTEN` stayed
     /// behind on another server connection — a pooler in transaction mode hands each
@@ -243,7 +234,7 @@ impl Backend for Session {
                     return Err(err.into());
                 }
             };
-            let read = found(&outputs)?;
+            let read = found(&outputs, true)?;
             if read.version != Some(SCHEMA_VERSION) {
                 if self.recheck(true, &mut rechecked)? {
                     attempt -= 1;
@@ -363,15 +354,10 @@ impl Backend for Session {
         let mut rechecked = false;
         loop {
             if self.absent {
-                return Ok(Session::nothing());
+                return Ok(nothing());
             }
             // One implicit transaction; each statement sees what committed before it began.
-            let reads = [
-                head(&res, false),
-                fingerprint(&res, None),
-                tenures(&res),
-                waiters(&res),
-            ];
+            let reads = [head(&res, false), tenures(&res), waiters(&res)];
             let outputs = match send(&mut self.client, &reads) {
                 Ok(outputs) if outputs.len() == reads.len() => outputs,
                 Ok(_) => bail!("the server answered a different number of statements"),
@@ -382,7 +368,7 @@ impl Backend for Session {
                     return Err(err.into());
                 }
             };
-            let found = found(&outputs)?;
+            let found = found(&outputs, false)?;
             if found.version != Some(SCHEMA_VERSION) {
                 if self.recheck(true, &mut rechecked)? {
                     continue;

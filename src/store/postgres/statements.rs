@@ -87,8 +87,13 @@ pub(super) fn fingerprint(resource: &str, owner: Option<&str>) -> String {
     format!("SELECT {}", digest(resource, owner))
 }
 
+/// The condition that narrows a resource's rows to `owner`'s, or nothing.
+fn whose(owner: Option<&str>) -> String {
+    owner.map_or_else(String::new, |owner| format!(" AND owner = {owner}"))
+}
+
 fn digest(resource: &str, owner: Option<&str>) -> String {
-    let whose = owner.map_or_else(String::new, |owner| format!(" AND owner = {owner}"));
+    let whose = whose(owner);
     format!(
         "md5(coalesce((SELECT string_agg(l::text, ';' ORDER BY l.fence) FROM distlock.locks l \
                        WHERE l.resource = {resource}{whose}), '') || '|' || \
@@ -114,7 +119,7 @@ pub(super) fn unchanged_since(
     read_at: i64,
 ) -> String {
     let read = at_ms(read_at);
-    let whose = owner.map_or_else(String::new, |owner| format!(" AND owner = {owner}"));
+    let whose = whose(owner);
     let expired = |table: &str| {
         format!(
             "NOT EXISTS (SELECT FROM distlock.{table} WHERE resource = {resource}{whose} \
@@ -162,9 +167,9 @@ pub(super) struct Found {
     pub(super) fence: Option<i64>,
 }
 
-/// Reads the outputs of a batch of reads: [`head`], then for each member [`fingerprint`],
-/// [`tenures`] and [`waiters`].
-pub(super) fn found(outputs: &[Output]) -> Result<Found> {
+/// Reads the outputs of a batch of reads: [`head`], then for each member [`fingerprint`] (when
+/// `digested`: the reads of a write), [`tenures`] and [`waiters`].
+pub(super) fn found(outputs: &[Output], digested: bool) -> Result<Found> {
     let (head, members) = outputs
         .split_first()
         .ok_or_else(|| anyhow!("the server answered no statement"))?;
@@ -175,15 +180,19 @@ pub(super) fn found(outputs: &[Output]) -> Result<Found> {
     let now = Timestamp(required(number(first, 0)?, 0)?);
     let mut states = Vec::with_capacity(members.len() / 3);
     let mut digests = Vec::with_capacity(members.len() / 3);
-    for member in members.chunks(3) {
-        let [digest, tenures, waiters] = member else {
-            bail!("the server answered a different number of statements");
+    for member in members.chunks(if digested { 3 } else { 2 }) {
+        let (digest, tenures, waiters) = match member {
+            [digest, tenures, waiters] if digested => (Some(digest), tenures, waiters),
+            [tenures, waiters] if !digested => (None, tenures, waiters),
+            _ => bail!("the server answered a different number of statements"),
         };
-        let digest = digest
-            .rows
-            .first()
-            .ok_or_else(|| anyhow!("the server's digest query returned no row"))?;
-        digests.push(required(column(digest, 0)?, 0)?.to_owned());
+        if let Some(digest) = digest {
+            let digest = digest
+                .rows
+                .first()
+                .ok_or_else(|| anyhow!("the server's digest query returned no row"))?;
+            digests.push(required(column(digest, 0)?, 0)?.to_owned());
+        }
         let leases = tenures.rows.iter().map(lease).collect::<Result<_>>()?;
         let queue = waiters
             .rows

@@ -79,6 +79,17 @@ enum Failure {
     Final(anyhow::Error),
 }
 
+impl Failure {
+    /// `err`, as a lost connection if `lost`.
+    fn lost_if(lost: bool, err: anyhow::Error) -> Failure {
+        if lost {
+            Failure::Lost(err)
+        } else {
+            Failure::Final(err)
+        }
+    }
+}
+
 impl PostgresStore {
     /// Connects and logs in, on a new worker thread. The schema is checked (created, upgraded,
     /// or refused when newer) by the first operation, in the same round trip as its first
@@ -198,16 +209,11 @@ impl PostgresStore {
             )));
         }
         let failed = |err: anyhow::Error| {
-            let lost = is_lost(&err);
-            let err = anyhow!(scrub(
+            let said = anyhow!(scrub(
                 format!("PostgreSQL {}: {err:#}", self.shown),
                 self.target.url()
             ));
-            if lost {
-                Failure::Lost(err)
-            } else {
-                Failure::Final(err)
-            }
+            Failure::lost_if(is_lost(&err), said)
         };
         let mut worker = match ready.recv_timeout(patience) {
             Ok(Ok(())) => Worker {
@@ -256,12 +262,10 @@ impl Worker {
             Ok(Err(err)) if committing => Err(Failure::Final(unknown(shown, &err))),
             Ok(Err(err)) => {
                 let lost = is_lost(&err);
-                let err = err.context(format!("PostgreSQL {shown}"));
-                Err(if lost {
-                    Failure::Lost(err)
-                } else {
-                    Failure::Final(err)
-                })
+                Err(Failure::lost_if(
+                    lost,
+                    err.context(format!("PostgreSQL {shown}")),
+                ))
             }
             Err(_) => {
                 self.stuck = true;
