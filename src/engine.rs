@@ -258,6 +258,7 @@ fn record(
         at,
         resource: resource.clone(),
         owner: lease.owner.clone(),
+        token: lease.owner.token().cloned(),
         fence: lease.fence,
         event,
         previous_owner: previous,

@@ -15,7 +15,7 @@ mod text;
 mod time;
 
 pub use mode::{Family, MAX_LIMIT, Mode};
-pub use text::{MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource};
+pub use text::{MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource, TokenName};
 pub use time::{MAX_DURATION, MAX_TTL_SECS, Timestamp, Ttl, parse_duration, parse_span};
 
 /// A fencing token: strictly increases with every new tenure of a resource, never reused.
@@ -125,6 +125,9 @@ pub struct Event {
     pub at: Timestamp,
     pub resource: Resource,
     pub owner: Owner,
+    /// The token that proved the owner (`distlock serve --tokens`), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<TokenName>,
     pub fence: Fence,
     pub event: EventKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]

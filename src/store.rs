@@ -36,7 +36,7 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
 const GC_BATCH: i64 = 1000;
@@ -315,6 +315,8 @@ struct HistoryRow<'a> {
     at: Timestamp,
     resource: &'a str,
     owner: &'a str,
+    /// The token column (empty: none).
+    token: &'a str,
     fence: Fence,
     kind: &'a str,
     previous_owner: Option<&'a str>,
@@ -333,13 +335,15 @@ fn event(row: &HistoryRow<'_>) -> Result<Event> {
     let Some(kind) = EventKind::parse(row.kind) else {
         anyhow::bail!("the history holds an unknown event kind {:?}", row.kind);
     };
+    let owner = Owner::from_store(row.owner, row.token);
     Ok(Event {
         at: row.at,
         resource: Resource::from_store(row.resource),
-        owner: Owner::from_store(row.owner),
+        token: owner.token().cloned(),
+        owner,
         fence: row.fence,
         event: kind,
-        previous_owner: row.previous_owner.map(Owner::from_store),
+        previous_owner: row.previous_owner.map(|name| Owner::from_store(name, "")),
         mode: mode_of(row.mode, row.lim)?,
         note: row.note.map(Remark::from_store),
         broken: row.by.zip(row.reason).map(|(by, reason)| Eviction {

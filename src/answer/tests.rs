@@ -287,6 +287,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
         at: at(T1),
         resource: resource("r"),
         owner: owner("w1"),
+        token: None,
         fence: Fence(7),
         event: kind,
         previous_owner: previous.map(owner),

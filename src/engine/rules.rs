@@ -19,11 +19,12 @@ use crate::lock::{
 ///    exclusive holder → busy, shared beside shared → a new tenure; a semaphore of N → a new
 ///    tenure while fewer than N are live, else busy.
 ///
-/// The owner's own guarded tenure (one `run` took) counts as another owner's in 3: the
-/// request gets the mismatch or the busy answer another owner would get, and a waiter queues
-/// as behind any holder. Where another owner would be granted a tenure beside it (shared
-/// beside shared, a semaphore with room), the owner is busy too: it holds one tenure of a
-/// resource at most, so it waits for that one to end.
+/// The owner's own guarded tenure (one `run` took), and a tenure of its name that another
+/// token took (`distlock serve --tokens`), count as another owner's in 3: the request gets
+/// the mismatch or the busy answer another owner would get, and a waiter queues as behind any
+/// holder. Where another owner would be granted a tenure beside it (shared beside shared, a
+/// semaphore with room), the owner is busy too: a name holds one tenure of a resource at
+/// most, so it waits for that one to end.
 ///
 /// A new tenure's fence comes from `fresh_fence`, asked only then (a refusal costs the store
 /// no write). Expired rows of the resource make way for it.
@@ -40,8 +41,11 @@ pub fn acquire<E>(
     let now = state.now;
     let expires_at = expiry(now, request.ttl);
     let live = state.live();
-    let own = live.iter().find(|l| l.owner == request.owner);
-    if let Some(own) = own.filter(|own| !own.guarded) {
+    // A resource holds one tenure per owner name at most. The name's tenure is the owner's
+    // own to join only when it is not guarded and the same token took it; else it counts as
+    // another owner's, as below.
+    let own = live.iter().find(|l| l.owner.same_name(&request.owner));
+    if let Some(own) = own.filter(|own| !own.guarded && own.owner == request.owner) {
         if own.mode != request.mode {
             return Ok(Decision::unchanged(Acquire::Mismatch {
                 holders: live.iter().map(|l| l.holder()).collect(),
@@ -305,8 +309,8 @@ pub fn finish(
     }
 }
 
-/// `break`: an operator removes every live tenure of the resource (only `owner`'s, when
-/// given), whoever holds it, recording each as `broken` with who and why. The removed tenures
+/// `break`: an operator removes every live tenure of the resource (only those of `owner`'s
+/// name, whatever token took them, when given), whoever holds it, recording each as `broken` with who and why. The removed tenures
 /// are the outcome; none means "not found". The next tenure gets a higher fence, as always.
 pub fn evict(
     resource: &Resource,
@@ -317,7 +321,7 @@ pub fn evict(
     let removed: Vec<&Tenure> = state
         .live()
         .into_iter()
-        .filter(|l| owner.is_none_or(|o| l.owner == *o))
+        .filter(|l| owner.is_none_or(|o| l.owner.same_name(o)))
         .collect();
     let mut changes = Vec::new();
     for lease in &removed {
@@ -353,8 +357,9 @@ enum Refusal {
     Forbidden,
 }
 
-/// The rule `renew` and `release` share: only the owner of a live tenure may change it, and with
-/// a fence, only that tenure. A later tenure of the same owner is "not found" for a stale fence,
+/// The rule `renew` and `release` share: only the owner of a live tenure may change it (its
+/// name and its token: a tenure of the same name that another token took is another owner's),
+/// and with a fence, only that tenure. A later tenure of the same owner is "not found" for a stale fence,
 /// so a `run` whose lease lapsed can never renew or release its successor.
 fn own_tenure<'a>(
     state: &'a State,

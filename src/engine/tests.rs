@@ -4,7 +4,7 @@ use std::cell::Cell;
 use std::convert::Infallible;
 
 use super::*;
-use crate::lock::{Acquire, Eviction, Grant, Release, Renew};
+use crate::lock::{Acquire, Eviction, Grant, Release, Renew, TokenName};
 
 const NOW: i64 = 1_000_000;
 
@@ -298,7 +298,7 @@ fn owner_names_compare_exactly() {
     // Owners are trimmed at the edge; past it, "a" and "A" are different owners.
     for other in ["A", "a ", "aa", "b"] {
         let rows = [Tenure {
-            owner: Owner::from_store(other),
+            owner: Owner::from_store(other, ""),
             ..lease("x", 7, 5_000)
         }];
         let (decision, _) = acquire_with(&rows, "a", 10);
@@ -792,6 +792,7 @@ fn releasing_records_the_released_tenure_not_the_requester_input() {
             at: Timestamp(NOW),
             resource: res(),
             owner: own("a"),
+            token: None,
             fence: Fence(7),
             event: EventKind::Released,
             previous_owner: None,
@@ -2231,4 +2232,268 @@ fn random_histories_keep_the_invariants() {
             );
         }
     }
+}
+
+/// `owner` proved by token `token` (`""`: by none), as a server with tokens makes it.
+fn proved(owner: &str, token: &str) -> Owner {
+    own(owner).with_token((!token.is_empty()).then(|| TokenName::parse(token).unwrap()))
+}
+
+fn tenure_by(owner: &str, token: &str, fence: i64, mode: Mode) -> Tenure {
+    Tenure {
+        owner: proved(owner, token),
+        ..held(owner, fence, 5_000, mode)
+    }
+}
+
+#[test]
+fn a_tenure_belongs_to_the_token_that_took_it() {
+    // (case, the tenure's owner and token, the request's owner and token, modes, verdict):
+    // a name proves nothing, so the same name with another token (or none) is another owner,
+    // except that one name holds one tenure of a resource at most: beside it, busy.
+    let cases = [
+        (
+            "same name, same token",
+            ("w", "ci"),
+            ("w", "ci"),
+            X,
+            X,
+            "extended",
+        ),
+        (
+            "same name, same token, shared",
+            ("w", "ci"),
+            ("w", "ci"),
+            S,
+            S,
+            "extended",
+        ),
+        (
+            "same name, other token",
+            ("w", "ci"),
+            ("w", "ops"),
+            X,
+            X,
+            "busy",
+        ),
+        (
+            "same name, tokenless caller",
+            ("w", "ci"),
+            ("w", ""),
+            X,
+            X,
+            "busy",
+        ),
+        (
+            "same name, tokenless tenure",
+            ("w", ""),
+            ("w", "ci"),
+            X,
+            X,
+            "busy",
+        ),
+        (
+            "same name, other token, shared",
+            ("w", "ci"),
+            ("w", "ops"),
+            S,
+            S,
+            "busy",
+        ),
+        (
+            "same name, other token, room in a semaphore",
+            ("w", "ci"),
+            ("w", "ops"),
+            Mode::Semaphore(3),
+            Mode::Semaphore(3),
+            "busy",
+        ),
+        (
+            "same name, other token, other family",
+            ("w", "ci"),
+            ("w", "ops"),
+            S,
+            Mode::Semaphore(2),
+            "mismatch",
+        ),
+        (
+            "other name, same token",
+            ("w", "ci"),
+            ("v", "ci"),
+            X,
+            X,
+            "busy",
+        ),
+        (
+            "other name, same token, shared",
+            ("w", "ci"),
+            ("v", "ci"),
+            S,
+            S,
+            "granted",
+        ),
+        ("no tokens at all", ("w", ""), ("w", ""), X, X, "extended"),
+    ];
+    for (case, (owner, token), (asker, asker_token), held_mode, mode, expected) in cases {
+        let rows = [tenure_by(owner, token, 7, held_mode)];
+        let req = Request {
+            owner: proved(asker, asker_token),
+            mode,
+            ..request(asker, 30)
+        };
+        assert_eq!(verdict(&rows, &req), expected, "{case}");
+    }
+}
+
+#[test]
+fn only_the_token_that_took_a_tenure_renews_or_releases_it() {
+    // (case, the tenure's token, the caller's token, fence given, renew's and release's answer)
+    let cases = [
+        ("same token", "ci", "ci", None, "renewed", "released"),
+        (
+            "same token and fence",
+            "ci",
+            "ci",
+            Some(7),
+            "renewed",
+            "released",
+        ),
+        ("other token", "ci", "ops", None, "forbidden", "forbidden"),
+        (
+            "other token, right fence",
+            "ci",
+            "ops",
+            Some(7),
+            "forbidden",
+            "forbidden",
+        ),
+        (
+            "caller without a token",
+            "ci",
+            "",
+            None,
+            "forbidden",
+            "forbidden",
+        ),
+        (
+            "tenure without a token",
+            "",
+            "ci",
+            Some(7),
+            "forbidden",
+            "forbidden",
+        ),
+        (
+            "same token, stale fence",
+            "ci",
+            "ci",
+            Some(6),
+            "not found",
+            "not found",
+        ),
+    ];
+    for (case, token, caller, fence, renewed, released) in cases {
+        let rows = [tenure_by("w", token, 7, X)];
+        let st = state(&rows);
+        let who = proved("w", caller);
+        let fence = fence.map(Fence);
+        let renew = match renew(&res(), &st, &who, ttl(30), fence).outcome {
+            Renew::Renewed { .. } => "renewed",
+            Renew::NotFound => "not found",
+            Renew::Forbidden => "forbidden",
+        };
+        let release = match release(&res(), &st, &who, fence) {
+            Decision {
+                outcome: Release::Released,
+                changes,
+            } => {
+                assert!(
+                    matches!(&changes[1], Change::Record(e)
+                        if e.token.as_ref().map(TokenName::as_str) == (!token.is_empty()).then_some(token)),
+                    "{case}: the event names the tenure's token: {changes:?}"
+                );
+                "released"
+            }
+            Decision {
+                outcome: Release::NotFound,
+                ..
+            } => "not found",
+            Decision {
+                outcome: Release::Forbidden,
+                ..
+            } => "forbidden",
+        };
+        assert_eq!((renew, release), (renewed, released), "{case}");
+    }
+}
+
+#[test]
+fn each_token_waits_in_its_own_place_and_leaves_only_its_own() {
+    let other_token = Waiter {
+        owner: proved("w", "ops"),
+        ..place("w", 1, 3_000)
+    };
+    let mine = Waiter {
+        owner: proved("w", "ci"),
+        ..place("w", 2, 3_000)
+    };
+    let st = queued(
+        &[held("h", 7, 5_000, X)],
+        &[other_token.clone(), mine.clone()],
+    );
+    // A waiter with token "ci" is second in line, behind the same name with another token.
+    let req = Request {
+        owner: proved("w", "ci"),
+        waits: true,
+        ..request("w", 30)
+    };
+    let decision = acquire(&res(), &st, &req, || Ok::<_, Infallible>(Fence(100))).unwrap();
+    assert!(
+        matches!(
+            decision.outcome,
+            Acquire::Busy {
+                position: Some(2),
+                waiting: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        decision.outcome
+    );
+    // A newcomer under the same name with no token gets a place of its own, at the end.
+    let newcomer = Request {
+        owner: own("w"),
+        waits: true,
+        ..request("w", 30)
+    };
+    let decision = acquire(&res(), &st, &newcomer, || Ok::<_, Infallible>(Fence(100))).unwrap();
+    assert!(
+        matches!(&decision.changes[..], [Change::Enqueue { owner, .. }] if *owner == own("w")),
+        "{:?}",
+        decision.changes
+    );
+    // Leaving takes away the leaver's place, not its namesake's.
+    assert_eq!(
+        leave(&st, &proved("w", "ci")).changes,
+        vec![Change::Dequeue {
+            owner: proved("w", "ci")
+        }]
+    );
+}
+
+#[test]
+fn a_break_by_owner_name_ends_the_tenure_whatever_token_took_it() {
+    let rows = [tenure_by("w", "ci", 7, X)];
+    let eviction = Eviction {
+        by: Remark::parse("ops").unwrap(),
+        reason: Remark::parse("stuck").unwrap(),
+    };
+    let decision = evict(&res(), &state(&rows), Some(&own("w")), &eviction);
+    assert_eq!(decision.outcome.len(), 1);
+    assert!(
+        matches!(&decision.changes[1], Change::Record(e)
+            if e.token.as_ref().map(TokenName::as_str) == Some("ci")),
+        "{:?}",
+        decision.changes
+    );
 }

@@ -68,16 +68,38 @@ impl fmt::Display for Resource {
     }
 }
 
-/// Who holds (or wants) a lock. Surrounding whitespace is trimmed, so `" w1 "` and `"w1"` are
-/// one owner and `"   "` is no owner at all.
+/// Who holds (or wants) a lock: the name its caller gives, and, through a server with
+/// tokens, the token that the caller proved (`distlock serve --tokens`). A name proves nothing
+/// (anyone can read it with `status`), so two owners are one only when both their names and
+/// their tokens are: a tenure taken with one token is another owner's to a caller with another
+/// token, or with none. As JSON an owner is its name alone.
+///
+/// Surrounding whitespace is trimmed, so `" w1 "` and `"w1"` are one owner and `"   "` is no
+/// owner at all.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
-pub struct Owner(String);
+pub struct Owner {
+    name: String,
+    token: Option<TokenName>,
+}
 
-checked_text!(Owner);
+impl From<Owner> for String {
+    fn from(value: Owner) -> String {
+        value.name
+    }
+}
+
+impl TryFrom<String> for Owner {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Owner, String> {
+        Owner::parse(&raw)
+    }
+}
 
 impl Owner {
     /// Trims `raw`, then checks it against the contract: 1..=255 bytes, no control characters.
+    /// The owner has no token.
     ///
     /// # Errors
     ///
@@ -85,12 +107,42 @@ impl Owner {
     pub fn parse(raw: &str) -> Result<Owner, String> {
         let trimmed = raw.trim();
         check_name("owner", trimmed)?;
-        Ok(Owner(trimmed.to_owned()))
+        Ok(Owner::named(trimmed.to_owned()))
     }
 
-    /// An owner read back from the store, which only ever holds validated owners.
-    pub(crate) fn from_store(raw: &str) -> Owner {
-        Owner(raw.to_owned())
+    fn named(name: String) -> Owner {
+        Owner { name, token: None }
+    }
+
+    /// An owner read back from the store, which only ever holds validated owners, with the
+    /// token column as the stores keep it (empty: no token).
+    pub(crate) fn from_store(name: &str, token: &str) -> Owner {
+        Owner {
+            name: name.to_owned(),
+            token: (!token.is_empty()).then(|| TokenName(token.to_owned())),
+        }
+    }
+
+    /// The same name, proved by `token` (a server's caller) or by none.
+    #[must_use]
+    pub fn with_token(self, token: Option<TokenName>) -> Owner {
+        Owner { token, ..self }
+    }
+
+    /// The token that proved this owner, if any.
+    pub fn token(&self) -> Option<&TokenName> {
+        self.token.as_ref()
+    }
+
+    /// The token as the stores' `token` column keeps it: its name, or empty for none.
+    pub(crate) fn token_column(&self) -> &str {
+        self.token.as_ref().map_or("", TokenName::as_str)
+    }
+
+    /// Whether `other` goes by the same name, whatever token proved either. A resource holds
+    /// one tenure per name at most.
+    pub fn same_name(&self, other: &Owner) -> bool {
+        self.name == other.name
     }
 
     /// An owner name unique to this process: `<hostname>:<pid>:<8 random hex digits>`.
@@ -106,7 +158,58 @@ impl Owner {
         while host.len() + suffix.len() > MAX_NAME_BYTES {
             host.pop();
         }
-        Owner(host + &suffix)
+        Owner::named(host + &suffix)
+    }
+
+    /// The name (never the token).
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// The name of a token of `distlock serve --tokens`: 1..=64 bytes of ASCII letters, digits,
+/// `.`, `_` and `-`, so that it is safe in a log line and a history event. (The name is not
+/// secret; the token's secret never leaves the caller and the server.)
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct TokenName(String);
+
+checked_text!(TokenName);
+
+impl TokenName {
+    /// The longest token name, in bytes.
+    pub const MAX_BYTES: usize = 64;
+
+    /// Checks a token name.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the rule that `raw` breaks.
+    pub fn parse(raw: &str) -> Result<TokenName, String> {
+        if raw.is_empty() {
+            return Err("a token name must not be empty".into());
+        }
+        if raw.len() > TokenName::MAX_BYTES {
+            return Err(format!(
+                "a token name is at most {} bytes long",
+                TokenName::MAX_BYTES
+            ));
+        }
+        if !raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err(format!(
+                "token name {raw:?} may hold only ASCII letters, digits, '.', '_' and '-'"
+            ));
+        }
+        Ok(TokenName(raw.to_owned()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -114,7 +217,7 @@ impl Owner {
     }
 }
 
-impl fmt::Display for Owner {
+impl fmt::Display for TokenName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

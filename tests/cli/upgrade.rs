@@ -86,7 +86,7 @@ UPDATE distlock.meta SET schema_version = 2;
 ";
 
 /// The schema version of this build.
-const NEW_VERSION: i64 = 3;
+const NEW_VERSION: i64 = 4;
 
 /// Query parameter `$N`, a time in milliseconds, as a `timestamptz`, exactly (integer
 /// arithmetic).
@@ -994,4 +994,65 @@ fn many_processes_opening_one_v2_store_at_once_all_succeed_and_it_is_upgraded_on
             "old history and one event each"
         );
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// From schema version 3 (guarded tenures, before server tokens)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn v3_store_is_upgraded_keeping_guarded_tenures_and_every_place_in_the_queue() {
+    let db = Db::sqlite();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    fs::copy(fixtures.join("v3.db"), db.path()).expect("copy the v3 fixture");
+    let old_log = fs::read_to_string(fixtures.join("v3.log")).expect("read the v3 fixture's log");
+    {
+        // Every lease and the dead waiter's place run for a day from now (the file stays v3).
+        let conn = Connection::open(db.path()).expect("open the copy");
+        let later = now_millis() + DAY_MS;
+        conn.execute("UPDATE locks SET expires_at = ?1", [later])
+            .expect("move the leases forward");
+        conn.execute("UPDATE waiters SET expires_at = ?1", [later])
+            .expect("make the place live");
+    }
+    // Reading does not upgrade.
+    assert_held_by(&db, "deploy", "alice");
+    assert_eq!(schema_version(&db), 3, "a read left the schema as it was");
+    // The first write upgrades, and the waiter's place is still first in line: with the holder
+    // gone, a newcomer is still busy behind it.
+    db.json(&["release", "deploy", "--owner", "alice"], 0);
+    assert_eq!(schema_version(&db), NEW_VERSION, "upgraded");
+    assert_sound(&db);
+    assert_eq!(db.waiting("deploy"), 1, "the place in the queue was kept");
+    let busy = db.json(
+        &["acquire", "deploy", "--owner", "carol", "--ttl", "60"],
+        75,
+    );
+    assert_eq!(busy["waiting"], 1, "{busy}");
+    let granted = db.json(
+        &[
+            "acquire", "deploy", "--owner", "bob", "--ttl", "60", "--wait", "5",
+        ],
+        0,
+    );
+    assert!(
+        granted["lock"]["fence"].as_i64().expect("fence") > 6,
+        "a fence after the old store's last: {granted}"
+    );
+    // The tenure `run` took and kept is still guarded: its own owner cannot join it.
+    db.json(&["acquire", "kept", "--owner", "cron", "--ttl", "60"], 75);
+    let joined = db.json(
+        &[
+            "acquire", "reports", "--owner", "r1", "--shared", "--ttl", "60",
+        ],
+        0,
+    );
+    assert_eq!(joined["lock"]["fence"], 2, "{joined}");
+    let log = db.run(&["log"]);
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert_eq!(old_log.lines().count(), 8, "the fixture's history");
+    assert!(
+        log.starts_with(&old_log),
+        "the old history, first, in order and byte for byte:\n{log}"
+    );
 }

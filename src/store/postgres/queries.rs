@@ -24,7 +24,7 @@ impl Session {
         );
         let rows = self.client.query(&sql, &[&prefix])?;
         rows.iter()
-            .map(|row| Ok(binary_lease(row, 0)?.lock(&Resource::from_store(row.get(8)))))
+            .map(|row| Ok(binary_lease(row, 0)?.lock(&Resource::from_store(row.get(9)))))
             .collect()
     }
 
@@ -40,7 +40,7 @@ impl Session {
         let resource = query.resource.as_ref().map(Resource::as_str);
         let rows = self.client.query(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
-                    previous_owner, mode, lim, note, operator, reason
+                    previous_owner, mode, lim, note, operator, reason, token
              FROM (SELECT * FROM distlock.history
                    WHERE ($1::text IS NULL OR resource = $1)
                      AND ($2::bigint IS NULL OR at >= now() - $2::bigint * interval '1 ms')
@@ -62,6 +62,7 @@ impl Session {
                     note: r.get(8),
                     by: r.get(9),
                     reason: r.get(10),
+                    token: r.get(11),
                 })
             })
             .collect()

@@ -79,6 +79,22 @@ ALTER TABLE distlock.locks
 UPDATE distlock.meta SET schema_version = 3;
 ";
 
+/// Version 3 → 4: a tenure, a place in the queue and a history event record the token of
+/// `distlock serve --tokens` that proved their owner (empty: none, as for every row already
+/// there), and one owner name may wait once per token. (Columns with a constant default: the
+/// server adds them without rewriting the tables.)
+pub(super) const UPGRADE_V4: &str = "
+ALTER TABLE distlock.locks
+    ADD COLUMN token text NOT NULL DEFAULT '';          -- the server token that took it
+ALTER TABLE distlock.history
+    ADD COLUMN token text NOT NULL DEFAULT '';
+ALTER TABLE distlock.waiters
+    ADD COLUMN token text NOT NULL DEFAULT '',          -- '': no token
+    DROP CONSTRAINT waiters_resource_owner_key,
+    ADD UNIQUE (resource, owner, token);
+UPDATE distlock.meta SET schema_version = 4;
+";
+
 impl Session {
     /// Checks the schema version the careful way, and creates or upgrades the schema if it is
     /// missing or older.
@@ -123,6 +139,10 @@ impl Session {
             if version < 3 {
                 tx.batch_execute(UPGRADE_V3)
                     .context("cannot upgrade the distlock schema to version 3")?;
+            }
+            if version < 4 {
+                tx.batch_execute(UPGRADE_V4)
+                    .context("cannot upgrade the distlock schema to version 4")?;
             }
             tx.commit()?;
         }

@@ -15,7 +15,7 @@ use crate::store::{SCHEMA_VERSION, mode_columns, mode_of};
 /// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
 pub(super) const LEASE_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \
                              (extract(epoch FROM expires_at) * 1000)::bigint, mode, lim, note, \
-                             guarded";
+                             guarded, token";
 
 /// The channel on which commits that may let a waiter in are announced; the payload is the
 /// resource.
@@ -152,7 +152,7 @@ pub(super) fn tenures(resource: &str) -> String {
 
 pub(super) fn waiters(resource: &str) -> String {
     format!(
-        "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint \
+        "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint, token \
          FROM distlock.waiters WHERE resource = {resource}"
     )
 }
@@ -199,7 +199,10 @@ pub(super) fn found(outputs: &[Output], digested: bool) -> Result<Found> {
             .iter()
             .map(|r| {
                 Ok(Waiter {
-                    owner: Owner::from_store(required(column(r, 0)?, 0)?),
+                    owner: Owner::from_store(
+                        required(column(r, 0)?, 0)?,
+                        required(column(r, 3)?, 3)?,
+                    ),
                     ticket: required(number(r, 1)?, 1)?,
                     expires_at: Timestamp(required(number(r, 2)?, 2)?),
                 })
@@ -219,7 +222,7 @@ pub(super) fn found(outputs: &[Output], digested: bool) -> Result<Found> {
 /// Reads [`LEASE_COLUMNS`] from a text row.
 pub(super) fn lease(row: &SimpleQueryRow) -> Result<Tenure> {
     Ok(Tenure {
-        owner: Owner::from_store(required(column(row, 0)?, 0)?),
+        owner: Owner::from_store(required(column(row, 0)?, 0)?, required(column(row, 8)?, 8)?),
         fence: Fence(required(number(row, 1)?, 1)?),
         acquired_at: Timestamp(required(number(row, 2)?, 2)?),
         expires_at: Timestamp(required(number(row, 3)?, 3)?),
@@ -232,7 +235,7 @@ pub(super) fn lease(row: &SimpleQueryRow) -> Result<Tenure> {
 /// Reads [`LEASE_COLUMNS`] from the binary row of `list`, starting at column `first`.
 pub(super) fn binary_lease(row: &Row, first: usize) -> Result<Tenure> {
     Ok(Tenure {
-        owner: Owner::from_store(row.get(first)),
+        owner: Owner::from_store(row.get(first), row.get(first + 8)),
         fence: Fence(row.get(first + 1)),
         acquired_at: Timestamp(row.get(first + 2)),
         expires_at: Timestamp(row.get(first + 3)),
@@ -254,8 +257,9 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
             let (mode, lim) = mode_columns(lease.mode);
             format!(
                 "INSERT INTO distlock.locks
-                     (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded)
-                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {}, {})",
+                     (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded,
+                      token)
+                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
                 text(lease.owner.as_str()),
                 lease.fence.0,
                 at_ms(lease.acquired_at.0),
@@ -264,6 +268,7 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
                 number_or_null(lim),
                 text_or_null(lease.note.as_ref().map(Remark::as_str)),
                 lease.guarded,
+                text(lease.owner.token_column()),
             )
         }
         Change::Update(lease) => one_row(&format!(
@@ -279,26 +284,30 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
             fence.0
         )),
         Change::Enqueue { owner, expires_at } => format!(
-            "INSERT INTO distlock.waiters (resource, owner, expires_at) VALUES ({resource}, {}, {})",
+            "INSERT INTO distlock.waiters (resource, owner, token, expires_at)
+             VALUES ({resource}, {}, {}, {})",
             text(owner.as_str()),
+            text(owner.token_column()),
             at_ms(expires_at.0),
         ),
         Change::Refresh { owner, expires_at } => one_row(&format!(
             "UPDATE distlock.waiters SET expires_at = {}
-             WHERE resource = {resource} AND owner = {}",
+             WHERE resource = {resource} AND owner = {} AND token = {}",
             at_ms(expires_at.0),
             text(owner.as_str()),
+            text(owner.token_column()),
         )),
         Change::Dequeue { owner } => one_row(&format!(
-            "DELETE FROM distlock.waiters WHERE resource = {resource} AND owner = {}",
+            "DELETE FROM distlock.waiters WHERE resource = {resource} AND owner = {} AND token = {}",
             text(owner.as_str()),
+            text(owner.token_column()),
         )),
         Change::Record(record) => {
             let (mode, lim) = mode_columns(record.mode);
             format!(
                 "INSERT INTO distlock.history (at, resource, owner, fence, event,
-                     previous_owner, mode, lim, note, operator, reason)
-                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                     previous_owner, mode, lim, note, operator, reason, token)
+                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
                 at_ms(record.at.0),
                 text(record.owner.as_str()),
                 record.fence.0,
@@ -309,6 +318,7 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
                 text_or_null(record.note.as_ref().map(Remark::as_str)),
                 text_or_null(record.broken.as_ref().map(|b| b.by.as_str())),
                 text_or_null(record.broken.as_ref().map(|b| b.reason.as_str())),
+                text(record.owner.token_column()),
             )
         }
     }

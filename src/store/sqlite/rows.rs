@@ -33,25 +33,26 @@ impl SqliteStore {
 }
 
 /// The lease columns, in the order [`lease`] reads them.
-const LEASE_COLUMNS: &str = "owner, fence, acquired_at, expires_at, mode, lim, note, guarded";
+const LEASE_COLUMNS: &str =
+    "owner, fence, acquired_at, expires_at, mode, lim, note, guarded, token";
 
 /// A history row's columns, in the order `history_rows` reads them.
 const HISTORY_COLUMNS: &str =
-    "at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason";
+    "at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason, token";
 
 /// What a schema version has, so that a read-only command reads a store as it is, without
 /// upgrading it: a column a version lacks reads as the value its upgrade gives it. Version 1
 /// (before lock modes) has exclusive tenures without notes, history rows of exclusive locks
 /// nobody broke, and no queue; version 2 (before guarded tenures) has tenures that may all be
-/// joined.
+/// joined; version 3 (before tokens) has rows no token proved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Shape {
     /// [`LEASE_COLUMNS`], or what stands for them.
     lease: &'static str,
     /// [`HISTORY_COLUMNS`], or what stands for them.
     history: &'static str,
-    /// Whether there is a queue of waiters (`waiters`, from version 2).
-    queue: bool,
+    /// The columns of a place in the queue (`waiters`, from version 2), or `None`.
+    queue: Option<&'static str>,
 }
 
 impl Shape {
@@ -59,31 +60,40 @@ impl Shape {
     pub(super) const CURRENT: Shape = Shape {
         lease: LEASE_COLUMNS,
         history: HISTORY_COLUMNS,
-        queue: true,
+        queue: Some(WAITER_COLUMNS),
     };
 
     /// The shape of schema `version`, one that [`recognise`](super::schema::recognise) found.
     pub(super) fn of(version: i64) -> Shape {
         match version {
             1 => Shape {
-                lease: "owner, fence, acquired_at, expires_at, 'exclusive', NULL, NULL, 0",
+                lease: "owner, fence, acquired_at, expires_at, 'exclusive', NULL, NULL, 0, ''",
                 history: "at, resource, owner, fence, event, previous_owner,
-                          'exclusive', NULL, NULL, NULL, NULL",
-                queue: false,
+                          'exclusive', NULL, NULL, NULL, NULL, ''",
+                queue: None,
             },
             2 => Shape {
-                lease: "owner, fence, acquired_at, expires_at, mode, lim, note, 0",
-                ..Shape::CURRENT
+                lease: "owner, fence, acquired_at, expires_at, mode, lim, note, 0, ''",
+                ..Shape::of(3)
+            },
+            3 => Shape {
+                lease: "owner, fence, acquired_at, expires_at, mode, lim, note, guarded, ''",
+                history: "at, resource, owner, fence, event, previous_owner, mode, lim, note,
+                          operator, reason, ''",
+                queue: Some("owner, ticket, expires_at, ''"),
             },
             _ => Shape::CURRENT,
         }
     }
 }
 
+/// A place in the queue's columns, in the order [`state`] reads them.
+const WAITER_COLUMNS: &str = "owner, ticket, expires_at, token";
+
 /// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
 fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Tenure> {
     Ok(Tenure {
-        owner: Owner::from_store(&r.get::<_, String>(first)?),
+        owner: Owner::from_store(&r.get::<_, String>(first)?, &r.get::<_, String>(first + 8)?),
         fence: Fence(r.get(first + 1)?),
         acquired_at: Timestamp(r.get(first + 2)?),
         expires_at: Timestamp(r.get(first + 3)?),
@@ -104,16 +114,18 @@ pub(super) fn state(
     resource: &Resource,
     now: Timestamp,
 ) -> Result<State> {
-    let queue = if shape.queue {
-        conn.prepare_cached("SELECT owner, ticket, expires_at FROM waiters WHERE resource = ?1")?
-            .query_map([resource.as_str()], |r| {
-                Ok(Waiter {
-                    owner: Owner::from_store(&r.get::<_, String>(0)?),
-                    ticket: r.get(1)?,
-                    expires_at: Timestamp(r.get(2)?),
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?
+    let queue = if let Some(columns) = shape.queue {
+        conn.prepare_cached(&format!(
+            "SELECT {columns} FROM waiters WHERE resource = ?1"
+        ))?
+        .query_map([resource.as_str()], |r| {
+            Ok(Waiter {
+                owner: Owner::from_store(&r.get::<_, String>(0)?, &r.get::<_, String>(3)?),
+                ticket: r.get(1)?,
+                expires_at: Timestamp(r.get(2)?),
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?
     } else {
         Vec::new()
     };
@@ -147,13 +159,14 @@ pub(super) fn next_fence(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
 const NEXT_FENCE: &str = "UPDATE fence_counter SET last = last + 1 WHERE id = 0 RETURNING last";
 const INSERT_RESOURCE: &str = "INSERT OR IGNORE INTO resources (resource) VALUES (?1)";
 const INSERT_LOCK: &str = "INSERT INTO locks
-        (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+        (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded, token)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 const DELETE_LOCK: &str = "DELETE FROM locks WHERE resource = ?1 AND fence = ?2";
 const INSERT_HISTORY: &str = "INSERT INTO history
-        (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-const DEQUEUE: &str = "DELETE FROM waiters WHERE resource = ?1 AND owner = ?2";
+        (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason,
+         token)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+const DEQUEUE: &str = "DELETE FROM waiters WHERE resource = ?1 AND owner = ?2 AND token = ?3";
 
 /// Writes the core's changes, in order. A row that is not where the decision saw it means the
 /// transaction did not hold what it read: that is refused, never written around.
@@ -173,7 +186,8 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
                     mode,
                     lim,
                     lease.note.as_ref().map(Remark::as_str),
-                    lease.guarded
+                    lease.guarded,
+                    lease.owner.token_column()
                 ])?
             }
             Change::Update(lease) => tx
@@ -207,7 +221,8 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
                     lim,
                     record.note.as_ref().map(Remark::as_str),
                     record.broken.as_ref().map(|b| b.by.as_str()),
-                    record.broken.as_ref().map(|b| b.reason.as_str())
+                    record.broken.as_ref().map(|b| b.reason.as_str()),
+                    record.owner.token_column()
                 ])?
             }
         };
@@ -223,17 +238,30 @@ fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize
     Ok(match change {
         Change::Enqueue { owner, expires_at } => tx
             .prepare_cached(
-                "INSERT INTO waiters (resource, owner, expires_at) VALUES (?1, ?2, ?3)",
+                "INSERT INTO waiters (resource, owner, token, expires_at) VALUES (?1, ?2, ?3, ?4)",
             )?
-            .execute(params![res, owner.as_str(), expires_at.0])?,
+            .execute(params![
+                res,
+                owner.as_str(),
+                owner.token_column(),
+                expires_at.0
+            ])?,
         Change::Refresh { owner, expires_at } => tx
             .prepare_cached(
-                "UPDATE waiters SET expires_at = ?3 WHERE resource = ?1 AND owner = ?2",
+                "UPDATE waiters SET expires_at = ?4
+                 WHERE resource = ?1 AND owner = ?2 AND token = ?3",
             )?
-            .execute(params![res, owner.as_str(), expires_at.0])?,
-        Change::Dequeue { owner } => tx
-            .prepare_cached(DEQUEUE)?
-            .execute(params![res, owner.as_str()])?,
+            .execute(params![
+                res,
+                owner.as_str(),
+                owner.token_column(),
+                expires_at.0
+            ])?,
+        Change::Dequeue { owner } => tx.prepare_cached(DEQUEUE)?.execute(params![
+            res,
+            owner.as_str(),
+            owner.token_column()
+        ])?,
         _ => 0,
     })
 }
@@ -305,6 +333,7 @@ impl SqliteStore {
                 note: r.get::<_, Option<String>>(8)?.as_deref(),
                 by: r.get::<_, Option<String>>(9)?.as_deref(),
                 reason: r.get::<_, Option<String>>(10)?.as_deref(),
+                token: &r.get::<_, String>(11)?,
             })?);
         }
         Ok(events)

@@ -1,5 +1,5 @@
 //! The SQLite store's tables: the DDL of each version (`schema_v1.sql`, `upgrade_v2.sql`,
-//! `upgrade_v3.sql`), the upgrade that brings an older file to [`SCHEMA_VERSION`] once, and the
+//! `upgrade_v3.sql`, `upgrade_v4.sql`), the upgrade that brings an older file to [`SCHEMA_VERSION`] once, and the
 //! check, before anything else is done to a file, that its tables are a distlock schema's
 //! ([`recognise`]).
 
@@ -21,6 +21,12 @@ const UPGRADE_V2: &str = include_str!("upgrade_v2.sql");
 /// Version 2 → 3: a tenure records whether `run` took it, which guards it: only a tenure that
 /// `acquire` took may be joined. Every tenure already there is one that may be joined.
 const UPGRADE_V3: &str = include_str!("upgrade_v3.sql");
+
+/// Version 3 → 4: a tenure, a place in the queue and a history event record the token of
+/// `distlock serve --tokens` that proved their owner (empty: none, as for every row already
+/// there), and one owner name may wait once per token. The queue is copied whole, tickets
+/// and all, so every waiter keeps its place.
+const UPGRADE_V4: &str = include_str!("upgrade_v4.sql");
 
 impl SqliteStore {
     /// Creates or upgrades the schema once, atomically, even when many processes open an old or
@@ -44,6 +50,10 @@ impl SqliteStore {
         if version < 3 {
             tx.execute_batch(UPGRADE_V3)
                 .context("cannot upgrade the schema to version 3")?;
+        }
+        if version < 4 {
+            tx.execute_batch(UPGRADE_V4)
+                .context("cannot upgrade the schema to version 4")?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -113,7 +123,7 @@ pub(super) enum Found {
 
 /// Refuses databases this build must not touch, by their tables, whatever `user_version` says:
 /// another application's (any set of tables that is not a distlock schema's: version 1's
-/// three, or the five of versions 2 and 3; a version past this build's without distlock's
+/// three, or the five of versions 2 to 4; a version past this build's without distlock's
 /// tables), or a newer distlock's.
 pub(super) fn recognise(tables: Tables) -> Result<Found> {
     let Tables {
