@@ -37,6 +37,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete expired locks and old history')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a lock (operators): remove its live tenures, recording who and why')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the HTTP lock API over the store, for CI runners and programs')
+            [CompletionResult]::new('token', 'token', [CompletionResultType]::ParameterValue, 'Make tokens for distlock serve --tokens')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -132,10 +133,42 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         }
         'distlock;serve' {
             [CompletionResult]::new('--listen', '--listen', [CompletionResultType]::ParameterName, 'The address and port to listen on (loopback only); port 0 picks a free one')
+            [CompletionResult]::new('--tokens', '--tokens', [CompletionResultType]::ParameterName, 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'distlock;token' {
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('add', 'add', [CompletionResultType]::ParameterValue, 'Add a token to a tokens file and print its secret, this once only')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'distlock;token;add' {
+            [CompletionResult]::new('--tokens', '--tokens', [CompletionResultType]::ParameterName, 'The tokens file to add it to')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'A resource prefix the token may use (repeat for more); "deploy/" allows deploy/prod')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
+            [CompletionResult]::new('--all-resources', '--all-resources', [CompletionResultType]::ParameterName, 'The token may use every resource')
+            [CompletionResult]::new('--operator', '--operator', [CompletionResultType]::ParameterName, 'The token is an operator''s: it may break any lock, and sees every resource in list and log')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'distlock;token;help' {
+            [CompletionResult]::new('add', 'add', [CompletionResultType]::ParameterValue, 'Add a token to a tokens file and print its secret, this once only')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'distlock;token;help;add' {
+            break
+        }
+        'distlock;token;help;help' {
             break
         }
         'distlock;help' {
@@ -149,6 +182,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete expired locks and old history')
             [CompletionResult]::new('break', 'break', [CompletionResultType]::ParameterValue, 'Force-release a lock (operators): remove its live tenures, recording who and why')
             [CompletionResult]::new('serve', 'serve', [CompletionResultType]::ParameterValue, 'Serve the HTTP lock API over the store, for CI runners and programs')
+            [CompletionResult]::new('token', 'token', [CompletionResultType]::ParameterValue, 'Make tokens for distlock serve --tokens')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -180,6 +214,13 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             break
         }
         'distlock;help;serve' {
+            break
+        }
+        'distlock;help;token' {
+            [CompletionResult]::new('add', 'add', [CompletionResultType]::ParameterValue, 'Add a token to a tokens file and print its secret, this once only')
+            break
+        }
+        'distlock;help;token;add' {
             break
         }
         'distlock;help;help' {

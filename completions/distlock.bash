@@ -49,6 +49,9 @@ _distlock() {
             distlock,status)
                 cmd="distlock__subcmd__status"
                 ;;
+            distlock,token)
+                cmd="distlock__subcmd__token"
+                ;;
             distlock__subcmd__help,acquire)
                 cmd="distlock__subcmd__help__subcmd__acquire"
                 ;;
@@ -82,6 +85,24 @@ _distlock() {
             distlock__subcmd__help,status)
                 cmd="distlock__subcmd__help__subcmd__status"
                 ;;
+            distlock__subcmd__help,token)
+                cmd="distlock__subcmd__help__subcmd__token"
+                ;;
+            distlock__subcmd__help__subcmd__token,add)
+                cmd="distlock__subcmd__help__subcmd__token__subcmd__add"
+                ;;
+            distlock__subcmd__token,add)
+                cmd="distlock__subcmd__token__subcmd__add"
+                ;;
+            distlock__subcmd__token,help)
+                cmd="distlock__subcmd__token__subcmd__help"
+                ;;
+            distlock__subcmd__token__subcmd__help,add)
+                cmd="distlock__subcmd__token__subcmd__help__subcmd__add"
+                ;;
+            distlock__subcmd__token__subcmd__help,help)
+                cmd="distlock__subcmd__token__subcmd__help__subcmd__help"
+                ;;
             *)
                 ;;
         esac
@@ -89,7 +110,7 @@ _distlock() {
 
     case "${cmd}" in
         distlock)
-            opts="-h -V --db --format --help --version acquire status release renew run list log gc break serve help"
+            opts="-h -V --db --format --help --version acquire status release renew run list log gc break serve token help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -213,7 +234,7 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__help)
-            opts="acquire status release renew run list log gc break serve help"
+            opts="acquire status release renew run list log gc break serve token help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -369,6 +390,34 @@ _distlock() {
         distlock__subcmd__help__subcmd__status)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__help__subcmd__token)
+            opts="add"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__help__subcmd__token__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -555,13 +604,17 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__serve)
-            opts="-h --listen --db --format --help"
+            opts="-h --listen --tokens --db --format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tokens)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -595,6 +648,100 @@ _distlock() {
                     COMPREPLY=($(compgen -W "json text" -- "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__token)
+            opts="-h --db --format --help add help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "json text" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__token__subcmd__add)
+            opts="-h --tokens --prefix --all-resources --operator --db --format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --tokens)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "json text" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__token__subcmd__help)
+            opts="add help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__token__subcmd__help__subcmd__add)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        distlock__subcmd__token__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

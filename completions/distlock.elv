@@ -34,6 +34,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand gc 'Delete expired locks and old history'
             cand break 'Force-release a lock (operators): remove its live tenures, recording who and why'
             cand serve 'Serve the HTTP lock API over the store, for CI runners and programs'
+            cand token 'Make tokens for distlock serve --tokens'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'distlock;acquire'= {
@@ -119,10 +120,37 @@ set edit:completion:arg-completer[distlock] = {|@words|
         }
         &'distlock;serve'= {
             cand --listen 'The address and port to listen on (loopback only); port 0 picks a free one'
+            cand --tokens 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it'
             cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;token'= {
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand add 'Add a token to a tokens file and print its secret, this once only'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'distlock;token;add'= {
+            cand --tokens 'The tokens file to add it to'
+            cand --prefix 'A resource prefix the token may use (repeat for more); "deploy/" allows deploy/prod'
+            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --format 'Output format of lock commands'
+            cand --all-resources 'The token may use every resource'
+            cand --operator 'The token is an operator''s: it may break any lock, and sees every resource in list and log'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'distlock;token;help'= {
+            cand add 'Add a token to a tokens file and print its secret, this once only'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'distlock;token;help;add'= {
+        }
+        &'distlock;token;help;help'= {
         }
         &'distlock;help'= {
             cand acquire 'Take a lock (or extend your own); exit 75 if another owner holds it'
@@ -135,6 +163,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand gc 'Delete expired locks and old history'
             cand break 'Force-release a lock (operators): remove its live tenures, recording who and why'
             cand serve 'Serve the HTTP lock API over the store, for CI runners and programs'
+            cand token 'Make tokens for distlock serve --tokens'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'distlock;help;acquire'= {
@@ -156,6 +185,11 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;help;break'= {
         }
         &'distlock;help;serve'= {
+        }
+        &'distlock;help;token'= {
+            cand add 'Add a token to a tokens file and print its secret, this once only'
+        }
+        &'distlock;help;token;add'= {
         }
         &'distlock;help;help'= {
         }

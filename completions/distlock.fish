@@ -39,6 +39,7 @@ complete -c distlock -n "__fish_distlock_needs_command" -f -a "log" -d 'Show loc
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "gc" -d 'Delete expired locks and old history'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "serve" -d 'Serve the HTTP lock API over the store, for CI runners and programs'
+complete -c distlock -n "__fish_distlock_needs_command" -f -a "token" -d 'Make tokens for distlock serve --tokens'
 complete -c distlock -n "__fish_distlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l ttl -d 'Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)' -r
@@ -104,18 +105,37 @@ complete -c distlock -n "__fish_distlock_using_subcommand break" -l format -d 'O
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l listen -d 'The address and port to listen on (loopback only); port 0 picks a free one' -r
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tokens -d 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "list" -d 'List the live locks, sorted by resource'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "log" -d 'Show lock history, oldest first'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "gc" -d 'Delete expired locks and old history'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "serve" -d 'Serve the HTTP lock API over the store, for CI runners and programs'
-complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -f -a "add" -d 'Add a token to a tokens file and print its secret, this once only'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l tokens -d 'The tokens file to add it to' -r -F
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l prefix -d 'A resource prefix the token may use (repeat for more); "deploy/" allows deploy/prod' -r
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
+text\t'One human-readable line per result'"
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l all-resources -d 'The token may use every resource'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l operator -d 'The token is an operator\'s: it may break any lock, and sees every resource in list and log'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "add" -d 'Add a token to a tokens file and print its secret, this once only'
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "acquire" -d 'Take a lock (or extend your own); exit 75 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "status" -d 'Show who holds a lock; exit 1 if nobody does'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "release" -d 'Give up your lock; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "renew" -d 'Extend your lock\'s lease; exit 1 if not held, 77 if another owner holds it'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "run" -d 'Run a command while holding a lock, renewing it until the command exits'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "list" -d 'List the live locks, sorted by resource'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "log" -d 'Show lock history, oldest first'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "gc" -d 'Delete expired locks and old history'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "break" -d 'Force-release a lock (operators): remove its live tenures, recording who and why'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "serve" -d 'Serve the HTTP lock API over the store, for CI runners and programs'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "token" -d 'Make tokens for distlock serve --tokens'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and not __fish_seen_subcommand_from acquire status release renew run list log gc break serve token help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c distlock -n "__fish_distlock_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "add" -d 'Add a token to a tokens file and print its secret, this once only'

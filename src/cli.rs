@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::lock::{Mode, Owner, Remark, Resource, Ttl, parse_duration, parse_span};
+use crate::lock::{Mode, Owner, Remark, Resource, TokenName, Ttl, parse_duration, parse_span};
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 done/held, 1 not held, 64 usage, 74 store error, 75 busy, 77 forbidden,
@@ -104,6 +104,67 @@ pub enum Command {
     /// Serve the HTTP lock API over the store, for CI runners and programs
     #[command(long_about = SERVE_LONG_ABOUT)]
     Serve(ServeArgs),
+    /// Make tokens for distlock serve --tokens
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Add a token to a tokens file and print its secret, this once only
+    #[command(long_about = TOKEN_ADD_LONG_ABOUT)]
+    Add(TokenAddArgs),
+}
+
+const TOKEN_ADD_LONG_ABOUT: &str = "\
+Add a token to a tokens file and print its secret, this once only.
+
+The file (made readable by its owner only, when missing) keeps the token's name, the SHA-256 \
+of its secret, the resources it may use and whether it is an operator's; never the secret. \
+The answer is one JSON line: {\"token\":NAME,\"secret\":\"dl_…\",\"file\":PATH}. Give the secret \
+to the caller (as DISTLOCK_TOKEN, or Authorization: Bearer), then send SIGHUP to a running \
+server to reread the file.";
+
+#[derive(Debug, Args)]
+pub struct TokenAddArgs {
+    /// The token's name, as the server's log lines and history events show it (letters,
+    /// digits, '.', '_', '-')
+    #[arg(value_parser = TokenName::parse)]
+    pub name: TokenName,
+    /// The tokens file to add it to
+    #[arg(long, value_name = "FILE")]
+    pub tokens: std::path::PathBuf,
+    /// A resource prefix the token may use (repeat for more); "deploy/" allows deploy/prod
+    #[arg(
+        long = "prefix",
+        value_name = "PREFIX",
+        value_parser = parse_prefix,
+        required_unless_present = "all_resources",
+        conflicts_with = "all_resources"
+    )]
+    pub prefixes: Vec<String>,
+    /// The token may use every resource
+    #[arg(long)]
+    pub all_resources: bool,
+    /// The token is an operator's: it may break any lock, and sees every resource in list
+    /// and log
+    #[arg(long)]
+    pub operator: bool,
+}
+
+/// A resource prefix: the start of a resource name, so not empty, at most 255 bytes, and no
+/// control characters.
+fn parse_prefix(raw: &str) -> Result<String, String> {
+    if raw.is_empty() {
+        return Err("a prefix must not be empty (--all-resources allows every resource)".into());
+    }
+    if raw.len() > crate::lock::MAX_NAME_BYTES || raw.chars().any(char::is_control) {
+        return Err(format!(
+            "a prefix is the start of a resource name: at most {} bytes, no control characters",
+            crate::lock::MAX_NAME_BYTES
+        ));
+    }
+    Ok(raw.to_owned())
 }
 
 const SERVE_LONG_ABOUT: &str = "\
@@ -123,6 +184,9 @@ pub struct ServeArgs {
     /// The address and port to listen on (loopback only); port 0 picks a free one
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
     pub listen: std::net::SocketAddr,
+    /// Callers must show a token of this file (see distlock token add); SIGHUP rereads it
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

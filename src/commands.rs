@@ -5,7 +5,7 @@ use crate::answer::{
 };
 use crate::cli::{
     AcquireArgs, BreakArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs,
-    RunArgs,
+    RunArgs, TokenAddArgs, TokenCommand,
 };
 use crate::engine::Request;
 use crate::error::{Error, Result};
@@ -24,6 +24,11 @@ use crate::wait;
 /// every expected "no" is an [`Exit`] value.
 pub fn dispatch(cli: Cli) -> Result<Exit> {
     let printer = Printer::new(cli.format.into());
+    // A token is made where the server's tokens file is, with no store at all.
+    let cli = match cli.command {
+        Command::Token(TokenCommand::Add(args)) => return token_add(printer, args),
+        command => Cli { command, ..cli },
+    };
     let db = match cli.db {
         Some(db) => Some(db),
         None => db_from_env()?,
@@ -48,7 +53,8 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Command::Log(args) => log(read_only()?.as_mut(), printer, args),
         Command::Gc(args) => gc(existing()?.as_mut(), printer, args),
         Command::Break(args) => evict(existing()?.as_mut(), printer, args),
-        Command::Serve(args) => crate::serve::run(location, args.listen),
+        Command::Serve(args) => crate::serve::run(location, args.listen, args.tokens.as_deref()),
+        Command::Token(TokenCommand::Add(args)) => token_add(printer, args),
     }
 }
 
@@ -186,4 +192,17 @@ fn operator() -> Remark {
 fn gc(store: &mut dyn LockStore, printer: Printer, args: GcArgs) -> Result<Exit> {
     let report = store.gc(args.keep_history)?;
     answer(printer, &report)
+}
+
+/// `token add`: a new token in the tokens file, its secret printed once.
+fn token_add(printer: Printer, args: TokenAddArgs) -> Result<Exit> {
+    use crate::serve::tokens::{AllResources, Resources};
+    let resources = if args.all_resources {
+        Resources::All(AllResources::All)
+    } else {
+        Resources::Prefixes(args.prefixes)
+    };
+    let made = crate::serve::tokens::add(&args.tokens, args.name, resources, args.operator)?;
+    printer.emit(&made)?;
+    Ok(Exit::Done)
 }

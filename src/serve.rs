@@ -18,16 +18,19 @@
 //! - **Exposure:** it listens on loopback addresses only, as there are no tokens to tell the
 //!   clients apart.
 
+mod access;
 mod api;
 mod input;
 mod metrics;
 mod operations;
 mod problem;
+pub mod tokens;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -67,6 +70,19 @@ pub struct State {
     waiting: AtomicUsize,
     /// Set at SIGTERM or SIGINT: waits end at once.
     stopping: AtomicBool,
+    /// The tokens of `--tokens`, replaced whole when the file is reread; `None`: no tokens.
+    tokens: Option<RwLock<Arc<tokens::Tokens>>>,
+}
+
+impl State {
+    /// The tokens as they are now.
+    fn tokens(&self) -> Option<Arc<tokens::Tokens>> {
+        let tokens = self.tokens.as_ref()?;
+        Some(match tokens.read() {
+            Ok(now) => Arc::clone(&now),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        })
+    }
 }
 
 /// Open stores, each used by one request at a time and put back after it.
@@ -105,8 +121,15 @@ impl Stores {
 ///
 /// A usage error for an address beyond loopback; a store error when the store cannot be
 /// opened; a system error when the address cannot be listened on.
-pub fn run(location: Location, listen: SocketAddr) -> Result<Exit> {
-    if !listen.ip().is_loopback() {
+pub fn run(location: Location, listen: SocketAddr, tokens: Option<&Path>) -> Result<Exit> {
+    let tokens = tokens
+        .map(|path| {
+            tokens::Tokens::load(path)
+                .map(|tokens| RwLock::new(Arc::new(tokens)))
+                .map_err(|err| Error::Usage(format!("--tokens: {err:#}")))
+        })
+        .transpose()?;
+    if tokens.is_none() && !listen.ip().is_loopback() {
         return Err(Error::Usage(format!(
             "--listen {listen}: without tokens the server listens on loopback addresses only \
              (127.0.0.1, ::1)"
@@ -123,6 +146,7 @@ pub fn run(location: Location, listen: SocketAddr) -> Result<Exit> {
         metrics: metrics::Metrics::default(),
         waiting: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
+        tokens,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -148,6 +172,9 @@ async fn serve(state: Arc<State>, listen: SocketAddr) -> Result<()> {
         .with_context(|| format!("cannot listen on {listen}"))
         .map_err(Error::System)?;
     warn(format_args!("listening on http://{bound}"));
+    if let Some(tokens) = state.tokens() {
+        warn(format_args!("{} tokens let callers in", tokens.len()));
+    }
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot catch SIGTERM")
         .map_err(Error::System)?;

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::State;
+use super::access::{self, Caller};
 use super::input::{self, Bad};
 use super::operations;
 use super::problem::Problem;
@@ -191,6 +192,12 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let head = oversized_head(&request);
+    // Every request but /health shows its token first, before anything else is said of it.
+    let caller = if path == "/health" {
+        Ok(Caller::anyone())
+    } else {
+        access::caller(state.tokens().as_deref(), request.headers())
+    };
     let routed = route(&method, &path);
     let query = request.uri().query().map(str::to_owned);
     let json = is_json(&request);
@@ -198,23 +205,30 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     // request; one that is too large is not, and the connection is closed after the answer.
     let body = read_body(request).await;
     let close = body.is_err();
-    let (name, reply) = match (head, routed, body) {
-        (Some(problem), _, _) => ("other", problem.into()),
-        (None, Err(problem), _) => ("other", problem.into()),
-        (None, Ok(route), Err(problem)) => (route.name(), problem.into()),
-        (None, Ok(route), Ok(body)) => {
+    let who = caller
+        .as_ref()
+        .ok()
+        .and_then(Caller::name)
+        .map(|name| format!(" token {name}"))
+        .unwrap_or_default();
+    let (name, reply) = match (head, caller, routed, body) {
+        (Some(problem), ..) | (None, Err(problem), ..) => ("other", problem.into()),
+        (None, Ok(_), Err(problem), _) => ("other", problem.into()),
+        (None, Ok(_), Ok(route), Err(problem)) => (route.name(), problem.into()),
+        (None, Ok(caller), Ok(route), Ok(body)) => {
             let name = route.name();
-            let reply = match checked_body(&route, body, json) {
-                Ok(body) => answer(&state, route, body, query).await,
-                Err(problem) => problem.into(),
-            };
+            let reply =
+                match admitted(&caller, &route).and_then(|()| checked_body(&route, body, json)) {
+                    Ok(body) => answer(&state, route, body, query, caller).await,
+                    Err(problem) => problem.into(),
+                };
             (name, reply)
         }
     };
     let took = started.elapsed();
     state.metrics.record(name, reply.status.as_u16(), took);
     crate::output::warn(format_args!(
-        "{method} {path} {} {:.1} ms",
+        "{method} {path} {} {:.1} ms{who}",
         reply.status.as_u16(),
         took.as_secs_f64() * 1000.0
     ));
@@ -230,7 +244,26 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
+    if reply.status == StatusCode::UNAUTHORIZED {
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
     response
+}
+
+/// Refuses a request outside what the caller's token allows: a resource beyond its prefixes,
+/// or a `break` by a token that is not an operator's. `list` and `log` show only what the
+/// token may see (see [`operations`]).
+fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
+    match route {
+        Route::Acquire(resource)
+        | Route::Status(resource)
+        | Route::Release(resource)
+        | Route::Renew(resource) => caller.check(resource),
+        Route::Break(_) => caller.check_operator(),
+        Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
+    }
 }
 
 /// A request line longer than [`MAX_HEAD`] (414), or a request line and headers that are
@@ -268,12 +301,24 @@ fn is_json(request: &Request<Incoming>) -> bool {
         .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("application/json"))
 }
 
-async fn answer(state: &Arc<State>, route: Route, body: Vec<u8>, query: Option<String>) -> Reply {
+async fn answer(
+    state: &Arc<State>,
+    route: Route,
+    body: Vec<u8>,
+    query: Option<String>,
+    caller: Caller,
+) -> Reply {
     let gone = Arc::new(AtomicBool::new(false));
     let _gone = Gone(Arc::clone(&gone));
     let state = Arc::clone(state);
     let work = tokio::task::spawn_blocking(move || {
-        carry_out(&state, route, &body, query.as_deref(), &gone)
+        let call = operations::Call {
+            state: &state,
+            caller: &caller,
+            body: &body,
+            query: query.as_deref(),
+        };
+        carry_out(&call, route, &gone)
     });
     match work.await {
         Ok(reply) => reply,
@@ -334,25 +379,20 @@ fn checked_body(route: &Route, body: Vec<u8>, json: bool) -> Result<Vec<u8>, Pro
 }
 
 /// The request's work, on a blocking thread.
-fn carry_out(
-    state: &State,
-    route: Route,
-    body: &[u8],
-    query: Option<&str>,
-    gone: &AtomicBool,
-) -> Reply {
+fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Reply {
+    let state = call.state;
     let result = match route {
-        Route::Acquire(resource) => operations::acquire(state, &resource, body, gone),
+        Route::Acquire(resource) => operations::acquire(call, &resource, gone),
         Route::Status(resource) => state.stores.with(|store| {
             let status = store.status(&resource)?;
             let answer = StatusAnswer::new(&resource, &status);
             Ok(Ok(answered(&answer, || format!("{resource} is not held"))))
         }),
-        Route::Release(resource) => operations::release(state, &resource, body, query),
-        Route::Renew(resource) => operations::renew(state, &resource, body),
-        Route::Break(resource) => operations::evict(state, &resource, body),
-        Route::List => operations::list(state, query),
-        Route::Log => operations::log(state, query),
+        Route::Release(resource) => operations::release(call, &resource),
+        Route::Renew(resource) => operations::renew(call, &resource),
+        Route::Break(resource) => operations::evict(call, &resource),
+        Route::List => operations::list(call),
+        Route::Log => operations::log(call),
         Route::Health => state.stores.with(|store| {
             store.list("\u{1}")?;
             Ok(Ok(Reply::text("ok\n".into(), "text/plain; charset=utf-8")))

@@ -7,6 +7,7 @@ use std::time::Instant;
 use hyper::StatusCode;
 
 use super::State;
+use super::access::Caller;
 use super::api::{LONGEST_POLL, Reply, answered};
 use super::input::{Bad, Fields, Params};
 use crate::answer::{
@@ -20,23 +21,29 @@ use crate::wait;
 /// A store failure (the outer error), or a reply or bad input.
 pub(super) type Outcome = anyhow::Result<Result<Reply, Bad>>;
 
-pub(super) fn acquire(
-    state: &State,
-    resource: &Resource,
-    body: &[u8],
-    gone: &AtomicBool,
-) -> Outcome {
-    let mut fields = match Fields::parse(body) {
+/// One request, as its route's work sees it.
+pub(super) struct Call<'a> {
+    pub(super) state: &'a State,
+    /// Who calls: the owner it names is proved by its token.
+    pub(super) caller: &'a Caller,
+    pub(super) body: &'a [u8],
+    pub(super) query: Option<&'a str>,
+}
+
+pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -> Outcome {
+    let state = call.state;
+    let mut fields = match Fields::parse(call.body) {
         Ok(fields) => fields,
         Err(bad) => return Ok(Err(bad)),
     };
-    let (request, wait) = match fields
+    let (mut request, wait) = match fields
         .acquire()
         .and_then(|read| fields.finish().map(|()| read))
     {
         Ok(read) => read,
         Err(bad) => return Ok(Err(bad)),
     };
+    request.owner = call.caller.owner(request.owner);
     let mode = request.mode;
     state.stores.with(|store| {
         let attempt = if wait.is_zero() {
@@ -64,18 +71,14 @@ pub(super) fn acquire(
     })
 }
 
-pub(super) fn release(
-    state: &State,
-    resource: &Resource,
-    body: &[u8],
-    query: Option<&str>,
-) -> Outcome {
+pub(super) fn release(call: &Call<'_>, resource: &Resource) -> Outcome {
+    let state = call.state;
     let read = (|| {
-        let mut params = Params::parse(query)?;
+        let mut params = Params::parse(call.query)?;
         let owner_param = params.take("owner");
         params.finish()?;
-        let mut fields = Fields::parse(body)?;
-        let owner = fields.owner_or(owner_param.as_deref())?;
+        let mut fields = Fields::parse(call.body)?;
+        let owner = call.caller.owner(fields.owner_or(owner_param.as_deref())?);
         let fence = fields.fence()?;
         // As `run --hold-at-least`: 1 s to 365 days.
         let hold = fields.seconds("hold_at_least_seconds", 1, crate::lock::MAX_TTL_SECS)?;
@@ -130,10 +133,11 @@ fn released(
     })
 }
 
-pub(super) fn renew(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
+pub(super) fn renew(call: &Call<'_>, resource: &Resource) -> Outcome {
+    let state = call.state;
     let read = (|| {
-        let mut fields = Fields::parse(body)?;
-        let owner = fields.owner()?;
+        let mut fields = Fields::parse(call.body)?;
+        let owner = call.caller.owner(fields.owner()?);
         let ttl = fields.ttl()?;
         let fence = fields.fence()?;
         fields.finish()?;
@@ -150,9 +154,10 @@ pub(super) fn renew(state: &State, resource: &Resource, body: &[u8]) -> Outcome 
     })
 }
 
-pub(super) fn evict(state: &State, resource: &Resource, body: &[u8]) -> Outcome {
+pub(super) fn evict(call: &Call<'_>, resource: &Resource) -> Outcome {
+    let state = call.state;
     let read = (|| {
-        let mut fields = Fields::parse(body)?;
+        let mut fields = Fields::parse(call.body)?;
         let reason = fields
             .remark("reason")?
             .ok_or_else(|| Bad::Invalid("reason is required".into()))?;
@@ -176,9 +181,11 @@ pub(super) fn evict(state: &State, resource: &Resource, body: &[u8]) -> Outcome 
     })
 }
 
-pub(super) fn list(state: &State, query: Option<&str>) -> Outcome {
+/// The live locks under `?prefix=`, of the resources the caller's token may see.
+pub(super) fn list(call: &Call<'_>) -> Outcome {
+    let state = call.state;
     let prefix = (|| {
-        let mut params = Params::parse(query)?;
+        let mut params = Params::parse(call.query)?;
         let prefix = params.take("prefix").unwrap_or_default();
         params.finish()?;
         Ok(prefix)
@@ -188,14 +195,19 @@ pub(super) fn list(state: &State, query: Option<&str>) -> Outcome {
         Err(bad) => return Ok(Err(bad)),
     };
     state.stores.with(|store| {
-        let locks = store.list(&prefix)?;
+        let mut locks = store.list(&prefix)?;
+        locks.retain(|lock| call.caller.may_use(&lock.resource));
         Ok(Ok(Reply::json(StatusCode::OK, &ListAnswer { locks })))
     })
 }
 
-pub(super) fn log(state: &State, query: Option<&str>) -> Outcome {
+/// The history (of `?resource=`, which the caller's token must be allowed to use), of the
+/// resources the caller's token may see. `limit` counts the newest events before those the
+/// token may not see are left out.
+pub(super) fn log(call: &Call<'_>) -> Outcome {
+    let state = call.state;
     let read = (|| {
-        let mut params = Params::parse(query)?;
+        let mut params = Params::parse(call.query)?;
         let resource = params
             .take("resource")
             .map(|r| Resource::parse(&r).map_err(Bad::Invalid))
@@ -213,9 +225,18 @@ pub(super) fn log(state: &State, query: Option<&str>) -> Outcome {
         Ok(query) => query,
         Err(bad) => return Ok(Err(bad)),
     };
+    if let Some(resource) = &query.resource {
+        if let Err(problem) = call.caller.check(resource) {
+            return Ok(Ok(problem.into()));
+        }
+    }
     state.stores.with(|store| {
         let mut text = String::new();
-        for event in store.log(&query)? {
+        let events = store.log(&query)?;
+        for event in events
+            .iter()
+            .filter(|event| call.caller.may_use(&event.resource))
+        {
             text.push_str(&serde_json::to_string(&event)?);
             text.push('\n');
         }

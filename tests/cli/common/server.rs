@@ -50,14 +50,19 @@ pub struct Server {
 impl Server {
     /// `distlock --db DB serve --listen 127.0.0.1:0`, once it listens.
     pub fn start(db: &Db) -> Server {
+        Server::start_serving(db, &[])
+    }
+
+    /// The same, with these arguments of `serve` after `--listen` (`--tokens FILE`, say).
+    pub fn start_serving(db: &Db, serve_args: &[&str]) -> Server {
         let mut cmd = db.std_cmd();
         cmd.env_remove("DISTLOCK_DB").args(["--db", &db.url]);
-        Server::start_with(db, cmd)
+        Server::start_with(db, cmd, serve_args)
     }
 
     /// The same, with the store in `DISTLOCK_DB` only (as [`Db::std_cmd`] sets it).
     pub fn start_from_env(db: &Db) -> Server {
-        Server::start_with(db, db.std_cmd())
+        Server::start_with(db, db.std_cmd(), &[])
     }
 
     /// `distlock serve` with the store given by `url` instead of the test's own (the same
@@ -67,14 +72,16 @@ impl Server {
         cmd.env_remove("DISTLOCK_DB")
             .env_remove("PGPASSWORD")
             .args(["--db", url]);
-        Server::start_with(db, cmd)
+        Server::start_with(db, cmd, &[])
     }
 
-    /// `CMD serve --listen 127.0.0.1:0` (CMD being distlock with its store), once it listens.
-    fn start_with(db: &Db, mut cmd: std::process::Command) -> Server {
+    /// `CMD serve --listen 127.0.0.1:0 ARGS` (CMD being distlock with its store), once it
+    /// listens.
+    fn start_with(db: &Db, mut cmd: std::process::Command, serve_args: &[&str]) -> Server {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let name = format!("serve-{}", NEXT.fetch_add(1, Ordering::SeqCst));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(serve_args);
         let proc = Proc::spawn(&mut cmd, db.dir.path(), &name);
         let stderr = db.dir.path().join(format!("{name}.stderr"));
         let start = Instant::now();

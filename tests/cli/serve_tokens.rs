@@ -1,0 +1,418 @@
+//! `distlock serve --tokens`: tokens made with `distlock token add`, shown as bearer tokens by
+//! a real HTTP client; a tenure bound to the token that took it; scopes, operators, and the
+//! secrets never shown.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::server::{Server, lock_path};
+use crate::common::store::{Db, each_store};
+
+/// A token made with `distlock token add NAME --tokens FILE ARGS`: its secret.
+fn make_token(db: &Db, name: &str, args: &[&str]) -> String {
+    let file = db.file("tokens.json");
+    let file = file.to_str().expect("a UTF-8 path");
+    let mut all = vec!["token", "add", name, "--tokens", file];
+    all.extend_from_slice(args);
+    let made = db.json(&all, 0);
+    assert_eq!(made["token"], name, "{made}");
+    assert_eq!(made["file"], file, "{made}");
+    made["secret"].as_str().expect("a secret").to_owned()
+}
+
+/// What a request with a bearer token came back with.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+    challenge: Option<String>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn problem(&self, status: u16, kind: &str) -> Value {
+        assert_eq!(
+            self.status,
+            status,
+            "{}",
+            String::from_utf8_lossy(&self.body)
+        );
+        let problem = self.json();
+        assert_eq!(problem["type"], kind, "{problem}");
+        problem
+    }
+}
+
+/// `METHOD PATH` with `Authorization: Bearer TOKEN` (none for `None`), and `body` as JSON.
+fn call(
+    server: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Answer {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let mut request = ureq::http::Request::builder()
+        .method(method)
+        .uri(server.url(path));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let sent = match body {
+        Some(body) => agent.run(
+            request
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .expect("a request"),
+        ),
+        None => agent.run(request.body(()).expect("a request")),
+    };
+    let mut response = sent.unwrap_or_else(|e| panic!("{method} {path}: no answer: {e}"));
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    Answer {
+        status: response.status().as_u16(),
+        body: response.body_mut().read_to_vec().expect("a body"),
+        challenge,
+    }
+}
+
+fn acquire_body(owner: &str) -> Value {
+    json!({"owner": owner, "ttl_seconds": 60})
+}
+
+#[test]
+fn a_token_is_made_once_and_its_file_keeps_only_a_hash() {
+    let db = Db::sqlite();
+    let secret = make_token(&db, "ci", &["--prefix", "ci/"]);
+    assert!(secret.starts_with("dl_") && secret.len() == 67, "{secret}");
+    let file = db.file("tokens.json");
+    let text = std::fs::read_to_string(&file).expect("the tokens file");
+    assert!(!text.contains(&secret), "no secret in the file: {text}");
+    assert!(text.contains("\"ci/\""), "{text}");
+    let mode = std::fs::metadata(&file).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "readable by its owner only");
+    let file = file.to_str().expect("a UTF-8 path");
+    // (arguments, why it is refused): each a usage error with one line, and the file unchanged.
+    let refused: [(&[&str], &str); 6] = [
+        (
+            &["token", "add", "ci", "--tokens", file, "--all-resources"],
+            "already has",
+        ),
+        (&["token", "add", "x", "--tokens", file], "--prefix"),
+        (
+            &["token", "add", "x", "--tokens", file, "--prefix", ""],
+            "empty",
+        ),
+        (
+            &[
+                "token",
+                "add",
+                "x",
+                "--tokens",
+                file,
+                "--prefix",
+                "a",
+                "--all-resources",
+            ],
+            "cannot be used with",
+        ),
+        (
+            &["token", "add", "a b", "--tokens", file, "--all-resources"],
+            "letters",
+        ),
+        (
+            &["token", "add", "", "--tokens", file, "--all-resources"],
+            "empty",
+        ),
+    ];
+    for (args, words) in refused {
+        let out = db.run(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(words), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(file).expect("the tokens file"),
+        text,
+        "a refused token leaves the file as it was"
+    );
+    // A file that is not a tokens file is refused, and left alone.
+    let other = db.file("other.json");
+    std::fs::write(&other, "{\"tokens\": 3}").expect("write");
+    let other = other.to_str().expect("a UTF-8 path");
+    let out = db.run(&["token", "add", "x", "--tokens", other, "--all-resources"]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(other).expect("read"),
+        "{\"tokens\": 3}"
+    );
+    // The server refuses to start with it, or with none at all.
+    for bad in [
+        other.to_owned(),
+        db.file("missing.json").display().to_string(),
+    ] {
+        let out = db.run(&["serve", "--listen", "127.0.0.1:0", "--tokens", &bad]);
+        assert_eq!(out.status.code(), Some(64), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains("--tokens"), "{stderr}");
+    }
+}
+
+#[test]
+fn with_tokens_every_request_but_health_shows_a_known_one() {
+    let db = Db::sqlite();
+    let secret = make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json").display().to_string();
+    let server = Server::start_serving(&db, &["--tokens", &tokens]);
+    let wrong = format!("{secret}0");
+    let path = lock_path("r", "");
+    for token in [None, Some(wrong.as_str()), Some("dl_"), Some("")] {
+        for (method, path, body) in [
+            ("POST", path.as_str(), Some(acquire_body("w"))),
+            ("GET", path.as_str(), None),
+            ("GET", "/locks", None),
+            ("GET", "/log", None),
+            ("GET", "/metrics", None),
+            ("POST", "/locks/r/break", Some(json!({"reason": "x"}))),
+            // Even a bad request is refused for its token first.
+            ("POST", "/locks/%00", Some(json!({}))),
+        ] {
+            let answer = call(&server, method, path, token, body.as_ref());
+            let problem = answer.problem(401, "unauthorized");
+            assert_eq!(answer.challenge.as_deref(), Some("Bearer"), "{problem}");
+            let text = String::from_utf8_lossy(&answer.body);
+            assert!(!text.contains(&secret[3..]), "{method} {path}: {text}");
+        }
+    }
+    let health = call(&server, "GET", "/health", None, None);
+    assert_eq!(health.status, 200);
+    let taken = call(
+        &server,
+        "POST",
+        &path,
+        Some(&secret),
+        Some(&acquire_body("w")),
+    );
+    assert_eq!(taken.status, 200);
+    assert_eq!(taken.json()["acquired"], true);
+    let stderr = server.stderr();
+    assert!(
+        !stderr.contains(&secret[3..]),
+        "no secret in the log: {stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("distlock: POST /locks/r 200") && l.ends_with(" token ci")),
+        "the log line names the token: {stderr}"
+    );
+}
+
+#[test]
+fn a_tenure_belongs_to_the_token_that_took_it_whatever_owner_another_claims() {
+    each_store(|db| {
+        let ci = make_token(db, "ci", &["--prefix", "jobs/"]);
+        let intruder = make_token(db, "intruder", &["--prefix", "jobs/"]);
+        let ops = make_token(db, "ops", &["--all-resources", "--operator"]);
+        let tokens = db.file("tokens.json").display().to_string();
+        let server = Server::start_serving(db, &["--tokens", &tokens]);
+        let path = lock_path("jobs/a", "");
+        let renew = lock_path("jobs/a", "/renew");
+        let taken = call(&server, "POST", &path, Some(&ci), Some(&acquire_body("w")));
+        assert_eq!(taken.status, 200);
+        let fence = taken.json()["lock"]["fence"].clone();
+        // The owner is anyone's to read, and proves nothing.
+        let seen = call(&server, "GET", &path, Some(&intruder), None);
+        assert_eq!(seen.json()["lock"]["owner"], "w");
+        let busy = call(
+            &server,
+            "POST",
+            &path,
+            Some(&intruder),
+            Some(&acquire_body("w")),
+        );
+        assert_eq!(busy.status, 200);
+        assert_eq!(
+            busy.json()["acquired"],
+            false,
+            "busy as if another owner held it"
+        );
+        let shared = call(
+            &server,
+            "POST",
+            &path,
+            Some(&intruder),
+            Some(&json!({"owner": "w", "ttl_seconds": 60, "wait_seconds": 1})),
+        );
+        assert_eq!(shared.json()["acquired"], false, "still busy after waiting");
+        let body = json!({"owner": "w", "ttl_seconds": 60, "fence": fence});
+        call(&server, "POST", &renew, Some(&intruder), Some(&body)).problem(403, "forbidden");
+        call(
+            &server,
+            "DELETE",
+            &path,
+            Some(&intruder),
+            Some(&json!({"owner": "w"})),
+        )
+        .problem(403, "forbidden");
+        // A caller of the store itself proves no token either.
+        assert_eq!(
+            db.run(&["release", "jobs/a", "--owner", "w"]).status.code(),
+            Some(77)
+        );
+        // Its own token renews and extends it; only an operator breaks it.
+        let renewed = call(&server, "POST", &renew, Some(&ci), Some(&body));
+        assert_eq!(
+            renewed.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&renewed.body)
+        );
+        let extended = call(&server, "POST", &path, Some(&ci), Some(&acquire_body("w")));
+        assert_eq!(extended.json()["lock"]["fence"], fence);
+        let brk = lock_path("jobs/a", "/break");
+        call(
+            &server,
+            "POST",
+            &brk,
+            Some(&ci),
+            Some(&json!({"reason": "mine"})),
+        )
+        .problem(403, "not-allowed");
+        let broken = call(
+            &server,
+            "POST",
+            &brk,
+            Some(&ops),
+            Some(&json!({"reason": "stuck"})),
+        );
+        assert_eq!(broken.status, 200);
+        assert_eq!(broken.json()["broken"], true);
+        // The history names the token of every tenure.
+        let log = call(&server, "GET", "/log?resource=jobs%2Fa", Some(&ci), None);
+        let events: Vec<Value> = String::from_utf8_lossy(&log.body)
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+            .collect();
+        let kinds: Vec<(&str, &str)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e["event"].as_str().unwrap_or("?"),
+                    e["token"].as_str().unwrap_or("-"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("acquired", "ci"),
+                ("renewed", "ci"),
+                ("extended", "ci"),
+                ("broken", "ci")
+            ],
+            "{events:?}"
+        );
+        // And the command line shows it too.
+        let cli_log = db.json(&["log", "jobs/a", "--limit", "1"], 0);
+        assert_eq!(cli_log["token"], "ci", "{cli_log}");
+    });
+}
+
+#[test]
+fn a_token_uses_and_sees_only_its_resources_and_an_operator_every_one() {
+    let db = Db::sqlite();
+    let ci = make_token(&db, "ci", &["--prefix", "ci/", "--prefix", "build-"]);
+    let ops = make_token(&db, "ops", &["--all-resources", "--operator"]);
+    let tokens = db.file("tokens.json").display().to_string();
+    let server = Server::start_serving(&db, &["--tokens", &tokens]);
+    for resource in ["ci/a", "build-7", "prod", "ci"] {
+        let taken = call(
+            &server,
+            "POST",
+            &lock_path(resource, ""),
+            Some(&ops),
+            Some(&acquire_body("o")),
+        );
+        assert_eq!(taken.status, 200, "{resource}");
+    }
+    // (method, resource, tail, body): all outside ci's prefixes, reads included.
+    for (method, resource, tail, body) in [
+        ("POST", "prod", "", Some(acquire_body("w"))),
+        ("GET", "prod", "", None),
+        ("GET", "ci", "", None),
+        ("DELETE", "prod", "?owner=o", None),
+        ("POST", "prod", "/renew", Some(acquire_body("o"))),
+        ("GET", "Ci/a", "", None),
+    ] {
+        let answer = call(
+            &server,
+            method,
+            &lock_path(resource, tail),
+            Some(&ci),
+            body.as_ref(),
+        );
+        let problem = answer.problem(403, "not-allowed");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("token ci")),
+            "{problem}"
+        );
+    }
+    call(&server, "GET", "/log?resource=prod", Some(&ci), None).problem(403, "not-allowed");
+    let resources = |answer: Answer| -> Vec<String> {
+        answer.json()["locks"]
+            .as_array()
+            .expect("locks")
+            .iter()
+            .map(|l| l["resource"].as_str().expect("resource").to_owned())
+            .collect()
+    };
+    assert_eq!(
+        resources(call(&server, "GET", "/locks", Some(&ci), None)),
+        ["build-7", "ci/a"]
+    );
+    assert_eq!(
+        resources(call(&server, "GET", "/locks?prefix=c", Some(&ci), None)),
+        ["ci/a"]
+    );
+    assert_eq!(
+        resources(call(&server, "GET", "/locks", Some(&ops), None)),
+        ["build-7", "ci", "ci/a", "prod"]
+    );
+    let log = call(&server, "GET", "/log", Some(&ci), None);
+    let seen: Vec<String> = String::from_utf8_lossy(&log.body)
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).expect("a JSON line")["resource"]
+                .as_str()
+                .expect("resource")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(seen, ["ci/a", "build-7"], "only ci's resources in the log");
+    let status = call(&server, "GET", &lock_path("ci/a", ""), Some(&ci), None);
+    assert_eq!(
+        status.json()["lock"]["owner"],
+        "o",
+        "ci reads its own resources"
+    );
+    let metrics = call(&server, "GET", "/metrics", Some(&ci), None);
+    assert_eq!(metrics.status, 200);
+}
