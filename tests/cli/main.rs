@@ -17,4 +17,5 @@ mod postgres;
 mod reliability;
 mod run;
 mod serve;
+mod serve_tls;
 mod upgrade;
