@@ -119,10 +119,13 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;serve'= {
-            cand --listen 'The address and port to listen on (loopback only); port 0 picks a free one'
+            cand --listen 'The address and port to listen on (loopback only without tokens); port 0 picks a free one'
             cand --tokens 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it'
+            cand --tls-cert 'Serve HTTPS with the certificate chain in this PEM file (with --tls-key)'
+            cand --tls-key 'The private key of --tls-cert''s certificate, a PEM file'
             cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
+            cand --insecure-http 'Serve plain HTTP beyond loopback, for a proxy in front that terminates TLS'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }

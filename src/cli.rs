@@ -175,18 +175,35 @@ POST /locks/{r} acquires (owner, ttl_seconds; optional shared, limit, note, wait
 403 another owner's), POST /locks/{r}/renew and POST /locks/{r}/break as the commands of the \
 same names, GET /locks?prefix=P lists, GET /log shows the history, GET /health and GET \
 /metrics report on the server. The bodies are the JSON the commands print; every other answer \
-is a problem document (RFC 9457). The first line on stderr names the address served; then \
-one line per request. SIGTERM or SIGINT: waiting requests are answered, the others finish, \
-exit 0.";
+is a problem document (RFC 9457). The first line on stderr names the address served \
+(http:// or https://); then one line per request.
+
+Without tokens the server listens on loopback addresses only. With --tls-cert and --tls-key \
+(PEM files: the certificate chain, the server's own certificate first, and its private key) \
+it serves HTTPS; --insecure-http is for plain HTTP beyond loopback, behind a proxy that \
+terminates TLS. A TLS handshake, like a request's headers, must be done within 10 s.
+
+SIGHUP rereads the TLS files: new connections get the new certificate, open ones keep theirs; \
+a file that cannot be read or used keeps the old certificate, with one line on stderr saying \
+why. SIGTERM or SIGINT: waiting requests are answered, the others finish, exit 0.";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The address and port to listen on (loopback only); port 0 picks a free one
+    /// The address and port to listen on (loopback only without tokens); port 0 picks a free one
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
     pub listen: std::net::SocketAddr,
     /// Callers must show a token of this file (see distlock token add); SIGHUP rereads it
     #[arg(long, value_name = "FILE")]
     pub tokens: Option<std::path::PathBuf>,
+    /// Serve HTTPS with the certificate chain in this PEM file (with --tls-key)
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert's certificate, a PEM file
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Serve plain HTTP beyond loopback, for a proxy in front that terminates TLS
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub insecure_http: bool,
 }
 
 #[derive(Debug, Args)]

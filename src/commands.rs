@@ -5,7 +5,7 @@ use crate::answer::{
 };
 use crate::cli::{
     AcquireArgs, BreakArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs,
-    RunArgs, TokenAddArgs, TokenCommand,
+    RunArgs, ServeArgs, TokenAddArgs, TokenCommand,
 };
 use crate::engine::Request;
 use crate::error::{Error, Result};
@@ -53,7 +53,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Command::Log(args) => log(read_only()?.as_mut(), printer, args),
         Command::Gc(args) => gc(existing()?.as_mut(), printer, args),
         Command::Break(args) => evict(existing()?.as_mut(), printer, args),
-        Command::Serve(args) => crate::serve::run(location, args.listen, args.tokens.as_deref()),
+        Command::Serve(args) => crate::serve::run(location, serve_spec(args)?),
         Command::Token(TokenCommand::Add(args)) => token_add(printer, args),
     }
 }
@@ -72,6 +72,34 @@ fn db_from_env() -> Result<Option<String>> {
             .map(Some)
             .map_err(|_| Error::Usage("DISTLOCK_DB must be valid UTF-8".to_owned())),
     }
+}
+
+/// What `serve` was asked for, as plain values.
+///
+/// # Errors
+///
+/// A usage error for `--tls-cert` without `--tls-key`, or the other way round.
+fn serve_spec(args: ServeArgs) -> Result<crate::serve::Spec> {
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::serve::TlsFiles { cert, key }),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(Error::Usage(
+                "--tls-cert needs --tls-key: give both PEM files, or neither".to_owned(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Error::Usage(
+                "--tls-key needs --tls-cert: give both PEM files, or neither".to_owned(),
+            ));
+        }
+    };
+    Ok(crate::serve::Spec {
+        listen: args.listen,
+        tls,
+        insecure_http: args.insecure_http,
+        tokens: args.tokens,
+    })
 }
 
 fn run_spec(args: RunArgs) -> RunSpec {

@@ -268,6 +268,11 @@ fn sub_page(parent: &clap::Command, sub: &clap::Command) -> Vec<u8> {
         "list" => "distlock --format text list --prefix payment:",
         "log" => "distlock log deploy --since 1d --limit 20",
         "gc" => "distlock gc --keep-history 7d",
+        "serve" => {
+            "distlock serve --listen 127.0.0.1:7443 --tls-cert /etc/distlock/server.pem --tls-key /etc/distlock/server.key\n\
+             # after replacing both files: new connections get the new certificate\n\
+             kill -HUP \"$(pidof distlock)\""
+        }
         "break" => "distlock break deploy --reason 'runner lost, job cancelled' --by alice",
         _ => "",
     };
@@ -364,6 +369,17 @@ fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
                 "127",
                 "the command, or the interpreter its #! line names, was not found",
             ),
+        ],
+        Some("serve") => vec![
+            (
+                "0",
+                "stopped by SIGTERM or SIGINT: waiting requests answered, the others finished",
+            ),
+            (
+                "64",
+                "usage: bad arguments or invalid values, such as an address beyond loopback without tokens, or --tls-cert and --tls-key files that cannot be read or used; nothing was served",
+            ),
+            STORE,
         ],
         Some(_) => vec![("0", "done"), USAGE, STORE],
         None => vec![
@@ -509,7 +525,7 @@ fn section(page: &str, name: &str) -> String {
 fn every_page_gives_its_commands_exit_codes_and_only_those() {
     // The codes each command can exit with (contract, "Exit codes"), independently of the
     // table that renders them.
-    let expected: [(&str, &[&str]); 10] = [
+    let expected: [(&str, &[&str]); 11] = [
         (
             "distlock",
             &["0", "1", "64", "74", "75", "77", "78", "124", "126", "127"],
@@ -523,6 +539,7 @@ fn every_page_gives_its_commands_exit_codes_and_only_those() {
         ("log", &["0", "64", "74"]),
         ("gc", &["0", "64", "74"]),
         ("break", &["0", "1", "64", "74"]),
+        ("serve", &["0", "64", "74"]),
     ];
     let pages = man_pages();
     for (command, codes) in expected {

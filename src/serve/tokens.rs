@@ -20,13 +20,14 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use anyhow::{Context, Result, bail};
 use ring::rand::SecureRandom;
 use serde::{Deserialize, Serialize};
 
+use super::reread::Reread;
 use crate::error::Error;
 use crate::lock::{Resource, TokenName};
 
@@ -169,6 +170,45 @@ fn parse_hash(text: &str) -> Result<[u8; 32]> {
         *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16)?;
     }
     Ok(hash)
+}
+
+/// The tokens file of a running server: what it held when last read, replaced whole when
+/// SIGHUP rereads it, and kept when the file cannot be used.
+pub struct TokensFile {
+    path: PathBuf,
+    current: RwLock<Arc<Tokens>>,
+}
+
+impl TokensFile {
+    /// Reads the file at `path` ([`Tokens::load`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Tokens::load`].
+    pub fn load(path: PathBuf) -> Result<TokensFile> {
+        let tokens = Tokens::load(&path)?;
+        Ok(TokensFile {
+            path,
+            current: RwLock::new(Arc::new(tokens)),
+        })
+    }
+
+    /// The tokens as they are now.
+    pub fn now(&self) -> Arc<Tokens> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl Reread for TokensFile {
+    fn what(&self) -> String {
+        format!("tokens ({})", self.path.display())
+    }
+
+    fn reread(&self) -> Result<(), String> {
+        let tokens = Tokens::load(&self.path).map_err(|err| format!("{err:#}"))?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tokens);
+        Ok(())
+    }
 }
 
 /// A token that `distlock token add` made: its secret, shown once.

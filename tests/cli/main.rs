@@ -17,5 +17,6 @@ mod postgres;
 mod reliability;
 mod run;
 mod serve;
+mod serve_tls;
 mod serve_tokens;
 mod upgrade;

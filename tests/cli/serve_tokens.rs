@@ -416,3 +416,107 @@ fn a_token_uses_and_sees_only_its_resources_and_an_operator_every_one() {
     let metrics = call(&server, "GET", "/metrics", Some(&ci), None);
     assert_eq!(metrics.status, 200);
 }
+
+/// Waits until the server's stderr has `n` lines holding `text`.
+fn wait_for_lines(server: &Server, text: &str, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.stderr().lines().filter(|l| l.contains(text)).count() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no line number {n} with {text:?}: {}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_rereads_the_tokens_file_and_a_bad_one_keeps_the_tokens_served() {
+    let db = Db::sqlite();
+    let ci = make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json");
+    let server = Server::start_serving(&db, &["--tokens", &tokens.display().to_string()]);
+    let status = |token: &str| call(&server, "GET", "/locks", Some(token), None).status;
+    // A token added to the file is let in once SIGHUP rereads it.
+    let late = make_token(&db, "late", &["--all-resources"]);
+    assert_eq!(status(&late), 401, "not yet reread");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reloaded the tokens", 1);
+    assert_eq!((status(&ci), status(&late)), (200, 200));
+    // A file cut short, or gone: the tokens served before are kept, and the line says why.
+    let whole = std::fs::read(&tokens).expect("read the tokens file");
+    std::fs::write(&tokens, &whole[..whole.len() / 2]).expect("cut the file short");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reload failed", 1);
+    std::fs::remove_file(&tokens).expect("remove the file");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reload failed", 2);
+    assert_eq!(
+        (status(&ci), status(&late)),
+        (200, 200),
+        "the old tokens are kept"
+    );
+    // A file that drops a token locks it out at the next reread.
+    std::fs::write(&tokens, &whole).expect("put the file back");
+    let mut file: Value = serde_json::from_slice(&whole).expect("JSON");
+    file["tokens"]
+        .as_array_mut()
+        .expect("tokens")
+        .retain(|t| t["name"] != "late");
+    std::fs::write(&tokens, file.to_string()).expect("write the file");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reloaded the tokens", 2);
+    assert_eq!((status(&ci), status(&late)), (200, 401));
+    let stderr = server.stderr();
+    for secret in [&ci, &late] {
+        assert!(
+            !stderr.contains(&secret[3..]),
+            "no secret on stderr: {stderr}"
+        );
+    }
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    let out = server.finish();
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+}
+
+#[test]
+fn beyond_loopback_tokens_need_https_or_insecure_http() {
+    let db = Db::sqlite();
+    make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json").display().to_string();
+    let out = db.run(&["serve", "--listen", "0.0.0.0:0", "--tokens", &tokens]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--insecure-http") && stderr.contains("--tls-cert"),
+        "{stderr}"
+    );
+    // With --insecure-http it serves, on every address.
+    let mut cmd = db.std_cmd();
+    cmd.args([
+        "serve",
+        "--listen",
+        "0.0.0.0:0",
+        "--tokens",
+        &tokens,
+        "--insecure-http",
+    ]);
+    let proc = crate::common::process::Proc::spawn(&mut cmd, db.dir.path(), "wide");
+    let stderr = db.dir.path().join("wide.stderr");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some((line, _)) = text.split_once('\n') {
+            break line.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no first line");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        first.starts_with("distlock: listening on http://0.0.0.0:"),
+        "{first}"
+    );
+    proc.signal(nix::sys::signal::Signal::SIGTERM);
+    let out = proc.finish(Duration::from_secs(10));
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+}

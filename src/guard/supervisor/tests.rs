@@ -296,7 +296,7 @@ fn a_command_exiting_just_before_the_stop_deadline_keeps_its_own_status() {
     sim.at(secs(10), Event::Trouble("database is locked".into()));
     let actions = sim.at(ms(21_999), Event::Exited(Ended::Code(3)));
     assert_eq!(actions, [Action::Exit(Exit::Child(3))]);
-    assert_eq!(sim.times_of(&TERM_ALL), []);
+    assert_eq!(sim.times_of(&TERM_ALL), Vec::<Duration>::new());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -605,7 +605,7 @@ fn each_new_outage_is_reported_again() {
             "renewing the lock on r again",
         ]
     );
-    assert_eq!(sim.times_of(&TERM_ALL), []);
+    assert_eq!(sim.times_of(&TERM_ALL), Vec::<Duration>::new());
 }
 
 #[test]
@@ -614,7 +614,11 @@ fn a_renewal_that_succeeds_late_in_an_outage_pushes_the_stop_back() {
     sim.at(secs(10), Event::Trouble("timeout".into()));
     sim.at(secs(21), Event::Renewed(sim.instant(secs(20)) + secs(30)));
     sim.run_to(secs(41));
-    assert_eq!(sim.times_of(&TERM_ALL), [], "not at 22 s any more");
+    assert_eq!(
+        sim.times_of(&TERM_ALL),
+        Vec::<Duration>::new(),
+        "not at 22 s any more"
+    );
     sim.run_to(secs(42));
     assert_eq!(sim.times_of(&TERM_ALL), [secs(42)], "20 + 30 - 3 - 5");
 }
@@ -633,7 +637,11 @@ fn a_lost_lease_sends_sigterm_to_everything_and_sigkill_kill_after_later() {
     );
     assert_eq!(sim.deadline(), Some(secs(3)));
     sim.run_to(ms(2_999));
-    assert_eq!(sim.times_of(&KILL_ALL), [], "not before --kill-after");
+    assert_eq!(
+        sim.times_of(&KILL_ALL),
+        Vec::<Duration>::new(),
+        "not before --kill-after"
+    );
     sim.run_to(secs(3));
     assert_eq!(sim.times_of(&KILL_ALL), [secs(3)]);
     assert_eq!(sim.deadline(), None, "only the command's end is awaited");
@@ -703,7 +711,7 @@ fn after_a_stop_the_commands_exit_leaves_its_workers_the_rest_of_their_grace() {
     assert_eq!(sim.at(ms(1_050), Event::Exited(Ended::Signal(15))), []);
     assert_eq!(sim.deadline(), Some(secs(3)));
     sim.run_to(ms(2_999));
-    assert_eq!(sim.times_of(&KILL_ALL), []);
+    assert_eq!(sim.times_of(&KILL_ALL), Vec::<Duration>::new());
     sim.run_to(secs(3));
     assert_eq!(
         sim.log[2..],

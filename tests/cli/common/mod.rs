@@ -14,12 +14,14 @@
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
 //! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
 //! | [`server`] | `distlock serve` over a test's store on a free loopback port (its address from its first stderr line, its log, SIGTERM then SIGKILL when dropped), a real HTTP client for it (`ureq`) and raw TCP requests, and the checks of its answers: JSON, problem documents, NDJSON |
+//! | [`certs`] | certificates made by the test for the HTTPS server: a CA of its own and server certificates it signs for 127.0.0.1, ::1 and localhost, as PEM files |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
 //!
 //! `process` and `fenced_write` are also compiled into `tests/recipes.rs` (`#[path]`), so each
 //! of their items is used by both test crates; what only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
+pub mod certs;
 pub mod cluster;
 pub mod critical;
 pub mod fenced_write;

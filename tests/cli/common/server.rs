@@ -2,13 +2,15 @@
 //!
 //! [`Server::start`] runs the server over a test's store ([`Db`]'s `--db`) on a free port of
 //! 127.0.0.1 (`--listen 127.0.0.1:0`), and reads the port from its first stderr line, which
-//! must be exactly `distlock: listening on http://127.0.0.1:PORT`. Its stderr (one line per
-//! request after that) stays in a file the test can read. Dropped, it gets SIGTERM, then
-//! SIGKILL if it is still there 5 s later.
+//! must be exactly `distlock: listening on http://127.0.0.1:PORT` (`https://` for a server
+//! started with a certificate, [`Server::start_tls`]). Its stderr (one line per request after
+//! that) stays in a file the test can read. Dropped, it gets SIGTERM, then SIGKILL if it is
+//! still there 5 s later.
 //!
-//! The clients are a real HTTP client (`ureq`, which knows nothing of the server's types) for
-//! well-formed requests, answering a [`Reply`], and raw [`TcpStream`]s for what no client would
-//! send: malformed, oversized and slow requests ([`Server::raw`] answers a [`RawReply`]).
+//! The clients are a real HTTP client (`ureq`, which knows nothing of the server's types; over
+//! HTTPS it trusts only the test's CA) for well-formed requests, answering a [`Reply`], and raw
+//! [`TcpStream`]s for what no client would send: malformed, oversized and slow requests
+//! ([`Server::raw`] answers a [`RawReply`]).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -20,6 +22,7 @@ use nix::sys::signal::{Signal, kill};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
+use super::certs::{Ca, CertFiles};
 use super::pids::is_gone;
 use super::process::{Finished, Proc};
 use super::store::Db;
@@ -36,13 +39,16 @@ const REQUEST: Duration = Duration::from_secs(60);
 /// How long a raw request may take to be answered (or its connection closed).
 const RAW_ANSWER: Duration = Duration::from_secs(15);
 
-/// The prefix of the server's first stderr line; the port follows.
-const LISTENING: &str = "distlock: listening on http://127.0.0.1:";
+/// The server's first stderr line up to the scheme (`http` or `https`); then come
+/// `://127.0.0.1:` and the port.
+const LISTENING: &str = "distlock: listening on ";
 
 /// A running `distlock serve`.
 pub struct Server {
     proc: Option<Proc>,
     pub addr: SocketAddr,
+    /// `http` or `https`.
+    scheme: &'static str,
     stderr: PathBuf,
     agent: ureq::Agent,
 }
@@ -75,13 +81,27 @@ impl Server {
         Server::start_with(db, cmd, &[])
     }
 
+    /// `distlock --db DB serve --listen 127.0.0.1:0 --tls-cert … --tls-key …` (HTTPS with the
+    /// certificate in `files`), once it listens; its client trusts `ca` only.
+    pub fn start_tls(db: &Db, files: &CertFiles, ca: &Ca) -> Server {
+        let mut cmd = db.std_cmd();
+        cmd.env_remove("DISTLOCK_DB").args(["--db", &db.url]);
+        Server::launch(db, cmd, &files.args(), Some(ca))
+    }
+
     /// `CMD serve --listen 127.0.0.1:0 ARGS` (CMD being distlock with its store), once it
     /// listens.
-    fn start_with(db: &Db, mut cmd: std::process::Command, serve_args: &[&str]) -> Server {
+    fn start_with(db: &Db, cmd: std::process::Command, serve_args: &[&str]) -> Server {
+        let args: Vec<String> = serve_args.iter().map(|&arg| arg.to_owned()).collect();
+        Server::launch(db, cmd, &args, None)
+    }
+
+    /// `CMD serve --listen 127.0.0.1:0 ARGS`, once it listens: HTTPS, trusting `ca` only, when
+    /// there is one.
+    fn launch(db: &Db, mut cmd: std::process::Command, args: &[String], ca: Option<&Ca>) -> Server {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let name = format!("serve-{}", NEXT.fetch_add(1, Ordering::SeqCst));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .args(serve_args);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
         let proc = Proc::spawn(&mut cmd, db.dir.path(), &name);
         let stderr = db.dir.path().join(format!("{name}.stderr"));
         let start = Instant::now();
@@ -103,33 +123,37 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(10));
         };
+        let scheme = if ca.is_some() { "https" } else { "http" };
+        let prefix = format!("{LISTENING}{scheme}://127.0.0.1:");
         let port: u16 = first
-            .strip_prefix(LISTENING)
+            .strip_prefix(&prefix)
             .and_then(|port| port.parse().ok())
             .filter(|&port| port != 0)
             .unwrap_or_else(|| {
-                panic!("the first stderr line must be `{LISTENING}PORT`, got {first:?}")
+                panic!("the first stderr line must be `{prefix}PORT`, got {first:?}")
             });
-        // A new connection per request: each test checks its own subject, and what a kept-alive
-        // connection meets after a refused request is the subject of one test of its own
-        // (`serve::a_refused_request_whose_body_comes_late_…`).
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(REQUEST))
-            .max_idle_connections(0)
-            .build()
-            .into();
         Server {
             proc: Some(proc),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            scheme,
             stderr,
-            agent,
+            agent: agent(ca),
         }
     }
 
-    /// `http://127.0.0.1:PORT` + `path` (which starts with `/`).
+    /// `http://127.0.0.1:PORT` (or `https://`) + `path` (which starts with `/`).
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    /// `GET PATH` by `client`: the status, or why there was no answer (a refused certificate,
+    /// say).
+    pub fn get_by(&self, client: &ureq::Agent, path: &str) -> Result<u16, String> {
+        client
+            .get(self.url(path))
+            .call()
+            .map(|response| response.status().as_u16())
+            .map_err(|e| e.to_string())
     }
 
     /// Everything the server wrote on stderr so far.
@@ -221,6 +245,26 @@ impl Server {
             &String::from_utf8_lossy(&request[..request.len().min(200)]),
         )
     }
+}
+
+/// An HTTP client for one server: a new connection per request (each test checks its own
+/// subject, and what a kept-alive connection meets after a refused request is the subject of
+/// one test of its own: `serve::a_refused_request_whose_body_comes_late_…`); over HTTPS, one
+/// that trusts `ca` only (not the system's roots), when given.
+pub fn agent(ca: Option<&Ca>) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(REQUEST))
+        .max_idle_connections(0);
+    if let Some(ca) = ca {
+        let root = ureq::tls::Certificate::from_pem(ca.pem().as_bytes()).expect("the CA, PEM");
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&[root]))
+                .build(),
+        );
+    }
+    config.build().into()
 }
 
 impl Drop for Server {

@@ -1,0 +1,268 @@
+//! HTTPS for `distlock serve`: the certificate chain and private key from the PEM files that
+//! `--tls-cert` and `--tls-key` name, and the rustls configuration that serves them.
+//!
+//! The chain and key are held by [`Certificate`], which rustls asks for them at every
+//! handshake, so that SIGHUP can swap them while the server runs: a new handshake gets what
+//! was read last, a connection already open keeps what it was made with. A reread that fails
+//! (a file missing, half written, not PEM, or a key that is not the certificate's) changes
+//! nothing. The key must belong to the first certificate of the chain: a chain and key
+//! replaced one file at a time are taken only once both are in place.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use anyhow::Context;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio_rustls::TlsAcceptor;
+
+use super::reread::Reread;
+
+/// The most bytes read of either file: a certificate chain is a few KiB; a path that names
+/// something else (a device, a huge file) is refused rather than read into memory.
+const MAX_PEM: u64 = 1024 * 1024;
+
+/// The one application protocol served, told to clients that ask (ALPN).
+const ALPN_HTTP_1_1: &[u8] = b"http/1.1";
+
+/// `--tls-cert` and `--tls-key`: the PEM files with the certificate chain (the server's own
+/// certificate first) and its private key.
+#[derive(Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The chain and key being served, and the files they are read from.
+#[derive(Debug)]
+pub struct Certificate {
+    files: TlsFiles,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl Certificate {
+    /// Reads the chain and key from `files`.
+    ///
+    /// # Errors
+    ///
+    /// One line naming the flag and the file: it cannot be read, holds no certificate or key,
+    /// or the key is not the certificate's.
+    pub fn load(files: TlsFiles) -> Result<Certificate, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let current = read(&files, &provider)?;
+        Ok(Certificate {
+            files,
+            provider,
+            current: RwLock::new(Arc::new(current)),
+        })
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        // Nothing panics while holding the lock; were it poisoned, the value is still whole.
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl ResolvesServerCert for Certificate {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+impl Reread for Certificate {
+    fn what(&self) -> String {
+        format!(
+            "TLS certificate and key ({}, {})",
+            self.files.cert.display(),
+            self.files.key.display()
+        )
+    }
+
+    fn reread(&self) -> Result<(), String> {
+        let fresh = Arc::new(read(&self.files, &self.provider)?);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+        Ok(())
+    }
+}
+
+/// The TLS side of the server: HTTP/1.1 only, with the chain and key `certificate` holds at
+/// each handshake.
+///
+/// # Errors
+///
+/// When rustls refuses its own safe defaults (it does not with the ring provider).
+pub fn acceptor(certificate: Arc<Certificate>) -> anyhow::Result<TlsAcceptor> {
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&certificate.provider))
+        .with_safe_default_protocol_versions()
+        .context("cannot set up TLS")?
+        .with_no_client_auth()
+        .with_cert_resolver(certificate);
+    config.alpn_protocols = vec![ALPN_HTTP_1_1.to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The chain and key in `files`, checked to belong together.
+fn read(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey, String> {
+    let cert_flag = format!("--tls-cert {}", files.cert.display());
+    let key_flag = format!("--tls-key {}", files.key.display());
+    let chain = read_pem(&files.cert, &cert_flag)?;
+    let chain = CertificateDer::pem_slice_iter(&chain)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{cert_flag}: {}", pem_error(&e, "certificate")))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "{cert_flag}: no certificate in it (a PEM \"BEGIN CERTIFICATE\" section)"
+        ));
+    }
+    let key = read_pem(&files.key, &key_flag)?;
+    let key = PrivateKeyDer::from_pem_slice(&key)
+        .map_err(|e| format!("{key_flag}: {}", pem_error(&e, "private key")))?;
+    let key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("{key_flag}: not a private key distlock can use: {e}"))?;
+    let certified = CertifiedKey::new(chain, key);
+    match certified.keys_match() {
+        Ok(()) => Ok(certified),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => Err(
+            format!("{key_flag} is not the key of the first certificate in {cert_flag}"),
+        ),
+        // A key that cannot tell its public half is taken as it is; the handshake will say.
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(certified),
+        Err(e) => Err(format!(
+            "{cert_flag}: its first certificate cannot be used: {e}"
+        )),
+    }
+}
+
+/// The bytes of `path`, at most [`MAX_PEM`] of them.
+fn read_pem(path: &Path, flag: &str) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{flag}: cannot open it: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{flag}: cannot read it: {e}"))?;
+    if bytes.len() as u64 > MAX_PEM {
+        return Err(format!(
+            "{flag}: larger than {} KiB, not a PEM file",
+            MAX_PEM / 1024
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A PEM parse failure in words (the parser's own names the bytes of the marker it missed).
+fn pem_error(err: &pem::Error, what: &str) -> String {
+    match err {
+        pem::Error::NoItemsFound => format!("no {what} in it (not PEM, or another kind of PEM)"),
+        pem::Error::MissingSectionEnd { .. } => {
+            "not PEM: a section has no END line (a file cut short?)".to_owned()
+        }
+        pem::Error::IllegalSectionStart { .. } => "not PEM: a malformed BEGIN line".to_owned(),
+        pem::Error::Base64Decode(_) => "not PEM: a section is not valid base64".to_owned(),
+        other => format!("not a PEM {what}: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &Path, cert: &[u8], key: &[u8]) -> TlsFiles {
+        let files = TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        std::fs::write(&files.cert, cert).expect("write the certificate");
+        std::fs::write(&files.key, key).expect("write the key");
+        files
+    }
+
+    #[test]
+    fn unusable_files_are_refused_with_one_line_naming_the_flag_and_file() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let half = b"-----BEGIN CERTIFICATE-----\nMIIB\n";
+        let cases: [(&str, &[u8], &[u8], &str); 4] = [
+            ("empty certificate file", b"", b"", "--tls-cert"),
+            ("garbage certificate", b"hello\n", b"", "--tls-cert"),
+            ("a certificate cut short", half, b"", "--tls-cert"),
+            (
+                "a certificate that is not one, and no key",
+                b"-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n",
+                b"",
+                "--tls-key",
+            ),
+        ];
+        for (what, cert, key, flag) in cases {
+            let files = files(dir.path(), cert, key);
+            let err = Certificate::load(files).expect_err(what);
+            assert!(!err.contains('\n'), "{what}: one line: {err}");
+            assert!(err.starts_with(flag), "{what}: names {flag}: {err}");
+            assert!(err.contains(".pem"), "{what}: names the file: {err}");
+        }
+        let missing = TlsFiles {
+            cert: dir.path().join("missing.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        let err = Certificate::load(missing).expect_err("a missing file");
+        assert!(
+            err.starts_with("--tls-cert ") && err.contains("missing.pem: cannot open it"),
+            "{err}"
+        );
+    }
+
+    /// A certificate for `localhost` and its key, as PEM.
+    fn certified() -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        let cert = params.self_signed(&key).expect("a certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_or_a_certificate_that_is_not_one_is_refused() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let (cert, key) = certified();
+        let (_, other_key) = certified();
+        assert!(Certificate::load(files(dir.path(), cert.as_bytes(), key.as_bytes())).is_ok());
+        let err = Certificate::load(files(dir.path(), cert.as_bytes(), other_key.as_bytes()))
+            .expect_err("another certificate's key");
+        assert!(
+            err.starts_with("--tls-key ") && err.contains("is not the key of"),
+            "{err}"
+        );
+        let not_one = b"-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n";
+        let err = Certificate::load(files(dir.path(), not_one, key.as_bytes()))
+            .expect_err("a certificate section that holds no certificate");
+        assert!(
+            err.starts_with("--tls-cert ") && !err.contains('\n'),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_reread_takes_new_files_and_a_failed_one_keeps_what_was_served() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let (first, first_key) = certified();
+        let certificate =
+            Certificate::load(files(dir.path(), first.as_bytes(), first_key.as_bytes()))
+                .expect("the first certificate");
+        let served = |certificate: &Certificate| certificate.current().cert[0].to_vec();
+        let was = served(&certificate);
+        let (second, second_key) = certified();
+        files(dir.path(), second.as_bytes(), first_key.as_bytes());
+        assert!(
+            certificate.reread().is_err(),
+            "a key of another certificate"
+        );
+        assert_eq!(served(&certificate), was, "kept");
+        files(dir.path(), second.as_bytes(), second_key.as_bytes());
+        certificate.reread().expect("a good pair");
+        assert_ne!(served(&certificate), was, "taken");
+    }
+}
