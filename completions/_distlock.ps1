@@ -21,7 +21,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
 
     $completions = @(switch ($command) {
         'distlock' {
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -47,7 +47,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Keep trying for this long while another owner holds the lock [default: 0, try once]')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)')
             [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Why or for whom the lock is held (shown by status, list and log)')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -55,7 +55,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             break
         }
         'distlock;status' {
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -63,7 +63,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         }
         'distlock;release' {
             [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -72,7 +72,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         'distlock;renew' {
             [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New lease length from now: whole seconds, e.g. 30, 90s, 5m')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -89,7 +89,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--hold-at-least', '--hold-at-least', [CompletionResultType]::ParameterName, 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m')
             [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'When run stops the command, wait this long between SIGTERM and SIGKILL (all of it after a lost lease or --max-runtime; while renewals fail, no longer than the lease could last)')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -98,7 +98,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         }
         'distlock;list' {
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Only locks whose resource starts with this')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -107,7 +107,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         'distlock;log' {
             [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only events from this long ago until now, e.g. 1h or 7d')
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'At most this many events (the newest), still printed oldest first')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -115,7 +115,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         }
         'distlock;gc' {
             [CompletionResult]::new('--keep-history', '--keep-history', [CompletionResultType]::ParameterName, 'Keep history events younger than this')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -125,7 +125,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why (recorded in the history, and told to the evicted run)')
             [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'Only this owner''s tenure (never read from DISTLOCK_OWNER) [default: every tenure]')
             [CompletionResult]::new('--by', '--by', [CompletionResultType]::ParameterName, 'Who breaks it [default: <user>@<hostname>]')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -136,7 +136,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             [CompletionResult]::new('--tokens', '--tokens', [CompletionResultType]::ParameterName, 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it')
             [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'Serve HTTPS with the certificate chain in this PEM file (with --tls-key)')
             [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'The private key of --tls-cert''s certificate, a PEM file')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('--insecure-http', '--insecure-http', [CompletionResultType]::ParameterName, 'Serve plain HTTP beyond loopback, for a proxy in front that terminates TLS')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -144,7 +144,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             break
         }
         'distlock;token' {
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -155,7 +155,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         'distlock;token;add' {
             [CompletionResult]::new('--tokens', '--tokens', [CompletionResultType]::ParameterName, 'The tokens file to add it to')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'A resource prefix the token may use (repeat for more); "deploy/" allows deploy/prod')
-            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
+            [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('--all-resources', '--all-resources', [CompletionResultType]::ParameterName, 'The token may use every resource')
             [CompletionResult]::new('--operator', '--operator', [CompletionResultType]::ParameterName, 'The token is an operator''s: it may break any lock, and sees every resource in list and log')

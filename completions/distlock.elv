@@ -18,7 +18,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
     }
     var completions = [
         &'distlock'= {
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -43,21 +43,21 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --wait 'Keep trying for this long while another owner holds the lock [default: 0, try once]'
             cand --limit 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)'
             cand --note 'Why or for whom the lock is held (shown by status, list and log)'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand --shared 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;status'= {
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;release'= {
             cand --owner 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -65,7 +65,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;renew'= {
             cand --owner 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$'
             cand --ttl 'New lease length from now: whole seconds, e.g. 30, 90s, 5m'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -81,7 +81,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --hold-at-least 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m'
             cand --max-runtime 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h'
             cand --kill-after 'When run stops the command, wait this long between SIGTERM and SIGKILL (all of it after a lost lease or --max-runtime; while renewals fail, no longer than the lease could last)'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand --shared 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
             cand -h 'Print help (see more with ''--help'')'
@@ -89,7 +89,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
         }
         &'distlock;list'= {
             cand --prefix 'Only locks whose resource starts with this'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -97,14 +97,14 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;log'= {
             cand --since 'Only events from this long ago until now, e.g. 1h or 7d'
             cand --limit 'At most this many events (the newest), still printed oldest first'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;gc'= {
             cand --keep-history 'Keep history events younger than this'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -113,7 +113,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --reason 'Why (recorded in the history, and told to the evicted run)'
             cand --owner 'Only this owner''s tenure (never read from DISTLOCK_OWNER) [default: every tenure]'
             cand --by 'Who breaks it [default: <user>@<hostname>]'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -123,14 +123,14 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --tokens 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it'
             cand --tls-cert 'Serve HTTPS with the certificate chain in this PEM file (with --tls-key)'
             cand --tls-key 'The private key of --tls-cert''s certificate, a PEM file'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand --insecure-http 'Serve plain HTTP beyond loopback, for a proxy in front that terminates TLS'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;token'= {
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -140,7 +140,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;token;add'= {
             cand --tokens 'The tokens file to add it to'
             cand --prefix 'A resource prefix the token may use (repeat for more); "deploy/" allows deploy/prod'
-            cand --db 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
+            cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand --all-resources 'The token may use every resource'
             cand --operator 'The token is an operator''s: it may break any lock, and sees every resource in list and log'

@@ -24,7 +24,7 @@ function __fish_distlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c distlock -n "__fish_distlock_needs_command" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_needs_command" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_needs_command" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -46,23 +46,23 @@ complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l ttl -d 'Le
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l wait -d 'Keep trying for this long while another owner holds the lock [default: 0, try once]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l limit -d 'Hold one of N slots: at most N holders at once, each asking with the same N (2-10000; 1 is the plain exclusive lock)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l note -d 'Why or for whom the lock is held (shown by status, list and log)' -r
-complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -l shared -d 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
 complete -c distlock -n "__fish_distlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand status" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand status" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand status" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand release" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
-complete -c distlock -n "__fish_distlock_using_subcommand release" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand release" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand release" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -l owner -d 'Who takes the lock: any name unique to this worker, e.g. worker-1 or $(hostname):$$' -r
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -l ttl -d 'New lease length from now: whole seconds, e.g. 30, 90s, 5m' -r
-complete -c distlock -n "__fish_distlock_using_subcommand renew" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand renew" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -76,31 +76,31 @@ complete -c distlock -n "__fish_distlock_using_subcommand run" -l conflict-exit-
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l hold-at-least -d 'Keep the lock until this long after the tenure started, however soon the command ends (once per period across hosts); e.g. 50m' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l max-runtime -d 'Stop the command (exit 124) if it still runs this long after it started; e.g. 2h' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l kill-after -d 'When run stops the command, wait this long between SIGTERM and SIGKILL (all of it after a lost lease or --max-runtime; while renewals fail, no longer than the lease could last)' -r
-complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l shared -d 'Hold a shared lock: any number of shared holders at once, and no exclusive one (as flock -s)'
 complete -c distlock -n "__fish_distlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand list" -l prefix -d 'Only locks whose resource starts with this' -r
-complete -c distlock -n "__fish_distlock_using_subcommand list" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand list" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand list" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand log" -l since -d 'Only events from this long ago until now, e.g. 1h or 7d' -r
 complete -c distlock -n "__fish_distlock_using_subcommand log" -l limit -d 'At most this many events (the newest), still printed oldest first' -r
-complete -c distlock -n "__fish_distlock_using_subcommand log" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand log" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand log" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand log" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -l keep-history -d 'Keep history events younger than this' -r
-complete -c distlock -n "__fish_distlock_using_subcommand gc" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand gc" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l reason -d 'Why (recorded in the history, and told to the evicted run)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l owner -d 'Only this owner\'s tenure (never read from DISTLOCK_OWNER) [default: every tenure]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l by -d 'Who breaks it [default: <user>@<hostname>]' -r
-complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -108,12 +108,12 @@ complete -c distlock -n "__fish_distlock_using_subcommand serve" -l listen -d 'T
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tokens -d 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tls-cert -d 'Serve HTTPS with the certificate chain in this PEM file (with --tls-key)' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tls-key -d 'The private key of --tls-cert\'s certificate, a PEM file' -r -F
-complete -c distlock -n "__fish_distlock_using_subcommand serve" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l insecure-http -d 'Serve plain HTTP beyond loopback, for a proxy in front that terminates TLS'
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -121,7 +121,7 @@ complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_
 complete -c distlock -n "__fish_distlock_using_subcommand token; and not __fish_seen_subcommand_from add help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l tokens -d 'The tokens file to add it to' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l prefix -d 'A resource prefix the token may use (repeat for more); "deploy/" allows deploy/prod' -r
-complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l db -d 'Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand token; and __fish_seen_subcommand_from add" -l all-resources -d 'The token may use every resource'

@@ -47,7 +47,8 @@ exits with the command's status.";
 #[derive(Debug, Parser)]
 #[command(name = "distlock", version, about, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Lock store: a SQLite file path, or a postgres:// URL [env: DISTLOCK_DB]
+    /// Lock store: a SQLite file path, a postgres:// URL, or a distlock server's http(s):// URL
+    /// [env: DISTLOCK_DB]
     /// [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]
     // Read by hand, not through clap's `env`: an empty DISTLOCK_DB counts as unset, and the
     // variable may hold a password, which help and usage lines must never show.
@@ -121,7 +122,7 @@ Add a token to a tokens file and print its secret, this once only.
 
 The file (made readable by its owner only, when missing) keeps the token's name, the SHA-256 \
 of its secret, the resources it may use and whether it is an operator's; never the secret. \
-The answer is one JSON line: {\"token\":NAME,\"secret\":\"dl_…\",\"file\":PATH}. Give the secret \
+The answer is one JSON line: {\"token\":NAME,\"secret\":\"dl_...\",\"file\":PATH}. Give the secret \
 to the caller (as DISTLOCK_TOKEN, or Authorization: Bearer), then send SIGHUP to a running \
 server to reread the file.";
 

@@ -40,6 +40,25 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
     // it if needed; the commands that change only what they find create nothing (a store that
     // is not there holds nothing to change: they answer as for an empty one); the read-only
     // commands open it read-only, and create nothing either.
+    if let Location::Server(url) = &location {
+        match &cli.command {
+            Command::Gc(_) => {
+                return Err(Error::Usage(format!(
+                    "gc runs where the store is, not through the distlock server {}: run it \
+                     there with its --db",
+                    url.as_str()
+                )));
+            }
+            Command::Serve(_) => {
+                return Err(Error::Usage(format!(
+                    "a server serves a store, not another server ({}): give serve a file path \
+                     or a postgres:// URL",
+                    url.as_str()
+                )));
+            }
+            _ => {}
+        }
+    }
     let open = || store::open(&location).map_err(Error::Store);
     let existing = || store::open_existing(&location).map_err(Error::Store);
     let read_only = || store::open_read_only(&location).map_err(Error::Store);

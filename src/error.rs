@@ -30,6 +30,10 @@ impl Error {
     pub fn exit(&self) -> Exit {
         match self {
             Error::Usage(_) => Exit::Usage,
+            // A distlock server refused the token, or the request is outside its scope.
+            Error::Store(err) if err.downcast_ref::<crate::store::NotAllowed>().is_some() => {
+                Exit::Forbidden
+            }
             Error::Store(_) | Error::System(_) | Error::Output(_) => Exit::Store,
         }
     }

@@ -37,6 +37,7 @@ mod reread;
 mod tls;
 pub mod tokens;
 
+pub use api::GRANT as GRANT_HEADER;
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;

@@ -18,6 +18,7 @@ mod network_fs;
 mod op;
 mod open;
 mod postgres;
+mod remote;
 mod sqlite;
 
 use std::time::Duration;
@@ -33,6 +34,7 @@ pub use location::{Folders, Location, NetworkFs};
 pub use op::{Durability, Locks, Op, Outcome};
 pub use open::{Vanished, open, open_existing, open_read_only, reopen};
 pub use postgres::PostgresStore;
+pub use remote::{NotAllowed, RemoteStore, ServerUrl};
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.

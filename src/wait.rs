@@ -274,6 +274,18 @@ impl Patience {
     }
 }
 
+/// The interrupt the handlers of [`Interrupts`] noted (0: none), shared with a store whose
+/// one call may itself wait long (a distlock server's long poll), so that it gives the call
+/// up as soon as one arrives.
+static NOTED: std::sync::OnceLock<Arc<AtomicUsize>> = std::sync::OnceLock::new();
+
+/// Whether an interrupt arrived while this process waits in a queue.
+pub fn interrupted() -> bool {
+    NOTED
+        .get()
+        .is_some_and(|noted| noted.load(Ordering::SeqCst) != 0)
+}
+
 /// The [`INTERRUPTS`], noted instead of ending the process while it waits, so that it can leave
 /// the queue first.
 struct Interrupts {
@@ -285,7 +297,8 @@ impl Interrupts {
     /// `None` if the handlers cannot be installed: the waiter then dies of the signal as
     /// before, and its place expires by its liveness lease.
     fn install() -> Option<Interrupts> {
-        let arrived = Arc::new(AtomicUsize::new(0));
+        let arrived = Arc::clone(NOTED.get_or_init(|| Arc::new(AtomicUsize::new(0))));
+        arrived.store(0, Ordering::SeqCst);
         let mut ids = Vec::new();
         for signal in INTERRUPTS {
             let id = signal_hook::flag::register_usize(

@@ -427,7 +427,15 @@ fn environment(roff: &mut Roff, with_run: bool) {
     let mut rows = vec![
         (
             "DISTLOCK_DB",
-            "The store, as --db: a SQLite file path or a postgres:// URL. Keeps a password out of the process list.",
+            "The store, as --db: a SQLite file path, a postgres:// URL, or a distlock server's http:// or https:// URL. Keeps a password out of the process list.",
+        ),
+        (
+            "DISTLOCK_TOKEN",
+            "The token sent to a distlock server (--db http:// or https://) as Authorization: Bearer. Never read from the URL, never printed; a refused token, or a request outside its resources, exits 77.",
+        ),
+        (
+            "DISTLOCK_CA_CERT",
+            "A PEM file of the certificates that a distlock server's https:// certificate must chain to, instead of the system's roots.",
         ),
         (
             "DISTLOCK_OWNER",

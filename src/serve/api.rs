@@ -21,6 +21,9 @@ use crate::exit::Exit;
 use crate::lock::Resource;
 use crate::store::Locks;
 
+/// The header of a grant that says whether it is a new tenure or the owner's own, extended.
+pub const GRANT: &str = "distlock-grant";
+
 /// The largest request body.
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -125,6 +128,9 @@ pub struct Reply {
     status: StatusCode,
     body: Vec<u8>,
     kind: &'static str,
+    /// A grant's `Distlock-Grant: new` or `extended`, for a distlock client (`--db http://…`):
+    /// the body is the command's own, which does not say.
+    grant: Option<&'static str>,
 }
 
 impl Reply {
@@ -133,6 +139,7 @@ impl Reply {
             status,
             body: serde_json::to_vec(answer).unwrap_or_default(),
             kind: "application/json",
+            grant: None,
         }
     }
 
@@ -141,6 +148,18 @@ impl Reply {
             status,
             body: Vec::new(),
             kind: "application/json",
+            grant: None,
+        }
+    }
+
+    /// The same reply, saying how a grant came about.
+    pub(super) fn granted(self, tenure: crate::lock::Grant) -> Reply {
+        Reply {
+            grant: Some(match tenure {
+                crate::lock::Grant::New => "new",
+                crate::lock::Grant::Extended => "extended",
+            }),
+            ..self
         }
     }
 
@@ -149,6 +168,7 @@ impl Reply {
             status: StatusCode::OK,
             body: body.into_bytes(),
             kind,
+            grant: None,
         }
     }
 }
@@ -159,6 +179,7 @@ impl From<Problem> for Reply {
             status: problem.status,
             body: problem.body(),
             kind: "application/problem+json",
+            grant: None,
         }
     }
 }
@@ -243,6 +264,11 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    if let Some(grant) = reply.grant {
+        response
+            .headers_mut()
+            .insert(GRANT, HeaderValue::from_static(grant));
     }
     if reply.status == StatusCode::UNAUTHORIZED {
         response

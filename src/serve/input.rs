@@ -167,13 +167,15 @@ impl Fields {
         let wait = self
             .seconds("wait_seconds", 0, MAX_WAIT_SECS)?
             .unwrap_or_default();
+        // `distlock run` through the server: its tenure is guarded by that run.
+        let guarded = self.optional_bool("guarded")?.unwrap_or(false);
         let request = Request {
             owner,
             ttl,
             mode,
             note,
             waits: false,
-            guarded: false,
+            guarded,
         };
         Ok((request, wait))
     }

@@ -67,7 +67,11 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
                 busy.position = *position;
             }
         }
-        Ok(Ok(answered(&answer, || answer.text())))
+        let reply = answered(&answer, || answer.text());
+        Ok(Ok(match &attempt.outcome {
+            crate::lock::Acquire::Acquired { tenure, .. } => reply.granted(*tenure),
+            _ => reply,
+        }))
     })
 }
 

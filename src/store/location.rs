@@ -16,6 +16,8 @@ pub enum Location {
     /// filesystem.
     Sqlite(PathBuf, Folders, NetworkFs),
     Postgres(String),
+    /// A distlock server (`http://` or `https://`), which holds the store itself.
+    Server(super::remote::ServerUrl),
 }
 
 /// How the missing folders of a SQLite store's path are made, by the first command that writes
@@ -66,7 +68,8 @@ impl NetworkFs {
 impl Location {
     /// Reads `--db` / `DISTLOCK_DB`. What it names is never guessed: a value with a URL
     /// scheme (`word://…` or `word:/…`, the scheme in any case) is a URL, and only
-    /// `postgres`/`postgresql` (PostgreSQL) are stores; any other scheme is refused, so a
+    /// `postgres`/`postgresql` (PostgreSQL) and `http`/`https` (a distlock server) are stores;
+    /// any other scheme is refused, so a
     /// mistyped URL never becomes a local file named after it. Anything else is a file path
     /// (one with a colon in it is written `./a:b`). Without one, the default path under the
     /// user's state folder. A SQLite store may lie on a network filesystem as `network_fs`
@@ -100,10 +103,7 @@ impl Location {
                 postgres::Target::parse(&url)?;
                 Ok(Location::Postgres(url))
             }
-            "http" | "https" => Err(format!(
-                "--db {scheme}://…: distlock servers are not supported by this build; use a file \
-                 path or a postgres:// URL"
-            )),
+            "http" | "https" => Ok(Location::Server(super::remote::ServerUrl::parse(db)?)),
             _ => Err(format!(
                 "--db: unknown URL scheme {:?}; distlock knows postgres:// and postgresql:// \
                  (PostgreSQL) and file paths (write a path with a colon in it as ./{}…)",
@@ -125,6 +125,7 @@ impl Location {
                 .unwrap_or_else(|_| path.clone())
                 .into_os_string(),
             Location::Postgres(url) => url.into(),
+            Location::Server(url) => url.as_str().into(),
         }
     }
 }
@@ -206,8 +207,13 @@ mod tests {
             ))
         };
         let pg = |u: &str| Ok(Location::Postgres(u.to_owned()));
+        let server = |u: &str| {
+            Ok(Location::Server(
+                super::super::remote::ServerUrl::parse(u).unwrap(),
+            ))
+        };
         let refused = |word: &'static str| Err(word);
-        let cases: [(&str, Result<Location, &str>); 31] = [
+        let cases: [(&str, Result<Location, &str>); 34] = [
             ("locks.db", path("locks.db")),
             (
                 "/var/lib/distlock/locks.db",
@@ -241,8 +247,11 @@ mod tests {
             ("file:///tmp/x.db", refused("\"file\"")),
             ("a+b.c-d://x", refused("\"a+b.c-d\"")),
             ("postgres:/x", refused("PostgreSQL")),
-            ("http://locks:7878", refused("servers")),
-            ("HTTPS://locks:7878", refused("servers")),
+            ("http://locks:7878", server("http://locks:7878")),
+            ("HTTPS://locks:7878/", server("https://locks:7878")),
+            ("http://u:pw@h:1", refused("credentials")),
+            ("https://h/x/y", refused("no path")),
+            ("http:/x/y", refused("HOST:PORT")),
             ("", refused("empty")),
             (" ", refused("blank")),
             ("\t\n", refused("blank")),

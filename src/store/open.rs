@@ -11,7 +11,8 @@ use anyhow::{Context, Result};
 
 use super::{
     Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, NetworkFs,
-    PostgresStore, Reads, SqliteStore, SystemClock, decide_on_nothing, network_fs, nothing,
+    PostgresStore, Reads, RemoteStore, SqliteStore, SystemClock, decide_on_nothing, network_fs,
+    nothing,
 };
 use crate::engine::State;
 use crate::lock::{Event, Lock, LogQuery, Owner, Resource};
@@ -31,6 +32,7 @@ pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
             Ok(Box::new(open_sqlite(path, *folders)?))
         }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
+        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
     }
 }
 
@@ -57,6 +59,7 @@ pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
             }
         }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open_existing(url)?)),
+        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
     }
 }
 
@@ -81,6 +84,7 @@ pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
             }
         }
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open_read_only(url)?)),
+        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
     }
 }
 
@@ -178,6 +182,7 @@ pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
         }
         // A schema dropped meanwhile is not made anew: its locks went with it.
         Location::Postgres(url) => Ok(Box::new(PostgresStore::open_existing(url)?)),
+        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
     }
 }
 

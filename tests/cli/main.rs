@@ -19,4 +19,5 @@ mod run;
 mod serve;
 mod serve_tls;
 mod serve_tokens;
+mod through_server;
 mod upgrade;

@@ -96,12 +96,31 @@ impl Server {
         Server::launch(db, cmd, &args, None)
     }
 
+    /// `distlock --db DB serve --listen LISTEN` (a port of 127.0.0.1 that a server before it
+    /// had, say), once it listens.
+    pub fn start_serving_at(db: &Db, listen: &str) -> Server {
+        let mut cmd = db.std_cmd();
+        cmd.env_remove("DISTLOCK_DB").args(["--db", &db.url]);
+        Server::launch_at(db, cmd, listen, &[], None)
+    }
+
     /// `CMD serve --listen 127.0.0.1:0 ARGS`, once it listens: HTTPS, trusting `ca` only, when
     /// there is one.
-    fn launch(db: &Db, mut cmd: std::process::Command, args: &[String], ca: Option<&Ca>) -> Server {
+    fn launch(db: &Db, cmd: std::process::Command, args: &[String], ca: Option<&Ca>) -> Server {
+        Server::launch_at(db, cmd, "127.0.0.1:0", args, ca)
+    }
+
+    /// `CMD serve --listen LISTEN ARGS`, once it listens.
+    fn launch_at(
+        db: &Db,
+        mut cmd: std::process::Command,
+        listen: &str,
+        args: &[String],
+        ca: Option<&Ca>,
+    ) -> Server {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let name = format!("serve-{}", NEXT.fetch_add(1, Ordering::SeqCst));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
+        cmd.args(["serve", "--listen", listen]).args(args);
         let proc = Proc::spawn(&mut cmd, db.dir.path(), &name);
         let stderr = db.dir.path().join(format!("{name}.stderr"));
         let start = Instant::now();

@@ -1,0 +1,473 @@
+//! Every command through a distlock server (`--db http://…`, `https://…`): the same flags, the
+//! same JSON and the same exit codes as on the store behind it, with a real `distlock serve`
+//! over each store, real commands as its clients, and real signals.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use crate::common::certs::Ca;
+use crate::common::output::{parse_line, rfc3339_millis};
+use crate::common::process::{BIN, Proc, describe};
+use crate::common::server::Server;
+use crate::common::store::{Db, each_store};
+
+/// distlock with `DISTLOCK_DB` naming `url`, and no owner, token or password inherited.
+fn via(db: &Db, url: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("DISTLOCK_DB", url)
+        .env_remove("DISTLOCK_OWNER")
+        .env_remove("DISTLOCK_TOKEN")
+        .env_remove("DISTLOCK_CA_CERT")
+        .env_remove("PGPASSWORD")
+        .current_dir(db.dir.path());
+    cmd
+}
+
+fn run(cmd: &mut Command, args: &[&str]) -> Output {
+    cmd.args(args).output().expect("run distlock")
+}
+
+/// The one JSON line of a command that exited `code`.
+fn answer(out: &Output, code: i32) -> Value {
+    assert_eq!(out.status.code(), Some(code), "{}", describe(out));
+    parse_line(&out.stdout)
+}
+
+/// The first server URL of a test's server, without a trailing slash.
+fn base(server: &Server) -> String {
+    server.url("")
+}
+
+#[test]
+fn every_command_through_a_server_answers_as_on_its_store() {
+    each_store(|db| {
+        let server = Server::start(db);
+        let url = base(&server);
+        let dl = |args: &[&str]| run(&mut via(db, &url), args);
+        let taken = answer(&dl(&["acquire", "r", "--owner", "a", "--ttl", "30"]), 0);
+        assert_eq!(taken["lock"]["owner"], "a");
+        let fence = taken["lock"]["fence"].as_i64().expect("fence");
+        // The same tenure as the store itself reports.
+        let direct = db.json(&["status", "r"], 0);
+        assert_eq!(answer(&dl(&["status", "r"]), 0), direct);
+        let busy = answer(&dl(&["acquire", "r", "--owner", "b", "--ttl", "30"]), 75);
+        assert_eq!(busy["holder"]["owner"], "a", "{busy}");
+        assert_eq!(
+            busy.get("position"),
+            None,
+            "the command never prints a position"
+        );
+        let extended = answer(&dl(&["acquire", "r", "--owner", "a", "--ttl", "60"]), 0);
+        assert_eq!(extended["lock"]["fence"], fence, "extended, same fence");
+        let refused = answer(&dl(&["renew", "r", "--owner", "b", "--ttl", "30"]), 77);
+        assert_eq!(refused["reason"], "forbidden");
+        answer(&dl(&["renew", "r", "--owner", "a", "--ttl", "30"]), 0);
+        let shared = answer(
+            &dl(&["acquire", "s", "--owner", "x", "--shared", "--ttl", "30"]),
+            0,
+        );
+        assert_eq!(shared["lock"]["shared"], true);
+        let mismatch = answer(
+            &dl(&[
+                "acquire", "s", "--owner", "y", "--limit", "2", "--ttl", "30",
+            ]),
+            78,
+        );
+        assert_eq!(mismatch["reason"], "mismatch", "{mismatch}");
+        assert_eq!(answer(&dl(&["list"]), 0), db.json(&["list"], 0));
+        let log = dl(&["log", "r"]);
+        assert_eq!(log.status.code(), Some(0), "{}", describe(&log));
+        assert_eq!(log.stdout, db.run(&["log", "r"]).stdout, "the same history");
+        assert_eq!(
+            answer(&dl(&["release", "r", "--owner", "b"]), 77)["reason"],
+            "forbidden"
+        );
+        answer(&dl(&["release", "r", "--owner", "a"]), 0);
+        assert_eq!(
+            answer(&dl(&["release", "r", "--owner", "a"]), 1)["reason"],
+            "not_found"
+        );
+        assert_eq!(
+            answer(&dl(&["status", "r"]), 1),
+            db.json(&["status", "r"], 1)
+        );
+        answer(&dl(&["renew", "r", "--owner", "a", "--ttl", "30"]), 1);
+        let broken = answer(&dl(&["break", "s", "--reason", "stuck", "--by", "ops"]), 0);
+        assert_eq!(broken["broken"], true, "{broken}");
+        answer(&dl(&["break", "s", "--reason", "again"]), 1);
+        // --format text reads the same answers.
+        let text = dl(&["--format", "text", "status", "s"]);
+        assert_eq!(text.status.code(), Some(1));
+        assert_eq!(
+            String::from_utf8_lossy(&text.stdout).trim(),
+            "s is not held"
+        );
+        // gc and serve belong where the store is.
+        for args in [&["gc"][..], &["serve", "--listen", "127.0.0.1:0"]] {
+            let out = dl(args);
+            assert_eq!(out.status.code(), Some(64), "{args:?}: {}", describe(&out));
+            assert!(out.stdout.is_empty());
+            assert_eq!(
+                String::from_utf8_lossy(&out.stderr).lines().count(),
+                1,
+                "{}",
+                describe(&out)
+            );
+        }
+    });
+}
+
+#[test]
+fn run_through_a_server_guards_its_tenure_and_passes_the_exit_status_through() {
+    each_store(|db| {
+        let server = Server::start(db);
+        let url = base(&server);
+        // Inside: the lock is the run's, guarded (its own owner is busy), and DISTLOCK_DB names
+        // the server.
+        let script = r#"echo "$DISTLOCK_DB $DISTLOCK_FENCE" > inside;
+            "$DL" acquire job --owner me --ttl 30 > /dev/null; echo $? >> inside; exit 7"#;
+        let out = via(db, &url)
+            .env("DL", BIN)
+            .args([
+                "run",
+                "--resource",
+                "job",
+                "--owner",
+                "me",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .expect("run distlock");
+        assert_eq!(out.status.code(), Some(7), "{}", describe(&out));
+        let inside = std::fs::read_to_string(db.dir.path().join("inside")).expect("inside");
+        let lines: Vec<&str> = inside.lines().collect();
+        assert!(lines[0].starts_with(&format!("{url} ")), "{inside}");
+        assert_eq!(
+            lines[1], "75",
+            "the run's own owner finds its tenure guarded"
+        );
+        db.json(&["status", "job"], 1);
+        // A tenure its owner took with acquire is joined, and stays held after the run.
+        answer(
+            &run(
+                &mut via(db, &url),
+                &["acquire", "joint", "--owner", "me", "--ttl", "30"],
+            ),
+            0,
+        );
+        let out = run(
+            &mut via(db, &url),
+            &["run", "--resource", "joint", "--owner", "me", "--", "true"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(db.json(&["status", "joint"], 0)["lock"]["owner"], "me");
+        // --hold-at-least keeps it through the server.
+        let out = run(
+            &mut via(db, &url),
+            &[
+                "run",
+                "--resource",
+                "daily",
+                "--hold-at-least",
+                "1h",
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        db.json(&["status", "daily"], 0);
+    });
+}
+
+#[test]
+fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    let url = base(&server);
+    answer(
+        &run(
+            &mut via(&db, &url),
+            &["acquire", "q", "--owner", "h", "--ttl", "60"],
+        ),
+        0,
+    );
+    let mut waiters = Vec::new();
+    for n in 0..3 {
+        let mut cmd = via(&db, &url);
+        cmd.args([
+            "run",
+            "--resource",
+            "q",
+            "--wait",
+            "60",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo {n} >> order; sleep 0.2"),
+        ]);
+        waiters.push(Proc::spawn(&mut cmd, db.dir.path(), &format!("waiter-{n}")));
+        // Each is in the queue before the next comes.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while db.json(&["status", "q"], 0)["waiting"]
+            .as_u64()
+            .unwrap_or(0)
+            < n + 1
+        {
+            assert!(Instant::now() < deadline, "waiter {n} never queued");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let released = Instant::now();
+    answer(
+        &run(&mut via(&db, &url), &["release", "q", "--owner", "h"]),
+        0,
+    );
+    for waiter in waiters {
+        let out = waiter.finish(Duration::from_secs(60));
+        assert_eq!(out.code(), Some(0), "{}", out.describe());
+    }
+    let order = std::fs::read_to_string(db.dir.path().join("order")).expect("order");
+    assert_eq!(order, "0\n1\n2\n", "served in arrival order");
+    // Three handoffs of 0.2 s each: woken at once, not at a poll.
+    assert!(
+        released.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        released.elapsed()
+    );
+    // A wait that runs out is busy (75); an interrupted one exits 130 at once and its place
+    // is gone within 5 s.
+    answer(
+        &run(
+            &mut via(&db, &url),
+            &["acquire", "q", "--owner", "h", "--ttl", "60"],
+        ),
+        0,
+    );
+    let started = Instant::now();
+    let out = run(
+        &mut via(&db, &url),
+        &["acquire", "q", "--owner", "w", "--ttl", "9", "--wait", "2"],
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let mut cmd = via(&db, &url);
+    cmd.args(["acquire", "q", "--owner", "i", "--ttl", "9", "--wait", "60"]);
+    let waiter = Proc::spawn(&mut cmd, db.dir.path(), "interrupted");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.json(&["status", "q"], 0)["waiting"]
+        .as_u64()
+        .unwrap_or(0)
+        < 1
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = Instant::now();
+    waiter.signal(Signal::SIGINT);
+    let out = waiter.finish(Duration::from_secs(20));
+    assert_eq!(out.code(), Some(130), "{}", out.describe());
+    assert!(
+        interrupted.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        interrupted.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while db.json(&["status", "q"], 0)["waiting"]
+        .as_u64()
+        .unwrap_or(0)
+        > 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the interrupted waiter's place outlived 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_run_whose_server_is_gone_stops_its_command_before_the_lease_can_end() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    let url = base(&server);
+    let mut cmd = via(&db, &url);
+    // The command notes, by the wall clock, when it is told to stop.
+    let command = r"trap 'date +%s%3N > stopped; exit 143' TERM; sleep 30 & wait";
+    cmd.args([
+        "run",
+        "--resource",
+        "k",
+        "--ttl",
+        "6",
+        "--",
+        "sh",
+        "-c",
+        command,
+    ]);
+    let guard = Proc::spawn(&mut cmd, db.dir.path(), "guard");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.run(&["status", "k"]).status.code() != Some(0) {
+        assert!(Instant::now() < deadline, "the run never took the lock");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held = db.json(&["status", "k"], 0);
+    server.signal(Signal::SIGKILL);
+    let out = guard.finish(Duration::from_secs(30));
+    assert_eq!(out.code(), Some(124), "{}", out.describe());
+    assert!(
+        out.stderr().contains("could not be renewed"),
+        "{}",
+        out.describe()
+    );
+    assert!(!out.stderr().contains("panicked"), "{}", out.describe());
+    // Told to stop before the lease could end (times in one format compare as text).
+    let stopped: i64 = std::fs::read_to_string(db.dir.path().join("stopped"))
+        .expect("the command was told to stop")
+        .trim()
+        .parse()
+        .expect("a time");
+    let expires = held["lock"]["expires_at"].as_str().expect("expires_at");
+    assert!(
+        rfc3339_millis(stopped).as_str() < expires,
+        "stopped at {} , the lease ended at {expires}",
+        rfc3339_millis(stopped)
+    );
+}
+
+#[test]
+fn a_run_survives_a_server_restart_within_its_lease_and_releases_after() {
+    let db = Db::sqlite();
+    let first = Server::start(&db);
+    let url = base(&first);
+    let port = first.addr.port();
+    let mut cmd = via(&db, &url);
+    cmd.args(["run", "--resource", "k", "--ttl", "12", "--", "sleep", "5"]);
+    let guard = Proc::spawn(&mut cmd, db.dir.path(), "guard");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.run(&["status", "k"]).status.code() != Some(0) {
+        assert!(Instant::now() < deadline, "the run never took the lock");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.signal(Signal::SIGKILL);
+    drop(first);
+    std::thread::sleep(Duration::from_millis(500));
+    // The same address again, as a restarted service would have it.
+    let again = Server::start_serving_at(&db, &format!("127.0.0.1:{port}"));
+    let out = guard.finish(Duration::from_secs(30));
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    db.json(&["status", "k"], 1);
+    drop(again);
+}
+
+#[test]
+fn tokens_through_a_server_are_sent_never_shown_and_refusals_are_77() {
+    let db = Db::sqlite();
+    let file = db.file("tokens.json");
+    let file = file.to_str().expect("UTF-8");
+    let made = db.json(
+        &["token", "add", "ci", "--tokens", file, "--prefix", "ci/"],
+        0,
+    );
+    let secret = made["secret"].as_str().expect("secret").to_owned();
+    let server = Server::start_serving(&db, &["--tokens", file]);
+    let url = base(&server);
+    // (token, resource, what the refusal says)
+    for (token, resource, words) in [
+        (None, "ci/a", "refused the token"),
+        (Some("dl_wrong"), "ci/a", "refused the token"),
+        (Some(secret.as_str()), "prod", "may not use resource prod"),
+    ] {
+        let mut cmd = via(&db, &url);
+        if let Some(token) = token {
+            cmd.env("DISTLOCK_TOKEN", token);
+        }
+        let out = run(
+            &mut cmd,
+            &["acquire", resource, "--owner", "w", "--ttl", "30"],
+        );
+        assert_eq!(out.status.code(), Some(77), "{}", describe(&out));
+        assert!(
+            out.stdout.is_empty(),
+            "nothing on stdout: {}",
+            describe(&out)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("distlock: ") && stderr.contains(words),
+            "{stderr}"
+        );
+    }
+    let mut cmd = via(&db, &url);
+    cmd.env("DISTLOCK_TOKEN", &secret);
+    let out = run(
+        &mut cmd,
+        &[
+            "run",
+            "--resource",
+            "ci/a",
+            "--",
+            "sh",
+            "-c",
+            "echo $DISTLOCK_FENCE",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let mut shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    shown.push_str(&String::from_utf8_lossy(&out.stderr));
+    shown.push_str(&server.stderr());
+    assert!(
+        !shown.contains(&secret[3..]),
+        "the secret never shows: {shown}"
+    );
+    // A URL with credentials is refused: the token comes from DISTLOCK_TOKEN only.
+    let with_credentials = url.replace("http://", &format!("http://{secret}@"));
+    let out = run(&mut via(&db, &with_credentials), &["status", "ci/a"]);
+    assert_eq!(out.status.code(), Some(64), "{}", describe(&out));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(&secret[3..]));
+}
+
+#[test]
+fn https_through_a_server_checks_its_certificate() {
+    let db = Db::sqlite();
+    let ca = Ca::new("distlock test CA");
+    let files = ca.server_files(db.dir.path(), "server");
+    let server = Server::start_tls(&db, &files, &ca);
+    let url = server.url("");
+    assert!(url.starts_with("https://"), "{url}");
+    let ca_file = db.file("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write the CA");
+    let mut trusting = via(&db, &url);
+    trusting.env("DISTLOCK_CA_CERT", &ca_file);
+    answer(
+        &run(
+            &mut trusting,
+            &["acquire", "t", "--owner", "w", "--ttl", "30"],
+        ),
+        0,
+    );
+    // Another CA (or the system's roots) does not vouch for it: a store error, 74.
+    let other = Ca::new("another CA");
+    let other_file = db.file("other.pem");
+    std::fs::write(&other_file, other.pem()).expect("write the other CA");
+    let mut doubting = via(&db, &url);
+    doubting.env("DISTLOCK_CA_CERT", &other_file);
+    let out = run(&mut doubting, &["status", "t"]);
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    let out = run(&mut via(&db, &url), &["status", "t"]);
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    // Plain HTTP to the HTTPS port gets no answer distlock can read: 74, and no lock.
+    let plain = url.replace("https://", "http://");
+    let out = run(
+        &mut via(&db, &plain),
+        &["acquire", "u", "--owner", "w", "--ttl", "30"],
+    );
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    db.json(&["status", "u"], 1);
+}
