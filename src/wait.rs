@@ -40,8 +40,9 @@ const INTERRUPTS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 /// The end of an acquire, with or without waiting.
 pub enum Waited {
     Done(Attempt),
-    /// Signal N arrived while waiting; the waiter left the queue.
-    Interrupted(i32),
+    /// Signal N arrived while waiting; the waiter left the queue (at once, or — through a
+    /// distlock server, which gives an abandoned place up itself — within 5 s: `false`).
+    Interrupted(i32, bool),
 }
 
 impl Waited {
@@ -50,10 +51,17 @@ impl Waited {
     pub fn attempt(self, resource: &Resource) -> Result<Attempt, Exit> {
         match self {
             Waited::Done(attempt) => Ok(attempt),
-            Waited::Interrupted(signal) => {
-                warn(format_args!(
-                    "interrupted while waiting for {resource}; left the queue"
-                ));
+            Waited::Interrupted(signal, at_once) => {
+                if at_once {
+                    warn(format_args!(
+                        "interrupted while waiting for {resource}; left the queue"
+                    ));
+                } else {
+                    warn(format_args!(
+                        "interrupted while waiting for {resource}; the server gives its place \
+                         in the queue up within 5 s"
+                    ));
+                }
                 Err(Exit::Child(u8::try_from(128 + signal).unwrap_or(u8::MAX)))
             }
         }
@@ -106,7 +114,7 @@ pub fn acquire(
     match waited? {
         Ended::Stopped { signal, .. } => {
             store.leave(resource, &request.owner)?;
-            Ok(Waited::Interrupted(signal))
+            Ok(Waited::Interrupted(signal, store.leaves_at_once()))
         }
         Ended::Answered(attempt) => Ok(Waited::Done(attempt)),
     }

@@ -174,9 +174,14 @@ impl RemoteStore {
                     .build(),
             );
         }
+        let agent = ureq::Agent::with_parts(
+            config.build(),
+            ureq::unversioned::transport::DefaultConnector::default(),
+            OnThisThread,
+        );
         Ok(RemoteStore {
             url: url.clone(),
-            agent: config.build().into(),
+            agent,
             authorization,
             deadline: None,
             polled: None,
@@ -564,6 +569,10 @@ impl LockStore for RemoteStore {
     fn keep_trying_until(&mut self, deadline: Option<Instant>) {
         self.deadline = deadline;
     }
+
+    fn leaves_at_once(&self) -> bool {
+        false
+    }
 }
 
 impl std::fmt::Debug for RemoteStore {
@@ -572,6 +581,38 @@ impl std::fmt::Debug for RemoteStore {
         f.debug_struct("RemoteStore")
             .field("url", &self.url)
             .finish_non_exhaustive()
+    }
+}
+
+/// Looks names up on the calling thread. (The HTTP client's own resolver starts a thread for
+/// a lookup with a timeout, and cannot say so when no thread can be started: a process short
+/// of threads must still get an answer or an error.) A name's lookup is then bounded by the
+/// system's resolver, not by the call's timeout; `run`'s lease rule does not depend on either.
+#[derive(Debug)]
+struct OnThisThread;
+
+impl ureq::unversioned::resolver::Resolver for OnThisThread {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        _config: &ureq::config::Config,
+        _timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        use std::net::ToSocketAddrs as _;
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(ureq::Error::HostNotFound);
+        };
+        let name = ureq::unversioned::resolver::DefaultResolver::host_and_port(scheme, authority)
+            .ok_or(ureq::Error::HostNotFound)?;
+        let mut found = self.empty();
+        for addr in name.to_socket_addrs()?.take(16) {
+            found.push(addr);
+        }
+        if found.is_empty() {
+            Err(ureq::Error::HostNotFound)
+        } else {
+            Ok(found)
+        }
     }
 }
 

@@ -42,7 +42,7 @@ use crate::common::output::{
     timestamp_millis,
 };
 use crate::common::process::{BIN, describe, wait_until};
-use crate::common::store::{Db, Kind, distlock_at, each_store};
+use crate::common::store::{Db, Kind, distlock_at, each_store_and_server};
 
 /// Long enough after a 1 s lease for it to have run out.
 const PAST_EXPIRY: Duration = Duration::from_millis(1200);
@@ -847,7 +847,7 @@ fn the_seed_attacks_and_every_exit_code_of_the_four_commands() {
         let played = thread::scope(|scope| {
             thread::Builder::new()
                 .name(format!("{}: {}", row.id, row.what))
-                .spawn_scoped(scope, || each_store(|db| play(db, row)))
+                .spawn_scoped(scope, || each_store_and_server(|db| play(db, row)))
                 .expect("spawn a row")
                 .join()
         });
@@ -930,7 +930,7 @@ fn race_on_a_brand_new_database_file_has_one_winner() {
 
 #[test]
 fn fences_strictly_increase_across_tenures() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let mut last = i64::MIN;
         // Acquire/release cycles, by the same owner and by others.
         for owner in ["w1", "w2", "w1", "w1", "w3"] {
@@ -985,7 +985,7 @@ fn resource_validation_rows_exit_64() {
         "a\rb".into(),
         "\x1f".into(),
     ];
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = acquire(db, "a", "w1", "60");
         untouched(db, || {
             for name in &bad {
@@ -1012,7 +1012,7 @@ fn resource_validation_rows_exit_64() {
 
 #[test]
 fn resource_is_taken_as_given_not_trimmed() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let spaced = acquire(db, " a ", "w1", "60");
         assert_eq!(spaced.resource, " a ");
         // "a" is another lock: free, and w2 may take it.
@@ -1035,7 +1035,7 @@ fn resource_is_taken_as_given_not_trimmed() {
 
 #[test]
 fn owner_is_trimmed() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let lock = acquire(db, "r", " w1 ", "60");
         assert_eq!(lock.owner, "w1");
         // "w1" is the same owner: a re-acquire, not a busy lock.
@@ -1062,7 +1062,7 @@ fn owner_validation_rows_exit_64() {
         "o".repeat(256),
         format!(" {} ", "o".repeat(256)),
     ];
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = acquire(db, "r", "w1", "60");
         untouched(db, || {
             for owner in &bad {
@@ -1086,7 +1086,7 @@ fn owner_validation_rows_exit_64() {
 
 #[test]
 fn owner_from_distlock_owner_env() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let with_env = |owner: &str, args: &[&str]| {
             db.cmd()
                 .env("DISTLOCK_OWNER", owner)
@@ -1127,7 +1127,7 @@ fn owner_from_distlock_owner_env() {
 /// fractions ATK-08's: these are the TTLs past the 365-day limit.
 #[test]
 fn ttl_validation_rows_exit_64() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = acquire(db, "r", "w1", "60");
         untouched(db, || {
             for ttl in ["366d", "365d1s", "10y", "18446744073709551616"] {
@@ -1143,7 +1143,7 @@ fn ttl_validation_rows_exit_64() {
 
 #[test]
 fn ttl_accepts_humantime_forms_and_bare_seconds() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (i, (ttl, millis)) in [
             ("90s", 90_000),
             ("5m", 300_000),
@@ -1173,7 +1173,7 @@ fn ttl_accepts_humantime_forms_and_bare_seconds() {
 
 #[test]
 fn wait_validation_rows_exit_64() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = acquire(db, "r", "w2", "60");
         untouched(db, || {
             for wait in [
@@ -1204,7 +1204,7 @@ fn wait_validation_rows_exit_64() {
 
 #[test]
 fn argument_errors_exit_64() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = acquire(db, "r", "w1", "60");
         untouched(db, || {
             for args in [
@@ -1296,7 +1296,7 @@ fn help_and_version_exit_0() {
 
 #[test]
 fn acquire_wait_succeeds_once_the_holder_releases() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = acquire(db, "deploy", "holder", "60");
         let mut waiter = spawn(
             db,
@@ -1321,7 +1321,7 @@ fn acquire_wait_succeeds_once_the_holder_releases() {
 
 #[test]
 fn acquire_wait_exits_75_when_the_wait_runs_out() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = acquire(db, "deploy", "holder", "60");
         let start = Instant::now();
         let out = db.run(&[
@@ -1826,7 +1826,7 @@ fn default_db_falls_back_to_home_local_state() {
 
 #[test]
 fn text_format_prints_one_human_line_with_the_same_exit_codes() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let text = |args: &[&str], code: i32| {
             let mut all = vec!["--format", "text"];
             all.extend_from_slice(args);

@@ -25,7 +25,7 @@ use crate::common::output::{
     assert_store_error, fence, keys, now_millis, parse_line, parse_lines, timestamp_millis,
 };
 use crate::common::process::{BIN, describe, wait_for, wait_or_kill};
-use crate::common::store::{Db, Kind, each_store, sh_script};
+use crate::common::store::{Db, Kind, each_store, each_store_and_server, sh_script};
 
 /// How far past a lock's `expires_at` (by the test's clock) a test sleeps before it relies on
 /// the lock having expired.
@@ -190,7 +190,7 @@ fn lock_rows(db: &Db) -> i64 {
 
 #[test]
 fn list_shows_only_live_locks_sorted_by_resource_bytes() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         assert_eq!(db.json(&["list"], 0), json!({"locks": []}));
         let expired = acquire(db, "a:1", "w0", "1");
         let mut live = Vec::new();
@@ -275,7 +275,7 @@ fn list_sorts_by_bytes_whatever_the_postgres_database_collation() {
 
 #[test]
 fn log_records_each_kind_of_change_oldest_first() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let start = now_millis();
         assert!(log(db, &[]).is_empty(), "a new store has no history");
         let first = acquire(db, "job", "w1", "60");
@@ -365,7 +365,7 @@ fn log_records_each_kind_of_change_oldest_first() {
 
 #[test]
 fn log_limit_keeps_the_newest_n_oldest_first() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         acquire(db, "r1", "w1", "60");
         release(db, "r1", "w1");
         acquire(db, "r2", "w2", "60");
@@ -396,7 +396,7 @@ fn log_limit_keeps_the_newest_n_oldest_first() {
 
 #[test]
 fn log_since_excludes_older_events() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
         // Old events are at least 5 s old when the log is read; the new ones are younger than
@@ -436,6 +436,7 @@ fn log_since_excludes_older_events() {
 
 #[test]
 fn gc_removes_expired_rows_and_old_history_but_not_live_locks() {
+    // gc runs where the store is: on the stores only.
     each_store(|db| {
         assert_eq!(
             db.json(&["gc"], 0),
@@ -499,6 +500,7 @@ fn gc_removes_expired_rows_and_old_history_but_not_live_locks() {
 
 #[test]
 fn gc_keeps_history_younger_than_keep_history() {
+    // gc runs where the store is: on the stores only.
     each_store(|db| {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
@@ -569,6 +571,7 @@ fn numbers(line: &str) -> Vec<u64> {
 
 #[test]
 fn text_format_for_list_log_and_gc() {
+    // gc runs where the store is: on the stores only.
     each_store(|db| {
         assert_eq!(text(db, &["list"], 0), "no live locks\n");
         assert_eq!(text(db, &["log"], 0), "", "no events, no lines");
@@ -663,6 +666,7 @@ fn text_format_for_list_log_and_gc() {
 
 #[test]
 fn text_format_keeps_the_exit_codes_of_json() {
+    // gc runs where the store is: on the stores only.
     each_store(|db| {
         for format in ["json", "text"] {
             for args in [

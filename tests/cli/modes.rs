@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use crate::common::output::{assert_usage_error, keys, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::is_gone;
 use crate::common::process::{Proc, describe, wait_or_kill, wait_until};
-use crate::common::store::{Db, each_store, output_exiting};
+use crate::common::store::{Db, each_store_and_server, output_exiting};
 use crate::common::tenure::{Mode, Tenure, busy, held, mismatch};
 
 /// How long a spawned `run` may take before the test gives up on it.
@@ -161,7 +161,7 @@ const MARK_RAN: &str = r#"echo ran >> "$D/ran""#;
 
 #[test]
 fn own_tenure_in_the_same_mode_is_reacquired_with_the_same_fence() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode) in [
             ("same-x", Mode::Exclusive),
             ("same-s", Mode::Shared),
@@ -204,7 +204,7 @@ fn own_tenure_in_the_same_mode_is_reacquired_with_the_same_fence() {
 
 #[test]
 fn own_tenure_in_another_mode_is_a_mismatch_and_changes_nothing() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let x = acquire(db, "own-x", "a", 60, Mode::Exclusive);
         let s = acquire(db, "own-s", "a", 60, Mode::Shared);
         let s2 = acquire(db, "own-s", "b", 60, Mode::Shared);
@@ -235,7 +235,7 @@ fn own_tenure_in_another_mode_is_a_mismatch_and_changes_nothing() {
 
 #[test]
 fn no_live_tenure_is_granted_a_new_tenure_in_any_mode() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode) in [
             ("new-x", Mode::Exclusive),
             ("new-s", Mode::Shared),
@@ -258,7 +258,7 @@ fn no_live_tenure_is_granted_a_new_tenure_in_any_mode() {
 
 #[test]
 fn exclusive_request_beside_shared_holders_is_busy() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let a = acquire(db, "rw", "a", 60, Mode::Shared);
         let b = acquire(db, "rw", "b", 30, Mode::Shared);
         let before = db.state();
@@ -275,7 +275,7 @@ fn exclusive_request_beside_shared_holders_is_busy() {
 
 #[test]
 fn shared_request_beside_an_exclusive_holder_is_busy() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let w = acquire(db, "rw", "w", 60, Mode::Exclusive);
         let before = db.state();
         assert_eq!(refused(db, "rw", "r", Mode::Shared, 75), busy("rw", &[&w]));
@@ -286,7 +286,7 @@ fn shared_request_beside_an_exclusive_holder_is_busy() {
 
 #[test]
 fn shared_beside_shared_is_granted_each_its_own_fence() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let a = acquire(db, "readers", "a", 60, Mode::Shared);
         let b = acquire(db, "readers", "b", 60, Mode::Shared);
         let c = acquire(db, "readers", "c", 60, Mode::Shared);
@@ -315,7 +315,7 @@ fn shared_beside_shared_is_granted_each_its_own_fence() {
 
 #[test]
 fn semaphore_of_n_admits_n_holders_and_the_next_is_busy() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let sem = Mode::Limit(3);
         let a = acquire(db, "pool", "a", 60, sem);
         let b = acquire(db, "pool", "b", 30, sem);
@@ -340,7 +340,7 @@ fn semaphore_of_n_admits_n_holders_and_the_next_is_busy() {
 
 #[test]
 fn an_expired_tenure_frees_its_slot() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // A full semaphore of 2 whose first tenure runs out.
         let short_sem = acquire(db, "slot-sem", "a", 2, Mode::Limit(2));
         let long_sem = acquire(db, "slot-sem", "b", 60, Mode::Limit(2));
@@ -368,7 +368,7 @@ fn an_expired_tenure_frees_its_slot() {
 
 #[test]
 fn semaphore_request_beside_exclusive_or_shared_holders_is_a_mismatch() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let x = acquire(db, "rw-x", "w", 60, Mode::Exclusive);
         let s1 = acquire(db, "rw-s", "r1", 60, Mode::Shared);
         let s2 = acquire(db, "rw-s", "r2", 60, Mode::Shared);
@@ -391,7 +391,7 @@ fn semaphore_request_beside_exclusive_or_shared_holders_is_a_mismatch() {
 
 #[test]
 fn exclusive_or_shared_request_beside_semaphore_holders_is_a_mismatch() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let a = acquire(db, "sem", "a", 60, Mode::Limit(3));
         let b = acquire(db, "sem", "b", 60, Mode::Limit(3));
         let before = db.state();
@@ -407,7 +407,7 @@ fn exclusive_or_shared_request_beside_semaphore_holders_is_a_mismatch() {
 
 #[test]
 fn semaphore_n_beside_semaphore_m_is_a_mismatch() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let a = acquire(db, "sem", "a", 60, Mode::Limit(3));
         let b = acquire(db, "sem", "b", 60, Mode::Limit(3));
         let before = db.state();
@@ -431,7 +431,7 @@ fn semaphore_n_beside_semaphore_m_is_a_mismatch() {
 
 #[test]
 fn mismatch_is_answered_at_once_even_with_wait() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let x = acquire(db, "w-x", "w", 60, Mode::Exclusive);
         let l1 = acquire(db, "w-l", "a", 60, Mode::Limit(2));
         let l2 = acquire(db, "w-l", "b", 60, Mode::Limit(2));
@@ -455,7 +455,7 @@ fn mismatch_is_answered_at_once_even_with_wait() {
 
 #[test]
 fn limit_1_is_the_plain_exclusive_lock() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let args = acquire_args("one", "a", 60, Mode::Exclusive, &["--limit", "1"]);
         let out = db.run(&strs(&args));
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", describe(&out));
@@ -496,7 +496,7 @@ fn limit_1_is_the_plain_exclusive_lock() {
 
 #[test]
 fn release_and_renew_without_an_own_tenure_of_a_free_resource_exit_1() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode) in [("free-s", Mode::Shared), ("free-l", Mode::Limit(2))] {
             acquire(db, resource, "a", 60, mode);
             acquire(db, resource, "b", 60, mode);
@@ -518,7 +518,7 @@ fn release_and_renew_without_an_own_tenure_of_a_free_resource_exit_1() {
 
 #[test]
 fn release_and_renew_without_an_own_tenure_beside_other_holders_exit_77() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode) in [("taken-s", Mode::Shared), ("taken-l", Mode::Limit(3))] {
             let a = acquire(db, resource, "a", 60, mode);
             let b = acquire(db, resource, "b", 60, mode);
@@ -539,7 +539,7 @@ fn release_and_renew_without_an_own_tenure_beside_other_holders_exit_77() {
 
 #[test]
 fn release_and_renew_act_on_the_callers_own_tenure_only() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode) in [("mine-s", Mode::Shared), ("mine-l", Mode::Limit(3))] {
             let a = acquire(db, resource, "a", 60, mode);
             let b = acquire(db, resource, "b", 60, mode);
@@ -578,7 +578,7 @@ fn release_and_renew_act_on_the_callers_own_tenure_only() {
 
 #[test]
 fn lock_objects_carry_shared_or_limit_and_plain_locks_keep_their_bytes() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let out = db.json(
             &["acquire", "o-s", "--owner", "a", "--ttl", "60", "--shared"],
             0,
@@ -651,7 +651,7 @@ fn lock_objects_carry_shared_or_limit_and_plain_locks_keep_their_bytes() {
 
 #[test]
 fn busy_beside_shared_or_semaphore_holders_names_the_first_to_expire_and_lists_all() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode, request) in [
             ("b-s", Mode::Shared, Mode::Exclusive),
             ("b-l", Mode::Limit(3), Mode::Limit(3)),
@@ -682,7 +682,7 @@ fn busy_beside_shared_or_semaphore_holders_names_the_first_to_expire_and_lists_a
 
 #[test]
 fn busy_beside_a_plain_exclusive_holder_is_todays_answer() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let a = acquire(db, "b-x", "a", 60, Mode::Exclusive);
         let bytes = format!("{}\n", a.plain_busy_text());
         for mode in [Mode::Exclusive, Mode::Shared] {
@@ -696,7 +696,7 @@ fn busy_beside_a_plain_exclusive_holder_is_todays_answer() {
 
 #[test]
 fn mismatch_answer_lists_every_holder() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let x = acquire(db, "m-x", "a", 60, Mode::Exclusive);
         let s1 = acquire(db, "m-s", "a", 60, Mode::Shared);
         let s2 = acquire(db, "m-s", "b", 30, Mode::Shared);
@@ -752,7 +752,7 @@ fn mismatch_answer_lists_every_holder() {
 
 #[test]
 fn status_of_shared_or_semaphore_lists_every_tenure_and_names_the_oldest() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode) in [("st-s", Mode::Shared), ("st-l", Mode::Limit(4))] {
             let a = acquire(db, resource, "a", 30, mode);
             assert_held(db, resource, &[&a]);
@@ -776,7 +776,7 @@ fn status_of_shared_or_semaphore_lists_every_tenure_and_names_the_oldest() {
 
 #[test]
 fn list_has_one_entry_per_live_tenure_by_resource_then_fence() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // Owners named against their fence order, resources taken out of order.
         let b_z = acquire(db, "b", "z", 60, Mode::Shared);
         let c = acquire(db, "c", "m", 60, Mode::Exclusive);
@@ -802,7 +802,7 @@ fn list_has_one_entry_per_live_tenure_by_resource_then_fence() {
 
 #[test]
 fn log_events_carry_shared_or_limit() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let a = acquire(db, "h-s", "a", 60, Mode::Shared);
         let b = acquire(db, "h-s", "b", 60, Mode::Shared);
         acquire(db, "h-s", "a", 60, Mode::Shared);
@@ -851,7 +851,7 @@ fn text_line(db: &Db, args: &[String], code: i32) -> String {
 
 #[test]
 fn text_output_names_the_mode_and_busy_and_mismatch_have_lines() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // Names free of mode words, so a line shows the mode only if it says it.
         let line = text_line(db, &acquire_args("alpha", "o1", 60, Mode::Shared, &[]), 0);
         assert!(line.contains("shared"), "{line:?}");
@@ -905,7 +905,7 @@ while [ ! -e "$D/go" ] && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i + 1)); done"#;
 
 #[test]
 fn run_shared_and_run_limit_export_their_own_tenures_fence() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (resource, mode) in [("run-s", Mode::Shared), ("run-l", Mode::Limit(2))] {
             let _ = fs::remove_file(db.file("go"));
             let names = [format!("{resource}-1"), format!("{resource}-2")];
@@ -973,7 +973,7 @@ fn run_shared_and_run_limit_export_their_own_tenures_fence() {
 
 #[test]
 fn run_mismatch_exits_78_with_one_line_and_never_starts_the_command() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         acquire(db, "rm-x", "w", 60, Mode::Exclusive);
         acquire(db, "rm-s", "r", 60, Mode::Shared);
         acquire(db, "rm-l", "a", 60, Mode::Limit(3));
@@ -1029,7 +1029,7 @@ fn run_mismatch_exits_78_with_one_line_and_never_starts_the_command() {
 
 #[test]
 fn run_limit_exits_75_when_the_semaphore_is_full() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let sem = Mode::Limit(2);
         let a = acquire(db, "full", "a", 60, sem);
         let b = acquire(db, "full", "b", 60, sem);
@@ -1073,7 +1073,7 @@ fn run_limit_exits_75_when_the_semaphore_is_full() {
 
 #[test]
 fn limit_validation_rows_exit_64_and_leave_the_store_untouched() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // The flag exists and takes the ends of its range.
         for n in ["1", "2", "10000"] {
             let args = acquire_args("v", "a", 60, Mode::Exclusive, &["--limit", n]);
@@ -1189,7 +1189,7 @@ fn numbers(path: &Path) -> Vec<i64> {
 
 #[test]
 fn semaphore_of_3_runs_never_more_than_3_at_once_and_they_overlap() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let dir = db.dir.path();
         make_store(db);
         fs::write(db.file("count"), "0\n").expect("counter");
@@ -1253,7 +1253,7 @@ step -1"#;
 
 #[test]
 fn shared_readers_overlap_and_an_exclusive_writer_overlaps_nobody() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let dir = db.dir.path().to_str().expect("utf-8 path").to_owned();
         make_store(db);
         fs::write(db.file("state"), "0 0\n").expect("state");

@@ -25,7 +25,8 @@ use crate::common::output::{event_names, now_millis, parse_line, timestamp_milli
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone};
 use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file, wait_until};
 use crate::common::store::{
-    Db, Kind, assert_free, assert_held_by, each_store, output_exiting, run_cmd, sh_script,
+    Db, Kind, assert_free, assert_held_by, each_store_and_server, output_exiting, run_cmd,
+    sh_script,
 };
 use crate::common::tenure::{Mode, Tenure};
 
@@ -59,7 +60,7 @@ const LONG: Duration = Duration::from_secs(20);
 
 #[test]
 fn exit_status_passes_through_and_signal_deaths_become_128_plus_n() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (script, expected) in [
             ("exit 0", 0),
             ("exit 3", 3),
@@ -86,7 +87,7 @@ fn exit_status_passes_through_and_signal_deaths_become_128_plus_n() {
 
 #[test]
 fn busy_lock_exits_75_or_the_conflict_code_and_never_starts_the_command() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = db.json(&["acquire", "busy", "--owner", "other", "--ttl", "60"], 0);
         let ran = db.file("ran");
         for (extra, expected) in [
@@ -138,7 +139,7 @@ fn busy_lock_exits_75_or_the_conflict_code_and_never_starts_the_command() {
 
 #[test]
 fn command_gets_the_four_variables_and_its_fence_is_the_one_status_reports() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let script = r#"printf '%s\n' "$DISTLOCK_RESOURCE" "$DISTLOCK_OWNER" "$DISTLOCK_FENCE" "$DISTLOCK_DB" > "$D/env"
             "$DL" status "$DISTLOCK_RESOURCE" > "$D/status""#;
         // The store comes from --db here, not from the environment: the command gets it anyway.
@@ -247,7 +248,7 @@ fn a_relative_db_is_exported_as_an_absolute_path_so_a_command_that_cds_reaches_t
 
 #[test]
 fn stdout_is_exactly_the_commands_own() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for format in ["json", "text"] {
             let out = run_cmd(
                 db,
@@ -275,7 +276,7 @@ fn stdout_is_exactly_the_commands_own() {
 
 #[test]
 fn run_never_takes_its_owner_from_distlock_owner_but_does_from_the_flag() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = db.json(
             &["acquire", "shared", "--owner", "shared", "--ttl", "60"],
             0,
@@ -340,7 +341,7 @@ fn run_never_takes_its_owner_from_distlock_owner_but_does_from_the_flag() {
 
 #[test]
 fn lock_is_released_when_the_command_exits_and_the_log_shows_one_tenure() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let out = run_cmd(
             db,
             &sh_script(
@@ -368,7 +369,7 @@ fn lock_is_released_when_the_command_exits_and_the_log_shows_one_tenure() {
 
 #[test]
 fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
@@ -411,7 +412,7 @@ fn heartbeat_keeps_a_short_lease_alive_while_the_command_runs() {
 
 #[test]
 fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let threads = |trace: &str| trace.matches("CLONE_THREAD").count();
         // The store's own threads (PostgreSQL's connection has one), as a plain call starts them.
         let Some(listed) = db.strace("clone,clone3", &["list"]) else {
@@ -495,7 +496,7 @@ fn family_pids(db: &Db) -> (i32, i32) {
 
 #[test]
 fn lease_lost_to_a_release_stops_the_command_and_everything_it_started() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let script = format!("sleep 60 &\n{FAMILY}\nsleep 60");
         let proc = spawn_as_x(db, "lost", "1", &script);
         let (shell, grandchild) = family_pids(db);
@@ -522,7 +523,7 @@ fn lease_lost_to_a_release_stops_the_command_and_everything_it_started() {
 
 #[test]
 fn lease_lost_gives_what_the_command_started_kill_after_to_clean_up() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // A typical wrapper: the shell itself dies of SIGTERM at once, while the worker it
         // started cleans up for half a second on SIGTERM. --kill-after 2 leaves it the time.
         let script = r#"sh -c 'trap "sleep 0.5; echo cleaned > \"\$D/gc.cleaned\"; exit 0" TERM
@@ -554,7 +555,7 @@ fn lease_lost_gives_what_the_command_started_kill_after_to_clean_up() {
 
 #[test]
 fn lease_lost_to_another_owner_kills_a_command_that_survives_sigterm() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // The shell catches SIGTERM and carries on; its background child ignores it.
         let script = format!(
             r#"trap 'echo term > "$D/term"' TERM
@@ -683,7 +684,7 @@ fn unreachable_store_kills_a_command_ignoring_sigterm_before_the_lease_can_expir
 
 #[test]
 fn killed_guard_leaves_the_lock_until_its_ttl_runs_out() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let script = format!("sleep 30 &\n{FAMILY}\nsleep 30");
         let proc = Proc::spawn(
             &mut run_cmd(
@@ -743,7 +744,7 @@ const ESCAPERS: &str = r#"setsid sh -c 'echo $$ > "$D/setsid.tmp"; mv "$D/setsid
 
 #[test]
 fn lease_lost_stops_descendants_that_left_the_process_group() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let proc = spawn_as_x(db, "escape", "1", ESCAPERS);
         wait_for_file(&db.file("sh.pid"), LONG);
         let shell = i32::try_from(read_number(&db.file("sh.pid"))).expect("pid");
@@ -805,7 +806,7 @@ fn lease_lost_stops_descendants_that_left_the_process_group() {
 
 #[test]
 fn normal_exit_does_not_wait_for_escaped_descendants() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // The command starts a 30 s sleep in a session of its own and exits 0 once it runs.
         let script = r#"setsid sh -c 'echo $$ > "$D/escaped.tmp"; mv "$D/escaped.tmp" "$D/escaped.pid"; exec sleep 30' &
             while [ ! -e "$D/escaped.pid" ]; do sleep 0.05; done
@@ -923,7 +924,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
     if !PidsCgroup::available() {
         return;
     }
-    each_store(|db| {
+    each_store_and_server(|db| {
         let mut failed_after_taking = Vec::new();
         let mut succeeded = false;
         for max in 1..=MOST_TASKS {
@@ -1012,7 +1013,7 @@ fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_
     if !PidsCgroup::available() {
         return;
     }
-    each_store(|db| {
+    each_store_and_server(|db| {
         // The fewest tasks a short `run` needs (PostgreSQL's connection has a thread of its
         // own): with those, a longer command runs, but its heartbeat thread is refused.
         let fewest = (1..=MOST_TASKS)
@@ -1072,7 +1073,7 @@ fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_
 
 #[test]
 fn sigterm_sigint_sighup_and_sigquit_are_forwarded_to_the_command() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (signal, name) in [
             (Signal::SIGTERM, "TERM"),
             (Signal::SIGINT, "INT"),
@@ -1105,7 +1106,7 @@ fn sigterm_sigint_sighup_and_sigquit_are_forwarded_to_the_command() {
 
 #[test]
 fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let script = r#"trap 'echo got > "$D/got"; sleep 3; exit 5' TERM
             echo "$DISTLOCK_OWNER" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"
             for i in $(seq 600); do sleep 0.1; done"#;
@@ -1137,7 +1138,7 @@ fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
 
 #[test]
 fn wait_hands_the_lock_from_one_run_to_the_next() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // mkdir fails if the other critical section is still inside.
         let script = r#"mkdir "$D/inside" || exit 99
             date +%s%3N > "$D/$N.start"; echo "$DISTLOCK_FENCE" > "$D/$N.fence"
@@ -1181,7 +1182,7 @@ fn wait_hands_the_lock_from_one_run_to_the_next() {
 
 #[test]
 fn command_not_found_is_127_and_not_executable_is_126_and_the_lock_is_released() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let script = db.file("script.sh");
         fs::write(&script, "#!/bin/sh\necho ran > \"$D/ran\"\n").expect("write script");
         let mut perms = fs::metadata(&script).expect("metadata").permissions();
@@ -1217,7 +1218,7 @@ fn command_not_found_is_127_and_not_executable_is_126_and_the_lock_is_released()
 
 #[test]
 fn a_command_found_on_path_sees_its_name_as_given() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // `sh -c SCRIPT` sets `$0` to its own argv[0]: "sh", not the path `run` found it at.
         let out = run_cmd(
             db,
@@ -1232,7 +1233,7 @@ fn a_command_found_on_path_sees_its_name_as_given() {
 
 #[test]
 fn run_as_the_holder_joins_the_tenure_and_leaves_the_lock_held() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = db.json(&["acquire", "join", "--owner", "X", "--ttl", "30"], 0);
         let fence = held["lock"]["fence"].as_i64().expect("fence");
         output_exiting(
@@ -1262,7 +1263,7 @@ fn run_as_the_holder_joins_the_tenure_and_leaves_the_lock_held() {
 
 #[test]
 fn joined_step_is_kept_alive_by_the_heartbeat() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // Time enough for the step to start and join on a loaded machine; joining sets the
         // lease to the step's own 2 s, which only the heartbeat then keeps alive.
         let held = db.json(&["acquire", "step", "--owner", "X", "--ttl", "5"], 0);
@@ -1295,7 +1296,7 @@ fn joined_step_is_kept_alive_by_the_heartbeat() {
 
 #[test]
 fn usage_errors_exit_64_and_start_nothing() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let touch = ["sh", "-c", r#"echo ran > "$D/ran""#];
         let with_command = |flags: &[&'static str]| -> Vec<&'static str> {
             let mut args = flags.to_vec();
@@ -1333,7 +1334,8 @@ fn usage_errors_exit_64_and_start_nothing() {
             assert!(!stderr.trim().is_empty(), "run {args:?}: no message");
             assert!(!db.file("ran").exists(), "run {args:?} started the command");
         }
-        if db.kind == Kind::Sqlite {
+        // (A server in front of the store made it as it started.)
+        if db.kind == Kind::Sqlite && !db.is_served() {
             assert!(!db.path().exists(), "a usage error touched the store");
         }
         assert!(db.log(&["u"]).is_empty(), "a usage error wrote history");
@@ -1389,7 +1391,7 @@ fn let_go(db: &Db, proc: Proc) {
 fn two_runs_with_the_same_owner_never_run_at_once() {
     // Two cron runs given `--owner "$(hostname)"`: the second finds the first's tenure busy,
     // exactly as a run of another owner does, and never starts its command.
-    each_store(|db| {
+    each_store_and_server(|db| {
         let (first, tenure) = hold_under_run(db, "nightly", "cron", "first");
         let second = |owner: &str, extra: &[&str]| {
             let mut args = vec!["--resource", "nightly", "--owner", owner];
@@ -1428,7 +1430,7 @@ fn two_runs_with_the_same_owner_never_run_at_once() {
 
 #[test]
 fn acquire_by_the_owner_of_a_running_run_is_busy_and_renew_and_release_still_work() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let (proc, tenure) = hold_under_run(db, "job", "X", "run");
         // Busy, byte for byte as for another owner, with the run's tenure as the holder; also
         // after waiting.
@@ -1474,7 +1476,7 @@ fn acquire_by_the_owner_of_a_running_run_is_busy_and_renew_and_release_still_wor
 
 #[test]
 fn a_waiting_run_of_the_same_owner_waits_its_turn() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let (first, tenure) = hold_under_run(db, "turn", "cron", "first");
         let script = r#"echo "$DISTLOCK_FENCE" > "$D/second.tmp"; mv "$D/second.tmp" "$D/second""#;
         let mut cmd = run_cmd(
@@ -1511,7 +1513,7 @@ fn the_deploy_script_recipe_holds_one_tenure_across_its_run_steps() {
     // acquire, two steps under `run --owner X`, release: each step joins the tenure acquire
     // took, and the lock stays held between the steps. A joined tenure stays joinable: inside
     // a step, the script may still re-acquire it.
-    each_store(|db| {
+    each_store_and_server(|db| {
         let held = db.json(&["acquire", "deploy", "--owner", "X", "--ttl", "60"], 0);
         let fence = Tenure::read(&held["lock"], Mode::Exclusive).fence;
         let step = |name: &str| {

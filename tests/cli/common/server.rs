@@ -62,7 +62,7 @@ impl Server {
     /// The same, with these arguments of `serve` after `--listen` (`--tokens FILE`, say).
     pub fn start_serving(db: &Db, serve_args: &[&str]) -> Server {
         let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB").args(["--db", &db.url]);
+        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
         Server::start_with(db, cmd, serve_args)
     }
 
@@ -85,7 +85,7 @@ impl Server {
     /// certificate in `files`), once it listens; its client trusts `ca` only.
     pub fn start_tls(db: &Db, files: &CertFiles, ca: &Ca) -> Server {
         let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB").args(["--db", &db.url]);
+        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
         Server::launch(db, cmd, &files.args(), Some(ca))
     }
 
@@ -100,7 +100,7 @@ impl Server {
     /// had, say), once it listens.
     pub fn start_serving_at(db: &Db, listen: &str) -> Server {
         let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB").args(["--db", &db.url]);
+        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
         Server::launch_at(db, cmd, listen, &[], None)
     }
 

@@ -24,9 +24,14 @@ pub enum Kind {
 
 /// One store under test, removed when dropped.
 pub struct Db {
+    /// The distlock server in front of the store, when the commands go through one
+    /// ([`Db::through_server`]); stopped first when dropped.
+    server: Option<Box<super::server::Server>>,
     pub kind: Kind,
-    /// What `--db` / `DISTLOCK_DB` gets.
+    /// What `--db` / `DISTLOCK_DB` gets: the store's path or URL, or a server's URL.
     pub url: String,
+    /// The store's own path or URL (what a server in front of it serves).
+    store_url: String,
     /// A scratch folder for the test's own files (markers, scripts, the SQLite file).
     pub dir: TempDir,
     /// The PostgreSQL database behind `url`, dropped with this value.
@@ -43,7 +48,9 @@ impl Db {
             .expect("utf-8 path")
             .to_owned();
         Db {
+            server: None,
             kind: Kind::Sqlite,
+            store_url: url.clone(),
             url,
             dir,
             pg: None,
@@ -81,11 +88,33 @@ impl Db {
 
     fn on(pg: PgDatabase) -> Db {
         Db {
+            server: None,
             kind: Kind::Postgres,
             url: pg.url.clone(),
+            store_url: pg.url.clone(),
             dir: tempfile::tempdir().expect("temp dir"),
             pg: Some(pg),
         }
+    }
+
+    /// The same store behind a `distlock serve` of its own: the commands then go through the
+    /// server (`DISTLOCK_DB=http://…`), and the store's own file or database is still there
+    /// to inspect.
+    pub fn through_server(mut self) -> Db {
+        let server = super::server::Server::start(&self);
+        self.url = server.url("");
+        self.server = Some(Box::new(server));
+        self
+    }
+
+    /// Whether the commands go through a server.
+    pub fn is_served(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// The store's own path or URL, whether or not a server is in front of it.
+    pub fn store_url(&self) -> &str {
+        &self.store_url
     }
 
     /// The PostgreSQL database's connection URL (for tests that talk to the server directly).
@@ -179,7 +208,7 @@ impl Db {
     /// The SQLite file, for tests that inspect it.
     pub fn path(&self) -> &Path {
         assert_eq!(self.kind, Kind::Sqlite, "only SQLite stores have a file");
-        Path::new(&self.url)
+        Path::new(&self.store_url)
     }
 
     /// A path in the test's scratch folder.
@@ -346,6 +375,16 @@ pub fn each_store(test: impl Fn(&Db)) {
     test(&Db::sqlite());
     if let Some(db) = Db::postgres() {
         test(&db);
+    }
+}
+
+/// [`each_store`], then the same through a distlock server in front of each store
+/// (`--db http://…`): the commands must behave exactly alike.
+pub fn each_store_and_server(test: impl Fn(&Db)) {
+    each_store(&test);
+    test(&Db::sqlite().through_server());
+    if let Some(db) = Db::postgres() {
+        test(&db.through_server());
     }
 }
 
