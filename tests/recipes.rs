@@ -6,6 +6,9 @@
 //! lock while the job ran, whether two deploys overlapped, which writes the guarded resource
 //! accepted, how many hosts ran the report — not only exit codes.
 //!
+//! The lock server's recipes run against a real `distlock serve --tokens` over the scratch
+//! store; they are in `recipes/server.rs`.
+//!
 //! Processes, deadlines and waits come from the integration suite's `common::process`, and the
 //! guarded resource from its `common::fenced_write`: the same files, compiled into this crate too.
 
@@ -13,6 +16,8 @@
 mod fenced_write;
 #[path = "cli/common/process.rs"]
 mod process;
+#[path = "recipes/server.rs"]
+mod server;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
@@ -35,7 +40,7 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 9] = [
+const RECIPES: [&str; 10] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
@@ -45,6 +50,7 @@ const RECIPES: [&str; 9] = [
     "examples/crontab-search-index",
     "examples/crontab-fleet",
     "examples/break-lock",
+    "examples/ci-deploy-server.yml",
 ];
 
 /// systemd's default `PATH` for services.
