@@ -40,7 +40,7 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 10] = [
+const RECIPES: [&str; 11] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
@@ -51,6 +51,7 @@ const RECIPES: [&str; 10] = [
     "examples/crontab-fleet",
     "examples/break-lock",
     "examples/ci-deploy-server.yml",
+    "examples/distlock_client.py",
 ];
 
 /// systemd's default `PATH` for services.

@@ -1,20 +1,20 @@
 //! The lock server's recipes, each run against a real `distlock serve --tokens` over the
 //! scratch store with a real token: the CI step that takes the lock with curl alone
-//! (`ci-deploy-server.yml`). The server serves beside the commands that use the same SQLite
-//! file, so the tests look at the locks and their history with `distlock status` and
-//! `distlock log`.
+//! (`ci-deploy-server.yml`) and the Python client (`distlock_client.py`). The server serves
+//! beside the commands that use the same SQLite file, so the tests look at the locks and their
+//! history with `distlock status` and `distlock log`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use crate::process::{BIN, Finished, Proc, wait_for_file, wait_until};
-use crate::{Scratch, example, fence_of, ignored, read, read_or_empty, replace_each};
+use crate::{Scratch, example, fence_of, ignored, read, read_or_empty, replace_each, root};
 
 /// How long a server may take to say where it listens.
 const STARTUP: Duration = Duration::from_secs(20);
@@ -577,4 +577,365 @@ fn ci_server_step_keeps_its_place_in_line_across_long_polls() {
     assert_one_tenure(&log, fence, 0, "ci-deploy");
     s.release("deploy/production", "other-pipeline");
     assert_no_distlock_on_the_runner(&s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Python client
+
+/// A program that uses the module as the recipe shows: `driver.py EXAMPLES RESOURCE OWNER TTL
+/// WAIT ACTION [CMD…]` holds RESOURCE with `with lock(…) as held:`, and in its body runs CMD
+/// with the fence in `DISTLOCK_FENCE` (ACTION `run`) or raises (`raise`). A LockError is
+/// printed as `TYPE: MESSAGE` with exit 3; any other exception is Python's (a traceback, 1).
+const DRIVER: &str = r#"import os, subprocess, sys
+
+sys.path.insert(0, sys.argv[1])
+from distlock_client import LockError, lock
+
+resource, owner, ttl, wait, action, *command = sys.argv[2:]
+try:
+    with lock(resource, owner=owner, ttl=int(ttl), wait=int(wait)) as held:
+        if action == "raise":
+            raise RuntimeError("the deploy failed")
+        subprocess.run(command, env=dict(os.environ, DISTLOCK_FENCE=str(held.fence)), check=True)
+except LockError as error:
+    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    sys.exit(3)
+"#;
+
+/// `python3 -B ARGS…` with the server's URL and `secret` in `DISTLOCK_URL` and `DISTLOCK_TOKEN`.
+/// (`-B`: importing the module must not leave `__pycache__` in `examples/`.)
+fn python(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command {
+    let mut cmd = s.cmd("python3");
+    cmd.arg("-B")
+        .args(args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("DISTLOCK_URL", &served.url)
+        .env("DISTLOCK_TOKEN", secret);
+    cmd
+}
+
+/// `driver.py` (see [`DRIVER`]) with these arguments after EXAMPLES.
+fn driver(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command {
+    let path = s.path("driver.py");
+    if !path.exists() {
+        std::fs::write(&path, DRIVER).expect("write driver.py");
+    }
+    let examples = root().join("examples");
+    let mut all = vec![
+        path.to_str().expect("utf-8"),
+        examples.to_str().expect("utf-8"),
+    ];
+    all.extend(args);
+    python(s, served, secret, &all)
+}
+
+/// The recipe's command line: `distlock_client.py ARGS…`.
+fn client_cli(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command {
+    let client = root().join("examples/distlock_client.py");
+    let mut all = vec![client.to_str().expect("utf-8")];
+    all.extend(args);
+    python(s, served, secret, &all)
+}
+
+#[test]
+fn python_client_is_a_standard_library_module_and_an_executable() {
+    let path = root().join("examples/distlock_client.py");
+    let text = read(&path);
+    assert!(
+        text.starts_with("#!/usr/bin/env python3\n"),
+        "a python3 script"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&path).expect("stat").permissions(),
+    );
+    assert_eq!(mode & 0o111, 0o111, "distlock_client.py must be executable");
+    let mut imports: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("import "))
+        .collect();
+    imports.sort_unstable();
+    let stdlib = [
+        "argparse",
+        "json",
+        "math",
+        "os",
+        "socket",
+        "ssl",
+        "subprocess",
+        "sys",
+        "threading",
+        "time",
+        "urllib.error",
+        "urllib.parse",
+        "urllib.request",
+    ];
+    assert!(
+        imports.iter().all(|m| stdlib.contains(m)),
+        "the standard library only: {imports:?}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("from ")),
+        "imports are `import M` lines, checked above"
+    );
+}
+
+#[test]
+fn python_client_excludes_across_processes() {
+    let (s, served, secret) = served("py");
+    // Inside: notes an overlap if another holder is inside, and says when it starts and ends.
+    let critical = s.script(
+        "critical.sh",
+        &format!(
+            "mkdir '{inside}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+             sleep 0.5\n\
+             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+             rmdir '{inside}'\n",
+            inside = s.p("inside"),
+            overlaps = s.p("overlaps"),
+            events = s.p("events"),
+        ),
+    );
+    let critical = critical.to_str().expect("utf-8");
+    // Four processes at once: two use the module's `with lock(…)`, two the command line.
+    let mut procs = Vec::new();
+    for n in 0..4 {
+        let owner = format!("worker-{n}");
+        let mut cmd = if n % 2 == 0 {
+            driver(
+                &s,
+                &served,
+                &secret,
+                &["deploy/prod", &owner, "10", "60", "run", critical],
+            )
+        } else {
+            client_cli(
+                &s,
+                &served,
+                &secret,
+                &[
+                    "deploy/prod",
+                    "--owner",
+                    &owner,
+                    "--ttl",
+                    "10",
+                    "--wait",
+                    "60",
+                    "--",
+                    critical,
+                ],
+            )
+        };
+        procs.push(s.spawn(&mut cmd));
+    }
+    for proc in procs {
+        let done = proc.finish(REQUEST);
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        assert_secret_kept(&done, &secret);
+    }
+    assert!(
+        !s.path("overlaps").exists(),
+        "two holders overlapped: {}",
+        read(&s.path("overlaps"))
+    );
+    let events = read(&s.path("events"));
+    let mut fences = Vec::new();
+    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
+        assert!(
+            start.is_some() && start == end,
+            "one holder at a time: {events}"
+        );
+        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
+    }
+    assert_eq!(fences.len(), 4, "four holders: {events}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "each a new tenure, with a higher fence: {fences:?}"
+    );
+    let log = s.log("deploy/prod");
+    for fence in fences {
+        assert_one_tenure(&log, fence, 0, "py");
+    }
+    assert_eq!(s.holder("deploy/prod"), None);
+}
+
+#[test]
+fn python_client_renews_the_lease_past_its_ttl() {
+    let (s, served, secret) = served("py");
+    // The body says it is in, with its fence, and stays until the test says stop.
+    let hold = s.script(
+        "hold.sh",
+        &format!(
+            "echo \"$DISTLOCK_FENCE\" >'{entered}.tmp' && mv '{entered}.tmp' '{entered}'\n\
+             i=0\n\
+             while [ ! -e '{stop}' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done\n",
+            entered = s.p("entered"),
+            stop = s.p("stop"),
+        ),
+    );
+    let ttl = 3;
+    let holding = s.spawn(&mut driver(
+        &s,
+        &served,
+        &secret,
+        &[
+            "deploy/prod",
+            "long-job",
+            &ttl.to_string(),
+            "0",
+            "run",
+            hold.to_str().expect("utf-8"),
+        ],
+    ));
+    wait_for_file(&s.path("entered"), Duration::from_secs(20));
+    let fence: i64 = read(&s.path("entered")).trim().parse().expect("a fence");
+    // For more than twice the TTL, the lock stays held by the same tenure.
+    let entered = Instant::now();
+    let mut looks = 0;
+    while entered.elapsed() < Duration::from_secs(2 * ttl + 1) {
+        let lock = s
+            .holder("deploy/prod")
+            .unwrap_or_else(|| panic!("lost after {:?} with a {ttl} s TTL", entered.elapsed()));
+        assert_eq!(fence_of(&lock), fence, "{lock}");
+        assert_eq!(lock["owner"], "long-job");
+        looks += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(looks > 1, "looked only {looks} times");
+    std::fs::write(s.path("stop"), "").expect("stop");
+    let done = holding.finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    assert_eq!(s.holder("deploy/prod"), None, "released at the end");
+    // Renewed every ttl/3 (1 s) for 7 s or more: a few renewals at the least.
+    assert_one_tenure(&s.log("deploy/prod"), fence, 3, "py");
+}
+
+#[test]
+fn python_client_raises_when_busy_past_its_wait_and_on_refusals_with_the_servers_detail() {
+    let (s, served, secret) = served("py");
+    let ran = s.p("ran");
+    let touch = ["touch", ran.as_str()];
+
+    // Busy past the wait: Busy, naming the holder.
+    let holder = s.hold("deploy/prod", "previous-deploy", "60s");
+    let mut args = vec!["deploy/prod", "worker", "10", "1", "run"];
+    args.extend(touch);
+    let done = s
+        .spawn(&mut driver(&s, &served, &secret, &args))
+        .finish(REQUEST);
+    assert_eq!(done.code(), Some(3), "{}", done.describe());
+    assert!(
+        done.stderr()
+            .starts_with("Busy: deploy/prod is held by previous-deploy (waited 1 s)"),
+        "{}",
+        done.describe()
+    );
+    let done = s
+        .spawn(&mut client_cli(
+            &s,
+            &served,
+            &secret,
+            &["deploy/prod", "--", "touch", &ran],
+        ))
+        .finish(REQUEST);
+    assert_eq!(
+        done.code(),
+        Some(75),
+        "the command line: {}",
+        done.describe()
+    );
+    assert_eq!(s.holder("deploy/prod"), Some(holder), "untouched");
+    s.release("deploy/prod", "previous-deploy");
+
+    // A resource outside the token's prefixes (403), and a token the server does not know
+    // (401): Refused, with the problem document's detail, never the token.
+    for (resource, token, said) in [
+        (
+            "build/cache",
+            secret.as_str(),
+            "Refused: acquire build/cache: 403 Forbidden: token py may not use resource build/cache",
+        ),
+        (
+            "deploy/prod",
+            UNKNOWN_SECRET,
+            "Refused: acquire deploy/prod: 401 Unauthorized: the token is not one this server knows",
+        ),
+    ] {
+        let mut args = vec![resource, "worker", "10", "0", "run"];
+        args.extend(touch);
+        let done = s
+            .spawn(&mut driver(&s, &served, token, &args))
+            .finish(REQUEST);
+        assert_eq!(done.code(), Some(3), "{}", done.describe());
+        assert_eq!(done.stderr(), format!("{said}\n"), "{}", done.describe());
+        assert_secret_kept(&done, token);
+        let done = s
+            .spawn(&mut client_cli(
+                &s,
+                &served,
+                token,
+                &[resource, "--", "touch", &ran],
+            ))
+            .finish(REQUEST);
+        assert_eq!(
+            done.code(),
+            Some(77),
+            "the command line: {}",
+            done.describe()
+        );
+        assert_eq!(
+            done.stderr(),
+            format!(
+                "distlock_client: {}\n",
+                said.trim_start_matches("Refused: ")
+            ),
+            "{}",
+            done.describe()
+        );
+        assert_secret_kept(&done, token);
+    }
+    assert!(!s.path("ran").exists(), "nothing ran without the lock");
+}
+
+#[test]
+fn python_client_releases_the_lock_when_the_body_raises() {
+    let (s, served, secret) = served("py");
+    // A TTL of a minute: only a release frees the lock before the test ends.
+    let done = s
+        .spawn(&mut driver(
+            &s,
+            &served,
+            &secret,
+            &["deploy/prod", "worker", "60", "0", "raise"],
+        ))
+        .finish(REQUEST);
+    assert_eq!(done.code(), Some(1), "{}", done.describe());
+    assert!(
+        done.stderr().contains("RuntimeError: the deploy failed"),
+        "the body's own exception goes on: {}",
+        done.describe()
+    );
+    assert_eq!(s.holder("deploy/prod"), None, "released");
+    let log = s.log("deploy/prod");
+    assert_one_tenure(&log, fence_of(&log[0]), 0, "py");
+
+    // The command line: a failing command's status, and the lock released.
+    let done = s
+        .spawn(&mut client_cli(
+            &s,
+            &served,
+            &secret,
+            &["deploy/prod", "--ttl", "60", "--", "sh", "-c", "exit 5"],
+        ))
+        .finish(REQUEST);
+    assert_eq!(done.code(), Some(5), "{}", done.describe());
+    assert_eq!(s.holder("deploy/prod"), None, "released");
+    let log = s.log("deploy/prod");
+    assert_eq!(
+        log.iter().filter(|e| e["event"] == "released").count(),
+        2,
+        "two tenures, each released: {log:?}"
+    );
 }
