@@ -9,9 +9,12 @@
 //! The lock server's recipes run against a real `distlock serve --tokens` over the scratch
 //! store; they are in `recipes/server.rs`.
 //!
-//! Processes, deadlines and waits come from the integration suite's `common::process`, and the
-//! guarded resource from its `common::fenced_write`: the same files, compiled into this crate too.
+//! Processes, deadlines and waits come from the integration suite's `common::process`, the
+//! guarded resource from its `common::fenced_write`, and the HTTPS certificates from its
+//! `common::certs`: the same files, compiled into this crate too.
 
+#[path = "cli/common/certs.rs"]
+mod certs;
 #[path = "cli/common/fenced_write.rs"]
 mod fenced_write;
 #[path = "cli/common/process.rs"]
@@ -40,7 +43,7 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 11] = [
+const RECIPES: [&str; 12] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
@@ -52,6 +55,7 @@ const RECIPES: [&str; 11] = [
     "examples/break-lock",
     "examples/ci-deploy-server.yml",
     "examples/distlock_client.py",
+    "examples/distlock-serve.service",
 ];
 
 /// systemd's default `PATH` for services.

@@ -1,8 +1,9 @@
 //! The lock server's recipes, each run against a real `distlock serve --tokens` over the
 //! scratch store with a real token: the CI step that takes the lock with curl alone
-//! (`ci-deploy-server.yml`) and the Python client (`distlock_client.py`). The server serves
-//! beside the commands that use the same SQLite file, so the tests look at the locks and their
-//! history with `distlock status` and `distlock log`.
+//! (`ci-deploy-server.yml`), the Python client (`distlock_client.py`), and the server's systemd
+//! unit (`distlock-serve.service`), started from its ExecStart over HTTPS with a CA the test
+//! makes. The server serves beside the commands that use the same SQLite file, so the tests
+//! look at the locks and their history with `distlock status` and `distlock log`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -11,10 +12,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::certs::{Ca, CertFiles};
 use crate::process::{BIN, Finished, Proc, wait_for_file, wait_until};
-use crate::{Scratch, example, fence_of, ignored, read, read_or_empty, replace_each, root};
+use crate::{
+    SYSTEMD_PATH, Scratch, Unit, example, fence_of, ignored, read, read_or_empty, replace_each,
+    root, verify_unit,
+};
 
 /// How long a server may take to say where it listens.
 const STARTUP: Duration = Duration::from_secs(20);
@@ -32,7 +37,7 @@ const UNKNOWN_SECRET: &str = "dl_00000000000000000000000000000000000000000000000
 /// A running `distlock serve`; dropped, it gets SIGTERM (and SIGKILL if it lingers).
 struct Served {
     proc: Option<Proc>,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://…`.
     url: String,
     stderr: PathBuf,
     agent: ureq::Agent,
@@ -40,8 +45,9 @@ struct Served {
 
 impl Served {
     /// Starts `cmd`, a `distlock … serve` command, and waits for its first stderr line,
-    /// `distlock: listening on http://HOST:PORT`. Clients reach it on 127.0.0.1:PORT.
-    fn start(s: &Scratch, cmd: &mut Command) -> Served {
+    /// `distlock: listening on SCHEME://HOST:PORT`. Clients reach it on 127.0.0.1:PORT, over
+    /// HTTPS trusting `ca` only.
+    fn start(s: &Scratch, cmd: &mut Command, ca: Option<&Ca>) -> Served {
         let name = format!("serve-{}", s.names.fetch_add(1, Ordering::Relaxed));
         let proc = Proc::spawn(cmd, s.dir.path(), &name);
         let stderr = s.path(&format!("{name}.stderr"));
@@ -52,9 +58,10 @@ impl Served {
                 .map(|(line, _)| first = line.to_owned())
                 .is_some()
         });
-        let listening = "distlock: listening on http://";
+        let scheme = if ca.is_some() { "https" } else { "http" };
+        let listening = format!("distlock: listening on {scheme}://");
         let port = first
-            .strip_prefix(listening)
+            .strip_prefix(&listening)
             .and_then(|addr| addr.parse::<SocketAddr>().ok())
             .map(|addr| addr.port())
             .filter(|&port| port != 0)
@@ -63,9 +70,9 @@ impl Served {
             });
         Served {
             proc: Some(proc),
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("{scheme}://127.0.0.1:{port}"),
             stderr,
-            agent: agent(),
+            agent: agent(ca),
         }
     }
 
@@ -88,6 +95,18 @@ impl Served {
         answer(sent, &format!("GET {url}"))
     }
 
+    /// `POST PATH` of `body` as JSON, with `token` as its bearer: the status and the body.
+    fn post(&self, path: &str, token: &str, body: &Value) -> (u16, String) {
+        let url = format!("{}{path}", self.url);
+        let sent = self
+            .agent
+            .post(&url)
+            .header("authorization", format!("Bearer {token}"))
+            .content_type("application/json")
+            .send(body.to_string());
+        answer(sent, &format!("POST {url} {body}"))
+    }
+
     /// How many requests wait in a queue now (`distlock_waiting_requests` of `/metrics`).
     fn waiting(&self, token: &str) -> u64 {
         let (status, text) = self.get("/metrics", token);
@@ -96,6 +115,13 @@ impl Served {
             .find_map(|line| line.strip_prefix("distlock_waiting_requests "))
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or_else(|| panic!("no distlock_waiting_requests in {text}"))
+    }
+
+    /// SIGTERM, as `systemctl stop` sends; how the server ended.
+    fn stop(mut self) -> Finished {
+        let proc = self.proc.take().expect("a running server");
+        proc.signal(Signal::SIGTERM);
+        proc.finish(Duration::from_secs(10))
     }
 }
 
@@ -121,14 +147,21 @@ fn answer(
     (response.status().as_u16(), text)
 }
 
-/// An HTTP client that reports every status as an answer.
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
+/// An HTTP client that reports every status as an answer; over HTTPS it trusts `ca` only.
+fn agent(ca: Option<&Ca>) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(REQUEST))
-        .max_idle_connections(0)
-        .build()
-        .into()
+        .max_idle_connections(0);
+    if let Some(ca) = ca {
+        let root = ureq::tls::Certificate::from_pem(ca.pem().as_bytes()).expect("the CA, PEM");
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&[root]))
+                .build(),
+        );
+    }
+    config.build().into()
 }
 
 impl Scratch {
@@ -149,7 +182,7 @@ impl Scratch {
         let mut cmd = self.cmd(BIN);
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
             .arg(tokens);
-        Served::start(self, &mut cmd)
+        Served::start(self, &mut cmd, None)
     }
 }
 
@@ -937,5 +970,154 @@ fn python_client_releases_the_lock_when_the_body_raises() {
         log.iter().filter(|e| e["event"] == "released").count(),
         2,
         "two tenures, each released: {log:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server as a systemd service
+
+/// The value after `flag` in `words`.
+fn flag<'a>(words: &[&'a str], flag: &str) -> &'a str {
+    let at = words
+        .iter()
+        .position(|w| *w == flag)
+        .unwrap_or_else(|| panic!("ExecStart has {flag}"));
+    words
+        .get(at + 1)
+        .unwrap_or_else(|| panic!("{flag} has a value"))
+}
+
+#[test]
+fn systemd_serve_unit_serves_https_rereads_on_reload_and_exits_0_on_stop() {
+    let s = Scratch::new();
+    let unit = Unit::of("distlock-serve.service");
+    assert_eq!(unit.setting("Restart"), "on-failure");
+    assert_eq!(unit.setting("ExecReload"), "/bin/kill -HUP $MAINPID");
+    assert!(
+        unit.setting("RestartPreventExitStatus")
+            .split_whitespace()
+            .any(|code| code == "64"),
+        "a usage error is not restarted"
+    );
+    assert!(!unit.setting("User").is_empty(), "a user of its own");
+    assert_eq!(unit.setting("ProtectSystem"), "strict");
+    // The files it writes (the store) and that `token add` rewrites beside themselves (the
+    // tokens) are in its StateDirectory, the one place ProtectSystem=strict lets it write.
+    let state = format!("/var/lib/{}", unit.setting("StateDirectory"));
+    assert_eq!(state, "/var/lib/distlock");
+    let words: Vec<&str> = unit.exec_start.split_whitespace().collect();
+    assert!(
+        !unit.exec_start.contains(['"', '\'', '$', '%']),
+        "no quoting"
+    );
+    assert_eq!(&words[..2], ["/usr/local/bin/distlock", "--db"]);
+    for written in [flag(&words, "--db"), flag(&words, "--tokens")] {
+        assert!(
+            written.starts_with(&format!("{state}/")),
+            "{written} must be in the StateDirectory {state}"
+        );
+    }
+    let listen = flag(&words, "--listen");
+    let addr: SocketAddr = listen.parse().expect("--listen HOST:PORT");
+    assert!(
+        !addr.ip().is_loopback(),
+        "a server for other hosts: {listen}"
+    );
+
+    // The unit's paths in a scratch folder: its state, its /etc/distlock, a free port.
+    let state_dir = s.path("state");
+    let etc = s.path("etc");
+    for dir in [&state_dir, &etc] {
+        std::fs::create_dir(dir).expect("mkdir");
+    }
+    let any_port = format!("{}:0", addr.ip());
+    let exec_start = replace_each(
+        &unit.exec_start,
+        &[
+            ("/usr/local/bin/distlock", BIN),
+            (&state, state_dir.to_str().expect("utf-8")),
+            ("/etc/distlock", etc.to_str().expect("utf-8")),
+            (listen, &any_port),
+        ],
+    );
+    let argv: Vec<&str> = exec_start.split_whitespace().collect();
+    // The certificate chain and key where the unit reads them, made by the test's CA.
+    let ca = Ca::new("distlock-serve unit test CA");
+    let made = ca.server_files(&etc, "made");
+    let files = CertFiles {
+        cert: PathBuf::from(flag(&argv, "--tls-cert")),
+        key: PathBuf::from(flag(&argv, "--tls-key")),
+    };
+    std::fs::rename(&made.cert, &files.cert).expect("the certificate where the unit reads it");
+    std::fs::rename(&made.key, &files.key).expect("the key where the unit reads it");
+    assert!(
+        argv.windows(4).any(|w| w == files.args()),
+        "ExecStart serves HTTPS with this certificate and key: {exec_start}"
+    );
+    let tokens = Path::new(flag(&argv, "--tokens"));
+    let ci = s.token(tokens, "ci-deploy", &["--prefix", "deploy/"]);
+
+    // ExecStart as systemd starts it: no shell, systemd's PATH, nothing else in the environment.
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..]).env_clear().env("PATH", SYSTEMD_PATH);
+    let served = Served::start(&s, &mut cmd, Some(&ca));
+    assert_eq!(
+        served.get("/health", "").0,
+        200,
+        "HTTPS, with the CA's certificate"
+    );
+    let (status, body) = served.post(
+        "/locks/deploy%2Fweb",
+        &ci,
+        &json!({"owner": "ci", "ttl_seconds": 30}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with(r#"{"acquired":true,"#), "{body}");
+    let db = flag(&argv, "--db");
+    let status = s.json(&["--db", db, "status", "deploy/web"], 0);
+    assert_eq!(
+        status["lock"]["owner"], "ci",
+        "in the unit's store: {status}"
+    );
+
+    // A token made while it runs counts once ExecReload has run.
+    let ops = s.token(tokens, "ops", &["--all-resources", "--operator"]);
+    assert_eq!(served.get("/locks/deploy%2Fweb", &ops).0, 401, "not yet");
+    let reload = replace_each(
+        unit.setting("ExecReload"),
+        &[("$MAINPID", &served.pid().to_string())],
+    );
+    let words: Vec<&str> = reload.split_whitespace().collect();
+    let out = crate::output(Command::new(words[0]).args(&words[1..])).expect("run ExecReload");
+    assert!(out.status.success(), "{reload}: {}", crate::describe(&out));
+    let said = [
+        format!(
+            "distlock: SIGHUP: reloaded the TLS certificate and key ({}, {})",
+            files.cert.display(),
+            files.key.display()
+        ),
+        format!(
+            "distlock: SIGHUP: reloaded the tokens ({})",
+            tokens.display()
+        ),
+    ];
+    wait_until(Duration::from_secs(20), "the reload lines", || {
+        let stderr = served.stderr();
+        said.iter().all(|line| stderr.lines().any(|l| l == line))
+    });
+    let (status, body) = served.get("/locks/deploy%2Fweb", &ops);
+    assert_eq!(status, 200, "the new token counts: {body}");
+
+    // systemctl stop: SIGTERM, and a clean exit, which Restart=on-failure leaves stopped.
+    let stopped = served.stop();
+    assert_eq!(stopped.code(), Some(0), "{}", stopped.describe());
+    assert_secret_kept(&stopped, &ci);
+    assert_secret_kept(&stopped, &ops);
+
+    verify_unit(
+        &s,
+        "distlock-serve.service",
+        &unit.exec_start,
+        &replace_each(&unit.exec_start, &[("/usr/local/bin/distlock", BIN)]),
     );
 }
