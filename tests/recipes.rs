@@ -6,13 +6,21 @@
 //! lock while the job ran, whether two deploys overlapped, which writes the guarded resource
 //! accepted, how many hosts ran the report — not only exit codes.
 //!
-//! Processes, deadlines and waits come from the integration suite's `common::process`, and the
-//! guarded resource from its `common::fenced_write`: the same files, compiled into this crate too.
+//! The lock server's recipes run against a real `distlock serve --tokens` over the scratch
+//! store; they are in `recipes/server.rs`.
+//!
+//! Processes, deadlines and waits come from the integration suite's `common::process`, the
+//! guarded resource from its `common::fenced_write`, and the HTTPS certificates from its
+//! `common::certs`: the same files, compiled into this crate too.
 
+#[path = "cli/common/certs.rs"]
+mod certs;
 #[path = "cli/common/fenced_write.rs"]
 mod fenced_write;
 #[path = "cli/common/process.rs"]
 mod process;
+#[path = "recipes/server.rs"]
+mod server;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
@@ -35,7 +43,7 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 9] = [
+const RECIPES: [&str; 12] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
@@ -45,6 +53,9 @@ const RECIPES: [&str; 9] = [
     "examples/crontab-search-index",
     "examples/crontab-fleet",
     "examples/break-lock",
+    "examples/ci-deploy-server.yml",
+    "examples/distlock_client.py",
+    "examples/distlock-serve.service",
 ];
 
 /// systemd's default `PATH` for services.
@@ -74,10 +85,20 @@ fn path_with_bin(rest: &str) -> String {
 /// Replaces each site path in `text` with a test path, insisting that it is there: a recipe
 /// that renamed its job must fail here rather than run something else.
 fn substitute(text: &str, paths: &[(&str, &Path)]) -> String {
+    let paths: Vec<(&str, &str)> = paths
+        .iter()
+        .map(|(from, to)| (*from, to.to_str().expect("utf-8 path")))
+        .collect();
+    replace_each(text, &paths)
+}
+
+/// Replaces each `from` in `text` with its `to`, insisting that it is there (as [`substitute`]
+/// does for paths).
+fn replace_each(text: &str, pairs: &[(&str, &str)]) -> String {
     let mut text = text.to_owned();
-    for (from, to) in paths {
+    for (from, to) in pairs {
         assert!(text.contains(from), "{from} not found in {text:?}");
-        text = text.replace(from, to.to_str().expect("utf-8 path"));
+        text = text.replace(from, to);
     }
     text
 }
@@ -717,13 +738,19 @@ struct Unit {
 }
 
 impl Unit {
+    /// The backup's unit, `examples/distlock-backup.service`.
     fn parse() -> Unit {
+        Unit::of("distlock-backup.service")
+    }
+
+    /// The unit in `examples/NAME`.
+    fn of(name: &str) -> Unit {
         let mut unit = Unit {
             exec_start: String::new(),
             env: Vec::new(),
             settings: Vec::new(),
         };
-        for line in example("distlock-backup.service").lines() {
+        for line in example(name).lines() {
             let line = line.trim();
             if line.is_empty() || line.starts_with(['#', ';', '[']) {
                 continue;
@@ -840,23 +867,27 @@ fn systemd_exec_start_runs_the_backup_under_the_lock() {
     );
     assert_eq!(runs(&s, "backup.sh"), 1, "no second backup while held");
 
-    // Where systemd-analyze exists, it accepts the unit without a warning (with the paths
-    // made real).
-    if output(Command::new("systemd-analyze").arg("--version")).is_ok() {
-        let argv = unit.argv(&job).join(" ");
-        let text = example("distlock-backup.service").replace(&unit.exec_start, &argv);
-        let copy = s.path("distlock-backup.service");
-        std::fs::write(&copy, text).expect("write unit");
-        let out = output(Command::new("systemd-analyze").arg("verify").arg(&copy))
-            .expect("systemd-analyze");
-        assert!(
-            out.status.success() && out.stderr.is_empty(),
-            "systemd-analyze verify (warnings count): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    } else {
-        eprintln!("note: systemd-analyze not installed; unit syntax not verified");
+    let argv = unit.argv(&job).join(" ");
+    verify_unit(&s, "distlock-backup.service", &unit.exec_start, &argv);
+}
+
+/// Where systemd-analyze exists, it accepts the unit `examples/NAME` without a warning, with its
+/// ExecStart line `exec_start` made `real` (paths that exist here).
+fn verify_unit(s: &Scratch, name: &str, exec_start: &str, real: &str) {
+    if output(Command::new("systemd-analyze").arg("--version")).is_err() {
+        eprintln!("note: systemd-analyze not installed; {name} not verified");
+        return;
     }
+    let text = example(name).replace(exec_start, real);
+    let copy = s.path(name);
+    std::fs::write(&copy, text).expect("write unit");
+    let out =
+        output(Command::new("systemd-analyze").arg("verify").arg(&copy)).expect("systemd-analyze");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify {name} (warnings count): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -1,0 +1,1123 @@
+//! The lock server's recipes, each run against a real `distlock serve --tokens` over the
+//! scratch store with a real token: the CI step that takes the lock with curl alone
+//! (`ci-deploy-server.yml`), the Python client (`distlock_client.py`), and the server's systemd
+//! unit (`distlock-serve.service`), started from its ExecStart over HTTPS with a CA the test
+//! makes. The server serves beside the commands that use the same SQLite file, so the tests
+//! look at the locks and their history with `distlock status` and `distlock log`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+use crate::certs::{Ca, CertFiles};
+use crate::process::{BIN, Finished, Proc, wait_for_file, wait_until};
+use crate::{
+    SYSTEMD_PATH, Scratch, Unit, example, fence_of, ignored, read, read_or_empty, replace_each,
+    root, verify_unit,
+};
+
+/// How long a server may take to say where it listens.
+const STARTUP: Duration = Duration::from_secs(20);
+
+/// The longest any one request of these tests may take (a waiting request is answered within
+/// 30 s).
+const REQUEST: Duration = Duration::from_secs(60);
+
+/// A secret of the right shape that no tokens file knows.
+const UNKNOWN_SECRET: &str = "dl_0000000000000000000000000000000000000000000000000000000000000000";
+
+// ---------------------------------------------------------------------------------------------
+// A server under test, and its tokens
+
+/// A running `distlock serve`; dropped, it gets SIGTERM (and SIGKILL if it lingers).
+struct Served {
+    proc: Option<Proc>,
+    /// `http://127.0.0.1:PORT`, or `https://…`.
+    url: String,
+    stderr: PathBuf,
+    agent: ureq::Agent,
+}
+
+impl Served {
+    /// Starts `cmd`, a `distlock … serve` command, and waits for its first stderr line,
+    /// `distlock: listening on SCHEME://HOST:PORT`. Clients reach it on 127.0.0.1:PORT, over
+    /// HTTPS trusting `ca` only.
+    fn start(s: &Scratch, cmd: &mut Command, ca: Option<&Ca>) -> Served {
+        let name = format!("serve-{}", s.names.fetch_add(1, Ordering::Relaxed));
+        let proc = Proc::spawn(cmd, s.dir.path(), &name);
+        let stderr = s.path(&format!("{name}.stderr"));
+        let mut first = String::new();
+        wait_until(STARTUP, "distlock serve says where it listens", || {
+            let text = read_or_empty(&stderr);
+            text.split_once('\n')
+                .map(|(line, _)| first = line.to_owned())
+                .is_some()
+        });
+        let scheme = if ca.is_some() { "https" } else { "http" };
+        let listening = format!("distlock: listening on {scheme}://");
+        let port = first
+            .strip_prefix(&listening)
+            .and_then(|addr| addr.parse::<SocketAddr>().ok())
+            .map(|addr| addr.port())
+            .filter(|&port| port != 0)
+            .unwrap_or_else(|| {
+                panic!("the first stderr line must be `{listening}HOST:PORT`: {first:?}")
+            });
+        Served {
+            proc: Some(proc),
+            url: format!("{scheme}://127.0.0.1:{port}"),
+            stderr,
+            agent: agent(ca),
+        }
+    }
+
+    fn pid(&self) -> nix::unistd::Pid {
+        self.proc.as_ref().expect("a running server").pid()
+    }
+
+    fn stderr(&self) -> String {
+        read_or_empty(&self.stderr)
+    }
+
+    /// `GET PATH` with `token` as its bearer: the status and the body.
+    fn get(&self, path: &str, token: &str) -> (u16, String) {
+        let url = format!("{}{path}", self.url);
+        let sent = self
+            .agent
+            .get(&url)
+            .header("authorization", format!("Bearer {token}"))
+            .call();
+        answer(sent, &format!("GET {url}"))
+    }
+
+    /// `POST PATH` of `body` as JSON, with `token` as its bearer: the status and the body.
+    fn post(&self, path: &str, token: &str, body: &Value) -> (u16, String) {
+        let url = format!("{}{path}", self.url);
+        let sent = self
+            .agent
+            .post(&url)
+            .header("authorization", format!("Bearer {token}"))
+            .content_type("application/json")
+            .send(body.to_string());
+        answer(sent, &format!("POST {url} {body}"))
+    }
+
+    /// How many requests wait in a queue now (`distlock_waiting_requests` of `/metrics`).
+    fn waiting(&self, token: &str) -> u64 {
+        let (status, text) = self.get("/metrics", token);
+        assert_eq!(status, 200, "GET /metrics: {text}");
+        text.lines()
+            .find_map(|line| line.strip_prefix("distlock_waiting_requests "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no distlock_waiting_requests in {text}"))
+    }
+
+    /// SIGTERM, as `systemctl stop` sends; how the server ended.
+    fn stop(mut self) -> Finished {
+        let proc = self.proc.take().expect("a running server");
+        proc.signal(Signal::SIGTERM);
+        proc.finish(Duration::from_secs(10))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(proc) = self.proc.take() {
+            let _ = nix::sys::signal::kill(proc.pid(), Signal::SIGTERM);
+            proc.finish(Duration::from_secs(5));
+        }
+    }
+}
+
+/// The status and the body of an answer to the request `what`.
+fn answer(
+    sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    what: &str,
+) -> (u16, String) {
+    let mut response = sent.unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"));
+    (response.status().as_u16(), text)
+}
+
+/// An HTTP client that reports every status as an answer; over HTTPS it trusts `ca` only.
+fn agent(ca: Option<&Ca>) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(REQUEST))
+        .max_idle_connections(0);
+    if let Some(ca) = ca {
+        let root = ureq::tls::Certificate::from_pem(ca.pem().as_bytes()).expect("the CA, PEM");
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&[root]))
+                .build(),
+        );
+    }
+    config.build().into()
+}
+
+impl Scratch {
+    /// `distlock token add NAME --tokens FILE SCOPE…`: the new token's secret.
+    fn token(&self, file: &Path, name: &str, scope: &[&str]) -> String {
+        let file = file.to_str().expect("utf-8 path");
+        let mut args = vec!["token", "add", name, "--tokens", file];
+        args.extend(scope);
+        let made = self.json(&args, 0);
+        made["secret"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a secret in {made}"))
+            .to_owned()
+    }
+
+    /// `distlock serve --listen 127.0.0.1:0 --tokens FILE` over the scratch store.
+    fn serve(&self, tokens: &Path) -> Served {
+        let mut cmd = self.cmd(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
+            .arg(tokens);
+        Served::start(self, &mut cmd, None)
+    }
+}
+
+/// A scratch store with a tokens file holding one token for `deploy/`, named `name`, and a
+/// server over both: (scratch, server, the token's secret).
+fn served(name: &str) -> (Scratch, Served, String) {
+    let s = Scratch::new();
+    let tokens = s.path("tokens.json");
+    let secret = s.token(&tokens, name, &["--prefix", "deploy/"]);
+    let served = s.serve(&tokens);
+    (s, served, secret)
+}
+
+/// Fails unless neither stdout nor stderr of `done` shows `secret`.
+fn assert_secret_kept(done: &Finished, secret: &str) {
+    assert!(
+        !done.stdout().contains(secret) && !done.stderr().contains(secret),
+        "a secret was printed: {}",
+        done.describe()
+    );
+}
+
+/// Fails unless the events of one tenure are `acquired`, then `renewed` `at_least` times or
+/// more, then `released`, each naming `token`.
+fn assert_one_tenure(log: &[Value], fence: i64, at_least: usize, token: &str) {
+    let events: Vec<&Value> = log.iter().filter(|e| fence_of(e) == fence).collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().expect("event"))
+        .collect();
+    assert!(
+        names.len() >= 2
+            && names[0] == "acquired"
+            && names[names.len() - 1] == "released"
+            && names[1..names.len() - 1].iter().all(|&e| e == "renewed")
+            && names.len() - 2 >= at_least,
+        "tenure {fence}: acquired, {at_least}+ renewed, released: {names:?}"
+    );
+    assert!(
+        events.iter().all(|e| e["token"] == token),
+        "tenure {fence}: every event names the token {token}: {events:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A CI step through the server, with curl alone
+
+/// The `run: |` script of the CI workflow `examples/NAME`, as GitHub Actions writes it to a
+/// file: the block's lines without its indentation.
+fn ci_run_script(name: &str) -> String {
+    let text = example(name);
+    let indent = |line: &str| line.len() - line.trim_start_matches(' ').len();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("run:"))
+            .count(),
+        1,
+        "one run: step in {name}"
+    );
+    let mut lines = text.lines();
+    let key = lines
+        .by_ref()
+        .find(|line| line.trim_start() == "run: |")
+        .unwrap_or_else(|| panic!("{name}: a `run: |` block"));
+    let mut block: Vec<&str> = lines
+        .take_while(|line| line.trim().is_empty() || indent(line) > indent(key))
+        .collect();
+    while block.last().is_some_and(|line| line.trim().is_empty()) {
+        block.pop();
+    }
+    let inner = block.first().map_or(0, |line| indent(line));
+    block
+        .iter()
+        .map(|line| format!("{}\n", line.get(inner..).unwrap_or("")))
+        .collect()
+}
+
+/// The CI step of `ci-deploy-server.yml` as pipeline run `run`: its script with `./deploy.sh`
+/// pointed at `deploy` and the `settings` changed, run as GitHub Actions runs a `run:` block
+/// (`bash --noprofile --norc -eo pipefail FILE`) with the server's URL and `secret` in
+/// `DISTLOCK_URL` and `DISTLOCK_TOKEN`. The runner has no distlock: its `PATH` is the system's,
+/// after a `distlock` that only records that it was called (in `distlock-called`). Its stdout
+/// and stderr are in `step-RUN.stdout` and `step-RUN.stderr`.
+fn server_step(
+    s: &Scratch,
+    served: &Served,
+    secret: &str,
+    deploy: &Path,
+    settings: &[(&str, &str)],
+    run: u32,
+) -> Proc {
+    let yml = example("ci-deploy-server.yml");
+    for name in ["DISTLOCK_URL", "DISTLOCK_TOKEN"] {
+        assert!(
+            yml.contains(&format!("{name}: ${{{{ secrets.{name} }}}}")),
+            "the step takes {name} from the secrets"
+        );
+    }
+    let mut pairs = vec![("./deploy.sh", deploy.to_str().expect("utf-8 path"))];
+    pairs.extend(settings);
+    let script = s.path(&format!("step-{run}.sh"));
+    std::fs::write(
+        &script,
+        replace_each(&ci_run_script("ci-deploy-server.yml"), &pairs),
+    )
+    .expect("write the step");
+    let runner_bin = s.path("runner-bin");
+    if !runner_bin.exists() {
+        std::fs::create_dir(&runner_bin).expect("mkdir runner-bin");
+        s.script(
+            "runner-bin/distlock",
+            &format!("echo \"$@\" >>'{}'\nexit 127\n", s.p("distlock-called")),
+        );
+    }
+    let mut cmd = Command::new("bash");
+    cmd.args(["--noprofile", "--norc", "-eo", "pipefail"])
+        .arg(&script)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", runner_bin.display()))
+        .env("HOME", s.dir.path())
+        .env("DISTLOCK_URL", &served.url)
+        .env("DISTLOCK_TOKEN", secret)
+        .env("GITHUB_REPOSITORY", "acme/shop")
+        .env("GITHUB_RUN_ID", run.to_string())
+        .env("GITHUB_RUN_ATTEMPT", "1")
+        .current_dir(s.dir.path());
+    Proc::spawn(&mut cmd, s.dir.path(), &format!("step-{run}"))
+}
+
+/// Fails if the step ran `distlock`: it must need curl alone.
+fn assert_no_distlock_on_the_runner(s: &Scratch) {
+    assert!(
+        !s.path("distlock-called").exists(),
+        "the step called distlock: {}",
+        read_or_empty(&s.path("distlock-called"))
+    );
+}
+
+/// `distlock status deploy/production` on the scratch store, written to `FILE-$DISTLOCK_FENCE`:
+/// a line for a deploy stand-in.
+fn status_line(s: &Scratch, file: &str) -> String {
+    format!(
+        "DISTLOCK_DB='{db}' '{BIN}' status deploy/production >'{file}-'\"$DISTLOCK_FENCE\"\n",
+        db = s.db.display(),
+        file = s.p(file),
+    )
+}
+
+#[test]
+fn ci_server_step_serialises_deploys_and_renews_the_lease_with_curl_alone() {
+    let (s, served, secret) = served("ci-deploy");
+    // The deploy stand-in: notes an overlap if another deploy is inside, says when it starts
+    // and ends, and runs for 4 s, past the lease (3 s here): only renewals keep the lock.
+    let deploy = s.script(
+        "deploy.sh",
+        &format!(
+            "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+             sleep 4\n\
+             {status}\
+             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+             rmdir '{critical}'\n",
+            critical = s.p("critical"),
+            overlaps = s.p("overlaps"),
+            events = s.p("events"),
+            status = status_line(&s, "status"),
+        ),
+    );
+    // The 5-minute lease made 3 s, so that it is renewed every second while each deploy runs.
+    let shorter = [("ttl=300", "ttl=3")];
+    let steps = [1, 2].map(|run| server_step(&s, &served, &secret, &deploy, &shorter, run));
+    for step in steps {
+        let done = step.finish(Duration::from_secs(60));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        assert_secret_kept(&done, &secret);
+    }
+    assert_no_distlock_on_the_runner(&s);
+    assert!(
+        !s.path("overlaps").exists(),
+        "two deploys overlapped: {}",
+        read(&s.path("overlaps"))
+    );
+    let events = read(&s.path("events"));
+    let lines: Vec<&str> = events.lines().collect();
+    let fence = |line: &str| line.split(' ').nth(1).expect("a fence").to_owned();
+    assert!(
+        lines.len() == 4
+            && lines[0].starts_with("start ")
+            && lines[1].starts_with("end ")
+            && lines[2].starts_with("start ")
+            && lines[3].starts_with("end ")
+            && fence(lines[0]) == fence(lines[1])
+            && fence(lines[2]) == fence(lines[3])
+            && fence(lines[0]) != fence(lines[2]),
+        "one deploy after the other, each with a tenure of its own: {events}"
+    );
+
+    // At its end, 4 s in, each deploy still held the lock, with its own fence and owner.
+    let log = s.log("deploy/production");
+    let mut owners = Vec::new();
+    for line in [lines[0], lines[2]] {
+        let fence = fence(line);
+        let status: Value =
+            serde_json::from_str(&read(&s.path(&format!("status-{fence}")))).expect("JSON");
+        assert_eq!(status["held"], true, "renewed past its 3 s lease: {status}");
+        assert_eq!(status["lock"]["fence"].to_string(), fence, "{status}");
+        owners.push(status["lock"]["owner"].as_str().expect("owner").to_owned());
+        assert_one_tenure(&log, fence.parse().expect("a number"), 1, "ci-deploy");
+    }
+    owners.sort();
+    assert_eq!(owners, ["acme/shop run 1.1", "acme/shop run 2.1"]);
+    assert_eq!(s.holder("deploy/production"), None, "both released");
+}
+
+#[test]
+fn ci_server_step_releases_the_lock_when_the_deploy_fails_or_the_step_is_cancelled() {
+    let (s, served, secret) = served("ci-deploy");
+    // A deploy that fails; the lease is the recipe's own 5 minutes, so only a release frees
+    // the lock before the test ends.
+    let failing = s.script(
+        "failing.sh",
+        &format!("echo \"$DISTLOCK_FENCE\" >'{}'\nexit 3\n", s.p("failed")),
+    );
+    let done = server_step(&s, &served, &secret, &failing, &[], 1).finish(Duration::from_secs(30));
+    assert_eq!(
+        done.code(),
+        Some(3),
+        "the deploy's status: {}",
+        done.describe()
+    );
+    let fence: i64 = read(&s.path("failed")).trim().parse().expect("a fence");
+    assert_eq!(s.holder("deploy/production"), None, "released at once");
+    assert_one_tenure(&s.log("deploy/production"), fence, 0, "ci-deploy");
+
+    // A cancelled step (its shell gets SIGTERM): the deploy is stopped first, then the lock
+    // released.
+    if ignored(Signal::SIGTERM) {
+        eprintln!("note: SIGTERM is ignored in this test run; cancelling not tested");
+        return;
+    }
+    // The deploy stand-in says it started, then runs until SIGTERM, when it looks at the lock
+    // before it exits.
+    let stopping = status_line(&s, "stopping");
+    let slow = s.script(
+        "slow.sh",
+        &format!(
+            "on_term() {{\n{stopping}exit 1\n}}\n\
+             trap on_term TERM\n\
+             echo \"$DISTLOCK_FENCE\" >'{started}.tmp' && mv '{started}.tmp' '{started}'\n\
+             while :; do sleep 0.1; done\n",
+            started = s.p("started"),
+        ),
+    );
+    let step = server_step(&s, &served, &secret, &slow, &[], 2);
+    wait_for_file(&s.path("started"), Duration::from_secs(20));
+    let fence: i64 = read(&s.path("started")).trim().parse().expect("a fence");
+    assert!(
+        s.holder("deploy/production").is_some(),
+        "held while it deploys"
+    );
+    step.signal(Signal::SIGTERM);
+    let done = step.finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(143), "cancelled: {}", done.describe());
+    let during: Value =
+        serde_json::from_str(&read(&s.path(&format!("stopping-{fence}")))).expect("JSON");
+    assert_eq!(
+        during["held"], true,
+        "the lock is held until the deploy has stopped: {during}"
+    );
+    assert_eq!(s.holder("deploy/production"), None, "then released");
+    assert_one_tenure(&s.log("deploy/production"), fence, 0, "ci-deploy");
+    assert_no_distlock_on_the_runner(&s);
+}
+
+#[test]
+fn ci_server_step_fails_when_its_wait_runs_out_or_its_token_is_refused() {
+    let (s, served, secret) = served("ci-deploy");
+    let deploy = s.script("deploy.sh", &format!(": >'{}'\n", s.p("deployed")));
+
+    // Another deploy holds the lock past the step's budget (30 minutes made 2 s).
+    let holder = s.hold("deploy/production", "previous-deploy", "60s");
+    let done = server_step(
+        &s,
+        &served,
+        &secret,
+        &deploy,
+        &[("budget=1800", "budget=2")],
+        1,
+    )
+    .finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(75), "{}", done.describe());
+    assert!(
+        done.stderr().contains("still busy after 2s") && done.stderr().contains("previous-deploy"),
+        "says so, naming the holder: {}",
+        done.describe()
+    );
+    assert_secret_kept(&done, &secret);
+    assert_eq!(s.holder("deploy/production"), Some(holder), "untouched");
+
+    // A token the server does not know (401), and one for build/ only (403).
+    let tokens = s.path("tokens.json");
+    let builds = s.token(&tokens, "ci-build", &["--prefix", "build/"]);
+    let reread = served.stderr().lines().count();
+    served_reread(&served, reread);
+    s.release("deploy/production", "previous-deploy");
+    for (run, token, status, why) in [
+        (2, UNKNOWN_SECRET, "401", "unauthorized"),
+        (3, builds.as_str(), "403", "not-allowed"),
+    ] {
+        let done =
+            server_step(&s, &served, token, &deploy, &[], run).finish(Duration::from_secs(30));
+        assert_eq!(done.code(), Some(1), "{status}: {}", done.describe());
+        assert!(
+            done.stderr().contains(&format!("lock server: {status} "))
+                && done.stderr().contains(why),
+            "names the server's answer: {}",
+            done.describe()
+        );
+        assert_secret_kept(&done, token);
+    }
+    assert!(
+        !s.path("deployed").exists(),
+        "no deploy ran without the lock"
+    );
+    assert_eq!(s.holder("deploy/production"), None);
+    assert_no_distlock_on_the_runner(&s);
+}
+
+/// Sends the server SIGHUP and waits until it has reread its files (its stderr grows past
+/// `lines` lines with a `SIGHUP:` line).
+fn served_reread(served: &Served, lines: usize) {
+    nix::sys::signal::kill(served.pid(), Signal::SIGHUP).expect("SIGHUP");
+    wait_until(
+        Duration::from_secs(20),
+        "the server rereads its tokens",
+        || {
+            served
+                .stderr()
+                .lines()
+                .skip(lines)
+                .any(|line| line.starts_with("distlock: SIGHUP: reloaded the tokens"))
+        },
+    );
+}
+
+/// The owners in line for `resource` in the scratch store's queue, first first.
+fn in_line(s: &Scratch, resource: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(&s.db).expect("open the store");
+    conn.busy_timeout(Duration::from_secs(10))
+        .expect("busy timeout");
+    let mut rows = conn
+        .prepare("SELECT owner FROM waiters WHERE resource = ?1 ORDER BY ticket")
+        .expect("query");
+    rows.query_map([resource], |row| row.get(0))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect()
+}
+
+#[test]
+fn ci_server_step_keeps_its_place_in_line_across_long_polls() {
+    // One request waits at most 30 s, so this test takes a little over 30 s. The step waits in
+    // line first, another pipeline (`distlock acquire --wait` on the store) behind it; after
+    // 30 s the step is answered with its position and posts again. Had it lost its place, the
+    // other pipeline would be first when the holder lets go.
+    let (s, served, secret) = served("ci-deploy");
+    let deploy = s.script(
+        "deploy.sh",
+        &format!(
+            "echo \"$DISTLOCK_FENCE\" >'{}'\nsleep 0.5\n",
+            s.p("deployed")
+        ),
+    );
+    s.hold("deploy/production", "previous-deploy", "120s");
+    let step = server_step(&s, &served, &secret, &deploy, &[], 1);
+    let step_owner = "acme/shop run 1.1";
+    wait_until(REQUEST, "the step waits in line", || {
+        in_line(&s, "deploy/production") == [step_owner]
+    });
+    let other = s.spawn(s.cmd(BIN).args([
+        "acquire",
+        "deploy/production",
+        "--owner",
+        "other-pipeline",
+        "--ttl",
+        "60s",
+        "--wait",
+        "2m",
+    ]));
+    wait_until(REQUEST, "the other pipeline waits behind it", || {
+        in_line(&s, "deploy/production") == [step_owner, "other-pipeline"]
+    });
+    let answered = "waiting for deploy/production: position 1";
+    wait_until(REQUEST, "the step is answered with its place", || {
+        read_or_empty(&s.path("step-1.stdout")).contains(answered)
+    });
+    wait_until(REQUEST, "the step posts again", || {
+        served.waiting(&secret) == 1
+    });
+    s.release("deploy/production", "previous-deploy");
+    let acquired = |log: &[Value]| -> Vec<String> {
+        log.iter()
+            .filter(|e| e["event"] == "acquired")
+            .map(|e| e["owner"].as_str().expect("owner").to_owned())
+            .collect()
+    };
+    wait_until(REQUEST, "the next in line takes the lock", || {
+        acquired(&s.log("deploy/production")).len() > 1
+    });
+    assert_eq!(
+        acquired(&s.log("deploy/production"))[1],
+        step_owner,
+        "the step kept its place across its second request"
+    );
+    let done = step.finish(REQUEST);
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    let done = other.finish(REQUEST);
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    let log = s.log("deploy/production");
+    assert_eq!(
+        acquired(&log),
+        ["previous-deploy", step_owner, "other-pipeline"]
+    );
+    let fence: i64 = read(&s.path("deployed")).trim().parse().expect("a fence");
+    assert_one_tenure(&log, fence, 0, "ci-deploy");
+    s.release("deploy/production", "other-pipeline");
+    assert_no_distlock_on_the_runner(&s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Python client
+
+/// A program that uses the module as the recipe shows: `driver.py EXAMPLES RESOURCE OWNER TTL
+/// WAIT ACTION [CMD…]` holds RESOURCE with `with lock(…) as held:`, and in its body runs CMD
+/// with the fence in `DISTLOCK_FENCE` (ACTION `run`) or raises (`raise`). A LockError is
+/// printed as `TYPE: MESSAGE` with exit 3; any other exception is Python's (a traceback, 1).
+const DRIVER: &str = r#"import os, subprocess, sys
+
+sys.path.insert(0, sys.argv[1])
+from distlock_client import LockError, lock
+
+resource, owner, ttl, wait, action, *command = sys.argv[2:]
+try:
+    with lock(resource, owner=owner, ttl=int(ttl), wait=int(wait)) as held:
+        if action == "raise":
+            raise RuntimeError("the deploy failed")
+        subprocess.run(command, env=dict(os.environ, DISTLOCK_FENCE=str(held.fence)), check=True)
+except LockError as error:
+    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    sys.exit(3)
+"#;
+
+/// `python3 -B ARGS…` with the server's URL and `secret` in `DISTLOCK_URL` and `DISTLOCK_TOKEN`.
+/// (`-B`: importing the module must not leave `__pycache__` in `examples/`.)
+fn python(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command {
+    let mut cmd = s.cmd("python3");
+    cmd.arg("-B")
+        .args(args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("DISTLOCK_URL", &served.url)
+        .env("DISTLOCK_TOKEN", secret);
+    cmd
+}
+
+/// `driver.py` (see [`DRIVER`]) with these arguments after EXAMPLES.
+fn driver(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command {
+    let path = s.path("driver.py");
+    if !path.exists() {
+        std::fs::write(&path, DRIVER).expect("write driver.py");
+    }
+    let examples = root().join("examples");
+    let mut all = vec![
+        path.to_str().expect("utf-8"),
+        examples.to_str().expect("utf-8"),
+    ];
+    all.extend(args);
+    python(s, served, secret, &all)
+}
+
+/// The recipe's command line: `distlock_client.py ARGS…`.
+fn client_cli(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command {
+    let client = root().join("examples/distlock_client.py");
+    let mut all = vec![client.to_str().expect("utf-8")];
+    all.extend(args);
+    python(s, served, secret, &all)
+}
+
+#[test]
+fn python_client_is_a_standard_library_module_and_an_executable() {
+    let path = root().join("examples/distlock_client.py");
+    let text = read(&path);
+    assert!(
+        text.starts_with("#!/usr/bin/env python3\n"),
+        "a python3 script"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&path).expect("stat").permissions(),
+    );
+    assert_eq!(mode & 0o111, 0o111, "distlock_client.py must be executable");
+    let mut imports: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("import "))
+        .collect();
+    imports.sort_unstable();
+    let stdlib = [
+        "argparse",
+        "json",
+        "math",
+        "os",
+        "socket",
+        "ssl",
+        "subprocess",
+        "sys",
+        "threading",
+        "time",
+        "urllib.error",
+        "urllib.parse",
+        "urllib.request",
+    ];
+    assert!(
+        imports.iter().all(|m| stdlib.contains(m)),
+        "the standard library only: {imports:?}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("from ")),
+        "imports are `import M` lines, checked above"
+    );
+}
+
+#[test]
+fn python_client_excludes_across_processes() {
+    let (s, served, secret) = served("py");
+    // Inside: notes an overlap if another holder is inside, and says when it starts and ends.
+    let critical = s.script(
+        "critical.sh",
+        &format!(
+            "mkdir '{inside}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+             sleep 0.5\n\
+             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+             rmdir '{inside}'\n",
+            inside = s.p("inside"),
+            overlaps = s.p("overlaps"),
+            events = s.p("events"),
+        ),
+    );
+    let critical = critical.to_str().expect("utf-8");
+    // Four processes at once: two use the module's `with lock(…)`, two the command line.
+    let mut procs = Vec::new();
+    for n in 0..4 {
+        let owner = format!("worker-{n}");
+        let mut cmd = if n % 2 == 0 {
+            driver(
+                &s,
+                &served,
+                &secret,
+                &["deploy/prod", &owner, "10", "60", "run", critical],
+            )
+        } else {
+            client_cli(
+                &s,
+                &served,
+                &secret,
+                &[
+                    "deploy/prod",
+                    "--owner",
+                    &owner,
+                    "--ttl",
+                    "10",
+                    "--wait",
+                    "60",
+                    "--",
+                    critical,
+                ],
+            )
+        };
+        procs.push(s.spawn(&mut cmd));
+    }
+    for proc in procs {
+        let done = proc.finish(REQUEST);
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        assert_secret_kept(&done, &secret);
+    }
+    assert!(
+        !s.path("overlaps").exists(),
+        "two holders overlapped: {}",
+        read(&s.path("overlaps"))
+    );
+    let events = read(&s.path("events"));
+    let mut fences = Vec::new();
+    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
+        assert!(
+            start.is_some() && start == end,
+            "one holder at a time: {events}"
+        );
+        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
+    }
+    assert_eq!(fences.len(), 4, "four holders: {events}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "each a new tenure, with a higher fence: {fences:?}"
+    );
+    let log = s.log("deploy/prod");
+    for fence in fences {
+        assert_one_tenure(&log, fence, 0, "py");
+    }
+    assert_eq!(s.holder("deploy/prod"), None);
+}
+
+#[test]
+fn python_client_renews_the_lease_past_its_ttl() {
+    let (s, served, secret) = served("py");
+    // The body says it is in, with its fence, and stays until the test says stop.
+    let hold = s.script(
+        "hold.sh",
+        &format!(
+            "echo \"$DISTLOCK_FENCE\" >'{entered}.tmp' && mv '{entered}.tmp' '{entered}'\n\
+             i=0\n\
+             while [ ! -e '{stop}' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done\n",
+            entered = s.p("entered"),
+            stop = s.p("stop"),
+        ),
+    );
+    let ttl = 3;
+    let holding = s.spawn(&mut driver(
+        &s,
+        &served,
+        &secret,
+        &[
+            "deploy/prod",
+            "long-job",
+            &ttl.to_string(),
+            "0",
+            "run",
+            hold.to_str().expect("utf-8"),
+        ],
+    ));
+    wait_for_file(&s.path("entered"), Duration::from_secs(20));
+    let fence: i64 = read(&s.path("entered")).trim().parse().expect("a fence");
+    // For more than twice the TTL, the lock stays held by the same tenure.
+    let entered = Instant::now();
+    let mut looks = 0;
+    while entered.elapsed() < Duration::from_secs(2 * ttl + 1) {
+        let lock = s
+            .holder("deploy/prod")
+            .unwrap_or_else(|| panic!("lost after {:?} with a {ttl} s TTL", entered.elapsed()));
+        assert_eq!(fence_of(&lock), fence, "{lock}");
+        assert_eq!(lock["owner"], "long-job");
+        looks += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(looks > 1, "looked only {looks} times");
+    std::fs::write(s.path("stop"), "").expect("stop");
+    let done = holding.finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    assert_eq!(s.holder("deploy/prod"), None, "released at the end");
+    // Renewed every ttl/3 (1 s) for 7 s or more: a few renewals at the least.
+    assert_one_tenure(&s.log("deploy/prod"), fence, 3, "py");
+}
+
+#[test]
+fn python_client_raises_when_busy_past_its_wait_and_on_refusals_with_the_servers_detail() {
+    let (s, served, secret) = served("py");
+    let ran = s.p("ran");
+    let touch = ["touch", ran.as_str()];
+
+    // Busy past the wait: Busy, naming the holder.
+    let holder = s.hold("deploy/prod", "previous-deploy", "60s");
+    let mut args = vec!["deploy/prod", "worker", "10", "1", "run"];
+    args.extend(touch);
+    let done = s
+        .spawn(&mut driver(&s, &served, &secret, &args))
+        .finish(REQUEST);
+    assert_eq!(done.code(), Some(3), "{}", done.describe());
+    assert!(
+        done.stderr()
+            .starts_with("Busy: deploy/prod is held by previous-deploy (waited 1 s)"),
+        "{}",
+        done.describe()
+    );
+    let done = s
+        .spawn(&mut client_cli(
+            &s,
+            &served,
+            &secret,
+            &["deploy/prod", "--", "touch", &ran],
+        ))
+        .finish(REQUEST);
+    assert_eq!(
+        done.code(),
+        Some(75),
+        "the command line: {}",
+        done.describe()
+    );
+    assert_eq!(s.holder("deploy/prod"), Some(holder), "untouched");
+    s.release("deploy/prod", "previous-deploy");
+
+    // A resource outside the token's prefixes (403), and a token the server does not know
+    // (401): Refused, with the problem document's detail, never the token.
+    for (resource, token, said) in [
+        (
+            "build/cache",
+            secret.as_str(),
+            "Refused: acquire build/cache: 403 Forbidden: token py may not use resource build/cache",
+        ),
+        (
+            "deploy/prod",
+            UNKNOWN_SECRET,
+            "Refused: acquire deploy/prod: 401 Unauthorized: the token is not one this server knows",
+        ),
+    ] {
+        let mut args = vec![resource, "worker", "10", "0", "run"];
+        args.extend(touch);
+        let done = s
+            .spawn(&mut driver(&s, &served, token, &args))
+            .finish(REQUEST);
+        assert_eq!(done.code(), Some(3), "{}", done.describe());
+        assert_eq!(done.stderr(), format!("{said}\n"), "{}", done.describe());
+        assert_secret_kept(&done, token);
+        let done = s
+            .spawn(&mut client_cli(
+                &s,
+                &served,
+                token,
+                &[resource, "--", "touch", &ran],
+            ))
+            .finish(REQUEST);
+        assert_eq!(
+            done.code(),
+            Some(77),
+            "the command line: {}",
+            done.describe()
+        );
+        assert_eq!(
+            done.stderr(),
+            format!(
+                "distlock_client: {}\n",
+                said.trim_start_matches("Refused: ")
+            ),
+            "{}",
+            done.describe()
+        );
+        assert_secret_kept(&done, token);
+    }
+    assert!(!s.path("ran").exists(), "nothing ran without the lock");
+}
+
+#[test]
+fn python_client_releases_the_lock_when_the_body_raises() {
+    let (s, served, secret) = served("py");
+    // A TTL of a minute: only a release frees the lock before the test ends.
+    let done = s
+        .spawn(&mut driver(
+            &s,
+            &served,
+            &secret,
+            &["deploy/prod", "worker", "60", "0", "raise"],
+        ))
+        .finish(REQUEST);
+    assert_eq!(done.code(), Some(1), "{}", done.describe());
+    assert!(
+        done.stderr().contains("RuntimeError: the deploy failed"),
+        "the body's own exception goes on: {}",
+        done.describe()
+    );
+    assert_eq!(s.holder("deploy/prod"), None, "released");
+    let log = s.log("deploy/prod");
+    assert_one_tenure(&log, fence_of(&log[0]), 0, "py");
+
+    // The command line: a failing command's status, and the lock released.
+    let done = s
+        .spawn(&mut client_cli(
+            &s,
+            &served,
+            &secret,
+            &["deploy/prod", "--ttl", "60", "--", "sh", "-c", "exit 5"],
+        ))
+        .finish(REQUEST);
+    assert_eq!(done.code(), Some(5), "{}", done.describe());
+    assert_eq!(s.holder("deploy/prod"), None, "released");
+    let log = s.log("deploy/prod");
+    assert_eq!(
+        log.iter().filter(|e| e["event"] == "released").count(),
+        2,
+        "two tenures, each released: {log:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server as a systemd service
+
+/// The value after `flag` in `words`.
+fn flag<'a>(words: &[&'a str], flag: &str) -> &'a str {
+    let at = words
+        .iter()
+        .position(|w| *w == flag)
+        .unwrap_or_else(|| panic!("ExecStart has {flag}"));
+    words
+        .get(at + 1)
+        .unwrap_or_else(|| panic!("{flag} has a value"))
+}
+
+#[test]
+fn systemd_serve_unit_serves_https_rereads_on_reload_and_exits_0_on_stop() {
+    let s = Scratch::new();
+    let unit = Unit::of("distlock-serve.service");
+    assert_eq!(unit.setting("Restart"), "on-failure");
+    assert_eq!(unit.setting("ExecReload"), "/bin/kill -HUP $MAINPID");
+    assert!(
+        unit.setting("RestartPreventExitStatus")
+            .split_whitespace()
+            .any(|code| code == "64"),
+        "a usage error is not restarted"
+    );
+    assert!(!unit.setting("User").is_empty(), "a user of its own");
+    assert_eq!(unit.setting("ProtectSystem"), "strict");
+    // The files it writes (the store) and that `token add` rewrites beside themselves (the
+    // tokens) are in its StateDirectory, the one place ProtectSystem=strict lets it write.
+    let state = format!("/var/lib/{}", unit.setting("StateDirectory"));
+    assert_eq!(state, "/var/lib/distlock");
+    let words: Vec<&str> = unit.exec_start.split_whitespace().collect();
+    assert!(
+        !unit.exec_start.contains(['"', '\'', '$', '%']),
+        "no quoting"
+    );
+    assert_eq!(&words[..2], ["/usr/local/bin/distlock", "--db"]);
+    for written in [flag(&words, "--db"), flag(&words, "--tokens")] {
+        assert!(
+            written.starts_with(&format!("{state}/")),
+            "{written} must be in the StateDirectory {state}"
+        );
+    }
+    let listen = flag(&words, "--listen");
+    let addr: SocketAddr = listen.parse().expect("--listen HOST:PORT");
+    assert!(
+        !addr.ip().is_loopback(),
+        "a server for other hosts: {listen}"
+    );
+
+    // The unit's paths in a scratch folder: its state, its /etc/distlock, a free port.
+    let state_dir = s.path("state");
+    let etc = s.path("etc");
+    for dir in [&state_dir, &etc] {
+        std::fs::create_dir(dir).expect("mkdir");
+    }
+    let any_port = format!("{}:0", addr.ip());
+    let exec_start = replace_each(
+        &unit.exec_start,
+        &[
+            ("/usr/local/bin/distlock", BIN),
+            (&state, state_dir.to_str().expect("utf-8")),
+            ("/etc/distlock", etc.to_str().expect("utf-8")),
+            (listen, &any_port),
+        ],
+    );
+    let argv: Vec<&str> = exec_start.split_whitespace().collect();
+    // The certificate chain and key where the unit reads them, made by the test's CA.
+    let ca = Ca::new("distlock-serve unit test CA");
+    let made = ca.server_files(&etc, "made");
+    let files = CertFiles {
+        cert: PathBuf::from(flag(&argv, "--tls-cert")),
+        key: PathBuf::from(flag(&argv, "--tls-key")),
+    };
+    std::fs::rename(&made.cert, &files.cert).expect("the certificate where the unit reads it");
+    std::fs::rename(&made.key, &files.key).expect("the key where the unit reads it");
+    assert!(
+        argv.windows(4).any(|w| w == files.args()),
+        "ExecStart serves HTTPS with this certificate and key: {exec_start}"
+    );
+    let tokens = Path::new(flag(&argv, "--tokens"));
+    let ci = s.token(tokens, "ci-deploy", &["--prefix", "deploy/"]);
+
+    // ExecStart as systemd starts it: no shell, systemd's PATH, nothing else in the environment.
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..]).env_clear().env("PATH", SYSTEMD_PATH);
+    let served = Served::start(&s, &mut cmd, Some(&ca));
+    assert_eq!(
+        served.get("/health", "").0,
+        200,
+        "HTTPS, with the CA's certificate"
+    );
+    let (status, body) = served.post(
+        "/locks/deploy%2Fweb",
+        &ci,
+        &json!({"owner": "ci", "ttl_seconds": 30}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with(r#"{"acquired":true,"#), "{body}");
+    let db = flag(&argv, "--db");
+    let status = s.json(&["--db", db, "status", "deploy/web"], 0);
+    assert_eq!(
+        status["lock"]["owner"], "ci",
+        "in the unit's store: {status}"
+    );
+
+    // A token made while it runs counts once ExecReload has run.
+    let ops = s.token(tokens, "ops", &["--all-resources", "--operator"]);
+    assert_eq!(served.get("/locks/deploy%2Fweb", &ops).0, 401, "not yet");
+    let reload = replace_each(
+        unit.setting("ExecReload"),
+        &[("$MAINPID", &served.pid().to_string())],
+    );
+    let words: Vec<&str> = reload.split_whitespace().collect();
+    let out = crate::output(Command::new(words[0]).args(&words[1..])).expect("run ExecReload");
+    assert!(out.status.success(), "{reload}: {}", crate::describe(&out));
+    let said = [
+        format!(
+            "distlock: SIGHUP: reloaded the TLS certificate and key ({}, {})",
+            files.cert.display(),
+            files.key.display()
+        ),
+        format!(
+            "distlock: SIGHUP: reloaded the tokens ({})",
+            tokens.display()
+        ),
+    ];
+    wait_until(Duration::from_secs(20), "the reload lines", || {
+        let stderr = served.stderr();
+        said.iter().all(|line| stderr.lines().any(|l| l == line))
+    });
+    let (status, body) = served.get("/locks/deploy%2Fweb", &ops);
+    assert_eq!(status, 200, "the new token counts: {body}");
+
+    // systemctl stop: SIGTERM, and a clean exit, which Restart=on-failure leaves stopped.
+    let stopped = served.stop();
+    assert_eq!(stopped.code(), Some(0), "{}", stopped.describe());
+    assert_secret_kept(&stopped, &ci);
+    assert_secret_kept(&stopped, &ops);
+
+    verify_unit(
+        &s,
+        "distlock-serve.service",
+        &unit.exec_start,
+        &replace_each(&unit.exec_start, &[("/usr/local/bin/distlock", BIN)]),
+    );
+}
