@@ -34,6 +34,29 @@ impl Caller {
         self.0.as_ref().is_none_or(|token| token.may_use(resource))
     }
 
+    /// Whether the caller may read `resource` (`status`; what `list` and `log` show).
+    pub fn may_see(&self, resource: &Resource) -> bool {
+        self.0.as_ref().is_none_or(|token| token.may_see(resource))
+    }
+
+    /// Whether the caller's token was taken out of the tokens file since the request came
+    /// in (a SIGHUP reread it): a wait on its behalf then ends.
+    pub fn revoked(&self, tokens: Option<&Tokens>) -> bool {
+        match (&self.0, tokens) {
+            (Some(token), Some(tokens)) => !tokens.knows(token),
+            _ => false,
+        }
+    }
+
+    /// Refuses a read of `resource` the caller may not see.
+    pub fn check_see(&self, resource: &Resource) -> Result<(), Problem> {
+        if self.may_see(resource) {
+            Ok(())
+        } else {
+            self.check(resource)
+        }
+    }
+
     /// The token's name, for the log line.
     pub fn name(&self) -> Option<&str> {
         self.0.as_ref().map(|token| token.name.as_str())

@@ -24,6 +24,10 @@ use crate::store::Locks;
 /// The header of a grant that says whether it is a new tenure or the owner's own, extended.
 pub const GRANT: &str = "distlock-grant";
 
+/// How long a client may take to send a request's body, once its headers are in: a body that
+/// stalls is answered 408 and its connection closed, so that it holds no connection's place.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The largest request body.
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -222,8 +226,9 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     let routed = route(&method, &path);
     let query = request.uri().query().map(str::to_owned);
     let json = is_json(&request);
-    // The body is read whatever the answer, so that the connection can carry the next
-    // request; one that is too large is not, and the connection is closed after the answer.
+    // The body is read whatever the answer (within its time), so that the connection can
+    // carry the next request; one that is too large or too slow is not, and the connection is
+    // closed after the answer.
     let body = read_body(request).await;
     let close = body.is_err();
     let who = caller
@@ -283,10 +288,10 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
 /// token may see (see [`operations`]).
 fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
     match route {
-        Route::Acquire(resource)
-        | Route::Status(resource)
-        | Route::Release(resource)
-        | Route::Renew(resource) => caller.check(resource),
+        Route::Acquire(resource) | Route::Release(resource) | Route::Renew(resource) => {
+            caller.check(resource)
+        }
+        Route::Status(resource) => caller.check_see(resource),
         Route::Break(_) => caller.check_operator(),
         Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
     }
@@ -374,12 +379,22 @@ async fn read_body(request: Request<Incoming>) -> Result<Vec<u8>, Problem> {
     if declared.is_some_and(|length| length > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let body = Limited::new(request.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|_| too_large())?
-        .to_bytes();
-    Ok(body.to_vec())
+    let collected = tokio::time::timeout(
+        BODY_TIMEOUT,
+        Limited::new(request.into_body(), MAX_BODY).collect(),
+    )
+    .await
+    .map_err(|_| {
+        Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!(
+                "a request body must arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        )
+    })?;
+    Ok(collected.map_err(|_| too_large())?.to_bytes().to_vec())
 }
 
 /// The body of a request that takes one: JSON; nothing for one that takes none.

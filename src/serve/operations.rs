@@ -54,7 +54,12 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
             let this_poll = wait.min(LONGEST_POLL);
             let keeps_place = wait > LONGEST_POLL;
             state.waiting.fetch_add(1, Ordering::SeqCst);
-            let stop = || state.stopping.load(Ordering::SeqCst) || gone.load(Ordering::SeqCst);
+            // A token taken out of the file meanwhile ends its waits.
+            let stop = || {
+                state.stopping.load(Ordering::SeqCst)
+                    || gone.load(Ordering::SeqCst)
+                    || call.caller.revoked(state.tokens().as_deref())
+            };
             let waited = wait::serve(store, resource, &request, this_poll, keeps_place, &stop);
             state.waiting.fetch_sub(1, Ordering::SeqCst);
             waited?
@@ -200,7 +205,7 @@ pub(super) fn list(call: &Call<'_>) -> Outcome {
     };
     state.stores.with(|store| {
         let mut locks = store.list(&prefix)?;
-        locks.retain(|lock| call.caller.may_use(&lock.resource));
+        locks.retain(|lock| call.caller.may_see(&lock.resource));
         Ok(Ok(Reply::json(StatusCode::OK, &ListAnswer { locks })))
     })
 }
@@ -230,7 +235,7 @@ pub(super) fn log(call: &Call<'_>) -> Outcome {
         Err(bad) => return Ok(Err(bad)),
     };
     if let Some(resource) = &query.resource {
-        if let Err(problem) = call.caller.check(resource) {
+        if let Err(problem) = call.caller.check_see(resource) {
             return Ok(Ok(problem.into()));
         }
     }
@@ -239,7 +244,7 @@ pub(super) fn log(call: &Call<'_>) -> Outcome {
         let events = store.log(&query)?;
         for event in events
             .iter()
-            .filter(|event| call.caller.may_use(&event.resource))
+            .filter(|event| call.caller.may_see(&event.resource))
         {
             text.push_str(&serde_json::to_string(&event)?);
             text.push('\n');

@@ -81,14 +81,21 @@ impl Resources {
 pub struct Token {
     pub name: TokenName,
     resources: Resources,
-    /// May `break` any lock, and sees every resource in `list` and `log`.
+    /// May `break` any lock, and sees every resource (`status`, `list`, `log`).
     pub operator: bool,
+    /// The SHA-256 of the secret.
+    hash: [u8; 32],
 }
 
 impl Token {
-    /// Whether the token may use `resource` (read it included).
+    /// Whether the token may use `resource`: take, renew and release its locks, and read it.
     pub fn may_use(&self, resource: &Resource) -> bool {
-        self.operator || self.resources.covers(resource.as_str())
+        self.resources.covers(resource.as_str())
+    }
+
+    /// Whether the token may read `resource`: one it may use, or any for an operator's.
+    pub fn may_see(&self, resource: &Resource) -> bool {
+        self.operator || self.may_use(resource)
     }
 }
 
@@ -129,12 +136,21 @@ impl Tokens {
                 name: entry.name,
                 resources: entry.resources,
                 operator: entry.operator,
+                hash,
             };
             if tokens.by_hash.insert(hash, Arc::new(token)).is_some() {
                 bail!("{}: the same secret's hash is given twice", what());
             }
         }
         Ok(tokens)
+    }
+
+    /// Whether `token` is still one of these (the same name and secret): a token taken out of
+    /// the file is no longer, after SIGHUP.
+    pub fn knows(&self, token: &Token) -> bool {
+        self.by_hash
+            .get(&token.hash)
+            .is_some_and(|known| known.name == token.name)
     }
 
     /// The token whose secret is `secret`.
@@ -247,16 +263,39 @@ pub fn add(
     operator: bool,
 ) -> Result<Made, Error> {
     let usage = |err: anyhow::Error| Error::Usage(format!("{err:#}"));
-    let mut file = match std::fs::read(path) {
-        Ok(text) => serde_json::from_slice::<File>(&text)
-            .with_context(|| format!("the tokens file {} is not valid", path.display()))
-            .map_err(usage)?,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => File::default(),
+    // A link is followed, so that the file it names is the one that changes.
+    let target = followed(path).map_err(usage)?;
+    let folder = match target.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // One `token add` at a time per folder: each reads the file as the one before left it.
+    let _held = lock_folder(&folder).map_err(Error::System)?;
+    let before = match std::fs::metadata(&target) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(Error::Usage(format!(
+                "the tokens file {} is not a regular file",
+                path.display()
+            )));
+        }
+        Ok(meta) => Some(meta),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
         Err(err) => {
             return Err(usage(anyhow::Error::new(err).context(format!(
                 "cannot read the tokens file {}",
                 path.display()
             ))));
+        }
+    };
+    let mut file = match &before {
+        None => File::default(),
+        Some(_) => {
+            let text = std::fs::read(&target)
+                .with_context(|| format!("cannot read the tokens file {}", path.display()))
+                .map_err(usage)?;
+            serde_json::from_slice::<File>(&text)
+                .with_context(|| format!("the tokens file {} is not valid", path.display()))
+                .map_err(usage)?
         }
     };
     if file.tokens.iter().any(|entry| entry.name == name) {
@@ -280,7 +319,7 @@ pub fn add(
         resources,
         operator,
     });
-    write_whole(path, &file).map_err(Error::System)?;
+    write_whole(&target, &file, before.as_ref()).map_err(Error::System)?;
     Ok(Made {
         token: name,
         secret,
@@ -288,7 +327,38 @@ pub fn add(
     })
 }
 
-fn write_whole(path: &Path, file: &File) -> Result<()> {
+/// `path`, its symbolic links followed (a dangling one to the file it would make).
+fn followed(path: &Path) -> Result<PathBuf> {
+    let mut at = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let to = std::fs::read_link(&at)
+                    .with_context(|| format!("cannot read the link {}", at.display()))?;
+                at = match at.parent() {
+                    Some(folder) => folder.join(to),
+                    None => to,
+                };
+            }
+            _ => return Ok(at),
+        }
+    }
+    anyhow::bail!("{}: too many levels of symbolic links", path.display())
+}
+
+/// An exclusive `flock` on `folder`, held until dropped.
+fn lock_folder(folder: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let opened = std::fs::File::open(folder)
+        .with_context(|| format!("cannot open the folder {}", folder.display()))?;
+    nix::fcntl::Flock::lock(opened, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| anyhow::Error::new(errno))
+        .with_context(|| format!("cannot lock the folder {}", folder.display()))
+}
+
+/// Writes `file` whole at `path`: beside it first, then renamed over it, with the owner and
+/// mode the file had (`before`), or readable by its owner only when it is new.
+fn write_whole(path: &Path, file: &File, before: Option<&std::fs::Metadata>) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mut text = serde_json::to_vec_pretty(file)?;
     text.push(b'\n');
     let name = path
@@ -303,6 +373,12 @@ fn write_whole(path: &Path, file: &File) -> Result<()> {
             .create_new(true)
             .mode(0o600)
             .open(&temporary)?;
+        if let Some(before) = before {
+            // Kept as it was: a server reading the file as another user still can. Only root
+            // may give a file away; anyone else keeps their own.
+            let _ = std::os::unix::fs::fchown(&out, Some(before.uid()), Some(before.gid()));
+            out.set_permissions(std::fs::Permissions::from_mode(before.mode() & 0o7777))?;
+        }
         out.write_all(&text)?;
         out.sync_all()?;
         std::fs::rename(&temporary, path)
@@ -444,7 +520,9 @@ mod tests {
             assert_eq!(found.may_use(&r(resource)), allowed, "{resource}");
         }
         let ops = tokens.find(&ops.secret).expect("ops's secret");
-        assert!(ops.operator && ops.may_use(&r("anything")));
+        assert!(ops.operator && ops.may_use(&r("anything")) && ops.may_see(&r("anything")));
+        assert!(!found.may_see(&r("other")) && found.may_see(&r("deploy/x")));
+        assert!(tokens.knows(&found) && tokens.knows(&ops));
         for wrong in [
             "",
             "dl_",

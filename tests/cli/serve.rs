@@ -2293,3 +2293,35 @@ fn two_servers_over_one_postgresql_serve_the_same_locks_and_one_queue() {
     b.delete(&lock_path(P42, "?owner=w")).no_content();
     a.get(&path).problem(404);
 }
+
+#[test]
+fn a_body_that_stalls_is_answered_408_within_10_s_and_the_others_are_served_meanwhile() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    let started = Instant::now();
+    let stalled = std::thread::scope(|scope| {
+        // The headers whole, then five of the forty bytes of the body, then nothing.
+        let waiting = scope.spawn(|| {
+            server.raw(
+                b"POST /locks/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                  Content-Length: 40\r\n\r\n{\"own",
+            )
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(server.get("/health").status, 200, "served meanwhile");
+        take(&server, "meanwhile", "w1", 60);
+        waiting.join().expect("the stalled request")
+    });
+    assert_eq!(
+        stalled.status,
+        408,
+        "{}",
+        String::from_utf8_lossy(&stalled.body)
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(14),
+        "answered after {took:?}"
+    );
+    db.json(&["status", "x"], 1);
+}

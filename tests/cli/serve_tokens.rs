@@ -520,3 +520,215 @@ fn beyond_loopback_tokens_need_https_or_insecure_http() {
     let out = proc.finish(Duration::from_secs(10));
     assert_eq!(out.code(), Some(0), "{}", out.describe());
 }
+
+#[test]
+fn token_add_at_once_keeps_every_token_and_writes_through_a_link_keeping_the_mode() {
+    let db = Db::sqlite();
+    let real = db.file("real.json");
+    let link = db.file("link.json");
+    std::os::unix::fs::symlink("real.json", &link).expect("a link");
+    let link_text = link.to_str().expect("UTF-8").to_owned();
+    // Twenty at once, through the link (dangling until the first writes the file).
+    let made: Vec<std::process::Child> = (0..20)
+        .map(|n| {
+            let mut cmd = std::process::Command::new(crate::common::process::BIN);
+            cmd.args(["token", "add", &format!("t{n}"), "--tokens", &link_text])
+                .args(["--prefix", &format!("p{n}/")])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().expect("start token add")
+        })
+        .collect();
+    let mut secrets = Vec::new();
+    for child in made {
+        let out = child.wait_with_output().expect("token add");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let made: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+        secrets.push(made["secret"].as_str().expect("secret").to_owned());
+    }
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("stat")
+            .file_type()
+            .is_symlink(),
+        "the link is still a link"
+    );
+    let file: Value = serde_json::from_slice(&std::fs::read(&real).expect("read")).expect("JSON");
+    assert_eq!(file["tokens"].as_array().map(Vec::len), Some(20), "{file}");
+    // A mode the owner chose (a server reading the file as its group) stays.
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let out = db.run(&[
+        "token",
+        "add",
+        "more",
+        "--tokens",
+        &link_text,
+        "--all-resources",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mode = std::fs::metadata(&real).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o640, "the mode the file had");
+    // Every secret handed out works.
+    let server = Server::start_serving(&db, &["--tokens", real.to_str().expect("UTF-8")]);
+    for (n, secret) in secrets.iter().enumerate() {
+        let answer = call(
+            &server,
+            "GET",
+            &lock_path(&format!("p{n}/x"), ""),
+            Some(secret),
+            None,
+        );
+        assert_eq!(
+            answer.status,
+            404,
+            "token t{n}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    // Something that is not a regular file is refused, and never waited on.
+    let fifo = db.file("fifo.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let out = db.run(&[
+        "token",
+        "add",
+        "x",
+        "--tokens",
+        fifo.to_str().expect("UTF-8"),
+        "--all-resources",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_token_taken_out_of_the_file_ends_its_waiting_request_without_the_lock() {
+    let db = Db::sqlite();
+    let holder = make_token(&db, "holder", &["--prefix", "q"]);
+    let revoked = make_token(&db, "revoked", &["--prefix", "q"]);
+    let tokens = db.file("tokens.json");
+    let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);
+    let path = lock_path("q", "");
+    assert_eq!(
+        call(
+            &server,
+            "POST",
+            &path,
+            Some(&holder),
+            Some(&acquire_body("h"))
+        )
+        .status,
+        200
+    );
+    let answered = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let body = json!({"owner": "w", "ttl_seconds": 600, "wait_seconds": 25});
+            call(&server, "POST", &path, Some(&revoked), Some(&body))
+        });
+        // In the queue, then out of the file.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while db.json(&["status", "q"], 0)["waiting"] != 1 {
+            assert!(std::time::Instant::now() < deadline, "never queued");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut file: Value =
+            serde_json::from_slice(&std::fs::read(&tokens).expect("read")).expect("JSON");
+        file["tokens"]
+            .as_array_mut()
+            .expect("tokens")
+            .retain(|t| t["name"] != "revoked");
+        std::fs::write(&tokens, file.to_string()).expect("write");
+        server.signal(nix::sys::signal::Signal::SIGHUP);
+        wait_for_lines(&server, "SIGHUP: reloaded the tokens", 1);
+        assert_eq!(
+            call(
+                &server,
+                "DELETE",
+                &path,
+                Some(&holder),
+                Some(&json!({"owner": "h"}))
+            )
+            .status,
+            204
+        );
+        waiting.join().expect("the waiting request")
+    });
+    assert_eq!(answered.status, 200);
+    assert_eq!(
+        answered.json()["acquired"],
+        false,
+        "the revoked token's wait ended unanswered"
+    );
+    let status = db.run(&["status", "q"]);
+    assert_eq!(status.status.code(), Some(1), "nobody holds it: {status:?}");
+    assert_eq!(
+        call(
+            &server,
+            "POST",
+            &path,
+            Some(&revoked),
+            Some(&acquire_body("w"))
+        )
+        .status,
+        401
+    );
+}
+
+#[test]
+fn an_operator_reads_and_breaks_every_lock_but_takes_only_its_own_resources() {
+    let db = Db::sqlite();
+    let ops = make_token(&db, "ops", &["--prefix", "ops/", "--operator"]);
+    let ci = make_token(&db, "ci", &["--prefix", "ci/"]);
+    let tokens = db.file("tokens.json");
+    let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);
+    let ci_lock = lock_path("ci/a", "");
+    assert_eq!(
+        call(
+            &server,
+            "POST",
+            &ci_lock,
+            Some(&ci),
+            Some(&acquire_body("w"))
+        )
+        .status,
+        200
+    );
+    // Reads and breaks anywhere.
+    assert_eq!(call(&server, "GET", &ci_lock, Some(&ops), None).status, 200);
+    let listed = call(&server, "GET", "/locks", Some(&ops), None).json();
+    assert_eq!(
+        listed["locks"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    let broken = call(
+        &server,
+        "POST",
+        &lock_path("ci/a", "/break"),
+        Some(&ops),
+        Some(&json!({"reason": "stuck"})),
+    );
+    assert_eq!(broken.status, 200);
+    // Takes, renews and releases only under its own prefixes.
+    call(
+        &server,
+        "POST",
+        &ci_lock,
+        Some(&ops),
+        Some(&acquire_body("o")),
+    )
+    .problem(403, "not-allowed");
+    assert_eq!(
+        call(
+            &server,
+            "POST",
+            &lock_path("ops/x", ""),
+            Some(&ops),
+            Some(&acquire_body("o"))
+        )
+        .status,
+        200
+    );
+}
