@@ -187,6 +187,7 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     if let Some(certificate) = certificate {
         rereads.push(certificate);
     }
+    raise_open_files();
     // The store is opened (and made, for SQLite) before anything is served, so a store that
     // cannot be used is one error at start, not one per request.
     let first = store::open(&location).map_err(Error::Store)?;
@@ -217,6 +218,20 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     // waited for past this.
     runtime.shutdown_timeout(Duration::from_secs(1));
     Ok(Exit::Done)
+}
+
+/// Raises the soft limit on open files to the hard one (at most 65,536), so that the server
+/// can hold its [`MAX_CONNECTIONS`] where the soft limit is lower (1,024 by default on Linux).
+/// Best effort: what the system refuses leaves the limit as it was, and connections past it
+/// wait to be accepted.
+fn raise_open_files() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let wanted = hard.min(65_536);
+        if soft < wanted {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, wanted, hard);
+        }
+    }
 }
 
 /// Where and how the server meets its clients.

@@ -229,9 +229,16 @@ impl RemoteStore {
             .name("long poll".into())
             .spawn(move || {
                 let mut pause = Duration::from_millis(50);
+                // A waiting request may be sent again even after it reached the server (one
+                // restarted mid-wait): the owner asks for its own place, or is granted its own
+                // tenure again, extended. (A guarded one, `run`'s, granted just before the
+                // server went away and asked for again, waits behind itself until its lease
+                // ends: no second holder either way.)
                 let reply = loop {
                     match send(&agent, &url, authorization.as_deref(), &call) {
-                        Err(Failure::NotConnected(_)) if Instant::now() + pause < budget_end => {
+                        Err(Failure::NotConnected(_) | Failure::Sent(_))
+                            if Instant::now() + pause < budget_end =>
+                        {
                             std::thread::sleep(pause);
                             pause = (pause * 2).min(Duration::from_secs(1));
                         }

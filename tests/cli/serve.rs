@@ -2325,3 +2325,39 @@ fn a_body_that_stalls_is_answered_408_within_10_s_and_the_others_are_served_mean
     );
     db.json(&["status", "x"], 1);
 }
+
+#[test]
+fn the_server_raises_its_open_files_limit_to_hold_its_connections() {
+    let db = Db::sqlite();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        r#"ulimit -Sn 256 && exec "$0" --db "$1" serve --listen 127.0.0.1:0"#,
+        crate::common::process::BIN,
+        &db.url,
+    ]);
+    let proc = crate::common::process::Proc::spawn(&mut cmd, db.dir.path(), "limited");
+    let stderr = db.dir.path().join("limited.stderr");
+    wait_until(Duration::from_secs(20), "the server listens", || {
+        std::fs::read_to_string(&stderr).is_ok_and(|text| text.contains("listening on"))
+    });
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", proc.pid())).expect("limits");
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("the open files line");
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers.len(), 2, "{line}");
+    let (soft, hard) = (numbers[0], numbers[1]);
+    let wanted = hard
+        .parse::<u64>()
+        .map_or(65_536, |hard| hard.min(65_536))
+        .to_string();
+    assert_eq!(
+        soft, wanted,
+        "the soft limit raised to the hard one: {line}"
+    );
+    proc.signal(Signal::SIGTERM);
+    let out = proc.finish(Duration::from_secs(10));
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+}

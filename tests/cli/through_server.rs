@@ -471,3 +471,36 @@ fn https_through_a_server_checks_its_certificate() {
     assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
     db.json(&["status", "u"], 1);
 }
+
+#[test]
+fn a_waiter_through_a_server_waits_on_across_a_server_restart() {
+    let db = Db::sqlite();
+    let first = Server::start(&db);
+    let url = base(&first);
+    let port = first.addr.port();
+    db.json(&["acquire", "q", "--owner", "h", "--ttl", "60"], 0);
+    let mut cmd = via(&db, &url);
+    cmd.args([
+        "acquire", "q", "--owner", "w", "--ttl", "30", "--wait", "40",
+    ]);
+    let waiter = Proc::spawn(&mut cmd, db.dir.path(), "waiter");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.json(&["status", "q"], 0)["waiting"] != 1 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.signal(Signal::SIGKILL);
+    drop(first);
+    std::thread::sleep(Duration::from_millis(700));
+    let again = Server::start_serving_at(&db, &format!("127.0.0.1:{port}"));
+    // Granted through the new server when the holder lets go (the old one is gone).
+    db.json(&["release", "q", "--owner", "h"], 0);
+    let out = waiter.finish(Duration::from_secs(40));
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    assert_eq!(db.json(&["status", "q"], 0)["lock"]["owner"], "w");
+    assert!(
+        again.stderr().contains("POST /locks/q 200"),
+        "granted by the new server: {}",
+        again.stderr()
+    );
+}
