@@ -19,15 +19,13 @@
 //!   the queue is not coming back: the server gives a place up when a request's own wait runs
 //!   out, and a place nobody asks for again within 5 s, as a dead waiter's.
 
-use std::io::ErrorKind;
-use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value, json};
 
+use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Call, Client, Reply};
 use super::LockStore;
 use super::op::{Op, Outcome};
 use crate::answer::{AcquireAnswer, BreakAnswer, KeptAnswer, ListAnswer, StatusAnswer};
@@ -37,17 +35,10 @@ use crate::lock::{
     Resource, Status, Ttl,
 };
 
-/// How long a server that refuses connections is sought again, at least.
-const CONNECT_BUDGET: Duration = Duration::from_secs(5);
-
-/// How long one request may take, beyond the time the server was asked to wait.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The longest wait one request asks for: the contract's bound on `wait_seconds`.
 const MAX_WAIT_SECS: u64 = 86_400;
 
-/// How often an interruptible long poll looks for an interrupt.
-const INTERRUPT_CHECK: Duration = Duration::from_millis(20);
+mod http;
 
 /// A refused token, or a request outside the token's scope: exit 77, with the server's reason.
 #[derive(Debug)]
@@ -127,65 +118,40 @@ impl ServerUrl {
 
 /// The client of one server.
 pub struct RemoteStore {
-    url: ServerUrl,
-    agent: ureq::Agent,
-    /// `Bearer <token>`, when `DISTLOCK_TOKEN` gives one.
-    authorization: Option<String>,
-    /// Until when a server that cannot be reached is sought again ([`LockStore::keep_trying_until`]).
+    client: Client,
+    /// Until when a server that cannot be reached is sought again
+    /// ([`LockStore::keep_trying_until`]).
     deadline: Option<Instant>,
-    /// Whether the last `acquire` was a long poll that waited (so that the waiter's pause
-    /// after it need not wait again), and its answer, for a poll given up at an interrupt.
+    /// The last `acquire`'s answer when it was a long poll that came back busy: the waiter's
+    /// pause after it need not wait again, and a poll given up at an interrupt answers so.
     polled: Option<Acquire>,
 }
 
 impl RemoteStore {
-    /// A client of the server at `url`, with the token of `DISTLOCK_TOKEN` and, for HTTPS, the
-    /// roots of `DISTLOCK_CA_CERT` or the system's. Nothing is sent yet.
+    /// A client of the server at `url` ([`Client::new`]). Nothing is sent yet.
     ///
     /// # Errors
     ///
-    /// A `DISTLOCK_CA_CERT` that cannot be read or holds no certificate, or no system roots
-    /// for HTTPS; a token that is not text.
+    /// As [`Client::new`].
     pub fn open(url: &ServerUrl) -> Result<RemoteStore> {
-        let authorization = match std::env::var_os("DISTLOCK_TOKEN") {
-            None => None,
-            Some(token) if token.is_empty() => None,
-            Some(token) => {
-                let token = token
-                    .into_string()
-                    .map_err(|_| anyhow!("DISTLOCK_TOKEN must be valid UTF-8"))?;
-                let token = token.trim();
-                if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
-                    bail!("DISTLOCK_TOKEN holds spaces or control characters");
-                }
-                Some(format!("Bearer {token}"))
-            }
-        };
-        let mut config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(CONNECT_BUDGET))
-            .max_redirects(0)
-            .user_agent(concat!("distlock/", env!("CARGO_PKG_VERSION")));
-        if url.https {
-            let roots = roots()?;
-            config = config.tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots)))
-                    .build(),
-            );
-        }
-        let agent = ureq::Agent::with_parts(
-            config.build(),
-            ureq::unversioned::transport::DefaultConnector::default(),
-            OnThisThread,
-        );
         Ok(RemoteStore {
-            url: url.clone(),
-            agent,
-            authorization,
+            client: Client::new(url)?,
             deadline: None,
             polled: None,
         })
+    }
+
+    /// Until when a call seeks a server that cannot be reached: its budget, or the deadline
+    /// if that is later.
+    fn until(&self) -> Instant {
+        let budget = Instant::now() + CONNECT_BUDGET;
+        self.deadline
+            .map_or(budget, |deadline| deadline.max(budget))
+    }
+
+    /// One request and its answer ([`Client::call`]).
+    fn call(&self, call: &Call) -> Result<Reply> {
+        self.client.call(call, self.until())
     }
 
     fn lock_path(resource: &Resource, tail: &str) -> String {
@@ -193,81 +159,6 @@ impl RemoteStore {
             "/locks/{}{tail}",
             utf8_percent_encode(resource.as_str(), NON_ALPHANUMERIC)
         )
-    }
-
-    /// Sends one request and reads its answer; a server that cannot be connected to is sought
-    /// again for the call's budget.
-    fn call(&self, call: &Call) -> Result<Reply> {
-        let budget_end =
-            (Instant::now() + CONNECT_BUDGET).max(self.deadline.unwrap_or(Instant::now()));
-        let mut pause = Duration::from_millis(50);
-        loop {
-            match send(&self.agent, &self.url, self.authorization.as_deref(), call) {
-                Err(Failure::NotConnected(_)) if Instant::now() + pause < budget_end => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                Err(Failure::NotConnected(why) | Failure::Sent(why)) => {
-                    return Err(anyhow!("{why}")).with_context(|| {
-                        format!("cannot reach the distlock server {}", self.url.as_str())
-                    });
-                }
-                Ok(reply) => return reply.checked(&self.url),
-            }
-        }
-    }
-
-    /// A long poll of `acquire`, given up at an interrupt (answered then as the last poll was).
-    fn poll(&mut self, call: Call) -> Result<Reply> {
-        let (sent, answer) = mpsc::channel();
-        let agent = self.agent.clone();
-        let url = self.url.clone();
-        let authorization = self.authorization.clone();
-        let budget_end =
-            (Instant::now() + CONNECT_BUDGET).max(self.deadline.unwrap_or(Instant::now()));
-        std::thread::Builder::new()
-            .name("long poll".into())
-            .spawn(move || {
-                let mut pause = Duration::from_millis(50);
-                // A waiting request may be sent again even after it reached the server (one
-                // restarted mid-wait): the owner asks for its own place, or is granted its own
-                // tenure again, extended. (A guarded one, `run`'s, granted just before the
-                // server went away and asked for again, waits behind itself until its lease
-                // ends: no second holder either way.)
-                let reply = loop {
-                    match send(&agent, &url, authorization.as_deref(), &call) {
-                        Err(Failure::NotConnected(_) | Failure::Sent(_))
-                            if Instant::now() + pause < budget_end =>
-                        {
-                            std::thread::sleep(pause);
-                            pause = (pause * 2).min(Duration::from_secs(1));
-                        }
-                        other => break other,
-                    }
-                };
-                let _ = sent.send(reply);
-            })
-            .context("cannot start a thread for the server's long poll")?;
-        loop {
-            match answer.recv_timeout(INTERRUPT_CHECK) {
-                Ok(Ok(reply)) => return reply.checked(&self.url),
-                Ok(Err(Failure::NotConnected(why) | Failure::Sent(why))) => {
-                    return Err(anyhow!("{why}")).with_context(|| {
-                        format!("cannot reach the distlock server {}", self.url.as_str())
-                    });
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) if crate::wait::interrupted() => {
-                    return Ok(Reply::interrupted());
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!(
-                        "the long poll of {} ended without an answer",
-                        self.url.as_str()
-                    )
-                }
-            }
-        }
     }
 
     fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire> {
@@ -302,7 +193,10 @@ impl RemoteStore {
             let wait = whole_seconds(left).clamp(1, MAX_WAIT_SECS);
             body.insert("wait_seconds".into(), json!(wait));
             let timeout = Duration::from_secs(wait).min(Duration::from_secs(30)) + CALL_TIMEOUT;
-            self.poll(Call::new("POST", path, Some(Value::Object(body)), timeout))?
+            self.client.poll(
+                Call::new("POST", path, Some(Value::Object(body)), timeout),
+                self.until(),
+            )?
         } else {
             self.call(&Call::new(
                 "POST",
@@ -340,7 +234,7 @@ impl RemoteStore {
             409 => Acquire::Mismatch {
                 holders: reply.member::<Vec<Holder>>("holders")?,
             },
-            _ => return Err(reply.unexpected(&self.url)),
+            _ => return Err(reply.unexpected(self.client.url())),
         };
         self.polled = request
             .waits
@@ -375,7 +269,7 @@ impl RemoteStore {
                 locks: Vec::new(),
                 waiting: reply.member::<Option<usize>>("waiting")?.unwrap_or(0),
             }),
-            _ => Err(reply.unexpected(&self.url)),
+            _ => Err(reply.unexpected(self.client.url())),
         }
     }
 
@@ -398,11 +292,11 @@ impl RemoteStore {
                 crate::answer::RenewAnswer::Renewed(renewed) => {
                     Ok(Renew::Renewed { lock: renewed.lock })
                 }
-                crate::answer::RenewAnswer::Refused(_) => Err(reply.unexpected(&self.url)),
+                crate::answer::RenewAnswer::Refused(_) => Err(reply.unexpected(self.client.url())),
             },
             404 => Ok(Renew::NotFound),
             403 => Ok(Renew::Forbidden),
-            _ => Err(reply.unexpected(&self.url)),
+            _ => Err(reply.unexpected(self.client.url())),
         }
     }
 
@@ -431,7 +325,7 @@ impl RemoteStore {
             204 => Ok(Release::Released),
             404 => Ok(Release::NotFound),
             403 => Ok(Release::Forbidden),
-            _ => Err(reply.unexpected(&self.url)),
+            _ => Err(reply.unexpected(self.client.url())),
         }
     }
 
@@ -449,7 +343,7 @@ impl RemoteStore {
                 until: reply.json::<KeptAnswer>()?.kept_until,
             }),
             404 | 403 => Ok(Finish::NotFound),
-            _ => Err(reply.unexpected(&self.url)),
+            _ => Err(reply.unexpected(self.client.url())),
         }
     }
 
@@ -471,7 +365,7 @@ impl RemoteStore {
                 BreakAnswer::NotBroken(_) => Ok(Vec::new()),
             },
             404 => Ok(Vec::new()),
-            _ => Err(reply.unexpected(&self.url)),
+            _ => Err(reply.unexpected(self.client.url())),
         }
     }
 
@@ -483,7 +377,7 @@ impl RemoteStore {
         let reply = self.call(&Call::new("GET", path, None, CALL_TIMEOUT))?;
         match reply.status {
             200 => Ok(reply.json::<ListAnswer>()?.locks),
-            _ => Err(reply.unexpected(&self.url)),
+            _ => Err(reply.unexpected(self.client.url())),
         }
     }
 
@@ -508,7 +402,7 @@ impl RemoteStore {
         };
         let reply = self.call(&Call::new("GET", path, None, CALL_TIMEOUT))?;
         if reply.status != 200 {
-            return Err(reply.unexpected(&self.url));
+            return Err(reply.unexpected(self.client.url()));
         }
         std::str::from_utf8(&reply.body)
             .context("the server's history is not UTF-8")?
@@ -558,7 +452,7 @@ impl LockStore for RemoteStore {
             Op::Log { query } => Outcome::Log(self.log(&query)?),
             Op::Gc { .. } => bail!(
                 "gc runs where the store is, not through the distlock server {}",
-                self.url.as_str()
+                self.client.url().as_str()
             ),
             // The long poll is the wait: nothing to listen to here.
             Op::Subscribe { .. } => Outcome::Subscribed,
@@ -586,280 +480,14 @@ impl std::fmt::Debug for RemoteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the token.
         f.debug_struct("RemoteStore")
-            .field("url", &self.url)
+            .field("url", self.client.url())
             .finish_non_exhaustive()
-    }
-}
-
-/// Looks names up on the calling thread. (The HTTP client's own resolver starts a thread for
-/// a lookup with a timeout, and cannot say so when no thread can be started: a process short
-/// of threads must still get an answer or an error.) A name's lookup is then bounded by the
-/// system's resolver, not by the call's timeout; `run`'s lease rule does not depend on either.
-#[derive(Debug)]
-struct OnThisThread;
-
-impl ureq::unversioned::resolver::Resolver for OnThisThread {
-    fn resolve(
-        &self,
-        uri: &ureq::http::Uri,
-        _config: &ureq::config::Config,
-        _timeout: ureq::unversioned::transport::NextTimeout,
-    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
-        use std::net::ToSocketAddrs as _;
-        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
-            return Err(ureq::Error::HostNotFound);
-        };
-        let name = ureq::unversioned::resolver::DefaultResolver::host_and_port(scheme, authority)
-            .ok_or(ureq::Error::HostNotFound)?;
-        let mut found = self.empty();
-        for addr in name.to_socket_addrs()?.take(16) {
-            found.push(addr);
-        }
-        if found.is_empty() {
-            Err(ureq::Error::HostNotFound)
-        } else {
-            Ok(found)
-        }
     }
 }
 
 /// Whole seconds, rounded up: the API counts in seconds.
 fn whole_seconds(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
-}
-
-/// The roots HTTPS trusts: `DISTLOCK_CA_CERT`'s certificates, or the system's.
-fn roots() -> Result<Vec<ureq::tls::Certificate<'static>>> {
-    if let Some(path) = std::env::var_os("DISTLOCK_CA_CERT").filter(|p| !p.is_empty()) {
-        let shown = std::path::Path::new(&path).display().to_string();
-        let pem = std::fs::read(&path)
-            .with_context(|| format!("cannot read DISTLOCK_CA_CERT {shown}"))?;
-        let mut roots = Vec::new();
-        for item in ureq::tls::parse_pem(&pem) {
-            if let ureq::tls::PemItem::Certificate(cert) =
-                item.with_context(|| format!("DISTLOCK_CA_CERT {shown} is not PEM"))?
-            {
-                roots.push(cert);
-            }
-        }
-        if roots.is_empty() {
-            bail!("DISTLOCK_CA_CERT {shown} holds no certificate");
-        }
-        return Ok(roots);
-    }
-    let found = rustls_native_certs::load_native_certs();
-    let roots: Vec<_> = found
-        .certs
-        .iter()
-        .map(|der| ureq::tls::Certificate::from_der(der.as_ref()).to_owned())
-        .collect();
-    if roots.is_empty() {
-        bail!("this system has no root certificates for https://; name a CA in DISTLOCK_CA_CERT");
-    }
-    Ok(roots)
-}
-
-/// One request, as it is sent (maybe again, if the server could not be reached).
-struct Call {
-    method: &'static str,
-    path: String,
-    body: Option<Value>,
-    timeout: Duration,
-}
-
-impl Call {
-    fn new(method: &'static str, path: String, body: Option<Value>, timeout: Duration) -> Call {
-        Call {
-            method,
-            path,
-            body,
-            timeout,
-        }
-    }
-}
-
-/// Why a request got no answer.
-enum Failure {
-    /// No connection was made: nothing was sent, so it may be sent again.
-    NotConnected(String),
-    /// Sent, or maybe sent: it may have been carried out, so it is not sent again.
-    Sent(String),
-}
-
-fn send(
-    agent: &ureq::Agent,
-    url: &ServerUrl,
-    authorization: Option<&str>,
-    call: &Call,
-) -> Result<Reply, Failure> {
-    let mut request = ureq::http::Request::builder()
-        .method(call.method)
-        .uri(format!("{}{}", url.as_str(), call.path));
-    if let Some(authorization) = authorization {
-        request = request.header("authorization", authorization);
-    }
-    let body = call.body.as_ref().map(Value::to_string);
-    let built = match body {
-        Some(body) => request
-            .header("content-type", "application/json")
-            .body(body.into_bytes()),
-        None => request.body(Vec::new()),
-    }
-    .map_err(|err| Failure::NotConnected(err.to_string()))?;
-    let configured = agent
-        .configure_request(built)
-        .timeout_global(Some(call.timeout))
-        .build();
-    let mut response = agent.run(configured).map_err(|err| {
-        let why = describe(&err);
-        if connect_failure(&err) {
-            Failure::NotConnected(why)
-        } else {
-            Failure::Sent(why)
-        }
-    })?;
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    let grant = header(crate::serve::GRANT_HEADER);
-    let status = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(64 * 1024 * 1024)
-        .read_to_vec()
-        .map_err(|err| Failure::Sent(describe(&err)))?;
-    Ok(Reply {
-        status,
-        body,
-        grant,
-        interrupted: false,
-    })
-}
-
-/// Whether `err` came before anything was sent: no connection at all.
-fn connect_failure(err: &ureq::Error) -> bool {
-    match err {
-        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
-        ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => true,
-        ureq::Error::Io(io) => matches!(
-            io.kind(),
-            ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable | ErrorKind::NotFound
-        ),
-        _ => false,
-    }
-}
-
-/// A failure in a few words (never a header: the token is in one).
-fn describe(err: &ureq::Error) -> String {
-    match err {
-        ureq::Error::Timeout(_) => "the server did not answer in time".to_owned(),
-        ureq::Error::ConnectionFailed => "the connection failed".to_owned(),
-        ureq::Error::HostNotFound => "the host name was not found".to_owned(),
-        ureq::Error::Io(io) => io.to_string(),
-        other => other.to_string(),
-    }
-}
-
-/// An answer.
-struct Reply {
-    status: u16,
-    body: Vec<u8>,
-    /// `Distlock-Grant` of a grant.
-    grant: Option<String>,
-    /// A long poll given up at an interrupt (no answer read).
-    interrupted: bool,
-}
-
-impl Reply {
-    fn interrupted() -> Reply {
-        Reply {
-            status: 0,
-            body: Vec::new(),
-            grant: None,
-            interrupted: true,
-        }
-    }
-
-    /// The answer, or the failure it stands for: a refused token or scope (exit 77), a server
-    /// error (5xx).
-    fn checked(self, url: &ServerUrl) -> Result<Reply> {
-        let problem = || self.problem_detail().unwrap_or_default();
-        match self.status {
-            401 => Err(anyhow::Error::new(NotAllowed(format!(
-                "the distlock server {} refused the token: {}",
-                url.as_str(),
-                problem()
-            )))),
-            403 if self.problem_type().as_deref() == Some("not-allowed") => {
-                Err(anyhow::Error::new(NotAllowed(format!(
-                    "the distlock server {} refused: {}",
-                    url.as_str(),
-                    problem()
-                ))))
-            }
-            500..=599 => Err(anyhow!(
-                "the distlock server {} answered {}: {}",
-                url.as_str(),
-                self.status,
-                problem()
-            )),
-            _ => Ok(self),
-        }
-    }
-
-    fn document(&self) -> Option<Map<String, Value>> {
-        match serde_json::from_slice::<Value>(&self.body) {
-            Ok(Value::Object(members)) => Some(members),
-            _ => None,
-        }
-    }
-
-    fn problem_type(&self) -> Option<String> {
-        self.document()?.get("type")?.as_str().map(str::to_owned)
-    }
-
-    fn problem_detail(&self) -> Option<String> {
-        self.document()?
-            .get("detail")?
-            .as_str()
-            .map(crate::output::shown)
-    }
-
-    fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.body).with_context(|| {
-            format!(
-                "the server's answer ({}) is not one distlock can read",
-                self.status
-            )
-        })
-    }
-
-    /// A member of a problem document.
-    fn member<T: serde::de::DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
-        match self.document().and_then(|mut d| d.remove(name)) {
-            Some(value) => serde_json::from_value(value)
-                .with_context(|| format!("the server's {name:?} is not one distlock can read")),
-            None => Ok(T::default()),
-        }
-    }
-
-    fn unexpected(&self, url: &ServerUrl) -> anyhow::Error {
-        anyhow!(
-            "the distlock server {} answered {} unexpectedly: {}",
-            url.as_str(),
-            self.status,
-            self.problem_detail()
-                .unwrap_or_else(|| String::from_utf8_lossy(&self.body)
-                    .chars()
-                    .take(200)
-                    .collect())
-        )
-    }
 }
 
 #[cfg(test)]

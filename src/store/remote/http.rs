@@ -1,0 +1,429 @@
+//! The HTTP side of a distlock server's client: one agent per store, with the token, the
+//! roots HTTPS trusts and a resolver of its own; each request sent (again, while the server
+//! cannot be connected to), and each answer checked for what the server refused.
+
+use std::io::ErrorKind;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::{Map, Value};
+
+use super::{NotAllowed, ServerUrl};
+
+/// How long a server that refuses connections is sought again, at least.
+pub(super) const CONNECT_BUDGET: Duration = Duration::from_secs(5);
+
+/// How long one request may take, beyond the time the server was asked to wait.
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often an interruptible long poll looks for an interrupt.
+const INTERRUPT_CHECK: Duration = Duration::from_millis(20);
+
+/// The agent of one server, with its URL and token.
+pub(super) struct Client {
+    agent: ureq::Agent,
+    url: ServerUrl,
+    /// `Bearer <token>`, when `DISTLOCK_TOKEN` gives one.
+    authorization: Option<String>,
+}
+
+impl Client {
+    /// A client of the server at `url`, with the token of `DISTLOCK_TOKEN` and, for HTTPS, the
+    /// roots of `DISTLOCK_CA_CERT` or the system's.
+    ///
+    /// # Errors
+    ///
+    /// A `DISTLOCK_CA_CERT` that cannot be read or holds no certificate, or no system roots
+    /// for HTTPS; a token that is not text.
+    pub(super) fn new(url: &ServerUrl) -> Result<Client> {
+        let authorization = match std::env::var_os("DISTLOCK_TOKEN") {
+            None => None,
+            Some(token) if token.is_empty() => None,
+            Some(token) => {
+                let token = token
+                    .into_string()
+                    .map_err(|_| anyhow!("DISTLOCK_TOKEN must be valid UTF-8"))?;
+                let token = token.trim();
+                if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                    bail!("DISTLOCK_TOKEN holds spaces or control characters");
+                }
+                Some(format!("Bearer {token}"))
+            }
+        };
+        let mut config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(CONNECT_BUDGET))
+            .max_redirects(0)
+            .user_agent(concat!("distlock/", env!("CARGO_PKG_VERSION")));
+        if url.https {
+            config = config.tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots()?)))
+                    .build(),
+            );
+        }
+        let agent = ureq::Agent::with_parts(
+            config.build(),
+            ureq::unversioned::transport::DefaultConnector::default(),
+            OnThisThread,
+        );
+        Ok(Client {
+            agent,
+            url: url.clone(),
+            authorization,
+        })
+    }
+
+    pub(super) fn url(&self) -> &ServerUrl {
+        &self.url
+    }
+
+    /// Sends `call` until it is answered, or until `until` while the server cannot be
+    /// connected to — and, with `again_after_sent`, also while a request that was sent got no
+    /// answer (for a request whose repetition changes nothing more than it would have).
+    fn send_within(
+        &self,
+        call: &Call,
+        until: Instant,
+        again_after_sent: bool,
+    ) -> Result<Reply, Failure> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match send(&self.agent, &self.url, self.authorization.as_deref(), call) {
+                Err(Failure::NotConnected(_)) if Instant::now() + pause < until => {}
+                Err(Failure::Sent(_)) if again_after_sent && Instant::now() + pause < until => {}
+                other => return other,
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Sends one request and reads its answer; a server that cannot be connected to is sought
+    /// again until `until`. A request that was sent is never sent again: it may have been
+    /// carried out.
+    pub(super) fn call(&self, call: &Call, until: Instant) -> Result<Reply> {
+        match self.send_within(call, until, false) {
+            Ok(reply) => reply.checked(&self.url),
+            Err(failure) => Err(self.unreachable(failure)),
+        }
+    }
+
+    /// A waiting `acquire`'s long poll, on a thread of its own so that an interrupt gives it up
+    /// at once (answered then with [`Reply::interrupted`]). A waiting request may be sent again
+    /// even after it reached the server (one restarted mid-wait): the owner asks for its own
+    /// place, or is granted its own tenure again, extended. (A guarded one, `run`'s, granted
+    /// just before the server went away and asked for again, waits behind itself until its
+    /// lease ends: no second holder either way.)
+    pub(super) fn poll(&self, call: Call, until: Instant) -> Result<Reply> {
+        let (sent, answer) = mpsc::channel();
+        let client = Client {
+            agent: self.agent.clone(),
+            url: self.url.clone(),
+            authorization: self.authorization.clone(),
+        };
+        std::thread::Builder::new()
+            .name("long poll".into())
+            .spawn(move || {
+                let _ = sent.send(client.send_within(&call, until, true));
+            })
+            .context("cannot start a thread for the server's long poll")?;
+        loop {
+            match answer.recv_timeout(INTERRUPT_CHECK) {
+                Ok(Ok(reply)) => return reply.checked(&self.url),
+                Ok(Err(failure)) => return Err(self.unreachable(failure)),
+                Err(mpsc::RecvTimeoutError::Timeout) if crate::wait::interrupted() => {
+                    return Ok(Reply::interrupted());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!(
+                        "the long poll of {} ended without an answer",
+                        self.url.as_str()
+                    )
+                }
+            }
+        }
+    }
+
+    fn unreachable(&self, failure: Failure) -> anyhow::Error {
+        let (Failure::NotConnected(why) | Failure::Sent(why)) = failure;
+        anyhow!("{why}").context(format!(
+            "cannot reach the distlock server {}",
+            self.url.as_str()
+        ))
+    }
+}
+
+/// Looks names up on the calling thread. (The HTTP client's own resolver starts a thread for
+/// a lookup with a timeout, and cannot say so when no thread can be started: a process short
+/// of threads must still get an answer or an error.) A name's lookup is then bounded by the
+/// system's resolver, not by the call's timeout; `run`'s lease rule does not depend on either.
+#[derive(Debug)]
+struct OnThisThread;
+
+impl ureq::unversioned::resolver::Resolver for OnThisThread {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        _config: &ureq::config::Config,
+        _timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        use std::net::ToSocketAddrs as _;
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(ureq::Error::HostNotFound);
+        };
+        let name = ureq::unversioned::resolver::DefaultResolver::host_and_port(scheme, authority)
+            .ok_or(ureq::Error::HostNotFound)?;
+        let mut found = self.empty();
+        for addr in name.to_socket_addrs()?.take(16) {
+            found.push(addr);
+        }
+        if found.is_empty() {
+            Err(ureq::Error::HostNotFound)
+        } else {
+            Ok(found)
+        }
+    }
+}
+
+/// The roots HTTPS trusts: `DISTLOCK_CA_CERT`'s certificates, or the system's.
+fn roots() -> Result<Vec<ureq::tls::Certificate<'static>>> {
+    if let Some(path) = std::env::var_os("DISTLOCK_CA_CERT").filter(|p| !p.is_empty()) {
+        let shown = std::path::Path::new(&path).display().to_string();
+        let pem = std::fs::read(&path)
+            .with_context(|| format!("cannot read DISTLOCK_CA_CERT {shown}"))?;
+        let mut roots = Vec::new();
+        for item in ureq::tls::parse_pem(&pem) {
+            if let ureq::tls::PemItem::Certificate(cert) =
+                item.with_context(|| format!("DISTLOCK_CA_CERT {shown} is not PEM"))?
+            {
+                roots.push(cert);
+            }
+        }
+        if roots.is_empty() {
+            bail!("DISTLOCK_CA_CERT {shown} holds no certificate");
+        }
+        return Ok(roots);
+    }
+    let found = rustls_native_certs::load_native_certs();
+    let roots: Vec<_> = found
+        .certs
+        .iter()
+        .map(|der| ureq::tls::Certificate::from_der(der.as_ref()).to_owned())
+        .collect();
+    if roots.is_empty() {
+        bail!("this system has no root certificates for https://; name a CA in DISTLOCK_CA_CERT");
+    }
+    Ok(roots)
+}
+
+/// One request, as it is sent (maybe again, if the server could not be reached).
+pub(super) struct Call {
+    method: &'static str,
+    path: String,
+    body: Option<Value>,
+    timeout: Duration,
+}
+
+impl Call {
+    pub(super) fn new(
+        method: &'static str,
+        path: String,
+        body: Option<Value>,
+        timeout: Duration,
+    ) -> Call {
+        Call {
+            method,
+            path,
+            body,
+            timeout,
+        }
+    }
+}
+
+/// Why a request got no answer.
+enum Failure {
+    /// No connection was made: nothing was sent, so it may be sent again.
+    NotConnected(String),
+    /// Sent, or maybe sent: it may have been carried out, so it is not sent again.
+    Sent(String),
+}
+
+fn send(
+    agent: &ureq::Agent,
+    url: &ServerUrl,
+    authorization: Option<&str>,
+    call: &Call,
+) -> Result<Reply, Failure> {
+    let mut request = ureq::http::Request::builder()
+        .method(call.method)
+        .uri(format!("{}{}", url.as_str(), call.path));
+    if let Some(authorization) = authorization {
+        request = request.header("authorization", authorization);
+    }
+    let body = call.body.as_ref().map(Value::to_string);
+    let built = match body {
+        Some(body) => request
+            .header("content-type", "application/json")
+            .body(body.into_bytes()),
+        None => request.body(Vec::new()),
+    }
+    .map_err(|err| Failure::NotConnected(err.to_string()))?;
+    let configured = agent
+        .configure_request(built)
+        .timeout_global(Some(call.timeout))
+        .build();
+    let mut response = agent.run(configured).map_err(|err| {
+        let why = describe(&err);
+        if connect_failure(&err) {
+            Failure::NotConnected(why)
+        } else {
+            Failure::Sent(why)
+        }
+    })?;
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let grant = header(crate::serve::GRANT_HEADER);
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024 * 1024)
+        .read_to_vec()
+        .map_err(|err| Failure::Sent(describe(&err)))?;
+    Ok(Reply {
+        status,
+        body,
+        grant,
+        interrupted: false,
+    })
+}
+
+/// Whether `err` came before anything was sent: no connection at all.
+fn connect_failure(err: &ureq::Error) -> bool {
+    match err {
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
+        ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable | ErrorKind::NotFound
+        ),
+        _ => false,
+    }
+}
+
+/// A failure in a few words (never a header: the token is in one).
+fn describe(err: &ureq::Error) -> String {
+    match err {
+        ureq::Error::Timeout(_) => "the server did not answer in time".to_owned(),
+        ureq::Error::ConnectionFailed => "the connection failed".to_owned(),
+        ureq::Error::HostNotFound => "the host name was not found".to_owned(),
+        ureq::Error::Io(io) => io.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// An answer.
+pub(super) struct Reply {
+    pub(super) status: u16,
+    pub(super) body: Vec<u8>,
+    /// `Distlock-Grant` of a grant.
+    pub(super) grant: Option<String>,
+    /// A long poll given up at an interrupt (no answer read).
+    pub(super) interrupted: bool,
+}
+
+impl Reply {
+    pub(super) fn interrupted() -> Reply {
+        Reply {
+            status: 0,
+            body: Vec::new(),
+            grant: None,
+            interrupted: true,
+        }
+    }
+
+    /// The answer, or the failure it stands for: a refused token or scope (exit 77), a server
+    /// error (5xx).
+    pub(super) fn checked(self, url: &ServerUrl) -> Result<Reply> {
+        let problem = || self.problem_detail().unwrap_or_default();
+        match self.status {
+            401 => Err(anyhow::Error::new(NotAllowed(format!(
+                "the distlock server {} refused the token: {}",
+                url.as_str(),
+                problem()
+            )))),
+            403 if self.problem_type().as_deref() == Some("not-allowed") => {
+                Err(anyhow::Error::new(NotAllowed(format!(
+                    "the distlock server {} refused: {}",
+                    url.as_str(),
+                    problem()
+                ))))
+            }
+            500..=599 => Err(anyhow!(
+                "the distlock server {} answered {}: {}",
+                url.as_str(),
+                self.status,
+                problem()
+            )),
+            _ => Ok(self),
+        }
+    }
+
+    fn document(&self) -> Option<Map<String, Value>> {
+        match serde_json::from_slice::<Value>(&self.body) {
+            Ok(Value::Object(members)) => Some(members),
+            _ => None,
+        }
+    }
+
+    fn problem_type(&self) -> Option<String> {
+        self.document()?.get("type")?.as_str().map(str::to_owned)
+    }
+
+    fn problem_detail(&self) -> Option<String> {
+        self.document()?
+            .get("detail")?
+            .as_str()
+            .map(crate::output::shown)
+    }
+
+    pub(super) fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.body).with_context(|| {
+            format!(
+                "the server's answer ({}) is not one distlock can read",
+                self.status
+            )
+        })
+    }
+
+    /// A member of a problem document.
+    pub(super) fn member<T: serde::de::DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
+        match self.document().and_then(|mut d| d.remove(name)) {
+            Some(value) => serde_json::from_value(value)
+                .with_context(|| format!("the server's {name:?} is not one distlock can read")),
+            None => Ok(T::default()),
+        }
+    }
+
+    pub(super) fn unexpected(&self, url: &ServerUrl) -> anyhow::Error {
+        anyhow!(
+            "the distlock server {} answered {} unexpectedly: {}",
+            url.as_str(),
+            self.status,
+            self.problem_detail()
+                .unwrap_or_else(|| String::from_utf8_lossy(&self.body)
+                    .chars()
+                    .take(200)
+                    .collect())
+        )
+    }
+}
