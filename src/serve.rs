@@ -81,8 +81,9 @@ const HEAD_BUFFER: usize = 4 * api::MAX_HEAD;
 /// own 431.
 const MAX_HEADERS: usize = 1024;
 
-/// The most open stores kept for reuse.
-const IDLE_STORES: usize = 32;
+/// The most open stores kept for reuse: enough for 64 clients at once, so that a busy
+/// server does not open and close PostgreSQL sessions all the time.
+const IDLE_STORES: usize = 64;
 
 /// What every request shares.
 pub struct State {
@@ -124,6 +125,10 @@ impl Stores {
         };
         let done = work(store.as_mut());
         if done.is_ok() {
+            // What `run` does while its command runs, a server does after each operation: a
+            // SQLite store's WAL is checkpointed and started over once it is long, else it
+            // would grow for as long as the server serves.
+            store.tidy();
             if let Ok(mut idle) = self.idle.lock() {
                 if idle.len() < IDLE_STORES {
                     idle.push(store);

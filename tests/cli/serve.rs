@@ -2361,3 +2361,22 @@ fn the_server_raises_its_open_files_limit_to_hold_its_connections() {
     let out = proc.finish(Duration::from_secs(10));
     assert_eq!(out.code(), Some(0), "{}", out.describe());
 }
+
+#[test]
+fn a_server_keeps_its_sqlite_wal_short_however_long_it_serves() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    // Each pair appends a few pages to the WAL; unchecked, 400 pairs grow it past 10 MB.
+    for n in 0..400 {
+        let resource = format!("r{}", n % 8);
+        take(&server, &resource, "w", 60);
+        server
+            .delete(&lock_path(&resource, "?owner=w"))
+            .no_content();
+    }
+    let wal = std::fs::metadata(format!("{}-wal", db.url)).map_or(0, |meta| meta.len());
+    assert!(
+        wal < 8 * 1024 * 1024,
+        "the WAL is {wal} bytes after 400 acquire and release pairs"
+    );
+}
