@@ -41,6 +41,16 @@ struct File {
     tokens: Vec<Entry>,
 }
 
+impl File {
+    /// Reads and parses the file at `at`, which the user named `named` (a link to it, say).
+    fn read(at: &Path, named: &Path) -> Result<File> {
+        let text = std::fs::read(at)
+            .with_context(|| format!("cannot read the tokens file {}", named.display()))?;
+        serde_json::from_slice(&text)
+            .with_context(|| format!("the tokens file {} is not valid", named.display()))
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Entry {
@@ -113,10 +123,7 @@ impl Tokens {
     /// One line saying what is wrong with the file: unreadable, not the format above, a
     /// name or a hash twice, a hash that is not 64 hex digits, an empty prefix list.
     pub fn load(path: &Path) -> Result<Tokens> {
-        let text = std::fs::read(path)
-            .with_context(|| format!("cannot read the tokens file {}", path.display()))?;
-        let file: File = serde_json::from_slice(&text)
-            .with_context(|| format!("the tokens file {} is not valid", path.display()))?;
+        let file = File::read(path, path)?;
         let mut tokens = Tokens::default();
         let mut names = std::collections::HashSet::new();
         for entry in file.tokens {
@@ -289,14 +296,7 @@ pub fn add(
     };
     let mut file = match &before {
         None => File::default(),
-        Some(_) => {
-            let text = std::fs::read(&target)
-                .with_context(|| format!("cannot read the tokens file {}", path.display()))
-                .map_err(usage)?;
-            serde_json::from_slice::<File>(&text)
-                .with_context(|| format!("the tokens file {} is not valid", path.display()))
-                .map_err(usage)?
-        }
+        Some(_) => File::read(&target, path).map_err(usage)?,
     };
     if file.tokens.iter().any(|entry| entry.name == name) {
         return Err(Error::Usage(format!(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::common::process::{wait_for, wait_until};
 use crate::common::server::{Server, lock_path};
 use crate::common::store::{Db, each_store};
 
@@ -56,11 +57,7 @@ fn call(
     token: Option<&str>,
     body: Option<&Value>,
 ) -> Answer {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into();
+    let agent = crate::common::server::agent(None);
     let mut request = ureq::http::Request::builder()
         .method(method)
         .uri(server.url(path));
@@ -419,15 +416,12 @@ fn a_token_uses_and_sees_only_its_resources_and_an_operator_every_one() {
 
 /// Waits until the server's stderr has `n` lines holding `text`.
 fn wait_for_lines(server: &Server, text: &str, n: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while server.stderr().lines().filter(|l| l.contains(text)).count() < n {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no line number {n} with {text:?}: {}",
-            server.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let seen = || server.stderr().lines().filter(|l| l.contains(text)).count() >= n;
+    assert!(
+        wait_for(Duration::from_secs(10), seen),
+        "no line number {n} with {text:?}: {}",
+        server.stderr()
+    );
 }
 
 #[test]
@@ -503,15 +497,14 @@ fn beyond_loopback_tokens_need_https_or_insecure_http() {
     ]);
     let proc = crate::common::process::Proc::spawn(&mut cmd, db.dir.path(), "wide");
     let stderr = db.dir.path().join("wide.stderr");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let first = loop {
+    let first_line = || {
         let text = std::fs::read_to_string(&stderr).unwrap_or_default();
-        if let Some((line, _)) = text.split_once('\n') {
-            break line.to_owned();
-        }
-        assert!(std::time::Instant::now() < deadline, "no first line");
-        std::thread::sleep(Duration::from_millis(10));
+        text.split_once('\n').map(|(line, _)| line.to_owned())
     };
+    wait_until(Duration::from_secs(20), "a first line on stderr", || {
+        first_line().is_some()
+    });
+    let first = first_line().unwrap_or_default();
     assert!(
         first.starts_with("distlock: listening on http://0.0.0.0:"),
         "{first}"
@@ -628,11 +621,9 @@ fn a_token_taken_out_of_the_file_ends_its_waiting_request_without_the_lock() {
             call(&server, "POST", &path, Some(&revoked), Some(&body))
         });
         // In the queue, then out of the file.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while db.json(&["status", "q"], 0)["waiting"] != 1 {
-            assert!(std::time::Instant::now() < deadline, "never queued");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(Duration::from_secs(10), "never queued", || {
+            db.json(&["status", "q"], 0)["waiting"] == 1
+        });
         let mut file: Value =
             serde_json::from_slice(&std::fs::read(&tokens).expect("read")).expect("JSON");
         file["tokens"]

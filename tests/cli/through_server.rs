@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::common::certs::Ca;
 use crate::common::output::{parse_line, rfc3339_millis};
-use crate::common::process::{BIN, Proc, describe};
+use crate::common::process::{BIN, Proc, describe, wait_until};
 use crate::common::server::Server;
 use crate::common::store::{Db, each_store};
 
@@ -213,15 +213,11 @@ fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
         ]);
         waiters.push(Proc::spawn(&mut cmd, db.dir.path(), &format!("waiter-{n}")));
         // Each is in the queue before the next comes.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while db.json(&["status", "q"], 0)["waiting"]
-            .as_u64()
-            .unwrap_or(0)
-            < n + 1
-        {
-            assert!(Instant::now() < deadline, "waiter {n} never queued");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            Duration::from_secs(20),
+            &format!("waiter {n} never queued"),
+            || db.waiting("q") > n,
+        );
     }
     let released = Instant::now();
     answer(
@@ -259,15 +255,9 @@ fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
     let mut cmd = via(&db, &url);
     cmd.args(["acquire", "q", "--owner", "i", "--ttl", "9", "--wait", "60"]);
     let waiter = Proc::spawn(&mut cmd, db.dir.path(), "interrupted");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while db.json(&["status", "q"], 0)["waiting"]
-        .as_u64()
-        .unwrap_or(0)
-        < 1
-    {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(20), "the waiter never queued", || {
+        db.waiting("q") >= 1
+    });
     let interrupted = Instant::now();
     waiter.signal(Signal::SIGINT);
     let out = waiter.finish(Duration::from_secs(20));
@@ -277,18 +267,11 @@ fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
         "{:?}",
         interrupted.elapsed()
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while db.json(&["status", "q"], 0)["waiting"]
-        .as_u64()
-        .unwrap_or(0)
-        > 0
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the interrupted waiter's place outlived 5 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        Duration::from_secs(15),
+        "the interrupted waiter's place outlived 5 s",
+        || db.waiting("q") == 0,
+    );
 }
 
 #[test]
@@ -311,11 +294,11 @@ fn a_run_whose_server_is_gone_stops_its_command_before_the_lease_can_end() {
         command,
     ]);
     let guard = Proc::spawn(&mut cmd, db.dir.path(), "guard");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while db.run(&["status", "k"]).status.code() != Some(0) {
-        assert!(Instant::now() < deadline, "the run never took the lock");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "the run never took the lock",
+        || db.run(&["status", "k"]).status.code() == Some(0),
+    );
     let held = db.json(&["status", "k"], 0);
     server.signal(Signal::SIGKILL);
     let out = guard.finish(Duration::from_secs(30));
@@ -349,11 +332,11 @@ fn a_run_survives_a_server_restart_within_its_lease_and_releases_after() {
     let mut cmd = via(&db, &url);
     cmd.args(["run", "--resource", "k", "--ttl", "12", "--", "sleep", "5"]);
     let guard = Proc::spawn(&mut cmd, db.dir.path(), "guard");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while db.run(&["status", "k"]).status.code() != Some(0) {
-        assert!(Instant::now() < deadline, "the run never took the lock");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "the run never took the lock",
+        || db.run(&["status", "k"]).status.code() == Some(0),
+    );
     first.signal(Signal::SIGKILL);
     drop(first);
     std::thread::sleep(Duration::from_millis(500));
@@ -484,11 +467,9 @@ fn a_waiter_through_a_server_waits_on_across_a_server_restart() {
         "acquire", "q", "--owner", "w", "--ttl", "30", "--wait", "40",
     ]);
     let waiter = Proc::spawn(&mut cmd, db.dir.path(), "waiter");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while db.json(&["status", "q"], 0)["waiting"] != 1 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(20), "the waiter never queued", || {
+        db.json(&["status", "q"], 0)["waiting"] == 1
+    });
     first.signal(Signal::SIGKILL);
     drop(first);
     std::thread::sleep(Duration::from_millis(700));

@@ -149,19 +149,7 @@ fn answer(
 
 /// An HTTP client that reports every status as an answer; over HTTPS it trusts `ca` only.
 fn agent(ca: Option<&Ca>) -> ureq::Agent {
-    let mut config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(REQUEST))
-        .max_idle_connections(0);
-    if let Some(ca) = ca {
-        let root = ureq::tls::Certificate::from_pem(ca.pem().as_bytes()).expect("the CA, PEM");
-        config = config.tls_config(
-            ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::new_with_certs(&[root]))
-                .build(),
-        );
-    }
-    config.build().into()
+    crate::certs::agent(ca, REQUEST)
 }
 
 impl Scratch {

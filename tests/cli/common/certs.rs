@@ -3,6 +3,7 @@
 //! `distlock serve --tls-cert FILE --tls-key FILE`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -88,4 +89,23 @@ impl Ca {
             .expect("a server certificate");
         (format!("{}{}", cert.pem(), self.pem), key.serialize_pem())
     }
+}
+
+/// An HTTP client that reports every status as an answer, opens a new connection for each
+/// request and gives each `timeout`; over HTTPS it trusts `ca` only (not the system's roots),
+/// when given.
+pub fn agent(ca: Option<&Ca>, timeout: Duration) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .max_idle_connections(0);
+    if let Some(ca) = ca {
+        let root = ureq::tls::Certificate::from_pem(ca.pem().as_bytes()).expect("the CA, PEM");
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&[root]))
+                .build(),
+        );
+    }
+    config.build().into()
 }

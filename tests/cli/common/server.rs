@@ -271,19 +271,7 @@ impl Server {
 /// one test of its own: `serve::a_refused_request_whose_body_comes_late_…`); over HTTPS, one
 /// that trusts `ca` only (not the system's roots), when given.
 pub fn agent(ca: Option<&Ca>) -> ureq::Agent {
-    let mut config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(REQUEST))
-        .max_idle_connections(0);
-    if let Some(ca) = ca {
-        let root = ureq::tls::Certificate::from_pem(ca.pem().as_bytes()).expect("the CA, PEM");
-        config = config.tls_config(
-            ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::new_with_certs(&[root]))
-                .build(),
-        );
-    }
-    config.build().into()
+    super::certs::agent(ca, REQUEST)
 }
 
 impl Drop for Server {
