@@ -73,6 +73,15 @@ pub trait LockStore: Send {
     fn leaves_at_once(&self) -> bool {
         true
     }
+
+    /// The earliest moment the last [`Op::Acquire`]'s answer can have been decided, when the
+    /// store knows one later than the call's start: a lease that call granted began no
+    /// earlier, so `run` times the lease from there. `None` for a local store, whose deciding
+    /// transaction may begin as soon as the call does; a server's long poll is decided after
+    /// the wait the server reports, up to 30 s after it was sent.
+    fn decided_no_earlier_than(&self) -> Option<std::time::Instant> {
+        None
+    }
 }
 
 /// Hands out a fresh fence inside the deciding transaction.

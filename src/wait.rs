@@ -71,7 +71,8 @@ impl Waited {
 /// The deciding attempt.
 pub struct Attempt {
     pub outcome: Acquire,
-    /// The monotonic time just before the deciding attempt was sent: a lease it granted cannot
+    /// The monotonic time just before the deciding attempt was sent (or, through a server that
+    /// made the request wait, that time plus the server's wait): a lease it granted cannot
     /// have started earlier, so `started + ttl` is a safe local bound for its end.
     pub started: Instant,
 }
@@ -187,11 +188,23 @@ fn wait_in_line(
             ..request.clone()
         };
         let outcome = store.acquire(resource, &attempt)?;
+        // A grant's lease is timed from when it can first have been decided.
+        let decided = store
+            .decided_no_earlier_than()
+            .map_or(started, |at| at.max(started));
         match patience.after(&outcome, started, fastrand::f64()) {
-            Next::Answer => return Ok(Ended::Answered(Attempt { outcome, started })),
+            Next::Answer => {
+                return Ok(Ended::Answered(Attempt {
+                    outcome,
+                    started: decided,
+                }));
+            }
             Next::LeaveAndAnswer => {
                 store.leave(resource, &request.owner)?;
-                return Ok(Ended::Answered(Attempt { outcome, started }));
+                return Ok(Ended::Answered(Attempt {
+                    outcome,
+                    started: decided,
+                }));
             }
             Next::Sleep { pause, position } => {
                 if let Acquire::Busy { holder, .. } = &outcome {

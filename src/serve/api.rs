@@ -24,6 +24,11 @@ use crate::store::Locks;
 /// The header of a grant that says whether it is a new tenure or the owner's own, extended.
 pub const GRANT: &str = "distlock-grant";
 
+/// The header of a grant that says how long, in whole milliseconds rounded down, the request
+/// waited on the server before the transaction that granted it began: a client's lease
+/// began no earlier than its sending of the request plus this.
+pub const WAITED: &str = "distlock-waited-ms";
+
 /// How long a client may take to send a request's body, once its headers are in: a body that
 /// stalls is answered 408 and its connection closed, so that it holds no connection's place.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -132,9 +137,9 @@ pub struct Reply {
     status: StatusCode,
     body: Vec<u8>,
     kind: &'static str,
-    /// A grant's `Distlock-Grant: new` or `extended`, for a distlock client (`--db http://…`):
-    /// the body is the command's own, which does not say.
-    grant: Option<&'static str>,
+    /// A grant's `Distlock-Grant: new` or `extended`, and its `Distlock-Waited-Ms`, for a
+    /// distlock client (`--db http://…`): the body is the command's own, which does not say.
+    grant: Option<(&'static str, Duration)>,
 }
 
 impl Reply {
@@ -156,13 +161,15 @@ impl Reply {
         }
     }
 
-    /// The same reply, saying how a grant came about.
-    pub(super) fn granted(self, tenure: crate::lock::Grant) -> Reply {
+    /// The same reply, saying how a grant came about, and how long the request `waited`
+    /// before the transaction that granted it began.
+    pub(super) fn granted(self, tenure: crate::lock::Grant, waited: Duration) -> Reply {
+        let how = match tenure {
+            crate::lock::Grant::New => "new",
+            crate::lock::Grant::Extended => "extended",
+        };
         Reply {
-            grant: Some(match tenure {
-                crate::lock::Grant::New => "new",
-                crate::lock::Grant::Extended => "extended",
-            }),
+            grant: Some((how, waited)),
             ..self
         }
     }
@@ -270,10 +277,11 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
-    if let Some(grant) = reply.grant {
-        response
-            .headers_mut()
-            .insert(GRANT, HeaderValue::from_static(grant));
+    if let Some((how, waited)) = reply.grant {
+        let headers = response.headers_mut();
+        headers.insert(GRANT, HeaderValue::from_static(how));
+        let millis = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+        headers.insert(WAITED, HeaderValue::from(millis));
     }
     if reply.status == StatusCode::UNAUTHORIZED {
         response

@@ -31,6 +31,9 @@ pub(super) struct Call<'a> {
 }
 
 pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -> Outcome {
+    // Before the request was read it was sent: what it waited from here is what a client may
+    // add to the moment it sent it.
+    let received = Instant::now();
     let state = call.state;
     let mut fields = match Fields::parse(call.body) {
         Ok(fields) => fields,
@@ -74,7 +77,9 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
         }
         let reply = answered(&answer, || answer.text());
         Ok(Ok(match &attempt.outcome {
-            crate::lock::Acquire::Acquired { tenure, .. } => reply.granted(*tenure),
+            crate::lock::Acquire::Acquired { tenure, .. } => {
+                reply.granted(*tenure, attempt.started.saturating_duration_since(received))
+            }
             _ => reply,
         }))
     })

@@ -125,6 +125,9 @@ pub struct RemoteStore {
     /// The last `acquire`'s answer when it was a long poll that came back busy: the waiter's
     /// pause after it need not wait again, and a poll given up at an interrupt answers so.
     polled: Option<Acquire>,
+    /// The earliest moment the last `acquire`'s answer can have been decided
+    /// ([`LockStore::decided_no_earlier_than`]).
+    decided: Option<Instant>,
 }
 
 impl RemoteStore {
@@ -138,6 +141,7 @@ impl RemoteStore {
             client: Client::new(url)?,
             deadline: None,
             polled: None,
+            decided: None,
         })
     }
 
@@ -205,6 +209,7 @@ impl RemoteStore {
                 CALL_TIMEOUT,
             ))?
         };
+        self.decided = Some(reply.decided);
         let outcome = match reply.status {
             _ if reply.interrupted => self.polled.clone().unwrap_or(Acquire::Busy {
                 holder: None,
@@ -473,6 +478,10 @@ impl LockStore for RemoteStore {
 
     fn leaves_at_once(&self) -> bool {
         false
+    }
+
+    fn decided_no_earlier_than(&self) -> Option<Instant> {
+        self.decided
     }
 }
 

@@ -33,7 +33,9 @@ use crate::common::pids::{
 use crate::common::process::{
     BIN, Proc, describe, spawn_lock, wait_for, wait_for_file, wait_until,
 };
-use crate::common::store::{Db, assert_free, assert_held_by, each_store, run_cmd, sh_script};
+use crate::common::store::{
+    Db, assert_free, assert_held_by, each_store, each_store_and_server, run_cmd, sh_script,
+};
 
 /// The bound for what should take well under a second.
 const SHORT: Duration = Duration::from_secs(5);
@@ -213,7 +215,7 @@ fn received(path: &Path) -> Vec<i32> {
 
 #[test]
 fn every_catchable_signal_reaches_the_command_and_none_ends_the_guard() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let signals = catchable();
         let numbers: Vec<String> = signals.iter().map(|(sig, _)| sig.0.to_string()).collect();
         // The command traps each signal and records its number.
@@ -282,7 +284,7 @@ fn every_catchable_signal_reaches_the_command_and_none_ends_the_guard() {
 
 #[test]
 fn a_signal_the_command_does_not_catch_ends_it_and_run_exits_128_plus_n() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for (sig, forwarded) in catchable() {
             if !forwarded || !sig.ends_by_default() {
                 continue;
@@ -400,7 +402,7 @@ fn sigusr1_then_the_next_holder(db: &Db, case: &str, caught: bool) {
 
 #[test]
 fn no_command_outlives_its_guards_lease_after_a_sigusr1() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         sigusr1_then_the_next_holder(db, "caught", true);
         sigusr1_then_the_next_holder(db, "uncaught", false);
     });
@@ -445,7 +447,7 @@ fn running(pid: i32) -> bool {
 
 #[test]
 fn a_stop_signal_to_the_guard_stops_its_command_and_then_itself_and_sigcont_resumes_both() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         for signal in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
             let name = signal.as_str().to_lowercase();
             let setup = format!(r#"echo "$DISTLOCK_OWNER" > "$D/{name}.owner""#);
@@ -490,7 +492,7 @@ fn a_stop_signal_to_the_guard_stops_its_command_and_then_itself_and_sigcont_resu
 
 #[test]
 fn a_guard_stopped_past_its_lease_finds_it_lost_and_its_command_never_runs_beside_the_next() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // The command beats in its SIGTERM handler too: if it is let run at all once its
         // lease is gone, a beat says so.
         let setup = r#"trap 'echo "$EPOCHREALTIME" >> "$D/a.beats"; exit 0' TERM"#;
@@ -689,7 +691,7 @@ impl Drop for Shell {
 
 #[test]
 fn ctrl_z_at_an_interactive_shell_stops_the_job_fg_resumes_it_and_ctrl_c_ends_it_with_130() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let mut shell = Shell::start(db);
         shell.type_keys(
             r#""$DL" --db "$DB" run --resource tty -- sh -c 'echo $$ > "$D/cmd.tmp"; mv "$D/cmd.tmp" "$D/cmd.pid"; exec sleep 20'"#,
@@ -760,7 +762,7 @@ fn ctrl_z_at_an_interactive_shell_stops_the_job_fg_resumes_it_and_ctrl_c_ends_it
 
 #[test]
 fn a_sigkilled_guards_command_dies_with_it_and_the_lock_waits_for_its_ttl() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         // The shell (the direct child) waits for a background sleep (its child, run's
         // grandchild).
         let script = r#"sleep 30 & echo $! > "$D/gc.tmp"; mv "$D/gc.tmp" "$D/gc.pid"

@@ -43,7 +43,7 @@ use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
 use crate::common::process::{
     BIN, Proc, describe, pid_of, wait_for_file, wait_or_kill, wait_until,
 };
-use crate::common::store::{Db, Kind, distlock_at, each_store, sh_script};
+use crate::common::store::{Db, Kind, distlock_at, each_store, each_store_and_server, sh_script};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -139,7 +139,7 @@ fn contend(db: &Db, workers: usize, cycles: usize) {
 fn contending_runs_never_overlap_and_fences_strictly_increase() {
     // PostgreSQL waiters poll (there is no turnstile across hosts) and every debug-build connect
     // costs ~60 ms, so it gets fewer rounds.
-    each_store(|db| match db.kind {
+    each_store_and_server(|db| match db.kind {
         Kind::Sqlite => contend(db, 8, 25),
         Kind::Postgres => contend(db, 8, 10),
     });
@@ -556,7 +556,7 @@ impl Drop for Thaw {
 
 #[test]
 fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
-    each_store(|db| {
+    each_store_and_server(|db| {
         let d = db.dir.path();
         let data = db.file("resource");
         let stderr_path = db.file("guard.stderr");

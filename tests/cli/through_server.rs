@@ -274,6 +274,51 @@ fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
     );
 }
 
+/// A waiter's long poll is granted up to 30 s after it was sent; its lease is timed from the
+/// grant (the server says how long the request waited), not from the sending, so a `run`
+/// that waited longer than its TTL keeps its lease and its command runs on.
+#[test]
+fn a_run_that_waited_longer_than_its_ttl_through_a_server_keeps_its_lease() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    let url = base(&server);
+    answer(
+        &run(
+            &mut via(&db, &url),
+            &["acquire", "w", "--owner", "h", "--ttl", "60"],
+        ),
+        0,
+    );
+    let mut cmd = via(&db, &url);
+    cmd.args([
+        "run",
+        "--resource",
+        "w",
+        "--ttl",
+        "2",
+        "--wait",
+        "60",
+        "--",
+        "sh",
+        "-c",
+        "sleep 4; echo done > done",
+    ]);
+    let waiter = Proc::spawn(&mut cmd, db.dir.path(), "waiter");
+    wait_until(Duration::from_secs(20), "the waiter never queued", || {
+        db.waiting("w") == 1
+    });
+    // Twice the waiter's TTL in line: the point of the test is the time it spends waiting.
+    std::thread::sleep(Duration::from_secs(4));
+    answer(
+        &run(&mut via(&db, &url), &["release", "w", "--owner", "h"]),
+        0,
+    );
+    let out = waiter.finish(Duration::from_secs(30));
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    assert!(db.dir.path().join("done").exists(), "{}", out.describe());
+    db.json(&["status", "w"], 1);
+}
+
 #[test]
 fn a_run_whose_server_is_gone_stops_its_command_before_the_lease_can_end() {
     let db = Db::sqlite();

@@ -276,6 +276,7 @@ fn send(
         .configure_request(built)
         .timeout_global(Some(call.timeout))
         .build();
+    let sent = Instant::now();
     let mut response = agent.run(configured).map_err(|err| {
         let why = describe(&err);
         if connect_failure(&err) {
@@ -292,6 +293,9 @@ fn send(
             .map(str::to_owned)
     };
     let grant = header(crate::serve::GRANT_HEADER);
+    let waited = header(crate::serve::WAITED_HEADER)
+        .and_then(|millis| millis.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
     let status = response.status().as_u16();
     let body = response
         .body_mut()
@@ -303,6 +307,7 @@ fn send(
         status,
         body,
         grant,
+        decided: sent + waited,
         interrupted: false,
     })
 }
@@ -337,6 +342,9 @@ pub(super) struct Reply {
     pub(super) body: Vec<u8>,
     /// `Distlock-Grant` of a grant.
     pub(super) grant: Option<String>,
+    /// The earliest moment the answer can have been decided: when the request was sent, plus
+    /// what the server says it waited (`Distlock-Waited-Ms`) before it granted a lock.
+    pub(super) decided: Instant,
     /// A long poll given up at an interrupt (no answer read).
     pub(super) interrupted: bool,
 }
@@ -347,6 +355,7 @@ impl Reply {
             status: 0,
             body: Vec::new(),
             grant: None,
+            decided: Instant::now(),
             interrupted: true,
         }
     }
