@@ -14,12 +14,17 @@ use crate::lock::{Fence, Holder, Lock, Mode, Remark, Resource};
 
 mod acquire;
 mod change;
+mod set;
 mod status;
 
 pub use acquire::{AcquireAnswer, Acquired, Busy, Mismatch};
 pub use change::{
     BreakAnswer, Broken, KeptAnswer, NotBroken, NotReleased, NotRenewed, ReleaseAnswer, Released,
     RenewAnswer, Renewed,
+};
+pub use set::{
+    BlockedMember, SetAcquireAnswer, SetAcquired, SetBusy, SetReleaseAnswer, SetReleased,
+    SetRenewAnswer, SetRenewed,
 };
 pub use status::{Free, Held, ListAnswer, StatusAnswer};
 

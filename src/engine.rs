@@ -239,9 +239,18 @@ impl<T> Decision<T> {
     }
 }
 
+/// What a decision over a set writes: each member's changes, in the members' order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetDecision<T> {
+    pub outcome: T,
+    pub changes: Vec<Vec<Change>>,
+}
+
 mod rules;
+mod sets;
 
 pub use rules::{Finish, acquire, evict, finish, leave, release, renew, status};
+pub use sets::{acquire_set, finish_set, leave_set, release_set, renew_set};
 
 fn expiry(now: Timestamp, ttl: Ttl) -> Timestamp {
     Timestamp(now.0.saturating_add(ttl.as_millis()))

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::engine::{self, Change, Decision, State};
+use crate::engine::{self, Change, Decision, SetDecision, State};
 use crate::lock::{
     Event, EventKind, Eviction, Fence, Lock, LogQuery, Mode, Owner, Remark, Resource, Timestamp,
 };
@@ -104,13 +104,6 @@ pub type DecideSet<'a, T> =
 pub enum Reads<'a> {
     All,
     Owner(&'a Owner),
-}
-
-/// What a decision over a set writes: each member's changes, in the members' order.
-#[derive(Debug)]
-pub struct SetDecision<T> {
-    pub outcome: T,
-    pub changes: Vec<Vec<Change>>,
 }
 
 impl<T> SetDecision<T> {
@@ -201,14 +194,14 @@ pub trait Backend: Send {
     /// # Errors
     ///
     /// Only store failures.
-    fn subscribe(&mut self, resource: &Resource, owner: &Owner) -> Result<()>;
+    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> Result<()>;
 
     /// See [`Op::WaitForChange`].
     ///
     /// # Errors
     ///
     /// Only store failures.
-    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()>;
+    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Result<()>;
 
     /// See [`LockStore::tidy`]; nothing by default.
     fn tidy(&mut self) {}
@@ -284,13 +277,88 @@ impl<B: Backend> LockStore for B {
             Op::List { prefix } => Outcome::List(self.scan(&prefix)?),
             Op::Log { query } => Outcome::Log(self.history(&query)?),
             Op::Gc { keep_history } => Outcome::Gc(self.prune(keep_history)?),
-            Op::Subscribe { resource, owner } => {
-                Backend::subscribe(self, &resource, &owner)?;
+            Op::Subscribe { resources, owner } => {
+                Backend::subscribe(self, &resources, &owner)?;
                 Outcome::Subscribed
             }
-            Op::WaitForChange { resource, timeout } => {
-                Backend::wait_for_change(self, &resource, timeout)?;
+            Op::WaitForChange { resources, timeout } => {
+                Backend::wait_for_change(self, &resources, timeout)?;
                 Outcome::Woken
+            }
+            Op::AcquireSet { members, request } => {
+                let members = members.as_slice();
+                Outcome::AcquireSet(self.transact_set(
+                    members,
+                    Durable,
+                    Reads::All,
+                    &mut |states, fresh| engine::acquire_set(members, states, &request, fresh),
+                )?)
+            }
+            Op::RenewSet {
+                members,
+                owner,
+                ttl,
+                fences,
+            } => {
+                let members = members.as_slice();
+                Outcome::RenewSet(self.transact_set(
+                    members,
+                    Durable,
+                    Reads::Owner(&owner),
+                    &mut |states, _| {
+                        Ok(engine::renew_set(
+                            members,
+                            states,
+                            &owner,
+                            ttl,
+                            fences.as_deref(),
+                        ))
+                    },
+                )?)
+            }
+            Op::ReleaseSet {
+                members,
+                owner,
+                fences,
+            } => {
+                let members = members.as_slice();
+                Outcome::ReleaseSet(self.transact_set(
+                    members,
+                    Relaxed,
+                    Reads::Owner(&owner),
+                    &mut |states, _| {
+                        Ok(engine::release_set(
+                            members,
+                            states,
+                            &owner,
+                            fences.as_deref(),
+                        ))
+                    },
+                )?)
+            }
+            Op::FinishSet {
+                members,
+                owner,
+                fences,
+                hold,
+            } => {
+                let members = members.as_slice();
+                let durability = if hold.is_some() { Durable } else { Relaxed };
+                Outcome::FinishSet(self.transact_set(
+                    members,
+                    durability,
+                    Reads::Owner(&owner),
+                    &mut |states, _| Ok(engine::finish_set(members, states, &owner, &fences, hold)),
+                )?)
+            }
+            Op::LeaveSet { members, owner } => {
+                self.transact_set(
+                    members.as_slice(),
+                    Relaxed,
+                    Reads::Owner(&owner),
+                    &mut |states, _| Ok(engine::leave_set(states, &owner)),
+                )?;
+                Outcome::Left
             }
         })
     }

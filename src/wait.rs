@@ -22,7 +22,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::engine::Request;
 use crate::exit::Exit;
-use crate::lock::{Acquire, Holder, Resource};
+use crate::lock::{Acquire, Holder, Members, Resource, SetAcquire};
 use crate::output::warn;
 use crate::store::{LockStore, Locks};
 
@@ -38,27 +38,28 @@ const MAX_DELAY: Duration = Duration::from_millis(250);
 const INTERRUPTS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 
 /// The end of an acquire, with or without waiting.
-pub enum Waited {
-    Done(Attempt),
+pub enum Waited<T = Acquire> {
+    Done(Attempt<T>),
     /// Signal N arrived while waiting; the waiter left the queue (at once, or — through a
     /// distlock server, which gives an abandoned place up itself — within 5 s: `false`).
     Interrupted(i32, bool),
 }
 
-impl Waited {
+impl<T> Waited<T> {
     /// The deciding attempt, or — for an interrupted wait — the exit the process ends with
-    /// (128+N, as if it had died of the signal; one line on stderr says so).
-    pub fn attempt(self, resource: &Resource) -> Result<Attempt, Exit> {
+    /// (128+N, as if it had died of the signal; one line on stderr says so). `what` names
+    /// what was waited for in that line.
+    pub fn attempt(self, what: &dyn std::fmt::Display) -> Result<Attempt<T>, Exit> {
         match self {
             Waited::Done(attempt) => Ok(attempt),
             Waited::Interrupted(signal, at_once) => {
                 if at_once {
                     warn(format_args!(
-                        "interrupted while waiting for {resource}; left the queue"
+                        "interrupted while waiting for {what}; left the queue"
                     ));
                 } else {
                     warn(format_args!(
-                        "interrupted while waiting for {resource}; the server gives its place \
+                        "interrupted while waiting for {what}; the server gives its place \
                          in the queue up within 5 s"
                     ));
                 }
@@ -69,12 +70,130 @@ impl Waited {
 }
 
 /// The deciding attempt.
-pub struct Attempt {
-    pub outcome: Acquire,
+pub struct Attempt<T = Acquire> {
+    pub outcome: T,
     /// The monotonic time just before the deciding attempt was sent (or, through a server that
     /// made the request wait, that time plus the server's wait): a lease it granted cannot
     /// have started earlier, so `started + ttl` is a safe local bound for its end.
     pub started: Instant,
+}
+
+/// What a waiter waits for: one resource ([`One`]) or a lock set ([`Set`]). The waiting is the
+/// same; what an attempt asks the store, and how its outcome reads, differ.
+pub trait Wanted {
+    type Outcome;
+    /// Every resource it waits on, by resource.
+    fn resources(&self) -> &[Resource];
+    fn request(&self) -> &Request;
+    /// One attempt, with the request's `waits` as given.
+    ///
+    /// # Errors
+    ///
+    /// Store failures.
+    fn ask(&self, store: &mut dyn LockStore, request: &Request) -> Result<Self::Outcome>;
+    fn look(outcome: &Self::Outcome) -> Look<'_>;
+    /// Gives up the place (or places) in the queue.
+    ///
+    /// # Errors
+    ///
+    /// Store failures.
+    fn leave(&self, store: &mut dyn LockStore) -> Result<()>;
+}
+
+/// How an attempt came out, as the waiting policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look<'a> {
+    Granted,
+    /// Not now: who holds it (for a set, the first busy member), and the waiter's place in
+    /// the queue (for a set, the first busy member's), when it waits.
+    Busy {
+        holder: Option<&'a Holder>,
+        position: Option<usize>,
+    },
+    Mismatch,
+}
+
+impl Look<'_> {
+    fn of(outcome: &Acquire) -> Look<'_> {
+        match outcome {
+            Acquire::Acquired { .. } => Look::Granted,
+            Acquire::Busy {
+                holder, position, ..
+            } => Look::Busy {
+                holder: holder.as_ref(),
+                position: *position,
+            },
+            Acquire::Mismatch { .. } => Look::Mismatch,
+        }
+    }
+}
+
+/// One resource.
+pub struct One<'a> {
+    pub resource: &'a Resource,
+    pub request: &'a Request,
+}
+
+impl Wanted for One<'_> {
+    type Outcome = Acquire;
+
+    fn resources(&self) -> &[Resource] {
+        std::slice::from_ref(self.resource)
+    }
+
+    fn request(&self) -> &Request {
+        self.request
+    }
+
+    fn ask(&self, store: &mut dyn LockStore, request: &Request) -> Result<Acquire> {
+        store.acquire(self.resource, request)
+    }
+
+    fn look(outcome: &Acquire) -> Look<'_> {
+        Look::of(outcome)
+    }
+
+    fn leave(&self, store: &mut dyn LockStore) -> Result<()> {
+        store.leave(self.resource, &self.request.owner)
+    }
+}
+
+/// A lock set, all or nothing.
+#[allow(dead_code)] // until the command line takes sets
+pub struct Set<'a> {
+    pub members: &'a Members,
+    pub request: &'a Request,
+}
+
+impl Wanted for Set<'_> {
+    type Outcome = SetAcquire;
+
+    fn resources(&self) -> &[Resource] {
+        self.members.as_slice()
+    }
+
+    fn request(&self) -> &Request {
+        self.request
+    }
+
+    fn ask(&self, store: &mut dyn LockStore, request: &Request) -> Result<SetAcquire> {
+        store.acquire_set(self.members, request)
+    }
+
+    fn look(outcome: &SetAcquire) -> Look<'_> {
+        match outcome {
+            SetAcquire::Acquired { .. } => Look::Granted,
+            SetAcquire::Busy { blocked } => Look::Busy {
+                holder: blocked.first().and_then(|b| b.holder.as_ref()),
+                position: blocked.iter().filter_map(|b| b.position).max(),
+            },
+            SetAcquire::Mismatch { .. } => Look::Mismatch,
+        }
+    }
+
+    fn leave(&self, store: &mut dyn LockStore) -> Result<()> {
+        store.leave_set(self.members, &self.request.owner)
+    }
 }
 
 /// Tries to acquire; while the lock is busy and `wait` has not run out, waits in the queue and
@@ -91,6 +210,32 @@ pub fn acquire(
     wait: Option<Duration>,
     on_busy: &mut dyn FnMut(Option<&Holder>, usize),
 ) -> Result<Waited> {
+    acquire_as(store, &One { resource, request }, wait, on_busy)
+}
+
+/// [`acquire`] of a lock set: granted all at once, or waited for in every member's queue at
+/// once, holding nothing meanwhile.
+///
+/// # Errors
+///
+/// Store failures from any attempt.
+#[allow(dead_code)] // until the command line takes sets
+pub fn acquire_set(
+    store: &mut dyn LockStore,
+    members: &Members,
+    request: &Request,
+    wait: Option<Duration>,
+    on_busy: &mut dyn FnMut(Option<&Holder>, usize),
+) -> Result<Waited<SetAcquire>> {
+    acquire_as(store, &Set { members, request }, wait, on_busy)
+}
+
+fn acquire_as<W: Wanted>(
+    store: &mut dyn LockStore,
+    wanted: &W,
+    wait: Option<Duration>,
+    on_busy: &mut dyn FnMut(Option<&Holder>, usize),
+) -> Result<Waited<W::Outcome>> {
     let mut patience = Patience::new(Instant::now(), wait.unwrap_or(Duration::ZERO));
     let interrupts = if patience.waits() {
         Interrupts::install()
@@ -100,21 +245,14 @@ pub fn acquire(
     if patience.waits() {
         // A lost connection is sought again while the wait lasts.
         store.keep_trying_until(Some(patience.until));
-        store.subscribe(resource, &request.owner)?;
+        store.subscribe(wanted.resources(), &wanted.request().owner)?;
     }
     let interrupted = || interrupts.as_ref().and_then(Interrupts::arrived);
-    let waited = wait_in_line(
-        store,
-        resource,
-        request,
-        &mut patience,
-        &interrupted,
-        on_busy,
-    );
+    let waited = wait_in_line(store, wanted, &mut patience, &interrupted, on_busy);
     store.keep_trying_until(None);
     match waited? {
         Ended::Stopped { signal, .. } => {
-            store.leave(resource, &request.owner)?;
+            wanted.leave(store)?;
             Ok(Waited::Interrupted(signal, store.leaves_at_once()))
         }
         Ended::Answered(attempt) => Ok(Waited::Done(attempt)),
@@ -130,29 +268,21 @@ pub fn acquire(
 /// # Errors
 ///
 /// Store failures from any attempt.
-pub fn serve(
+pub fn serve<W: Wanted>(
     store: &mut dyn LockStore,
-    resource: &Resource,
-    request: &Request,
+    wanted: &W,
     wait: Duration,
     keeps_place: bool,
     stop: &dyn Fn() -> bool,
-) -> Result<Attempt> {
+) -> Result<Attempt<W::Outcome>> {
     let mut patience = Patience::new(Instant::now(), wait);
     patience.keeps_place = keeps_place;
     if patience.waits() {
         store.keep_trying_until(Some(patience.until));
-        store.subscribe(resource, &request.owner)?;
+        store.subscribe(wanted.resources(), &wanted.request().owner)?;
     }
     let stopped = || stop().then_some(0);
-    let waited = wait_in_line(
-        store,
-        resource,
-        request,
-        &mut patience,
-        &stopped,
-        &mut |_, _| {},
-    );
+    let waited = wait_in_line(store, wanted, &mut patience, &stopped, &mut |_, _| {});
     store.keep_trying_until(None);
     match waited? {
         // Stopped: the latest look's answer, the place kept.
@@ -161,38 +291,38 @@ pub fn serve(
 }
 
 /// How [`wait_in_line`] ended.
-enum Ended {
+enum Ended<T> {
     /// With this attempt's outcome as the answer.
-    Answered(Attempt),
+    Answered(Attempt<T>),
     /// Stopped by signal `signal` (0 for a server's stop) after the `last` look, whose place in
     /// the queue the caller keeps or gives up.
-    Stopped { signal: i32, last: Attempt },
+    Stopped { signal: i32, last: Attempt<T> },
 }
 
 /// [`acquire`]'s attempts, until one is the answer or `interrupted` says why not (a signal's
 /// number; the caller decides what becomes of the place in the queue).
-fn wait_in_line(
+fn wait_in_line<W: Wanted>(
     store: &mut dyn LockStore,
-    resource: &Resource,
-    request: &Request,
+    wanted: &W,
     patience: &mut Patience,
     interrupted: &dyn Fn() -> Option<i32>,
     on_busy: &mut dyn FnMut(Option<&Holder>, usize),
-) -> Result<Ended> {
+) -> Result<Ended<W::Outcome>> {
     loop {
         let started = Instant::now();
         // A wait that keeps its place asks for it to the end: its last look refreshes the
         // place and learns its position.
         let attempt = Request {
             waits: patience.has_time(started) || patience.keeps_place,
-            ..request.clone()
+            ..wanted.request().clone()
         };
-        let outcome = store.acquire(resource, &attempt)?;
+        let outcome = wanted.ask(store, &attempt)?;
         // A grant's lease is timed from when it can first have been decided.
         let decided = store
             .decided_no_earlier_than()
             .map_or(started, |at| at.max(started));
-        match patience.after(&outcome, started, fastrand::f64()) {
+        let look = W::look(&outcome);
+        match patience.after(look, started, fastrand::f64()) {
             Next::Answer => {
                 return Ok(Ended::Answered(Attempt {
                     outcome,
@@ -200,17 +330,17 @@ fn wait_in_line(
                 }));
             }
             Next::LeaveAndAnswer => {
-                store.leave(resource, &request.owner)?;
+                wanted.leave(store)?;
                 return Ok(Ended::Answered(Attempt {
                     outcome,
                     started: decided,
                 }));
             }
             Next::Sleep { pause, position } => {
-                if let Acquire::Busy { holder, .. } = &outcome {
-                    on_busy(holder.as_ref(), position);
+                if let Look::Busy { holder, .. } = look {
+                    on_busy(holder, position);
                 }
-                store.wait_for_change(resource, pause)?;
+                store.wait_for_change(wanted.resources(), pause)?;
             }
         }
         if let Some(signal) = interrupted() {
@@ -273,11 +403,11 @@ impl Patience {
 
     /// What to do after an attempt sent at `now` came out as `outcome`; `jitter` is a random
     /// number in `0..1`.
-    fn after(&mut self, outcome: &Acquire, now: Instant, jitter: f64) -> Next {
+    fn after(&mut self, outcome: Look<'_>, now: Instant, jitter: f64) -> Next {
         let left = self.until.saturating_duration_since(now);
         match outcome {
-            Acquire::Acquired { .. } => Next::Answer,
-            Acquire::Busy { position, .. } if !left.is_zero() => {
+            Look::Granted => Next::Answer,
+            Look::Busy { position, .. } if !left.is_zero() => {
                 let pause = self
                     .delay
                     .mul_f64(0.5 + jitter.clamp(0.0, 1.0) * 0.5)
@@ -288,9 +418,9 @@ impl Patience {
                     position: position.unwrap_or(1),
                 }
             }
-            Acquire::Busy { .. } if self.waits && self.keeps_place => Next::Answer,
-            Acquire::Busy { .. } | Acquire::Mismatch { .. } if self.waits => Next::LeaveAndAnswer,
-            Acquire::Busy { .. } | Acquire::Mismatch { .. } => Next::Answer,
+            Look::Busy { .. } if self.waits && self.keeps_place => Next::Answer,
+            Look::Busy { .. } | Look::Mismatch if self.waits => Next::LeaveAndAnswer,
+            Look::Busy { .. } | Look::Mismatch => Next::Answer,
         }
     }
 }
@@ -440,7 +570,7 @@ mod tests {
         for (wait, at, outcome, jitter, next) in cases {
             let mut patience = Patience::new(t0, wait);
             assert_eq!(
-                patience.after(&outcome, t0 + at, jitter),
+                patience.after(Look::of(&outcome), t0 + at, jitter),
                 next,
                 "--wait {wait:?}, at {at:?}, {outcome:?}, jitter {jitter}"
             );
@@ -475,7 +605,7 @@ mod tests {
             let mut patience = Patience::new(t0, ms(1000));
             patience.keeps_place = keeps_place;
             assert_eq!(
-                patience.after(&outcome, t0 + at, 1.0),
+                patience.after(Look::of(&outcome), t0 + at, 1.0),
                 next,
                 "keeps its place: {keeps_place}, at {at:?}, {outcome:?}"
             );
@@ -488,7 +618,8 @@ mod tests {
         let mut patience = Patience::new(t0, Duration::from_secs(3600));
         let mut delays = Vec::new();
         for round in 0..12 {
-            let Next::Sleep { pause, .. } = patience.after(&busy(Some(1)), t0, 1.0) else {
+            let Next::Sleep { pause, .. } = patience.after(Look::of(&busy(Some(1))), t0, 1.0)
+            else {
                 panic!("round {round}: a waiter with time left sleeps");
             };
             delays.push(pause);
@@ -501,9 +632,10 @@ mod tests {
         for jitter in [0.0, 0.25, 0.5, 0.99, 1.0, -3.0, 7.0] {
             let mut patience = Patience::new(t0, Duration::from_secs(3600));
             for _ in 0..10 {
-                patience.after(&busy(Some(1)), t0, 1.0);
+                patience.after(Look::of(&busy(Some(1))), t0, 1.0);
             }
-            let Next::Sleep { pause, .. } = patience.after(&busy(Some(1)), t0, jitter) else {
+            let Next::Sleep { pause, .. } = patience.after(Look::of(&busy(Some(1))), t0, jitter)
+            else {
                 panic!("a waiter with time left sleeps");
             };
             assert!(

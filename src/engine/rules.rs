@@ -83,29 +83,10 @@ pub fn acquire<E>(
     let queue = state.waiting();
     let mine = queue.iter().position(|w| w.owner == request.owner);
     let ahead = mine.unwrap_or(queue.len());
-    let mut changes: Vec<Change> = state
-        .queue
-        .iter()
-        .filter(|w| w.expires_at <= now)
-        .map(|w| Change::Dequeue {
-            owner: w.owner.clone(),
-        })
-        .collect();
+    let mut changes = expired_places(state);
     if !admitted || ahead > 0 {
-        let liveness = Timestamp(now.0.saturating_add(LIVENESS_MS));
-        match mine.map(|i| queue[i]) {
-            _ if !request.waits => {}
-            None => changes.push(Change::Enqueue {
-                owner: request.owner.clone(),
-                expires_at: liveness,
-            }),
-            Some(place) if now.millis_until(place.expires_at) < REFRESH_BELOW_MS => {
-                changes.push(Change::Refresh {
-                    owner: request.owner.clone(),
-                    expires_at: liveness,
-                });
-            }
-            Some(_) => {}
+        if request.waits {
+            changes.extend(keep_place(state, &request.owner));
         }
         let shared = live.iter().any(|l| l.mode != Mode::Exclusive);
         return Ok(Decision {
@@ -167,6 +148,38 @@ pub fn acquire<E>(
         },
         changes,
     })
+}
+
+/// The places in `state`'s queue whose liveness ran out, taken out of it.
+pub(super) fn expired_places(state: &State) -> Vec<Change> {
+    state
+        .queue
+        .iter()
+        .filter(|w| w.expires_at <= state.now)
+        .map(|w| Change::Dequeue {
+            owner: w.owner.clone(),
+        })
+        .collect()
+}
+
+/// A waiter's place in `state`'s queue, kept: taken at the end of the queue when it has no
+/// live one, refreshed when less than [`REFRESH_BELOW_MS`] of its liveness is left.
+pub(super) fn keep_place(state: &State, owner: &Owner) -> Option<Change> {
+    let liveness = Timestamp(state.now.0.saturating_add(LIVENESS_MS));
+    let place = state.waiting().into_iter().find(|w| w.owner == *owner);
+    match place {
+        None => Some(Change::Enqueue {
+            owner: owner.clone(),
+            expires_at: liveness,
+        }),
+        Some(place) if state.now.millis_until(place.expires_at) < REFRESH_BELOW_MS => {
+            Some(Change::Refresh {
+                owner: owner.clone(),
+                expires_at: liveness,
+            })
+        }
+        Some(_) => None,
+    }
 }
 
 /// Whether a request may join the live tenures of other owners.

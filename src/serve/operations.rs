@@ -63,7 +63,11 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
                     || gone.load(Ordering::SeqCst)
                     || call.caller.revoked(state.tokens().as_deref())
             };
-            let waited = wait::serve(store, resource, &request, this_poll, keeps_place, &stop);
+            let one = wait::One {
+                resource,
+                request: &request,
+            };
+            let waited = wait::serve(store, &one, this_poll, keeps_place, &stop);
             state.waiting.fetch_sub(1, Ordering::SeqCst);
             waited?
         };

@@ -11,7 +11,8 @@ use anyhow::{Result, bail};
 
 use crate::engine::{Finish, Request};
 use crate::lock::{
-    Acquire, Event, Eviction, Fence, Lock, LogQuery, Owner, Release, Renew, Resource, Status, Ttl,
+    Acquire, Event, Eviction, Fence, Lock, LogQuery, Members, Owner, Release, Renew, Resource,
+    SetAcquire, SetRelease, SetRenew, Status, Ttl,
 };
 
 use super::{GcReport, LockStore};
@@ -61,13 +62,43 @@ pub enum Op {
     Log { query: LogQuery },
     /// Delete expired lock rows and history older than `keep_history`.
     Gc { keep_history: Duration },
-    /// Start listening for changes of `resource` that may let `owner` in.
-    Subscribe { resource: Resource, owner: Owner },
-    /// Block until `resource` may have changed, or `timeout` passes.
+    /// Start listening for changes of `resources` (one, or a set's members) that may let
+    /// `owner` in.
+    Subscribe {
+        resources: Vec<Resource>,
+        owner: Owner,
+    },
+    /// Block until one of `resources` may have changed, or `timeout` passes.
     WaitForChange {
-        resource: Resource,
+        resources: Vec<Resource>,
         timeout: Duration,
     },
+    /// [`Op::Acquire`] of a lock set, all or nothing (see [`crate::engine::acquire_set`]).
+    AcquireSet { members: Members, request: Request },
+    /// [`Op::Renew`] of every member (of tenures `fences`, in the members' order, when
+    /// given), all or nothing.
+    RenewSet {
+        members: Members,
+        owner: Owner,
+        ttl: Ttl,
+        fences: Option<Vec<Fence>>,
+    },
+    /// [`Op::Release`] of every member, all or nothing.
+    ReleaseSet {
+        members: Members,
+        owner: Owner,
+        fences: Option<Vec<Fence>>,
+    },
+    /// [`Op::Finish`] of each member's tenure (`fences`, in the members' order), each on its
+    /// own: a member already lost leaves the others to be ended all the same.
+    FinishSet {
+        members: Members,
+        owner: Owner,
+        fences: Vec<Fence>,
+        hold: Option<Duration>,
+    },
+    /// A set waiter gives up its place in every member's queue.
+    LeaveSet { members: Members, owner: Owner },
 }
 
 /// What an [`Op`] came to, one variant per operation.
@@ -87,6 +118,11 @@ pub enum Outcome {
     Subscribed,
     /// The resource may have changed, or the wait timed out.
     Woken,
+    AcquireSet(SetAcquire),
+    RenewSet(SetRenew),
+    ReleaseSet(SetRelease),
+    /// Each member's end, in the members' order.
+    FinishSet(Vec<Finish>),
 }
 
 /// Whether a commit must survive power loss. A release need not (rolled back, the lock merely
@@ -286,9 +322,9 @@ pub trait Locks: LockStore {
     /// # Errors
     ///
     /// Only store failures; a store that cannot listen makes waiters poll.
-    fn subscribe(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> Result<()> {
         let op = Op::Subscribe {
-            resource: resource.clone(),
+            resources: resources.to_vec(),
             owner: owner.clone(),
         };
         match self.perform(op)? {
@@ -303,14 +339,116 @@ pub trait Locks: LockStore {
     /// # Errors
     ///
     /// Only store failures.
-    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
+    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
         let op = Op::WaitForChange {
-            resource: resource.clone(),
+            resources: resources.to_vec(),
             timeout,
         };
         match self.perform(op)? {
             Outcome::Woken => Ok(()),
             other => unexpected("wait", &other),
+        }
+    }
+
+    /// See [`Op::AcquireSet`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures; a busy member makes [`SetAcquire::Busy`].
+    fn acquire_set(&mut self, members: &Members, request: &Request) -> Result<SetAcquire> {
+        let op = Op::AcquireSet {
+            members: members.clone(),
+            request: request.clone(),
+        };
+        match self.perform(op)? {
+            Outcome::AcquireSet(outcome) => Ok(outcome),
+            other => unexpected("acquire", &other),
+        }
+    }
+
+    /// See [`Op::RenewSet`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn renew_set(
+        &mut self,
+        members: &Members,
+        owner: &Owner,
+        ttl: Ttl,
+        fences: Option<&[Fence]>,
+    ) -> Result<SetRenew> {
+        let op = Op::RenewSet {
+            members: members.clone(),
+            owner: owner.clone(),
+            ttl,
+            fences: fences.map(<[Fence]>::to_vec),
+        };
+        match self.perform(op)? {
+            Outcome::RenewSet(outcome) => Ok(outcome),
+            other => unexpected("renew", &other),
+        }
+    }
+
+    /// See [`Op::ReleaseSet`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn release_set(
+        &mut self,
+        members: &Members,
+        owner: &Owner,
+        fences: Option<&[Fence]>,
+    ) -> Result<SetRelease> {
+        let op = Op::ReleaseSet {
+            members: members.clone(),
+            owner: owner.clone(),
+            fences: fences.map(<[Fence]>::to_vec),
+        };
+        match self.perform(op)? {
+            Outcome::ReleaseSet(outcome) => Ok(outcome),
+            other => unexpected("release", &other),
+        }
+    }
+
+    /// See [`Op::FinishSet`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn finish_set(
+        &mut self,
+        members: &Members,
+        owner: &Owner,
+        fences: &[Fence],
+        hold: Option<Duration>,
+    ) -> Result<Vec<Finish>> {
+        let op = Op::FinishSet {
+            members: members.clone(),
+            owner: owner.clone(),
+            fences: fences.to_vec(),
+            hold,
+        };
+        match self.perform(op)? {
+            Outcome::FinishSet(outcome) => Ok(outcome),
+            other => unexpected("finish", &other),
+        }
+    }
+
+    /// See [`Op::LeaveSet`].
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn leave_set(&mut self, members: &Members, owner: &Owner) -> Result<()> {
+        let op = Op::LeaveSet {
+            members: members.clone(),
+            owner: owner.clone(),
+        };
+        match self.perform(op)? {
+            Outcome::Left => Ok(()),
+            other => unexpected("leave", &other),
         }
     }
 }

@@ -219,11 +219,11 @@ impl Backend for Absent {
         Ok(GcReport::default())
     }
 
-    fn subscribe(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, _resources: &[Resource], _owner: &Owner) -> Result<()> {
         Ok(())
     }
 
-    fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
+    fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> Result<()> {
         std::thread::sleep(timeout);
         Ok(())
     }

@@ -452,7 +452,25 @@ impl LockStore for RemoteStore {
                 eviction,
             } => Outcome::Break(self.evict(&resource, owner.as_ref(), &eviction)?),
             // Not coming back is leaving: the server gives the place up (see the module).
-            Op::Leave { .. } => Outcome::Left,
+            Op::Leave { .. } | Op::LeaveSet { .. } => Outcome::Left,
+            // Each member's end on its own, as the server's release with a fence and a hold.
+            Op::FinishSet {
+                members,
+                owner,
+                fences,
+                hold,
+            } => Outcome::FinishSet(
+                members
+                    .as_slice()
+                    .iter()
+                    .zip(fences)
+                    .map(|(member, fence)| self.finish(member, &owner, fence, hold))
+                    .collect::<Result<_>>()?,
+            ),
+            Op::AcquireSet { .. } | Op::RenewSet { .. } | Op::ReleaseSet { .. } => bail!(
+                "lock sets are not yet served by the distlock server {}",
+                self.client.url().as_str()
+            ),
             Op::List { prefix } => Outcome::List(self.list(&prefix)?),
             Op::Log { query } => Outcome::Log(self.log(&query)?),
             Op::Gc { .. } => bail!(

@@ -237,8 +237,10 @@ impl SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
     }
 
-    /// Wakes `head`, the first waiter in `resource`'s queue. Best effort: if the turnstile
-    /// cannot be opened, the head finds out at its next poll.
+    /// Wakes `head`, the first waiter in `resource`'s queue, on its slot for the resource and
+    /// on its slot for any resource, where it waits when it waits for a lock set (a waiter
+    /// sleeps on one slot; a set waiter may be woken by any member). Best effort: if the
+    /// turnstile cannot be opened, the head finds out at its next poll.
     fn ring(&mut self, resource: &Resource, head: &Owner) {
         if self.turnstile.is_none() {
             // Nobody waits without having created it.
@@ -246,6 +248,7 @@ impl SqliteStore {
         }
         if let Some(turnstile) = &self.turnstile {
             turnstile.ring(turnstile::slot(resource.as_str(), head.as_str()));
+            turnstile.ring(turnstile::any_slot(head.as_str()));
         }
     }
 }
@@ -263,12 +266,16 @@ impl Backend for SqliteStore {
         done.map_err(|err| worded(&self.path, Doing::Write, err))
     }
 
-    fn subscribe(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> Result<()> {
         self.prepare_grant();
         if self.turnstile.is_none() {
             self.turnstile = turnstile::Turnstile::open(&self.path, true);
         }
-        let slot = turnstile::slot(resource.as_str(), owner.as_str());
+        // A set waiter is rung on its slot for any resource (see `ring`).
+        let slot = match resources {
+            [resource] => turnstile::slot(resource.as_str(), owner.as_str()),
+            _ => turnstile::any_slot(owner.as_str()),
+        };
         self.waiting_on = self
             .turnstile
             .as_ref()
@@ -285,7 +292,7 @@ impl Backend for SqliteStore {
         self.bound_wal();
     }
 
-    fn wait_for_change(&mut self, _resource: &Resource, timeout: Duration) -> Result<()> {
+    fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> Result<()> {
         if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.waiting_on) {
             let woken = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.

@@ -387,7 +387,7 @@ impl Backend for Session {
         }
     }
 
-    fn subscribe(&mut self, _resource: &Resource, _owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, _resources: &[Resource], _owner: &Owner) -> Result<()> {
         if self.listening.is_none() && !POOLED.load(Ordering::Relaxed) {
             // One message, so a pooler runs both on the same server connection.
             let outputs = send(
@@ -406,7 +406,7 @@ impl Backend for Session {
         Ok(())
     }
 
-    fn wait_for_change(&mut self, resource: &Resource, timeout: Duration) -> Result<()> {
+    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
         if self.listening.is_none() {
             std::thread::sleep(timeout);
             return Ok(());
@@ -416,7 +416,9 @@ impl Backend for Session {
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match notifications.timeout_iter(left).next()? {
-                Some(note) if note.payload() == resource.as_str() => return Ok(()),
+                Some(note) if resources.iter().any(|r| r.as_str() == note.payload()) => {
+                    return Ok(());
+                }
                 // Another resource's change: keep waiting for ours.
                 Some(_) if !left.is_zero() => {}
                 _ => return Ok(()),

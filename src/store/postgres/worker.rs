@@ -356,8 +356,8 @@ impl LockStore for PostgresStore {
     fn perform(&mut self, op: Op) -> Result<Outcome> {
         let op = match op {
             // Bounded well inside the call's own deadline.
-            Op::WaitForChange { resource, timeout } => Op::WaitForChange {
-                resource,
+            Op::WaitForChange { resources, timeout } => Op::WaitForChange {
+                resources,
                 timeout: timeout.min(CALL_TIMEOUT / 2),
             },
             op => op,

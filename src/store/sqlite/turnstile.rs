@@ -69,6 +69,12 @@ pub fn path(db: &Path) -> PathBuf {
     path.into()
 }
 
+/// The counter of `owner` waiting for a lock set, rung whenever `owner` is rung for any
+/// resource: the slot of the empty name, which no resource has.
+pub fn any_slot(owner: &str) -> usize {
+    slot("", owner)
+}
+
 /// The counter of `owner` waiting for `resource`: FNV-1a over both names, so that every
 /// process, whatever distlock build it runs, picks the same one.
 pub fn slot(resource: &str, owner: &str) -> usize {

@@ -1,0 +1,243 @@
+//! The answers of a lock set's `acquire`, `renew` and `release` (contract, "Lock sets"). A
+//! refusal names one member with the single resource's shapes (`Mismatch`, `NotRenewed`,
+//! `NotReleased`); the rest are the set's own.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Answer, Busy, Flag, Mismatch, MismatchReason, NotReleased, NotRenewed, Refusal, is_zero,
+    lock_text,
+};
+use crate::exit::Exit;
+use crate::lock::{
+    Holder, Lock, Members, Mode, Resource, SetAcquire, SetRefusal, SetRelease, SetRenew,
+};
+
+/// A set's `acquire` 0: `{"acquired":true,"locks":[…]}`, one lock per member, by resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAcquired {
+    pub acquired: Flag<true>,
+    pub locks: Vec<Lock>,
+}
+
+/// A set's `acquire` 75: `{"acquired":false,"resources":[…],"blocked":[…]}`: every member, and
+/// each member that is not free for the owner now, by resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetBusy {
+    pub acquired: Flag<false>,
+    pub resources: Vec<Resource>,
+    pub blocked: Vec<BlockedMember>,
+}
+
+/// One busy member of a set: `{"resource":R,"holder":{…},"holders":[…],"waiting":K}`, the
+/// fields as a single resource's busy answer has them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedMember {
+    pub resource: Resource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holder>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting: usize,
+    /// The requester's place in the member's queue, in a distlock server's answer to a
+    /// request that waited and is to ask again; the command line never prints it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+}
+
+/// Every answer of a set's `acquire`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SetAcquireAnswer {
+    Acquired(SetAcquired),
+    Mismatch(Mismatch),
+    Busy(SetBusy),
+}
+
+impl SetAcquireAnswer {
+    /// The answer to a request for `asked` on `members` that came out as `outcome`.
+    pub fn new(members: &Members, outcome: &SetAcquire, asked: Mode) -> SetAcquireAnswer {
+        match outcome {
+            SetAcquire::Acquired { locks, .. } => SetAcquireAnswer::Acquired(SetAcquired {
+                acquired: Flag,
+                locks: locks.clone(),
+            }),
+            SetAcquire::Busy { blocked } => SetAcquireAnswer::Busy(SetBusy {
+                acquired: Flag,
+                resources: members.as_slice().to_vec(),
+                blocked: blocked
+                    .iter()
+                    .map(|b| BlockedMember {
+                        resource: b.resource.clone(),
+                        holder: b.holder.clone(),
+                        holders: b.holders.clone(),
+                        waiting: b.waiting,
+                        position: None,
+                    })
+                    .collect(),
+            }),
+            SetAcquire::Mismatch { resource, holders } => SetAcquireAnswer::Mismatch(Mismatch {
+                acquired: Flag,
+                resource: resource.clone(),
+                reason: MismatchReason::Mismatch,
+                holders: holders.clone(),
+                asked,
+            }),
+        }
+    }
+}
+
+impl Answer for SetAcquireAnswer {
+    fn exit(&self) -> Exit {
+        match self {
+            SetAcquireAnswer::Acquired(_) => Exit::Done,
+            SetAcquireAnswer::Busy(_) => Exit::Busy,
+            SetAcquireAnswer::Mismatch(_) => Exit::Mismatch,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            SetAcquireAnswer::Acquired(acquired) => lines("acquired", &acquired.locks),
+            SetAcquireAnswer::Busy(busy) => busy.text(),
+            SetAcquireAnswer::Mismatch(mismatch) => mismatch.text(),
+        }
+    }
+}
+
+impl SetBusy {
+    /// "busy: a is held by O until T; b is free but reserved for earlier waiters": the text
+    /// line, and (without its `busy: `) the line `run` writes on stderr.
+    pub fn text(&self) -> String {
+        let members: Vec<String> = self
+            .blocked
+            .iter()
+            .map(|member| {
+                let one = Busy {
+                    acquired: Flag,
+                    resource: member.resource.clone(),
+                    holder: member.holder.clone(),
+                    holders: member.holders.clone(),
+                    waiting: member.waiting,
+                    position: None,
+                };
+                one.text().trim_start_matches("busy: ").to_owned()
+            })
+            .collect();
+        format!("busy: {}", members.join("; "))
+    }
+}
+
+/// "acquired a as O until T (fence 7)", one line per lock.
+fn lines(verb: &str, locks: &[Lock]) -> String {
+    let lines: Vec<String> = locks.iter().map(|lock| lock_text(verb, lock)).collect();
+    lines.join("\n")
+}
+
+/// The refusal of a set's `renew` or `release`, as a single resource's.
+fn refusal(refused: &SetRefusal) -> Refusal {
+    if refused.forbidden {
+        Refusal::Forbidden
+    } else {
+        Refusal::NotFound
+    }
+}
+
+/// A set's `renew` 0: `{"renewed":true,"locks":[…]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetRenewed {
+    pub renewed: Flag<true>,
+    pub locks: Vec<Lock>,
+}
+
+/// Every answer of a set's `renew`: renewed, or refused naming the first member (by resource)
+/// the owner does not hold live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SetRenewAnswer {
+    Renewed(SetRenewed),
+    Refused(NotRenewed),
+}
+
+impl SetRenewAnswer {
+    pub fn new(outcome: &SetRenew) -> SetRenewAnswer {
+        match outcome {
+            Ok(locks) => SetRenewAnswer::Renewed(SetRenewed {
+                renewed: Flag,
+                locks: locks.clone(),
+            }),
+            Err(refused) => SetRenewAnswer::Refused(NotRenewed {
+                renewed: Flag,
+                resource: refused.resource.clone(),
+                reason: refusal(refused),
+            }),
+        }
+    }
+}
+
+impl Answer for SetRenewAnswer {
+    fn exit(&self) -> Exit {
+        match self {
+            SetRenewAnswer::Renewed(_) => Exit::Done,
+            SetRenewAnswer::Refused(refused) => refused.reason.exit(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            SetRenewAnswer::Renewed(renewed) => lines("renewed", &renewed.locks),
+            SetRenewAnswer::Refused(refused) => refused.reason.text("renew", &refused.resource),
+        }
+    }
+}
+
+/// A set's `release` 0: `{"released":true,"resources":[…]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetReleased {
+    pub released: Flag<true>,
+    pub resources: Vec<Resource>,
+}
+
+/// Every answer of a set's `release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SetReleaseAnswer {
+    Released(SetReleased),
+    Refused(NotReleased),
+}
+
+impl SetReleaseAnswer {
+    pub fn new(members: &Members, outcome: &SetRelease) -> SetReleaseAnswer {
+        match outcome {
+            Ok(()) => SetReleaseAnswer::Released(SetReleased {
+                released: Flag,
+                resources: members.as_slice().to_vec(),
+            }),
+            Err(refused) => SetReleaseAnswer::Refused(NotReleased {
+                released: Flag,
+                resource: refused.resource.clone(),
+                reason: refusal(refused),
+            }),
+        }
+    }
+}
+
+impl Answer for SetReleaseAnswer {
+    fn exit(&self) -> Exit {
+        match self {
+            SetReleaseAnswer::Released(_) => Exit::Done,
+            SetReleaseAnswer::Refused(refused) => refused.reason.exit(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            SetReleaseAnswer::Released(released) => {
+                let names: Vec<&str> = released.resources.iter().map(Resource::as_str).collect();
+                format!("released {}", names.join(", "))
+            }
+            SetReleaseAnswer::Refused(refused) => refused.reason.text("release", &refused.resource),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Lock sets: several resources taken, renewed and released together, all or nothing
+//! (contract, "Lock sets"). The members and the outcomes; the rules are the engine's.
+
+use super::{Grant, Holder, Lock, Resource};
+
+/// The most members a set may have, after deduplication.
+pub const MAX_MEMBERS: usize = 64;
+
+/// The members of a lock set: distinct and sorted, so that every transaction over a set takes
+/// its members in the same order (two sets listed in opposite orders never deadlock), and
+/// every answer lists them by resource. One to [`MAX_MEMBERS`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Members(Vec<Resource>);
+
+impl Members {
+    /// The set of `resources`, in any order, repeats dropped.
+    ///
+    /// # Errors
+    ///
+    /// None at all, or more than [`MAX_MEMBERS`] once deduplicated: the message says which.
+    pub fn new(mut resources: Vec<Resource>) -> Result<Members, String> {
+        resources.sort();
+        resources.dedup();
+        match resources.len() {
+            0 => Err("a lock set needs at least one resource".to_owned()),
+            n if n > MAX_MEMBERS => Err(format!(
+                "a lock set has at most {MAX_MEMBERS} resources; {n} were given"
+            )),
+            _ => Ok(Members(resources)),
+        }
+    }
+
+    /// The members, by resource.
+    pub fn as_slice(&self) -> &[Resource] {
+        &self.0
+    }
+
+    /// The one member of a set of one: a single resource, with its own shapes.
+    pub fn single(&self) -> Option<&Resource> {
+        match self.0.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The members as a list for messages: `a, b, c`.
+    pub fn listed(&self) -> String {
+        let names: Vec<&str> = self.0.iter().map(Resource::as_str).collect();
+        names.join(", ")
+    }
+}
+
+/// What an `acquire` of a set finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetAcquire {
+    /// A tenure on every member, by resource, and how each came about.
+    Acquired {
+        locks: Vec<Lock>,
+        tenures: Vec<Grant>,
+    },
+    /// At least one member is not free for the requester now: each such member, by resource.
+    /// Nothing was granted.
+    Busy { blocked: Vec<Blocked> },
+    /// The first member, by resource, whose holders' mode conflicts with the request (exit
+    /// 78), and its holders. Nothing was granted, and no place was taken.
+    Mismatch {
+        resource: Resource,
+        holders: Vec<Holder>,
+    },
+}
+
+/// A member of a set that is not free for the requester now, as a single `acquire` of it
+/// would say ([`super::Acquire::Busy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    pub resource: Resource,
+    /// The live tenure whose lease ends first; `None` when the member is free but reserved
+    /// for earlier waiters.
+    pub holder: Option<Holder>,
+    /// Every live tenure, when the holders are shared or a semaphore's.
+    pub holders: Vec<Holder>,
+    /// Live waiters queued for the member, the requester aside.
+    pub waiting: usize,
+    /// The requester's place in the member's queue (1 = next), when it waits.
+    pub position: Option<usize>,
+}
+
+/// Why a set's `renew` or `release` changed nothing: the first member, by resource, that the
+/// owner does not hold live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetRefusal {
+    pub resource: Resource,
+    /// Another owner holds it (exit 77); else it is not held at all (exit 1).
+    pub forbidden: bool,
+}
+
+/// What a `renew` of a set finds: every member renewed, by resource, or nothing changed.
+pub type SetRenew = Result<Vec<Lock>, SetRefusal>;
+
+/// What a `release` of a set finds: every member released, or nothing changed.
+pub type SetRelease = Result<(), SetRefusal>;
