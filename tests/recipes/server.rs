@@ -4,6 +4,9 @@
 //! unit (`distlock-serve.service`), started from its ExecStart over HTTPS with a CA the test
 //! makes. The server serves beside the commands that use the same SQLite file, so the tests
 //! look at the locks and their history with `distlock status` and `distlock log`.
+//!
+//! [`Scratch::through_server`] puts such a server in front of a scratch store for the recipes
+//! that run through one: the shared-store recipes of `recipes.rs`, in their second run.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -171,6 +174,95 @@ impl Scratch {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
             .arg(tokens);
         Served::start(self, &mut cmd, None)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every command of a recipe through a server
+
+/// The server in front of a scratch store whose commands all go through it
+/// ([`Scratch::through_server`]): HTTPS with a certificate of a CA made for the test, and one
+/// token.
+pub(crate) struct Front {
+    served: Served,
+    secret: String,
+    /// The CA's certificate, PEM: what `DISTLOCK_CA_CERT` names.
+    ca_cert: PathBuf,
+}
+
+impl Front {
+    /// `https://127.0.0.1:PORT`: what `DISTLOCK_DB` gets.
+    pub(crate) fn url(&self) -> &str {
+        &self.served.url
+    }
+
+    /// The token's secret: what `DISTLOCK_TOKEN` gets.
+    pub(crate) fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    pub(crate) fn ca_cert(&self) -> &Path {
+        &self.ca_cert
+    }
+
+    /// Fails unless the server's log has a request of the token: the commands went through it.
+    pub(crate) fn assert_served(&self) {
+        let log = self.served.stderr();
+        assert!(
+            log.lines().any(|line| line.ends_with(" token recipes")),
+            "no request of the token reached the server: {log}"
+        );
+    }
+
+    /// Fails if any of `outputs`, the stdout and stderr of `what`, shows the secret.
+    pub(crate) fn assert_secret_kept(&self, outputs: &[&[u8]], what: &str) {
+        for output in outputs {
+            assert!(
+                !String::from_utf8_lossy(output).contains(&self.secret),
+                "{what} printed the token's secret"
+            );
+        }
+    }
+
+    /// Fails if a file in `dir`, or in a folder below it, shows the secret: the stdout and
+    /// stderr of every process a test started there, and the server's log.
+    pub(crate) fn assert_secret_kept_in(&self, dir: &Path) {
+        for entry in std::fs::read_dir(dir).expect("read the scratch folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                self.assert_secret_kept_in(&path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                self.assert_secret_kept(&[&bytes], &path.display().to_string());
+            }
+        }
+    }
+}
+
+impl Scratch {
+    /// This scratch store behind a `distlock serve --tokens FILE` over HTTPS, with one token of
+    /// `scope` (`--prefix deploy-`, `--all-resources --operator`) made by `distlock token add`.
+    /// From here on the commands that [`Scratch::cmd`] makes, and the crontab's and the unit's
+    /// ([`Scratch::store_env`]), go through the server with `DISTLOCK_DB=https://…`, the token in
+    /// `DISTLOCK_TOKEN` and the CA in `DISTLOCK_CA_CERT`; the store's file stays where it was,
+    /// for the tests that look at it.
+    pub(crate) fn through_server(mut self, scope: &[&str]) -> Scratch {
+        let ca = Ca::new("distlock recipes test CA");
+        let files = ca.server_files(self.dir.path(), "server");
+        let ca_cert = self.path("ca.pem");
+        std::fs::write(&ca_cert, ca.pem()).expect("write the CA's certificate");
+        let tokens = self.path("tokens.json");
+        let secret = self.token(&tokens, "recipes", scope);
+        let mut cmd = self.cmd(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
+            .arg(&tokens)
+            .args(files.args());
+        let served = Served::start(&self, &mut cmd, Some(&ca));
+        self.front = Some(Front {
+            served,
+            secret,
+            ca_cert,
+        });
+        self
     }
 }
 
