@@ -50,7 +50,7 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 12] = [
+const RECIPES: [&str; 13] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
@@ -63,6 +63,7 @@ const RECIPES: [&str; 12] = [
     "examples/ci-deploy-server.yml",
     "examples/distlock_client.py",
     "examples/distlock-serve.service",
+    "examples/ci-deploy-through-server.yml",
 ];
 
 /// systemd's default `PATH` for services.
@@ -255,6 +256,16 @@ impl Scratch {
         }
     }
 
+    /// How many wait in line for `resource` (`status`'s `"waiting"`, there only when some do).
+    fn waiting(&self, resource: &str) -> u64 {
+        let out = self.distlock(&["status", resource]);
+        let value: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
+        value.get("waiting").map_or(0, |n| {
+            n.as_u64()
+                .unwrap_or_else(|| panic!("\"waiting\" is a count: {value}"))
+        })
+    }
+
     /// Takes `resource` for `owner`; returns the lock.
     fn hold(&self, resource: &str, owner: &str, ttl: &str) -> Value {
         self.json(&["acquire", resource, "--owner", owner, "--ttl", ttl], 0)["lock"].clone()
@@ -385,6 +396,11 @@ fn readme_has_all_ten_kinds_of_recipe() {
         ci_run_line("ci-deploy.yml"),
         "distlock run --resource deploy-production --ttl 5m --wait 30m -- ./deploy.sh",
         "CI step"
+    );
+    assert_eq!(
+        ci_run_line("ci-deploy-through-server.yml"),
+        "distlock run --resource deploy-production --wait 20m -- ./deploy.sh",
+        "CI step through a server"
     );
 
     let deploy = example("deploy.sh");
