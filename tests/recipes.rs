@@ -728,30 +728,23 @@ fn cron_wait_line_runs_once_the_holder_releases() {
             &[("/usr/local/bin/prune-backups.sh", &job)],
         );
 
-        s.hold("backup", "nightly-backup", "60s");
-        let start = Instant::now();
+        let held = s.hold("backup", "nightly-backup", "60s");
         let waiting = s.spawn(&mut cron.command(s, &line));
-        let ran_while_held = std::thread::scope(|scope| {
-            let releaser = scope.spawn(|| {
-                std::thread::sleep(Duration::from_secs(1));
-                let ran = runs(s, "prune.sh") > 0;
-                s.release("backup", "nightly-backup");
-                ran
-            });
-            let done = waiting.finish(Duration::from_secs(30));
-            assert_eq!(done.code(), Some(0), "{}", done.describe());
-            releaser.join().expect("releaser")
+        wait_until(Duration::from_secs(20), "the job waits in line", || {
+            s.waiting("backup") == 1
         });
-        assert!(
-            !ran_while_held,
+        assert_eq!(
+            runs(s, "prune.sh"),
+            0,
             "the job ran while another owner held the lock"
         );
-        assert!(
-            start.elapsed() >= Duration::from_millis(900),
-            "it must have waited for the release"
-        );
+        s.release("backup", "nightly-backup");
+        let done = waiting.finish(Duration::from_secs(30));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
         assert_eq!(runs(s, "prune.sh"), 1);
-        assert_ne!(seen_by(s, "prune.sh")["owner"], "nightly-backup");
+        let lock = seen_by(s, "prune.sh");
+        assert_ne!(lock["owner"], "nightly-backup");
+        assert!(fence_of(&lock) > fence_of(&held), "{lock} after {held}");
         assert_eq!(s.holder("backup"), None, "released after the job");
     });
 }
@@ -1736,7 +1729,12 @@ fn crontab_readers_share_the_index_and_the_rebuild_waits_for_them() {
 
         // The rebuild, started while they read, waits for them.
         let rebuilding = job(&rebuild_line);
-        std::thread::sleep(Duration::from_millis(1500));
+        let in_line = |what: &str| {
+            wait_until(Duration::from_secs(20), what, || {
+                s.waiting("search-index") == 1
+            });
+        };
+        in_line("the rebuild waits in line");
         assert!(
             !s.path("rebuild.started").exists(),
             "the rebuild started beside readers: {:?}",
@@ -1758,7 +1756,7 @@ fn crontab_readers_share_the_index_and_the_rebuild_waits_for_them() {
 
         // A reader that starts while the rebuild runs waits for it.
         let late = job(&report_line);
-        std::thread::sleep(Duration::from_millis(1500));
+        in_line("the late reader waits in line");
         assert_eq!(readers_inside(), 3, "a reader got in during the rebuild");
         std::fs::write(s.path("rebuild-go"), "").expect("gate");
         let done = rebuilding.finish(Duration::from_secs(20));
