@@ -6,6 +6,13 @@
 //! lock while the job ran, whether two deploys overlapped, which writes the guarded resource
 //! accepted, how many hosts ran the report — not only exit codes.
 //!
+//! The recipes whose point is a store that several processes share (the cron lines, the CI
+//! steps, the deploy script, the fleet crontab, break-lock, the fenced write's stale holder) run
+//! twice, by [`on_the_store_and_through_a_server`]: on the scratch store, then with every
+//! command going through a real `distlock serve` over it (HTTPS, a token), as a CI runner or a
+//! cron host without the store's credentials would. The ones about the store's own host (`gc`,
+//! the systemd unit over its file) run on the store alone.
+//!
 //! The lock server's recipes run against a real `distlock serve --tokens` over the scratch
 //! store; they are in `recipes/server.rs`.
 //!
@@ -43,7 +50,7 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 12] = [
+const RECIPES: [&str; 13] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
@@ -56,6 +63,7 @@ const RECIPES: [&str; 12] = [
     "examples/ci-deploy-server.yml",
     "examples/distlock_client.py",
     "examples/distlock-serve.service",
+    "examples/ci-deploy-through-server.yml",
 ];
 
 /// systemd's default `PATH` for services.
@@ -129,7 +137,11 @@ fn host_name() -> String {
 // A scratch folder with its own store, and processes with a time limit.
 
 struct Scratch {
+    /// The server the commands go through, when they do ([`Scratch::through_server`]). First,
+    /// so that it stops before its folder is removed.
+    front: Option<server::Front>,
     dir: TempDir,
+    /// The store's SQLite file, whether or not a server is in front of it.
     db: PathBuf,
     names: AtomicU32,
 }
@@ -139,9 +151,26 @@ impl Scratch {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("locks.db");
         Scratch {
+            front: None,
             dir,
             db,
             names: AtomicU32::new(0),
+        }
+    }
+
+    /// Points `cmd` at the store: `DISTLOCK_DB` names its file, or the server in front of it
+    /// with the server's token and CA in `DISTLOCK_TOKEN` and `DISTLOCK_CA_CERT`. Neither of
+    /// those is ever inherited from the test's environment.
+    fn store_env<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        match &self.front {
+            None => cmd
+                .env("DISTLOCK_DB", &self.db)
+                .env_remove("DISTLOCK_TOKEN")
+                .env_remove("DISTLOCK_CA_CERT"),
+            Some(front) => cmd
+                .env("DISTLOCK_DB", front.url())
+                .env("DISTLOCK_TOKEN", front.secret())
+                .env("DISTLOCK_CA_CERT", front.ca_cert()),
         }
     }
 
@@ -154,19 +183,19 @@ impl Scratch {
         self.path(name).to_str().expect("utf-8 path").to_owned()
     }
 
-    /// `program` with this store, the binary first in `PATH`, nothing of distlock's inherited
-    /// from the test's environment, and no terminal.
+    /// `program` with this store (through its server, when it has one), the binary first in
+    /// `PATH`, nothing of distlock's inherited from the test's environment, and no terminal.
     fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = Command::new(program);
         cmd.env(
             "PATH",
             path_with_bin(&std::env::var("PATH").unwrap_or_default()),
         )
-        .env("DISTLOCK_DB", &self.db)
         .env_remove("DISTLOCK_OWNER")
         .env_remove("DISTLOCK_FENCE")
         .env_remove("DISTLOCK_RESOURCE")
         .stdin(Stdio::null());
+        self.store_env(&mut cmd);
         cmd
     }
 
@@ -187,7 +216,11 @@ impl Scratch {
 
     /// Runs `distlock ARGS…` to completion.
     fn distlock(&self, args: &[&str]) -> Output {
-        output(self.cmd(BIN).args(args)).expect("run distlock")
+        let out = output(self.cmd(BIN).args(args)).expect("run distlock");
+        if let Some(front) = &self.front {
+            front.assert_secret_kept(&[&out.stdout, &out.stderr], &format!("distlock {args:?}"));
+        }
+        out
     }
 
     /// Runs `distlock ARGS…`, checks its exit code, and parses its one JSON line.
@@ -203,9 +236,10 @@ impl Scratch {
     }
 
     /// Creates the scratch store (`gc` writes; `status` would not create it), so that the
-    /// processes a test starts together race for a lock, not to create the file.
+    /// processes a test starts together race for a lock, not to create the file. (`gc` runs
+    /// where the store is, never through a server.)
     fn create_store(&self) {
-        self.json(&["gc"], 0);
+        self.json(&["--db", self.db.to_str().expect("utf-8 path"), "gc"], 0);
     }
 
     /// The live lock on `resource`, or `None` when nobody holds it.
@@ -220,6 +254,16 @@ impl Scratch {
                 String::from_utf8_lossy(&out.stderr)
             ),
         }
+    }
+
+    /// How many wait in line for `resource` (`status`'s `"waiting"`, there only when some do).
+    fn waiting(&self, resource: &str) -> u64 {
+        let out = self.distlock(&["status", resource]);
+        let value: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
+        value.get("waiting").map_or(0, |n| {
+            n.as_u64()
+                .unwrap_or_else(|| panic!("\"waiting\" is a count: {value}"))
+        })
     }
 
     /// Takes `resource` for `owner`; returns the lock.
@@ -241,6 +285,22 @@ impl Scratch {
             .map(|line| serde_json::from_str(line).expect("a JSON line"))
             .collect()
     }
+}
+
+/// Runs `test` on a scratch store, then on another whose commands all go through a real
+/// `distlock serve` over it ([`Scratch::through_server`]: HTTPS, with a token that may do what
+/// any recipe does). A recipe whose point is a store that several processes share must work
+/// the same when they share it through a server. The server must have answered the token's
+/// requests, and no command's output, nor any file in the scratch folder (the processes'
+/// stdout and stderr, the server's log), may show the token's secret.
+fn on_the_store_and_through_a_server(test: impl Fn(&Scratch)) {
+    test(&Scratch::new());
+    let s = Scratch::new().through_server(&["--all-resources", "--operator"]);
+    let front = s.front.as_ref().expect("a server in front");
+    eprintln!("note: the same through {}", front.url());
+    test(&s);
+    front.assert_served();
+    front.assert_secret_kept_in(s.dir.path());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -336,6 +396,11 @@ fn readme_has_all_ten_kinds_of_recipe() {
         ci_run_line("ci-deploy.yml"),
         "distlock run --resource deploy-production --ttl 5m --wait 30m -- ./deploy.sh",
         "CI step"
+    );
+    assert_eq!(
+        ci_run_line("ci-deploy-through-server.yml"),
+        "distlock run --resource deploy-production --wait 20m -- ./deploy.sh",
+        "CI step through a server"
     );
 
     let deploy = example("deploy.sh");
@@ -538,7 +603,8 @@ impl Crontab {
     }
 
     /// `/bin/sh -c COMMAND` in cron's sparse environment plus the crontab's variables; of
-    /// those, the store and `PATH` point at the scratch store and the binary under test.
+    /// those, the store and `PATH` point at the scratch store (or its server, with the
+    /// server's token and CA) and the binary under test.
     fn command(&self, scratch: &Scratch, command: &str) -> Command {
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
@@ -555,7 +621,7 @@ impl Crontab {
         );
         for (name, value) in &self.env {
             match name.as_str() {
-                "DISTLOCK_DB" => cmd.env(name, &scratch.db),
+                "DISTLOCK_DB" => scratch.store_env(&mut cmd),
                 "PATH" => cmd.env(name, path_with_bin(value)),
                 _ => cmd.env(name, value),
             };
@@ -601,99 +667,92 @@ fn seen_by(s: &Scratch, name: &str) -> Value {
 
 #[test]
 fn cron_skip_line_skips_quietly_while_held_and_runs_when_free() {
-    let s = Scratch::new();
-    let cron = Crontab::parse();
-    let job = backup_job(&s, "backup.sh");
-    let line = substitute(
-        &cron.job("--conflict-exit-code 0").1,
-        &[("/usr/local/bin/backup.sh", &job)],
-    );
+    on_the_store_and_through_a_server(|s| {
+        let cron = Crontab::parse();
+        let job = backup_job(s, "backup.sh");
+        let line = substitute(
+            &cron.job("--conflict-exit-code 0").1,
+            &[("/usr/local/bin/backup.sh", &job)],
+        );
 
-    let previous = s.hold("backup", "previous-backup", "60s");
-    let done = s
-        .spawn(&mut cron.command(&s, &line))
-        .finish(Duration::from_secs(20));
-    assert_eq!(
-        done.code(),
-        Some(0),
-        "a skipped run succeeds: {}",
-        done.describe()
-    );
-    assert!(
-        done.stdout().is_empty() && done.stderr().is_empty(),
-        "a skipped run says nothing (cron would mail it): {}",
-        done.describe()
-    );
-    assert_eq!(
-        runs(&s, "backup.sh"),
-        0,
-        "the job must not start while held"
-    );
-    assert_eq!(
-        s.holder("backup"),
-        Some(previous.clone()),
-        "the holder's lock is untouched"
-    );
+        let previous = s.hold("backup", "previous-backup", "60s");
+        let done = s
+            .spawn(&mut cron.command(s, &line))
+            .finish(Duration::from_secs(20));
+        assert_eq!(
+            done.code(),
+            Some(0),
+            "a skipped run succeeds: {}",
+            done.describe()
+        );
+        assert!(
+            done.stdout().is_empty() && done.stderr().is_empty(),
+            "a skipped run says nothing (cron would mail it): {}",
+            done.describe()
+        );
+        assert_eq!(runs(s, "backup.sh"), 0, "the job must not start while held");
+        assert_eq!(
+            s.holder("backup"),
+            Some(previous.clone()),
+            "the holder's lock is untouched"
+        );
 
-    s.release("backup", "previous-backup");
-    let done = s
-        .spawn(&mut cron.command(&s, &line))
-        .finish(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "{}", done.describe());
-    assert_eq!(
-        runs(&s, "backup.sh"),
-        1,
-        "the job runs when the lock is free"
-    );
-    let lock = seen_by(&s, "backup.sh");
-    assert_eq!(lock["resource"], "backup");
-    assert_ne!(lock["owner"], "previous-backup");
-    assert!(
-        fence_of(&lock) > fence_of(&previous),
-        "{lock} after {previous}"
-    );
-    assert_eq!(s.holder("backup"), None, "released after the job");
+        s.release("backup", "previous-backup");
+        let done = s
+            .spawn(&mut cron.command(s, &line))
+            .finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        assert_eq!(
+            runs(s, "backup.sh"),
+            1,
+            "the job runs when the lock is free"
+        );
+        let lock = seen_by(s, "backup.sh");
+        assert_eq!(lock["resource"], "backup");
+        assert_ne!(lock["owner"], "previous-backup");
+        assert!(
+            fence_of(&lock) > fence_of(&previous),
+            "{lock} after {previous}"
+        );
+        assert_eq!(s.holder("backup"), None, "released after the job");
+    });
 }
 
 #[test]
 fn cron_wait_line_runs_once_the_holder_releases() {
-    let s = Scratch::new();
-    let cron = Crontab::parse();
-    let job = backup_job(&s, "prune.sh");
-    let line = substitute(
-        &cron.job("--wait 10m").1,
-        &[("/usr/local/bin/prune-backups.sh", &job)],
-    );
+    on_the_store_and_through_a_server(|s| {
+        let cron = Crontab::parse();
+        let job = backup_job(s, "prune.sh");
+        let line = substitute(
+            &cron.job("--wait 10m").1,
+            &[("/usr/local/bin/prune-backups.sh", &job)],
+        );
 
-    s.hold("backup", "nightly-backup", "60s");
-    let start = Instant::now();
-    let waiting = s.spawn(&mut cron.command(&s, &line));
-    let ran_while_held = std::thread::scope(|scope| {
-        let releaser = scope.spawn(|| {
-            std::thread::sleep(Duration::from_secs(1));
-            let ran = runs(&s, "prune.sh") > 0;
-            s.release("backup", "nightly-backup");
-            ran
+        let held = s.hold("backup", "nightly-backup", "60s");
+        let waiting = s.spawn(&mut cron.command(s, &line));
+        wait_until(Duration::from_secs(20), "the job waits in line", || {
+            s.waiting("backup") == 1
         });
+        assert_eq!(
+            runs(s, "prune.sh"),
+            0,
+            "the job ran while another owner held the lock"
+        );
+        s.release("backup", "nightly-backup");
         let done = waiting.finish(Duration::from_secs(30));
         assert_eq!(done.code(), Some(0), "{}", done.describe());
-        releaser.join().expect("releaser")
+        assert_eq!(runs(s, "prune.sh"), 1);
+        let lock = seen_by(s, "prune.sh");
+        assert_ne!(lock["owner"], "nightly-backup");
+        assert!(fence_of(&lock) > fence_of(&held), "{lock} after {held}");
+        assert_eq!(s.holder("backup"), None, "released after the job");
     });
-    assert!(
-        !ran_while_held,
-        "the job ran while another owner held the lock"
-    );
-    assert!(
-        start.elapsed() >= Duration::from_millis(900),
-        "it must have waited for the release"
-    );
-    assert_eq!(runs(&s, "prune.sh"), 1);
-    assert_ne!(seen_by(&s, "prune.sh")["owner"], "nightly-backup");
-    assert_eq!(s.holder("backup"), None, "released after the job");
 }
 
 #[test]
 fn cron_gc_line_drops_expired_locks_and_keeps_recent_history() {
+    // On the store alone: `gc` runs where the store is (through a server it is refused), and
+    // this test reads the file's rows.
     let s = Scratch::new();
     let cron = Crontab::parse();
     let line = cron.job("distlock gc").1;
@@ -814,7 +873,7 @@ impl Unit {
         );
         for (name, value) in &self.env {
             if name == "DISTLOCK_DB" {
-                cmd.env(name, &s.db);
+                s.store_env(&mut cmd);
             } else {
                 cmd.env(name, value);
             }
@@ -825,6 +884,8 @@ impl Unit {
 
 #[test]
 fn systemd_exec_start_runs_the_backup_under_the_lock() {
+    // On the store alone: the unit is a host's own service over its file (a unit through a
+    // server is the same ExecStart with another DISTLOCK_DB).
     let s = Scratch::new();
     let unit = Unit::parse();
     let job = backup_job(&s, "backup.sh");
@@ -892,6 +953,7 @@ fn verify_unit(s: &Scratch, name: &str, exec_start: &str, real: &str) {
 
 #[test]
 fn systemd_stop_lets_the_backup_finish_and_then_releases() {
+    // On the store alone, as `systemd_exec_start_runs_the_backup_under_the_lock` is.
     let s = Scratch::new();
     let unit = Unit::parse();
     assert_eq!(unit.setting("KillMode"), "control-group");
@@ -957,58 +1019,59 @@ fn ci_run_line(name: &str) -> String {
 
 #[test]
 fn ci_step_serialises_concurrent_deploys() {
-    let s = Scratch::new();
-    assert!(
-        example("ci-deploy.yml").contains("DISTLOCK_DB:"),
-        "the step names its store"
-    );
-    let events = s.p("events");
-    let deploy = s.script(
-        "deploy.sh",
-        &format!(
-            "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
-             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
-             sleep 1\n\
-             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
-             rmdir '{critical}'\n",
-            critical = s.p("critical"),
-            overlaps = s.p("overlaps"),
-        ),
-    );
-    let line = substitute(&ci_run_line("ci-deploy.yml"), &[("./deploy.sh", &deploy)]);
-    // The deploys race for the lock, not to create the file: that race has a test of its own
-    // (`core::race_on_a_brand_new_database_file_has_one_winner`).
-    s.create_store();
-    // GitHub Actions runs `run:` with `bash --noprofile --norc -eo pipefail`.
-    let step = || {
-        let mut cmd = s.cmd("bash");
-        cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &line]);
-        s.spawn(&mut cmd)
-    };
-    for pipeline in [step(), step()] {
-        let done = pipeline.finish(Duration::from_secs(40));
-        assert_eq!(done.code(), Some(0), "{}", done.describe());
-    }
-    assert!(
-        !s.path("overlaps").exists(),
-        "two deploys overlapped: {}",
-        read(&s.path("overlaps"))
-    );
-    let log = read(&s.path("events"));
-    let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 4, "{log}");
-    let fence = |line: &str| line.split(' ').nth(1).expect("a fence").to_owned();
-    assert!(
-        lines[0].starts_with("start ")
-            && lines[1].starts_with("end ")
-            && lines[2].starts_with("start ")
-            && lines[3].starts_with("end "),
-        "one deploy after the other: {log}"
-    );
-    assert_eq!(fence(lines[0]), fence(lines[1]));
-    assert_eq!(fence(lines[2]), fence(lines[3]));
-    assert_ne!(fence(lines[0]), fence(lines[2]), "two tenures");
-    assert_eq!(s.holder("deploy-production"), None);
+    on_the_store_and_through_a_server(|s| {
+        assert!(
+            example("ci-deploy.yml").contains("DISTLOCK_DB:"),
+            "the step names its store"
+        );
+        let events = s.p("events");
+        let deploy = s.script(
+            "deploy.sh",
+            &format!(
+                "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+                 echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+                 sleep 1\n\
+                 echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+                 rmdir '{critical}'\n",
+                critical = s.p("critical"),
+                overlaps = s.p("overlaps"),
+            ),
+        );
+        let line = substitute(&ci_run_line("ci-deploy.yml"), &[("./deploy.sh", &deploy)]);
+        // The deploys race for the lock, not to create the file: that race has a test of its own
+        // (`core::race_on_a_brand_new_database_file_has_one_winner`).
+        s.create_store();
+        // GitHub Actions runs `run:` with `bash --noprofile --norc -eo pipefail`.
+        let step = || {
+            let mut cmd = s.cmd("bash");
+            cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &line]);
+            s.spawn(&mut cmd)
+        };
+        for pipeline in [step(), step()] {
+            let done = pipeline.finish(Duration::from_secs(40));
+            assert_eq!(done.code(), Some(0), "{}", done.describe());
+        }
+        assert!(
+            !s.path("overlaps").exists(),
+            "two deploys overlapped: {}",
+            read(&s.path("overlaps"))
+        );
+        let log = read(&s.path("events"));
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 4, "{log}");
+        let fence = |line: &str| line.split(' ').nth(1).expect("a fence").to_owned();
+        assert!(
+            lines[0].starts_with("start ")
+                && lines[1].starts_with("end ")
+                && lines[2].starts_with("start ")
+                && lines[3].starts_with("end "),
+            "one deploy after the other: {log}"
+        );
+        assert_eq!(fence(lines[0]), fence(lines[1]));
+        assert_eq!(fence(lines[2]), fence(lines[3]));
+        assert_ne!(fence(lines[0]), fence(lines[2]), "two tenures");
+        assert_eq!(s.holder("deploy-production"), None);
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1046,96 +1109,99 @@ fn deploy(s: &Scratch, work: &Path) -> Proc {
 
 #[test]
 fn deploy_script_holds_one_tenure_across_its_steps() {
-    let s = Scratch::new();
-    let work = deploy_steps(&s);
-    // Another tenure first, so the deploy's fence is not simply 1.
-    s.hold("warm-up", "w", "60s");
-    s.release("warm-up", "w");
+    on_the_store_and_through_a_server(|s| {
+        let work = deploy_steps(s);
+        // Another tenure first, so the deploy's fence is not simply 1.
+        s.hold("warm-up", "w", "60s");
+        s.release("warm-up", "w");
 
-    let script = deploy(&s, &work);
-    let owner = format!("{}:{}", host_name(), script.pid());
-    let done = script.finish(Duration::from_secs(30));
-    assert_eq!(done.code(), Some(0), "{}", done.describe());
+        let script = deploy(s, &work);
+        let owner = format!("{}:{}", host_name(), script.pid());
+        let done = script.finish(Duration::from_secs(30));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
 
-    let log = s.log("deploy-production");
-    let fence = log[0]["fence"].as_i64().expect("fence");
-    assert!(fence >= 2);
-    assert!(
-        done.stderr().contains(&format!("done (fence {fence})")),
-        "{}",
-        done.describe()
-    );
-    let events: Vec<&str> = log
-        .iter()
-        .map(|e| e["event"].as_str().expect("event"))
-        .collect();
-    assert_eq!(
-        events,
-        ["acquired", "extended", "renewed", "released"],
-        "acquire, the joined run step, renew, release: one tenure"
-    );
-    for event in &log {
-        assert_eq!(event["owner"], owner.as_str(), "owner is $(hostname):$$");
-        assert_eq!(event["fence"], fence);
-    }
-    assert_eq!(
-        read(&s.path("migrate.seen")),
-        format!("{fence} {fence}\n"),
-        "migrate gets the fence as its argument and in DISTLOCK_FENCE"
-    );
-    assert_eq!(
-        read(&s.path("switch-traffic.seen")),
-        format!("{fence} none\n"),
-        "switch-traffic gets the fence as its argument"
-    );
-    for step in ["migrate", "switch-traffic"] {
-        let status: Value =
-            serde_json::from_str(&read(&s.path(&format!("{step}.status")))).expect("JSON");
-        assert_eq!(status["held"], true, "{step} ran under the lock");
-        assert_eq!(status["lock"]["owner"], owner.as_str());
-        assert_eq!(status["lock"]["fence"], fence);
-    }
-    assert_eq!(s.holder("deploy-production"), None, "released at the end");
+        let log = s.log("deploy-production");
+        let fence = log[0]["fence"].as_i64().expect("fence");
+        assert!(fence >= 2);
+        assert!(
+            done.stderr().contains(&format!("done (fence {fence})")),
+            "{}",
+            done.describe()
+        );
+        let events: Vec<&str> = log
+            .iter()
+            .map(|e| e["event"].as_str().expect("event"))
+            .collect();
+        assert_eq!(
+            events,
+            ["acquired", "extended", "renewed", "released"],
+            "acquire, the joined run step, renew, release: one tenure"
+        );
+        for event in &log {
+            assert_eq!(event["owner"], owner.as_str(), "owner is $(hostname):$$");
+            assert_eq!(event["fence"], fence);
+        }
+        assert_eq!(
+            read(&s.path("migrate.seen")),
+            format!("{fence} {fence}\n"),
+            "migrate gets the fence as its argument and in DISTLOCK_FENCE"
+        );
+        assert_eq!(
+            read(&s.path("switch-traffic.seen")),
+            format!("{fence} none\n"),
+            "switch-traffic gets the fence as its argument"
+        );
+        for step in ["migrate", "switch-traffic"] {
+            let status: Value =
+                serde_json::from_str(&read(&s.path(&format!("{step}.status")))).expect("JSON");
+            assert_eq!(status["held"], true, "{step} ran under the lock");
+            assert_eq!(status["lock"]["owner"], owner.as_str());
+            assert_eq!(status["lock"]["fence"], fence);
+        }
+        assert_eq!(s.holder("deploy-production"), None, "released at the end");
+    });
 }
 
 #[test]
 fn deploy_script_exits_75_and_touches_nothing_while_another_deploy_runs() {
-    let s = Scratch::new();
-    let work = deploy_steps(&s);
-    let running = s.hold("deploy-production", "ci-runner-7", "60s");
+    on_the_store_and_through_a_server(|s| {
+        let work = deploy_steps(s);
+        let running = s.hold("deploy-production", "ci-runner-7", "60s");
 
-    let done = deploy(&s, &work).finish(Duration::from_secs(30));
-    assert_eq!(done.code(), Some(75), "{}", done.describe());
-    assert!(
-        done.stderr().contains("another deploy holds the lock")
-            && done.stderr().contains("ci-runner-7"),
-        "{}",
-        done.describe()
-    );
-    assert!(!s.path("migrate.seen").exists() && !s.path("switch-traffic.seen").exists());
-    assert_eq!(s.holder("deploy-production"), Some(running));
+        let done = deploy(s, &work).finish(Duration::from_secs(30));
+        assert_eq!(done.code(), Some(75), "{}", done.describe());
+        assert!(
+            done.stderr().contains("another deploy holds the lock")
+                && done.stderr().contains("ci-runner-7"),
+            "{}",
+            done.describe()
+        );
+        assert!(!s.path("migrate.seen").exists() && !s.path("switch-traffic.seen").exists());
+        assert_eq!(s.holder("deploy-production"), Some(running));
+    });
 }
 
 #[test]
 fn deploy_script_releases_the_lock_when_a_step_fails() {
-    let s = Scratch::new();
-    let work = deploy_steps(&s);
-    std::fs::write(s.path("fail-migrate"), "").expect("flag");
+    on_the_store_and_through_a_server(|s| {
+        let work = deploy_steps(s);
+        std::fs::write(s.path("fail-migrate"), "").expect("flag");
 
-    let done = deploy(&s, &work).finish(Duration::from_secs(30));
-    assert_eq!(
-        done.code(),
-        Some(3),
-        "the failed step's status: {}",
-        done.describe()
-    );
-    assert!(
-        !s.path("switch-traffic.seen").exists(),
-        "no step after a failure"
-    );
-    assert_eq!(s.holder("deploy-production"), None, "the trap released it");
-    let log = s.log("deploy-production");
-    assert_eq!(log.last().expect("events")["event"], "released");
+        let done = deploy(s, &work).finish(Duration::from_secs(30));
+        assert_eq!(
+            done.code(),
+            Some(3),
+            "the failed step's status: {}",
+            done.describe()
+        );
+        assert!(
+            !s.path("switch-traffic.seen").exists(),
+            "no step after a failure"
+        );
+        assert_eq!(s.holder("deploy-production"), None, "the trap released it");
+        let log = s.log("deploy-production");
+        assert_eq!(log.last().expect("events")["event"], "released");
+    });
 }
 
 /// True if `signal` is ignored in this process, and so (POSIX) cannot be trapped by the shells
@@ -1159,22 +1225,23 @@ fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
             eprintln!("note: {signal} is ignored in this test run; not tested");
             continue;
         }
-        let s = Scratch::new();
-        let work = deploy_steps(&s);
-        std::fs::write(s.path("block-migrate"), "").expect("flag");
+        on_the_store_and_through_a_server(|s| {
+            let work = deploy_steps(s);
+            std::fs::write(s.path("block-migrate"), "").expect("flag");
 
-        let script = deploy(&s, &work);
-        wait_for_file(&s.path("migrate.started"), Duration::from_secs(10));
-        assert!(s.holder("deploy-production").is_some());
-        killpg(script.pid(), signal).expect("signal the script's group");
-        let done = script.finish(Duration::from_secs(20));
-        assert_eq!(done.code(), Some(code), "{signal}: {}", done.describe());
-        assert!(!s.path("switch-traffic.seen").exists());
-        assert_eq!(
-            s.holder("deploy-production"),
-            None,
-            "{signal}: the trap released it"
-        );
+            let script = deploy(s, &work);
+            wait_for_file(&s.path("migrate.started"), Duration::from_secs(10));
+            assert!(s.holder("deploy-production").is_some());
+            killpg(script.pid(), signal).expect("signal the script's group");
+            let done = script.finish(Duration::from_secs(20));
+            assert_eq!(done.code(), Some(code), "{signal}: {}", done.describe());
+            assert!(!s.path("switch-traffic.seen").exists());
+            assert_eq!(
+                s.holder("deploy-production"),
+                None,
+                "{signal}: the trap released it"
+            );
+        });
     }
 }
 
@@ -1190,6 +1257,7 @@ fn assert_fence_order(entries: &[(i64, String)]) {
 
 #[test]
 fn fenced_write_accepts_newer_fences_and_rejects_older_ones() {
+    // No lock store here: fenced-write guards its folder with flock(1) alone.
     let s = Scratch::new();
     let dir = s.path("ledger");
     let write = |fence: Option<&str>, env: Option<&str>, value: &str| {
@@ -1231,6 +1299,7 @@ fn fenced_write_accepts_newer_fences_and_rejects_older_ones() {
 
 #[test]
 fn fenced_write_is_atomic_against_concurrent_writers() {
+    // No lock store here either, as in `fenced_write_accepts_newer_fences_and_rejects_older_ones`.
     let s = Scratch::new();
     let dir = s.path("ledger");
     std::fs::create_dir(&dir).expect("mkdir");
@@ -1271,32 +1340,33 @@ fn fenced_write_is_atomic_against_concurrent_writers() {
 
 #[test]
 fn fenced_write_readme_command() {
-    let s = Scratch::new();
-    let dir = s.path("ledger");
-    let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
-    for _ in 0..2 {
-        let mut cmd = s.cmd("/bin/sh");
-        cmd.arg("-c").arg(&line).current_dir(root());
-        let done = s.spawn(&mut cmd).finish(Duration::from_secs(20));
-        assert_eq!(done.code(), Some(0), "{}", done.describe());
-    }
-    let tenures: Vec<i64> = s
-        .log("ledger")
-        .iter()
-        .filter(|e| e["event"] == "acquired")
-        .map(|e| e["fence"].as_i64().expect("fence"))
-        .collect();
-    let entries = ledger(&dir);
-    assert_eq!(
-        entries,
-        tenures
+    on_the_store_and_through_a_server(|s| {
+        let dir = s.path("ledger");
+        let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
+        for _ in 0..2 {
+            let mut cmd = s.cmd("/bin/sh");
+            cmd.arg("-c").arg(&line).current_dir(root());
+            let done = s.spawn(&mut cmd).finish(Duration::from_secs(20));
+            assert_eq!(done.code(), Some(0), "{}", done.describe());
+        }
+        let tenures: Vec<i64> = s
+            .log("ledger")
             .iter()
-            .map(|&f| (f, "entry".to_owned()))
-            .collect::<Vec<_>>(),
-        "each run wrote once, with its tenure's fence"
-    );
-    assert!(tenures.len() == 2 && tenures[0] < tenures[1]);
-    assert_eq!(s.holder("ledger"), None);
+            .filter(|e| e["event"] == "acquired")
+            .map(|e| e["fence"].as_i64().expect("fence"))
+            .collect();
+        let entries = ledger(&dir);
+        assert_eq!(
+            entries,
+            tenures
+                .iter()
+                .map(|&f| (f, "entry".to_owned()))
+                .collect::<Vec<_>>(),
+            "each run wrote once, with its tenure's fence"
+        );
+        assert!(tenures.len() == 2 && tenures[0] < tenures[1]);
+        assert_eq!(s.holder("ledger"), None);
+    });
 }
 
 /// Stopped processes, continued and killed if the test fails before it resumes them.
@@ -1325,103 +1395,105 @@ fn store_writable(db: &Path) -> bool {
 
 #[test]
 fn fenced_write_rejects_a_stale_holders_late_write() {
-    let s = Scratch::new();
-    let dir = s.path("ledger");
-    // A: writes once, says it is ready to be paused, then (once continued) writes again and
-    // lingers until its guard stops it.
-    let step = s.script(
-        "a-step.sh",
-        &format!(
-            "'{fw}' '{dir}' A:early || exit 9\n\
-             echo $$ >'{pid}.tmp' && mv '{pid}.tmp' '{pid}'\n\
-             while [ ! -e '{go}' ]; do sleep 0.1; done\n\
-             '{fw}' '{dir}' A:late\n\
-             echo $? >'{late}'\n\
-             sleep 30\n",
-            fw = fenced_write().display(),
-            dir = dir.display(),
-            pid = s.p("a.pid"),
-            go = s.p("go"),
-            late = s.p("a.late"),
-        ),
-    );
-    let a = s.spawn(
-        s.cmd(BIN)
-            .args(["run", "--resource", "ledger", "--ttl", "2", "--"])
-            .arg(&step),
-    );
-    wait_for_file(&s.path("a.pid"), Duration::from_secs(10));
-    let group = Pid::from_raw(read(&s.path("a.pid")).trim().parse().expect("a pid"));
-    let mut paused = Paused {
-        run: a.pid(),
-        group,
-        armed: true,
-    };
+    on_the_store_and_through_a_server(|s| {
+        let dir = s.path("ledger");
+        // A: writes once, says it is ready to be paused, then (once continued) writes again and
+        // lingers until its guard stops it.
+        let step = s.script(
+            "a-step.sh",
+            &format!(
+                "'{fw}' '{dir}' A:early || exit 9\n\
+                 echo $$ >'{pid}.tmp' && mv '{pid}.tmp' '{pid}'\n\
+                 while [ ! -e '{go}' ]; do sleep 0.1; done\n\
+                 '{fw}' '{dir}' A:late\n\
+                 echo $? >'{late}'\n\
+                 sleep 30\n",
+                fw = fenced_write().display(),
+                dir = dir.display(),
+                pid = s.p("a.pid"),
+                go = s.p("go"),
+                late = s.p("a.late"),
+            ),
+        );
+        let a = s.spawn(
+            s.cmd(BIN)
+                .args(["run", "--resource", "ledger", "--ttl", "2", "--"])
+                .arg(&step),
+        );
+        wait_for_file(&s.path("a.pid"), Duration::from_secs(10));
+        let group = Pid::from_raw(read(&s.path("a.pid")).trim().parse().expect("a pid"));
+        let mut paused = Paused {
+            run: a.pid(),
+            group,
+            armed: true,
+        };
 
-    // Pause A, its guard and its command alike, past its 2 s lease. (Not in the middle of a
-    // renewal: a process stopped inside a SQLite write would block every other writer.)
-    let mut tries = 0;
-    loop {
-        kill(paused.run, Signal::SIGSTOP).expect("stop A's distlock");
-        killpg(group, Signal::SIGSTOP).expect("stop A's command");
-        if store_writable(&s.db) {
-            break;
+        // Pause A, its guard and its command alike, past its 2 s lease. (Not in the middle of a
+        // renewal: a process stopped inside a SQLite write would block every other writer.
+        // Through a server the server writes, and a client paused mid-request holds nothing.)
+        let mut tries = 0;
+        loop {
+            kill(paused.run, Signal::SIGSTOP).expect("stop A's distlock");
+            killpg(group, Signal::SIGSTOP).expect("stop A's command");
+            if store_writable(&s.db) {
+                break;
+            }
+            tries += 1;
+            assert!(tries < 20, "A keeps the store's write lock");
+            kill(paused.run, Signal::SIGCONT).expect("continue");
+            std::thread::sleep(Duration::from_millis(50));
         }
-        tries += 1;
-        assert!(tries < 20, "A keeps the store's write lock");
-        kill(paused.run, Signal::SIGCONT).expect("continue");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let a_fence = ledger(&dir)[0].0;
-    wait_until(Duration::from_secs(15), "A's lease runs out", || {
-        s.holder("ledger").is_none()
+        let a_fence = ledger(&dir)[0].0;
+        wait_until(Duration::from_secs(15), "A's lease runs out", || {
+            s.holder("ledger").is_none()
+        });
+
+        // B: the README's command takes the expired lock and writes with a newer fence.
+        let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
+        let mut cmd = s.cmd("/bin/sh");
+        cmd.arg("-c").arg(&line).current_dir(root());
+        let b = s.spawn(&mut cmd).finish(Duration::from_secs(20));
+        assert_eq!(b.code(), Some(0), "{}", b.describe());
+
+        // A resumes: its command first, so the late write is attempted before the guard can
+        // stop it, as when a write is already under way.
+        std::fs::write(s.path("go"), "").expect("go");
+        killpg(group, Signal::SIGCONT).expect("continue A's command");
+        wait_until(Duration::from_secs(10), "A's late write", || {
+            read_or_empty(&s.path("a.late")).ends_with('\n')
+        });
+        assert_eq!(
+            read(&s.path("a.late")),
+            "1\n",
+            "fenced-write must reject A's late write"
+        );
+        kill(paused.run, Signal::SIGCONT).expect("continue A's distlock");
+        paused.armed = false;
+        let a_done = a.finish(Duration::from_secs(20));
+        assert_eq!(
+            a_done.code(),
+            Some(124),
+            "A's guard notices the lost lease: {}",
+            a_done.describe()
+        );
+        assert!(
+            a_done.stderr().contains("fenced-write: rejected"),
+            "{}",
+            a_done.describe()
+        );
+
+        let entries = ledger(&dir);
+        assert_fence_order(&entries);
+        let values: Vec<&str> = entries.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(values, ["A:early", "entry"], "never A's late write");
+        assert!(entries[1].0 > a_fence, "B's tenure has the larger fence");
+        let taken = s
+            .log("ledger")
+            .into_iter()
+            .find(|e| e["event"] == "taken_over")
+            .expect("B took over A's expired lock");
+        assert_eq!(taken["fence"], entries[1].0);
     });
-
-    // B: the README's command takes the expired lock and writes with a newer fence.
-    let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
-    let mut cmd = s.cmd("/bin/sh");
-    cmd.arg("-c").arg(&line).current_dir(root());
-    let b = s.spawn(&mut cmd).finish(Duration::from_secs(20));
-    assert_eq!(b.code(), Some(0), "{}", b.describe());
-
-    // A resumes: its command first, so the late write is attempted before the guard can
-    // stop it, as when a write is already under way.
-    std::fs::write(s.path("go"), "").expect("go");
-    killpg(group, Signal::SIGCONT).expect("continue A's command");
-    wait_until(Duration::from_secs(10), "A's late write", || {
-        read_or_empty(&s.path("a.late")).ends_with('\n')
-    });
-    assert_eq!(
-        read(&s.path("a.late")),
-        "1\n",
-        "fenced-write must reject A's late write"
-    );
-    kill(paused.run, Signal::SIGCONT).expect("continue A's distlock");
-    paused.armed = false;
-    let a_done = a.finish(Duration::from_secs(20));
-    assert_eq!(
-        a_done.code(),
-        Some(124),
-        "A's guard notices the lost lease: {}",
-        a_done.describe()
-    );
-    assert!(
-        a_done.stderr().contains("fenced-write: rejected"),
-        "{}",
-        a_done.describe()
-    );
-
-    let entries = ledger(&dir);
-    assert_fence_order(&entries);
-    let values: Vec<&str> = entries.iter().map(|(_, v)| v.as_str()).collect();
-    assert_eq!(values, ["A:early", "entry"], "never A's late write");
-    assert!(entries[1].0 > a_fence, "B's tenure has the larger fence");
-    let taken = s
-        .log("ledger")
-        .into_iter()
-        .find(|e| e["event"] == "taken_over")
-        .expect("B took over A's expired lock");
-    assert_eq!(taken["fence"], entries[1].0);
 }
 
 fn read_or_empty(path: &Path) -> String {
@@ -1450,94 +1522,95 @@ fn slots_step(s: &Scratch, deploy: &Path, service: &str) -> Proc {
 
 #[test]
 fn ci_slots_step_runs_at_most_two_deploys_at_once() {
-    let s = Scratch::new();
-    let entered = s.path("entered");
-    std::fs::create_dir(&entered).expect("mkdir entered");
-    // The deploy stand-in: says when it starts and ends, and what `status` showed while it ran.
-    // Whoever enters first stays until a second deploy has entered, so two always overlap, then
-    // every deploy holds its slot for half a second more: long enough for a third to barge in
-    // if the limit let it.
-    let deploy = s.script(
-        "deploy.sh",
-        &format!(
-            "echo \"start $1 $DISTLOCK_FENCE\" >>'{events}'\n\
-             distlock status deploy-slots >'{status}-'\"$1\"\n\
-             : >'{entered}/'\"$1\"\n\
-             i=0\n\
-             while [ \"$(ls '{entered}' | wc -l)\" -lt 2 ] && [ $i -lt 200 ]; do\n\
-             \x20 sleep 0.1; i=$((i + 1))\n\
-             done\n\
-             sleep 0.5\n\
-             echo \"end $1 $DISTLOCK_FENCE\" >>'{events}'\n",
-            events = s.p("events"),
-            status = s.p("status"),
-            entered = entered.display(),
-        ),
-    );
-    // See `ci_step_serialises_concurrent_deploys`.
-    s.create_store();
-
-    let jobs: Vec<(&str, Proc)> = SERVICES
-        .iter()
-        .map(|&service| (service, slots_step(&s, &deploy, service)))
-        .collect();
-    for (service, job) in jobs {
-        let done = job.finish(Duration::from_secs(60));
-        assert_eq!(done.code(), Some(0), "{service}: {}", done.describe());
-    }
-
-    // The events file is appended in the order things happened: replay it.
-    let log = read(&s.path("events"));
-    let mut running = Vec::new();
-    let mut most = 0;
-    let mut fences = Vec::new();
-    for line in log.lines() {
-        let words: Vec<&str> = line.split(' ').collect();
-        assert_eq!(words.len(), 3, "{log}");
-        let (service, fence) = (words[1], words[2]);
-        match words[0] {
-            "start" => {
-                running.push(service);
-                most = most.max(running.len());
-                fences.push(fence.to_owned());
-            }
-            "end" => {
-                let at = running.iter().position(|&r| r == service).expect("started");
-                running.remove(at);
-            }
-            other => panic!("{other}: {log}"),
-        }
-    }
-    assert!(running.is_empty(), "every deploy ended: {log}");
-    assert_eq!(fences.len(), 4, "four deploys: {log}");
-    assert_eq!(most, 2, "at most two at once, and two did overlap: {log}");
-    fences.sort();
-    fences.dedup();
-    assert_eq!(
-        fences.len(),
-        4,
-        "a tenure, and a fence, of its own each: {log}"
-    );
-
-    // While each deploy ran, `status` listed it among at most two semaphore holders, with the
-    // note that says which service and pipeline.
-    for service in SERVICES {
-        let status: Value =
-            serde_json::from_str(&read(&s.path(&format!("status-{service}")))).expect("JSON");
-        assert_eq!(status["held"], true, "{service}: {status}");
-        let locks = status["locks"]
-            .as_array()
-            .expect("\"locks\" for a semaphore");
-        assert!((1..=2).contains(&locks.len()), "{service}: {status}");
-        assert!(locks.iter().all(|l| l["limit"] == 2), "{status}");
-        let note = format!("{service}, run 812");
-        assert_eq!(
-            locks.iter().filter(|l| l["note"] == note.as_str()).count(),
-            1,
-            "{service}'s own tenure: {status}"
+    on_the_store_and_through_a_server(|s| {
+        let entered = s.path("entered");
+        std::fs::create_dir(&entered).expect("mkdir entered");
+        // The deploy stand-in: says when it starts and ends, and what `status` showed while it ran.
+        // Whoever enters first stays until a second deploy has entered, so two always overlap, then
+        // every deploy holds its slot for half a second more: long enough for a third to barge in
+        // if the limit let it.
+        let deploy = s.script(
+            "deploy.sh",
+            &format!(
+                "echo \"start $1 $DISTLOCK_FENCE\" >>'{events}'\n\
+                 distlock status deploy-slots >'{status}-'\"$1\"\n\
+                 : >'{entered}/'\"$1\"\n\
+                 i=0\n\
+                 while [ \"$(ls '{entered}' | wc -l)\" -lt 2 ] && [ $i -lt 200 ]; do\n\
+                 \x20 sleep 0.1; i=$((i + 1))\n\
+                 done\n\
+                 sleep 0.5\n\
+                 echo \"end $1 $DISTLOCK_FENCE\" >>'{events}'\n",
+                events = s.p("events"),
+                status = s.p("status"),
+                entered = entered.display(),
+            ),
         );
-    }
-    assert_eq!(s.holder("deploy-slots"), None, "every slot released");
+        // See `ci_step_serialises_concurrent_deploys`.
+        s.create_store();
+
+        let jobs: Vec<(&str, Proc)> = SERVICES
+            .iter()
+            .map(|&service| (service, slots_step(s, &deploy, service)))
+            .collect();
+        for (service, job) in jobs {
+            let done = job.finish(Duration::from_secs(60));
+            assert_eq!(done.code(), Some(0), "{service}: {}", done.describe());
+        }
+
+        // The events file is appended in the order things happened: replay it.
+        let log = read(&s.path("events"));
+        let mut running = Vec::new();
+        let mut most = 0;
+        let mut fences = Vec::new();
+        for line in log.lines() {
+            let words: Vec<&str> = line.split(' ').collect();
+            assert_eq!(words.len(), 3, "{log}");
+            let (service, fence) = (words[1], words[2]);
+            match words[0] {
+                "start" => {
+                    running.push(service);
+                    most = most.max(running.len());
+                    fences.push(fence.to_owned());
+                }
+                "end" => {
+                    let at = running.iter().position(|&r| r == service).expect("started");
+                    running.remove(at);
+                }
+                other => panic!("{other}: {log}"),
+            }
+        }
+        assert!(running.is_empty(), "every deploy ended: {log}");
+        assert_eq!(fences.len(), 4, "four deploys: {log}");
+        assert_eq!(most, 2, "at most two at once, and two did overlap: {log}");
+        fences.sort();
+        fences.dedup();
+        assert_eq!(
+            fences.len(),
+            4,
+            "a tenure, and a fence, of its own each: {log}"
+        );
+
+        // While each deploy ran, `status` listed it among at most two semaphore holders, with the
+        // note that says which service and pipeline.
+        for service in SERVICES {
+            let status: Value =
+                serde_json::from_str(&read(&s.path(&format!("status-{service}")))).expect("JSON");
+            assert_eq!(status["held"], true, "{service}: {status}");
+            let locks = status["locks"]
+                .as_array()
+                .expect("\"locks\" for a semaphore");
+            assert!((1..=2).contains(&locks.len()), "{service}: {status}");
+            assert!(locks.iter().all(|l| l["limit"] == 2), "{status}");
+            let note = format!("{service}, run 812");
+            assert_eq!(
+                locks.iter().filter(|l| l["note"] == note.as_str()).count(),
+                1,
+                "{service}'s own tenure: {status}"
+            );
+        }
+        assert_eq!(s.holder("deploy-slots"), None, "every slot released");
+    });
 }
 
 #[test]
@@ -1545,33 +1618,34 @@ fn ci_slots_step_exits_78_at_once_beside_another_kind_of_holder() {
     // A job elsewhere that takes deploy-slots with another limit, or as a plain lock: the step
     // can never fit beside it, so it fails at once instead of waiting its 30 minutes.
     for mode in [&["--limit", "3"][..], &[]] {
-        let s = Scratch::new();
-        let deploy = s.script("deploy.sh", &format!(": >'{}'\n", s.p("deployed")));
-        let mut args = vec![
-            "acquire",
-            "deploy-slots",
-            "--owner",
-            "old-pipeline",
-            "--ttl",
-            "60s",
-        ];
-        args.extend(mode);
-        let holder = s.json(&args, 0)["lock"].clone();
+        on_the_store_and_through_a_server(|s| {
+            let deploy = s.script("deploy.sh", &format!(": >'{}'\n", s.p("deployed")));
+            let mut args = vec![
+                "acquire",
+                "deploy-slots",
+                "--owner",
+                "old-pipeline",
+                "--ttl",
+                "60s",
+            ];
+            args.extend(mode);
+            let holder = s.json(&args, 0)["lock"].clone();
 
-        let done = slots_step(&s, &deploy, "api").finish(Duration::from_secs(20));
-        assert_eq!(done.code(), Some(78), "{mode:?}: {}", done.describe());
-        assert!(
-            done.elapsed < Duration::from_secs(10),
-            "78 is answered at once, even with --wait: {}",
-            done.describe()
-        );
-        assert!(
-            done.stderr().contains("old-pipeline"),
-            "names the holder: {}",
-            done.describe()
-        );
-        assert!(!s.path("deployed").exists(), "{mode:?}: the deploy ran");
-        assert_eq!(s.holder("deploy-slots"), Some(holder), "nothing changed");
+            let done = slots_step(s, &deploy, "api").finish(Duration::from_secs(20));
+            assert_eq!(done.code(), Some(78), "{mode:?}: {}", done.describe());
+            assert!(
+                done.elapsed < Duration::from_secs(10),
+                "78 is answered at once, even with --wait: {}",
+                done.describe()
+            );
+            assert!(
+                done.stderr().contains("old-pipeline"),
+                "names the holder: {}",
+                done.describe()
+            );
+            assert!(!s.path("deployed").exists(), "{mode:?}: the deploy ran");
+            assert_eq!(s.holder("deploy-slots"), Some(holder), "nothing changed");
+        });
     }
 }
 
@@ -1588,120 +1662,126 @@ fn index_events(s: &Scratch) -> Vec<String> {
 
 #[test]
 fn crontab_readers_share_the_index_and_the_rebuild_waits_for_them() {
-    let s = Scratch::new();
-    let cron = Crontab::of("crontab-search-index");
-    let inside = s.path("inside");
-    std::fs::create_dir(&inside).expect("mkdir inside");
-    // A reader says when it starts and ends, and stays until the test opens the readers' gate.
-    let reader = |name: &str| {
-        s.script(
-            name,
+    on_the_store_and_through_a_server(|s| {
+        let cron = Crontab::of("crontab-search-index");
+        let inside = s.path("inside");
+        std::fs::create_dir(&inside).expect("mkdir inside");
+        // A reader says when it starts and ends, and stays until the test opens the readers' gate.
+        let reader = |name: &str| {
+            s.script(
+                name,
+                &format!(
+                    "echo \"start reader $$\" >>'{events}'\n\
+                     : >'{inside}/'$$\n\
+                     i=0\n\
+                     while [ ! -e '{gate}' ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done\n\
+                     echo \"end reader $$\" >>'{events}'\n",
+                    events = s.p("events"),
+                    inside = inside.display(),
+                    gate = s.p("readers-go"),
+                ),
+            )
+        };
+        let report = reader("search-report.sh");
+        let sitemap = reader("sitemap.sh");
+        let rebuild = s.script(
+            "rebuild-index.sh",
             &format!(
-                "echo \"start reader $$\" >>'{events}'\n\
-                 : >'{inside}/'$$\n\
+                "echo 'start rebuild' >>'{events}'\n\
+                 distlock status search-index >'{status}'\n\
+                 : >'{started}'\n\
                  i=0\n\
                  while [ ! -e '{gate}' ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done\n\
-                 echo \"end reader $$\" >>'{events}'\n",
+                 echo 'end rebuild' >>'{events}'\n",
                 events = s.p("events"),
-                inside = inside.display(),
-                gate = s.p("readers-go"),
+                status = s.p("rebuild.status"),
+                started = s.p("rebuild.started"),
+                gate = s.p("rebuild-go"),
             ),
-        )
-    };
-    let report = reader("search-report.sh");
-    let sitemap = reader("sitemap.sh");
-    let rebuild = s.script(
-        "rebuild-index.sh",
-        &format!(
-            "echo 'start rebuild' >>'{events}'\n\
-             distlock status search-index >'{status}'\n\
-             : >'{started}'\n\
-             i=0\n\
-             while [ ! -e '{gate}' ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done\n\
-             echo 'end rebuild' >>'{events}'\n",
-            events = s.p("events"),
-            status = s.p("rebuild.status"),
-            started = s.p("rebuild.started"),
-            gate = s.p("rebuild-go"),
-        ),
-    );
-    let report_line = substitute(
-        &cron.job("search-report.sh").1,
-        &[("/usr/local/bin/search-report.sh", &report)],
-    );
-    let sitemap_line = substitute(
-        &cron.job("sitemap.sh").1,
-        &[("/usr/local/bin/sitemap.sh", &sitemap)],
-    );
-    let rebuild_line = substitute(
-        &cron.job("rebuild-index.sh").1,
-        &[("/usr/local/bin/rebuild-index.sh", &rebuild)],
-    );
-    let job = |line: &str| s.spawn(&mut cron.command(&s, line));
-    let readers_inside = || std::fs::read_dir(&inside).expect("inside/").count();
-    // See `ci_step_serialises_concurrent_deploys`.
-    s.create_store();
+        );
+        let report_line = substitute(
+            &cron.job("search-report.sh").1,
+            &[("/usr/local/bin/search-report.sh", &report)],
+        );
+        let sitemap_line = substitute(
+            &cron.job("sitemap.sh").1,
+            &[("/usr/local/bin/sitemap.sh", &sitemap)],
+        );
+        let rebuild_line = substitute(
+            &cron.job("rebuild-index.sh").1,
+            &[("/usr/local/bin/rebuild-index.sh", &rebuild)],
+        );
+        let job = |line: &str| s.spawn(&mut cron.command(s, line));
+        let readers_inside = || std::fs::read_dir(&inside).expect("inside/").count();
+        // See `ci_step_serialises_concurrent_deploys`.
+        s.create_store();
 
-    // Three readers at once: none can leave before the gate opens, so all three are inside
-    // together.
-    let readers = [job(&report_line), job(&sitemap_line), job(&report_line)];
-    wait_until(Duration::from_secs(20), "three readers inside", || {
-        readers_inside() == 3
-    });
-    let status = s.json(&["status", "search-index"], 0);
-    let locks = status["locks"].as_array().expect("\"locks\" while shared");
-    assert_eq!(locks.len(), 3, "{status}");
-    assert!(locks.iter().all(|l| l["shared"] == true), "{status}");
+        // Three readers at once: none can leave before the gate opens, so all three are inside
+        // together.
+        let readers = [job(&report_line), job(&sitemap_line), job(&report_line)];
+        wait_until(Duration::from_secs(20), "three readers inside", || {
+            readers_inside() == 3
+        });
+        let status = s.json(&["status", "search-index"], 0);
+        let locks = status["locks"].as_array().expect("\"locks\" while shared");
+        assert_eq!(locks.len(), 3, "{status}");
+        assert!(locks.iter().all(|l| l["shared"] == true), "{status}");
 
-    // The rebuild, started while they read, waits for them.
-    let rebuilding = job(&rebuild_line);
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(
-        !s.path("rebuild.started").exists(),
-        "the rebuild started beside readers: {:?}",
-        index_events(&s)
-    );
-    std::fs::write(s.path("readers-go"), "").expect("gate");
-    for reader in readers {
-        let done = reader.finish(Duration::from_secs(20));
+        // The rebuild, started while they read, waits for them.
+        let rebuilding = job(&rebuild_line);
+        let in_line = |what: &str| {
+            wait_until(Duration::from_secs(20), what, || {
+                s.waiting("search-index") == 1
+            });
+        };
+        in_line("the rebuild waits in line");
+        assert!(
+            !s.path("rebuild.started").exists(),
+            "the rebuild started beside readers: {:?}",
+            index_events(s)
+        );
+        std::fs::write(s.path("readers-go"), "").expect("gate");
+        for reader in readers {
+            let done = reader.finish(Duration::from_secs(20));
+            assert_eq!(done.code(), Some(0), "{}", done.describe());
+        }
+        wait_for_file(&s.path("rebuild.started"), Duration::from_secs(20));
+        let seen: Value = serde_json::from_str(&read(&s.path("rebuild.status"))).expect("JSON");
+        assert_eq!(seen["held"], true, "{seen}");
+        assert_eq!(seen["lock"]["note"], "nightly rebuild", "{seen}");
+        assert!(
+            seen["lock"].get("shared").is_none() && seen.get("locks").is_none(),
+            "the rebuild holds the index alone: {seen}"
+        );
+
+        // A reader that starts while the rebuild runs waits for it.
+        let late = job(&report_line);
+        in_line("the late reader waits in line");
+        assert_eq!(readers_inside(), 3, "a reader got in during the rebuild");
+        std::fs::write(s.path("rebuild-go"), "").expect("gate");
+        let done = rebuilding.finish(Duration::from_secs(20));
         assert_eq!(done.code(), Some(0), "{}", done.describe());
-    }
-    wait_for_file(&s.path("rebuild.started"), Duration::from_secs(20));
-    let seen: Value = serde_json::from_str(&read(&s.path("rebuild.status"))).expect("JSON");
-    assert_eq!(seen["held"], true, "{seen}");
-    assert_eq!(seen["lock"]["note"], "nightly rebuild", "{seen}");
-    assert!(
-        seen["lock"].get("shared").is_none() && seen.get("locks").is_none(),
-        "the rebuild holds the index alone: {seen}"
-    );
+        let done = late.finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
 
-    // A reader that starts while the rebuild runs waits for it.
-    let late = job(&report_line);
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(readers_inside(), 3, "a reader got in during the rebuild");
-    std::fs::write(s.path("rebuild-go"), "").expect("gate");
-    let done = rebuilding.finish(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "{}", done.describe());
-    let done = late.finish(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "{}", done.describe());
-
-    assert_eq!(
-        index_events(&s),
-        [
-            "start reader",
-            "start reader",
-            "start reader",
-            "end reader",
-            "end reader",
-            "end reader",
-            "start rebuild",
-            "end rebuild",
-            "start reader",
-            "end reader",
-        ],
-        "readers together, then the rebuild alone, then the late reader"
-    );
-    assert_eq!(s.holder("search-index"), None, "released at the end");
+        assert_eq!(
+            index_events(s),
+            [
+                "start reader",
+                "start reader",
+                "start reader",
+                "end reader",
+                "end reader",
+                "end reader",
+                "start rebuild",
+                "end rebuild",
+                "start reader",
+                "end reader",
+            ],
+            "readers together, then the rebuild alone, then the late reader"
+        );
+        assert_eq!(s.holder("search-index"), None, "released at the end");
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1765,124 +1845,126 @@ fn assert_quiet_success(done: &process::Finished, host: &str) {
 
 #[test]
 fn fleet_crontab_runs_the_report_once_per_period_across_hosts() {
-    let s = Scratch::new();
-    let cron = Crontab::of("crontab-fleet");
-    let report = s.script(
-        "report.sh",
-        &format!(
-            "echo \"$(hostname) $DISTLOCK_FENCE\" >>'{runs}'\n",
-            runs = s.p("runs")
-        ),
-    );
-    let line = fleet_line(&cron, &report, "5s", "45m");
-    let runs = || -> Vec<String> {
-        read_or_empty(&s.path("runs"))
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    };
-    // Every host's cron fires at :00, at the same moment.
-    let period = || {
-        let hosts = ["web-1", "web-2", "web-3"];
-        let jobs: Vec<(&str, Proc)> = hosts
+    on_the_store_and_through_a_server(|s| {
+        let cron = Crontab::of("crontab-fleet");
+        let report = s.script(
+            "report.sh",
+            &format!(
+                "echo \"$(hostname) $DISTLOCK_FENCE\" >>'{runs}'\n",
+                runs = s.p("runs")
+            ),
+        );
+        let line = fleet_line(&cron, &report, "5s", "45m");
+        let runs = || -> Vec<String> {
+            read_or_empty(&s.path("runs"))
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        };
+        // Every host's cron fires at :00, at the same moment.
+        let period = || {
+            let hosts = ["web-1", "web-2", "web-3"];
+            let jobs: Vec<(&str, Proc)> = hosts
+                .iter()
+                .map(|&host| (host, on_host(s, &cron, &line, host)))
+                .collect();
+            for (host, job) in jobs {
+                assert_quiet_success(&job.finish(Duration::from_secs(20)), host);
+            }
+        };
+
+        period();
+        let first = runs();
+        assert_eq!(first.len(), 1, "the report ran once: {first:?}");
+        let (host, _) = first[0].split_once(' ').expect("HOST FENCE");
+        // The lock stays held, with the host that ran it as its note, until start + the hold.
+        let lock = s
+            .holder("hourly-report")
+            .expect("held after the report ended");
+        assert_eq!(lock["note"], host, "{lock}");
+        assert_eq!(
+            millis(&lock["expires_at"]) - millis(&lock["acquired_at"]),
+            5000,
+            "{lock}"
+        );
+        let events: Vec<Value> = s.log("hourly-report");
+        let names: Vec<&str> = events
             .iter()
-            .map(|&host| (host, on_host(&s, &cron, &line, host)))
+            .map(|e| e["event"].as_str().expect("event"))
             .collect();
-        for (host, job) in jobs {
-            assert_quiet_success(&job.finish(Duration::from_secs(20)), host);
-        }
-    };
+        assert_eq!(names, ["acquired", "kept"], "one tenure, kept: {events:?}");
 
-    period();
-    let first = runs();
-    assert_eq!(first.len(), 1, "the report ran once: {first:?}");
-    let (host, _) = first[0].split_once(' ').expect("HOST FENCE");
-    // The lock stays held, with the host that ran it as its note, until start + the hold.
-    let lock = s
-        .holder("hourly-report")
-        .expect("held after the report ended");
-    assert_eq!(lock["note"], host, "{lock}");
-    assert_eq!(
-        millis(&lock["expires_at"]) - millis(&lock["acquired_at"]),
-        5000,
-        "{lock}"
-    );
-    let events: Vec<Value> = s.log("hourly-report");
-    let names: Vec<&str> = events
-        .iter()
-        .map(|e| e["event"].as_str().expect("event"))
-        .collect();
-    assert_eq!(names, ["acquired", "kept"], "one tenure, kept: {events:?}");
+        // A host whose cron fires later (a slow start, a clock behind) still skips.
+        assert_quiet_success(
+            &on_host(s, &cron, &line, "web-4").finish(Duration::from_secs(20)),
+            "web-4",
+        );
+        assert_eq!(runs(), first, "no second report in the same period");
 
-    // A host whose cron fires later (a slow start, a clock behind) still skips.
-    assert_quiet_success(
-        &on_host(&s, &cron, &line, "web-4").finish(Duration::from_secs(20)),
-        "web-4",
-    );
-    assert_eq!(runs(), first, "no second report in the same period");
-
-    // The next period, once the hold is over: one more report, a new tenure.
-    wait_until(Duration::from_secs(20), "the hold ends", || {
-        s.holder("hourly-report").is_none()
+        // The next period, once the hold is over: one more report, a new tenure.
+        wait_until(Duration::from_secs(20), "the hold ends", || {
+            s.holder("hourly-report").is_none()
+        });
+        period();
+        let second = runs();
+        assert_eq!(second.len(), 2, "one report per period: {second:?}");
+        let fence = |line: &str| -> i64 {
+            line.split(' ')
+                .nth(1)
+                .expect("a fence")
+                .parse()
+                .expect("a number")
+        };
+        assert!(fence(&second[1]) > fence(&second[0]), "{second:?}");
     });
-    period();
-    let second = runs();
-    assert_eq!(second.len(), 2, "one report per period: {second:?}");
-    let fence = |line: &str| -> i64 {
-        line.split(' ')
-            .nth(1)
-            .expect("a fence")
-            .parse()
-            .expect("a number")
-    };
-    assert!(fence(&second[1]) > fence(&second[0]), "{second:?}");
 }
 
 #[test]
 fn fleet_crontab_stops_a_hung_report_and_still_holds_the_period() {
-    let s = Scratch::new();
-    let cron = Crontab::of("crontab-fleet");
-    let report = s.script(
-        "report.sh",
-        &format!(
-            "trap 'echo stopped >\"{stopped}\"; exit 143' TERM\n\
-             while :; do sleep 0.1; done\n",
-            stopped = s.p("stopped"),
-        ),
-    );
-    let line = fleet_line(&cron, &report, "30s", "1s");
-    let done = on_host(&s, &cron, &line, "web-1").finish(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(124), "{}", done.describe());
-    // (The report's shell may add a line of its own about its `sleep`.)
-    let said: Vec<String> = done
-        .stderr()
-        .lines()
-        .filter(|line| line.starts_with("distlock: "))
-        .map(str::to_owned)
-        .collect();
-    assert!(
-        said.len() == 1 && said[0].contains("--max-runtime"),
-        "one line for cron to mail, naming the limit: {}",
-        done.describe()
-    );
-    assert!(done.stdout().is_empty(), "{}", done.describe());
-    assert_eq!(
-        read(&s.path("stopped")),
-        "stopped\n",
-        "the report got SIGTERM"
-    );
+    on_the_store_and_through_a_server(|s| {
+        let cron = Crontab::of("crontab-fleet");
+        let report = s.script(
+            "report.sh",
+            &format!(
+                "trap 'echo stopped >\"{stopped}\"; exit 143' TERM\n\
+                 while :; do sleep 0.1; done\n",
+                stopped = s.p("stopped"),
+            ),
+        );
+        let line = fleet_line(&cron, &report, "30s", "1s");
+        let done = on_host(s, &cron, &line, "web-1").finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(124), "{}", done.describe());
+        // (The report's shell may add a line of its own about its `sleep`.)
+        let said: Vec<String> = done
+            .stderr()
+            .lines()
+            .filter(|line| line.starts_with("distlock: "))
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            said.len() == 1 && said[0].contains("--max-runtime"),
+            "one line for cron to mail, naming the limit: {}",
+            done.describe()
+        );
+        assert!(done.stdout().is_empty(), "{}", done.describe());
+        assert_eq!(
+            read(&s.path("stopped")),
+            "stopped\n",
+            "the report got SIGTERM"
+        );
 
-    let lock = s.holder("hourly-report").expect("kept for the period");
-    assert_eq!(lock["note"], "web-1", "{lock}");
-    assert_eq!(
-        millis(&lock["expires_at"]) - millis(&lock["acquired_at"]),
-        30_000,
-        "{lock}"
-    );
-    assert_quiet_success(
-        &on_host(&s, &cron, &line, "web-2").finish(Duration::from_secs(20)),
-        "web-2",
-    );
+        let lock = s.holder("hourly-report").expect("kept for the period");
+        assert_eq!(lock["note"], "web-1", "{lock}");
+        assert_eq!(
+            millis(&lock["expires_at"]) - millis(&lock["acquired_at"]),
+            30_000,
+            "{lock}"
+        );
+        assert_quiet_success(
+            &on_host(s, &cron, &line, "web-2").finish(Duration::from_secs(20)),
+            "web-2",
+        );
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1901,108 +1983,109 @@ fn break_lock(s: &Scratch, answer: &str, args: &[&str]) -> process::Finished {
 
 #[test]
 fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
-    let s = Scratch::new();
-    // The stuck report: it never ends on its own; it notes the SIGTERM that stops it.
-    let stuck = s.script(
-        "report.sh",
-        &format!(
-            "trap 'echo stopped >\"{stopped}\"; exit 143' TERM\n\
-             : >\"{started}\"\n\
-             while :; do sleep 0.1; done\n",
-            stopped = s.p("stopped"),
-            started = s.p("started"),
-        ),
-    );
-    let run = s.spawn(
-        s.cmd(BIN)
-            .args([
-                "run",
-                "--resource",
-                "hourly-report",
-                "--ttl",
-                "6",
-                "--note",
-                "web-3",
-                "--",
-            ])
-            .arg(&stuck),
-    );
-    wait_for_file(&s.path("started"), Duration::from_secs(10));
-    let holder = s.holder("hourly-report").expect("held");
+    on_the_store_and_through_a_server(|s| {
+        // The stuck report: it never ends on its own; it notes the SIGTERM that stops it.
+        let stuck = s.script(
+            "report.sh",
+            &format!(
+                "trap 'echo stopped >\"{stopped}\"; exit 143' TERM\n\
+                 : >\"{started}\"\n\
+                 while :; do sleep 0.1; done\n",
+                stopped = s.p("stopped"),
+                started = s.p("started"),
+            ),
+        );
+        let run = s.spawn(
+            s.cmd(BIN)
+                .args([
+                    "run",
+                    "--resource",
+                    "hourly-report",
+                    "--ttl",
+                    "6",
+                    "--note",
+                    "web-3",
+                    "--",
+                ])
+                .arg(&stuck),
+        );
+        wait_for_file(&s.path("started"), Duration::from_secs(10));
+        let holder = s.holder("hourly-report").expect("held");
 
-    // The operator looks, and says no: nothing changes.
-    let looked = break_lock(&s, "n", &["hourly-report", "report hung since 03:00"]);
-    assert_eq!(looked.code(), Some(2), "{}", looked.describe());
-    let shown = looked.stdout();
-    let status: Value =
-        serde_json::from_str(shown.lines().next().unwrap_or_default()).expect("status JSON");
-    // (Its expires_at may have moved on since: the run renews every 2 s.)
-    for key in ["owner", "fence", "acquired_at", "note"] {
-        assert_eq!(
-            status["lock"][key],
-            holder[key],
-            "who holds it, since when, and why: {}",
+        // The operator looks, and says no: nothing changes.
+        let looked = break_lock(s, "n", &["hourly-report", "report hung since 03:00"]);
+        assert_eq!(looked.code(), Some(2), "{}", looked.describe());
+        let shown = looked.stdout();
+        let status: Value =
+            serde_json::from_str(shown.lines().next().unwrap_or_default()).expect("status JSON");
+        // (Its expires_at may have moved on since: the run renews every 2 s.)
+        for key in ["owner", "fence", "acquired_at", "note"] {
+            assert_eq!(
+                status["lock"][key],
+                holder[key],
+                "who holds it, since when, and why: {}",
+                looked.describe()
+            );
+        }
+        assert!(
+            shown.contains("acquired by"),
+            "its history: {}",
             looked.describe()
         );
-    }
-    assert!(
-        shown.contains("acquired by"),
-        "its history: {}",
-        looked.describe()
-    );
-    let still = s.holder("hourly-report").expect("still held");
-    assert_eq!(still["fence"], holder["fence"], "{still}");
+        let still = s.holder("hourly-report").expect("still held");
+        assert_eq!(still["fence"], holder["fence"], "{still}");
 
-    // The operator says yes.
-    let broke = break_lock(&s, "y", &["hourly-report", "report hung since 03:00"]);
-    let broken_at = Instant::now();
-    assert_eq!(broke.code(), Some(0), "{}", broke.describe());
-    assert!(
-        broke.stdout().contains("broke hourly-report"),
-        "{}",
-        broke.describe()
-    );
-    let by = format!("alice@{}", host_name());
+        // The operator says yes.
+        let broke = break_lock(s, "y", &["hourly-report", "report hung since 03:00"]);
+        let broken_at = Instant::now();
+        assert_eq!(broke.code(), Some(0), "{}", broke.describe());
+        assert!(
+            broke.stdout().contains("broke hourly-report"),
+            "{}",
+            broke.describe()
+        );
+        let by = format!("alice@{}", host_name());
 
-    // The evicted run stops its command at its next renewal (ttl/3 = 2 s) and says why.
-    let done = run.finish(Duration::from_secs(20));
-    assert!(
-        broken_at.elapsed() < Duration::from_secs(5),
-        "the run went on {:?} after the break",
-        broken_at.elapsed()
-    );
-    assert_eq!(done.code(), Some(124), "{}", done.describe());
-    assert!(
-        done.stderr()
-            .contains(&format!("broken by {by} (report hung since 03:00)")),
-        "{}",
-        done.describe()
-    );
-    assert_eq!(
-        read(&s.path("stopped")),
-        "stopped\n",
-        "the report got SIGTERM"
-    );
+        // The evicted run stops its command at its next renewal (ttl/3 = 2 s) and says why.
+        let done = run.finish(Duration::from_secs(20));
+        assert!(
+            broken_at.elapsed() < Duration::from_secs(5),
+            "the run went on {:?} after the break",
+            broken_at.elapsed()
+        );
+        assert_eq!(done.code(), Some(124), "{}", done.describe());
+        assert!(
+            done.stderr()
+                .contains(&format!("broken by {by} (report hung since 03:00)")),
+            "{}",
+            done.describe()
+        );
+        assert_eq!(
+            read(&s.path("stopped")),
+            "stopped\n",
+            "the report got SIGTERM"
+        );
 
-    // The history says who broke it and why; the next holder gets a higher fence.
-    let events = s.log("hourly-report");
-    let last = events.last().expect("events");
-    assert_eq!(last["event"], "broken", "{events:?}");
-    assert_eq!(last["owner"], holder["owner"]);
-    assert_eq!(last["by"], by.as_str());
-    assert_eq!(last["reason"], "report hung since 03:00");
-    let next = s.hold("hourly-report", "web-1", "60s");
-    assert!(fence_of(&next) > fence_of(&holder), "{next} after {holder}");
-    s.release("hourly-report", "web-1");
+        // The history says who broke it and why; the next holder gets a higher fence.
+        let events = s.log("hourly-report");
+        let last = events.last().expect("events");
+        assert_eq!(last["event"], "broken", "{events:?}");
+        assert_eq!(last["owner"], holder["owner"]);
+        assert_eq!(last["by"], by.as_str());
+        assert_eq!(last["reason"], "report hung since 03:00");
+        let next = s.hold("hourly-report", "web-1", "60s");
+        assert!(fence_of(&next) > fence_of(&holder), "{next} after {holder}");
+        s.release("hourly-report", "web-1");
 
-    // Nobody holds it: 1, without asking. No arguments: 64.
-    let again = break_lock(&s, "y", &["hourly-report", "again"]);
-    assert_eq!(again.code(), Some(1), "{}", again.describe());
-    assert!(
-        !again.stderr().contains("Break the lock"),
-        "{}",
-        again.describe()
-    );
-    let usage = break_lock(&s, "y", &[]);
-    assert_eq!(usage.code(), Some(64), "{}", usage.describe());
+        // Nobody holds it: 1, without asking. No arguments: 64.
+        let again = break_lock(s, "y", &["hourly-report", "again"]);
+        assert_eq!(again.code(), Some(1), "{}", again.describe());
+        assert!(
+            !again.stderr().contains("Break the lock"),
+            "{}",
+            again.describe()
+        );
+        let usage = break_lock(s, "y", &[]);
+        assert_eq!(usage.code(), Some(64), "{}", usage.describe());
+    });
 }

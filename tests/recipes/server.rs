@@ -4,6 +4,11 @@
 //! unit (`distlock-serve.service`), started from its ExecStart over HTTPS with a CA the test
 //! makes. The server serves beside the commands that use the same SQLite file, so the tests
 //! look at the locks and their history with `distlock status` and `distlock log`.
+//!
+//! [`Scratch::through_server`] puts such a server in front of a scratch store for the recipes
+//! that run through one: the CI step with distlock on the runner
+//! (`ci-deploy-through-server.yml`), and the shared-store recipes of `recipes.rs` in their
+//! second run.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -171,6 +176,95 @@ impl Scratch {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
             .arg(tokens);
         Served::start(self, &mut cmd, None)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every command of a recipe through a server
+
+/// The server in front of a scratch store whose commands all go through it
+/// ([`Scratch::through_server`]): HTTPS with a certificate of a CA made for the test, and one
+/// token.
+pub(crate) struct Front {
+    served: Served,
+    secret: String,
+    /// The CA's certificate, PEM: what `DISTLOCK_CA_CERT` names.
+    ca_cert: PathBuf,
+}
+
+impl Front {
+    /// `https://127.0.0.1:PORT`: what `DISTLOCK_DB` gets.
+    pub(crate) fn url(&self) -> &str {
+        &self.served.url
+    }
+
+    /// The token's secret: what `DISTLOCK_TOKEN` gets.
+    pub(crate) fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    pub(crate) fn ca_cert(&self) -> &Path {
+        &self.ca_cert
+    }
+
+    /// Fails unless the server's log has a request of the token: the commands went through it.
+    pub(crate) fn assert_served(&self) {
+        let log = self.served.stderr();
+        assert!(
+            log.lines().any(|line| line.ends_with(" token recipes")),
+            "no request of the token reached the server: {log}"
+        );
+    }
+
+    /// Fails if any of `outputs`, the stdout and stderr of `what`, shows the secret.
+    pub(crate) fn assert_secret_kept(&self, outputs: &[&[u8]], what: &str) {
+        for output in outputs {
+            assert!(
+                !String::from_utf8_lossy(output).contains(&self.secret),
+                "{what} printed the token's secret"
+            );
+        }
+    }
+
+    /// Fails if a file in `dir`, or in a folder below it, shows the secret: the stdout and
+    /// stderr of every process a test started there, and the server's log.
+    pub(crate) fn assert_secret_kept_in(&self, dir: &Path) {
+        for entry in std::fs::read_dir(dir).expect("read the scratch folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                self.assert_secret_kept_in(&path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                self.assert_secret_kept(&[&bytes], &path.display().to_string());
+            }
+        }
+    }
+}
+
+impl Scratch {
+    /// This scratch store behind a `distlock serve --tokens FILE` over HTTPS, with one token of
+    /// `scope` (`--prefix deploy-`, `--all-resources --operator`) made by `distlock token add`.
+    /// From here on the commands that [`Scratch::cmd`] makes, and the crontab's and the unit's
+    /// ([`Scratch::store_env`]), go through the server with `DISTLOCK_DB=https://…`, the token in
+    /// `DISTLOCK_TOKEN` and the CA in `DISTLOCK_CA_CERT`; the store's file stays where it was,
+    /// for the tests that look at it.
+    pub(crate) fn through_server(mut self, scope: &[&str]) -> Scratch {
+        let ca = Ca::new("distlock recipes test CA");
+        let files = ca.server_files(self.dir.path(), "server");
+        let ca_cert = self.path("ca.pem");
+        std::fs::write(&ca_cert, ca.pem()).expect("write the CA's certificate");
+        let tokens = self.path("tokens.json");
+        let secret = self.token(&tokens, "recipes", scope);
+        let mut cmd = self.cmd(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
+            .arg(&tokens)
+            .args(files.args());
+        let served = Served::start(&self, &mut cmd, Some(&ca));
+        self.front = Some(Front {
+            served,
+            secret,
+            ca_cert,
+        });
+        self
     }
 }
 
@@ -1108,4 +1202,170 @@ fn systemd_serve_unit_serves_https_rereads_on_reload_and_exits_0_on_stop() {
         &unit.exec_start,
         &replace_each(&unit.exec_start, &[("/usr/local/bin/distlock", BIN)]),
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A CI step through the server, with distlock
+
+/// The CI workflow of a step that runs distlock through a server.
+const THROUGH_SERVER: &str = "ci-deploy-through-server.yml";
+
+/// The `env:` block of the one step of the CI workflow `examples/NAME`: each name and value as
+/// written.
+fn ci_step_env(name: &str) -> Vec<(String, String)> {
+    let text = example(name);
+    let indent = |line: &str| line.len() - line.trim_start_matches(' ').len();
+    assert_eq!(
+        text.lines().filter(|l| l.trim() == "env:").count(),
+        1,
+        "one env: block in {name}"
+    );
+    let mut lines = text.lines();
+    let key = lines
+        .by_ref()
+        .find(|line| line.trim() == "env:")
+        .expect("an env: block");
+    lines
+        .take_while(|line| indent(line) > indent(key))
+        .map(|line| {
+            let (name, value) = line
+                .trim()
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("`NAME: VALUE` in env:, not {line:?}"));
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+/// The step of `ci-deploy-through-server.yml` on a runner of its own, as GitHub Actions runs a
+/// `run:` line (`bash --noprofile --norc -eo pipefail -c LINE`) in the checkout (the scratch
+/// folder, where the test's `./deploy.sh` is): nothing in its environment but `PATH` (with
+/// distlock), `HOME` and the step's `env:`, with the server's URL and CA made the test's and
+/// `secret` as the value of `${{ secrets.DISTLOCK_TOKEN }}`.
+fn through_server_step(s: &Scratch, secret: &str) -> Proc {
+    let front = s.front.as_ref().expect("a server in front");
+    let ca_cert = front.ca_cert().to_str().expect("utf-8 path");
+    let mut cmd = Command::new("bash");
+    cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c"])
+        .arg(crate::ci_run_line(THROUGH_SERVER))
+        .env_clear()
+        .env("PATH", crate::path_with_bin("/usr/bin:/bin"))
+        .env("HOME", s.dir.path())
+        .current_dir(s.dir.path());
+    let env = ci_step_env(THROUGH_SERVER);
+    let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["DISTLOCK_DB", "DISTLOCK_TOKEN", "DISTLOCK_CA_CERT"],
+        "the server, its token and its CA"
+    );
+    for (name, value) in &env {
+        let site = match name.as_str() {
+            "DISTLOCK_DB" => ("https://locks.internal:7443", front.url()),
+            "DISTLOCK_TOKEN" => ("${{ secrets.DISTLOCK_TOKEN }}", secret),
+            _ => ("/etc/ssl/certs/locks-internal-ca.pem", ca_cert),
+        };
+        cmd.env(name, replace_each(value, &[site]));
+    }
+    s.spawn(&mut cmd)
+}
+
+#[test]
+fn ci_step_through_a_server_serialises_deploys_from_pipelines_on_several_runners() {
+    let s = Scratch::new().through_server(&["--prefix", "deploy-"]);
+    let front = s.front.as_ref().expect("a server in front");
+    // The deploy stand-in: notes an overlap if another deploy is inside, says when it starts
+    // and ends and what `distlock status` (through the server too) showed meanwhile. The first
+    // to get in stays until the test opens the gate, once the other two wait in line.
+    s.script(
+        "deploy.sh",
+        &format!(
+            "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+             distlock status deploy-production >'{status}-'\"$DISTLOCK_FENCE\"\n\
+             i=0\n\
+             while [ ! -e '{gate}' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done\n\
+             sleep 0.2\n\
+             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+             rmdir '{critical}'\n",
+            critical = s.p("critical"),
+            overlaps = s.p("overlaps"),
+            events = s.p("events"),
+            status = s.p("status"),
+            gate = s.p("gate"),
+        ),
+    );
+    // See `ci_step_serialises_concurrent_deploys`.
+    s.create_store();
+
+    let steps = [1, 2, 3].map(|_| through_server_step(&s, front.secret()));
+    wait_until(REQUEST, "one deploy runs and two wait in line", || {
+        read_or_empty(&s.path("events")).lines().count() == 1 && s.waiting("deploy-production") == 2
+    });
+    std::fs::write(s.path("gate"), "").expect("open the gate");
+    for step in steps {
+        let done = step.finish(REQUEST);
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        assert_secret_kept(&done, front.secret());
+    }
+
+    assert!(
+        !s.path("overlaps").exists(),
+        "two deploys overlapped: {}",
+        read(&s.path("overlaps"))
+    );
+    let events = read(&s.path("events"));
+    let mut fences = Vec::new();
+    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
+        assert!(
+            start.is_some() && start == end,
+            "one deploy after the other: {events}"
+        );
+        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
+    }
+    assert_eq!(fences.len(), 3, "three deploys: {events}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "each a tenure of its own, with a higher fence: {fences:?}"
+    );
+    let log = s.log("deploy-production");
+    for fence in fences {
+        let status: Value =
+            serde_json::from_str(&read(&s.path(&format!("status-{fence}")))).expect("JSON");
+        assert_eq!(status["held"], true, "{status}");
+        assert_eq!(fence_of(&status["lock"]), fence, "{status}");
+        assert_one_tenure(&log, fence, 0, "recipes");
+    }
+    assert_eq!(s.holder("deploy-production"), None, "free afterwards");
+    front.assert_served();
+    front.assert_secret_kept_in(s.dir.path());
+}
+
+#[test]
+fn ci_step_through_a_server_exits_77_when_the_token_is_refused() {
+    let s = Scratch::new().through_server(&["--prefix", "deploy-"]);
+    s.script("deploy.sh", &format!(": >'{}'\n", s.p("deployed")));
+    // A token the server does not know, and a secret that is not set (GitHub Actions then
+    // gives the empty string).
+    for secret in [UNKNOWN_SECRET, ""] {
+        let done = through_server_step(&s, secret).finish(REQUEST);
+        assert_eq!(done.code(), Some(77), "{secret:?}: {}", done.describe());
+        let said: Vec<String> = done.stderr().lines().map(str::to_owned).collect();
+        assert!(
+            said.len() == 1 && said[0].starts_with("distlock: "),
+            "one line: {}",
+            done.describe()
+        );
+        assert!(done.stdout().is_empty(), "{}", done.describe());
+        if !secret.is_empty() {
+            assert_secret_kept(&done, secret);
+        }
+    }
+    assert!(
+        !s.path("deployed").exists(),
+        "no deploy ran without the lock"
+    );
+    assert_eq!(s.holder("deploy-production"), None);
 }
