@@ -242,9 +242,10 @@ impl ModeArgs {
 
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
-    /// The resource to lock, e.g. payment:42 (1-255 bytes, no control characters)
-    #[arg(value_parser = Resource::parse)]
-    pub resource: Resource,
+    /// The resource to lock, e.g. payment:42 (1-255 bytes, no control characters); several
+    /// make a lock set, taken all at once or not at all (at most 64)
+    #[arg(value_parser = Resource::parse, required = true, num_args = 1.., value_name = "RESOURCE")]
+    pub resources: Vec<Resource>,
     #[command(flatten)]
     pub owner: OwnerArg,
     /// Lease length: whole seconds, e.g. 30, 90s, 5m, 1h30m (at most 365 days)
@@ -266,18 +267,18 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
-    /// The resource to unlock
-    #[arg(value_parser = Resource::parse)]
-    pub resource: Resource,
+    /// The resource to unlock; several: a lock set, every member released or none
+    #[arg(value_parser = Resource::parse, required = true, num_args = 1.., value_name = "RESOURCE")]
+    pub resources: Vec<Resource>,
     #[command(flatten)]
     pub owner: OwnerArg,
 }
 
 #[derive(Debug, Args)]
 pub struct RenewArgs {
-    /// The resource whose lease to extend
-    #[arg(value_parser = Resource::parse)]
-    pub resource: Resource,
+    /// The resource whose lease to extend; several: a lock set, every member renewed or none
+    #[arg(value_parser = Resource::parse, required = true, num_args = 1.., value_name = "RESOURCE")]
+    pub resources: Vec<Resource>,
     #[command(flatten)]
     pub owner: OwnerArg,
     /// New lease length from now: whole seconds, e.g. 30, 90s, 5m
@@ -287,9 +288,10 @@ pub struct RenewArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The resource to lock while the command runs
-    #[arg(long, value_parser = Resource::parse)]
-    pub resource: Resource,
+    /// The resource to lock while the command runs; repeat it for a lock set, taken all at
+    /// once (at most 64)
+    #[arg(long = "resource", value_parser = Resource::parse, required = true, value_name = "RESOURCE")]
+    pub resources: Vec<Resource>,
     /// Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]
     #[arg(long, value_parser = Owner::parse)]
     pub owner: Option<Owner>,

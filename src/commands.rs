@@ -1,7 +1,8 @@
 //! One function per subcommand: call the store, print the result, return the exit code.
 
 use crate::answer::{
-    AcquireAnswer, Answer, BreakAnswer, ListAnswer, ReleaseAnswer, RenewAnswer, StatusAnswer,
+    AcquireAnswer, Answer, BreakAnswer, ListAnswer, ReleaseAnswer, RenewAnswer, SetAcquireAnswer,
+    SetReleaseAnswer, SetRenewAnswer, StatusAnswer,
 };
 use crate::cli::{
     AcquireArgs, BreakArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs,
@@ -11,7 +12,7 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{Eviction, LogQuery, MAX_REMARK_BYTES, Remark, Resource};
+use crate::lock::{Eviction, LogQuery, MAX_REMARK_BYTES, Members, Remark, Resource};
 use crate::output::{Printer, StatusLine};
 use crate::store::{self, Location, LockStore, Locks, NetworkFs};
 use crate::wait;
@@ -63,7 +64,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
     let existing = || store::open_existing(&location).map_err(Error::Store);
     let read_only = || store::open_read_only(&location).map_err(Error::Store);
     match cli.command {
-        Command::Run(args) => guard::run(&location, run_spec(args)),
+        Command::Run(args) => guard::run(&location, run_spec(args)?),
         Command::Acquire(args) => acquire(open()?.as_mut(), printer, args),
         Command::Status(args) => status(read_only()?.as_mut(), printer, &args.resource),
         Command::Release(args) => release(existing()?.as_mut(), printer, args),
@@ -121,9 +122,18 @@ fn serve_spec(args: ServeArgs) -> Result<crate::serve::Spec> {
     })
 }
 
-fn run_spec(args: RunArgs) -> RunSpec {
-    RunSpec {
-        resource: args.resource,
+/// The members of the lock set `resources` names.
+///
+/// # Errors
+///
+/// A usage error for more than 64 once deduplicated.
+fn members(resources: Vec<Resource>) -> Result<Members> {
+    Members::new(resources).map_err(Error::Usage)
+}
+
+fn run_spec(args: RunArgs) -> Result<RunSpec> {
+    Ok(RunSpec {
+        members: members(args.resources)?,
         owner: args.owner,
         ttl: args.ttl,
         wait: args.wait,
@@ -134,10 +144,11 @@ fn run_spec(args: RunArgs) -> RunSpec {
         hold_at_least: args.hold_at_least,
         max_runtime: args.max_runtime,
         command: args.command,
-    }
+    })
 }
 
 fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
+    let members = members(args.resources)?;
     let request = Request {
         owner: args.owner.owner,
         ttl: args.ttl,
@@ -146,17 +157,27 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
         waits: false,
         guarded: false,
     };
-    let resource = &args.resource;
-    let mut on_busy = StatusLine::reporter(args.wait, resource);
-    let waited = wait::acquire(store, resource, &request, args.wait, &mut on_busy)?;
+    let mut on_busy = StatusLine::reporter(args.wait, &members.listed());
+    if let Some(resource) = members.single() {
+        let waited = wait::acquire(store, resource, &request, args.wait, &mut on_busy)?;
+        drop(on_busy);
+        return match waited.attempt(resource) {
+            Ok(attempt) => answer(
+                printer,
+                &AcquireAnswer::new(resource, &attempt.outcome, request.mode),
+            ),
+            Err(interrupted) => Ok(interrupted),
+        };
+    }
+    let waited = wait::acquire_set(store, &members, &request, args.wait, &mut on_busy)?;
     drop(on_busy);
-    let attempt = match waited.attempt(resource) {
-        Ok(attempt) => attempt,
-        Err(interrupted) => return Ok(interrupted),
-    };
-    let answer = AcquireAnswer::new(resource, &attempt.outcome, request.mode);
-    printer.emit(&answer)?;
-    Ok(answer.exit())
+    match waited.attempt(&members.listed()) {
+        Ok(attempt) => answer(
+            printer,
+            &SetAcquireAnswer::new(&members, &attempt.outcome, request.mode),
+        ),
+        Err(interrupted) => Ok(interrupted),
+    }
 }
 
 fn status(store: &mut dyn LockStore, printer: Printer, resource: &Resource) -> Result<Exit> {
@@ -165,15 +186,25 @@ fn status(store: &mut dyn LockStore, printer: Printer, resource: &Resource) -> R
 }
 
 fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Result<Exit> {
-    let resource = &args.resource;
-    let outcome = store.release(resource, &args.owner.owner, None)?;
-    answer(printer, &ReleaseAnswer::new(resource, &outcome))
+    let members = members(args.resources)?;
+    let owner = &args.owner.owner;
+    if let Some(resource) = members.single() {
+        let outcome = store.release(resource, owner, None)?;
+        return answer(printer, &ReleaseAnswer::new(resource, &outcome));
+    }
+    let outcome = store.release_set(&members, owner, None)?;
+    answer(printer, &SetReleaseAnswer::new(&members, &outcome))
 }
 
 fn renew(store: &mut dyn LockStore, printer: Printer, args: RenewArgs) -> Result<Exit> {
-    let resource = &args.resource;
-    let outcome = store.renew(resource, &args.owner.owner, args.ttl, None)?;
-    answer(printer, &RenewAnswer::new(resource, &outcome))
+    let members = members(args.resources)?;
+    let owner = &args.owner.owner;
+    if let Some(resource) = members.single() {
+        let outcome = store.renew(resource, owner, args.ttl, None)?;
+        return answer(printer, &RenewAnswer::new(resource, &outcome));
+    }
+    let outcome = store.renew_set(&members, owner, args.ttl, None)?;
+    answer(printer, &SetRenewAnswer::new(&outcome))
 }
 
 fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<Exit> {

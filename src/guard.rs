@@ -35,11 +35,11 @@ use supervisor::Stop;
 use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::answer::{AcquireAnswer, Answer};
+use crate::answer::{AcquireAnswer, Answer, SetAcquireAnswer};
 use crate::engine::Request;
 use crate::error::Result;
 use crate::exit::Exit;
-use crate::lock::{Acquire, Fence, Grant, Mode, Owner, Remark, Resource, Ttl};
+use crate::lock::{Acquire, Fence, Grant, Lock, Members, Mode, Owner, Remark, SetAcquire, Ttl};
 use crate::output::{StatusLine, warn};
 use crate::store::{self, Location, LockStore, Locks};
 use crate::wait;
@@ -47,7 +47,8 @@ use crate::wait;
 /// What to run, under which lock: the command line's `run`, as plain values.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
-    pub resource: Resource,
+    /// The resource, or a lock set's members (taken all at once).
+    pub members: Members,
     /// `None`: a name unique to this process.
     pub owner: Option<Owner>,
     pub ttl: Ttl,
@@ -69,7 +70,7 @@ pub struct RunSpec {
     pub command: Vec<OsString>,
 }
 
-/// Runs `args.command` under the lock `args.resource`.
+/// Runs `args.command` under the lock on `args.members` (one resource, or a lock set).
 ///
 /// # Errors
 ///
@@ -84,7 +85,6 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     // those that came before it started as soon as it runs.
     let mut wakeups = signals::Wakeups::start()?;
     let mut store = store::open(location)?;
-    let mut on_busy = StatusLine::reporter(args.wait, &args.resource);
     let request = Request {
         owner: owner.clone(),
         ttl: args.ttl,
@@ -94,61 +94,37 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         // The tenure this run takes is its own: nobody joins it, not even its owner.
         guarded: true,
     };
-    let waited = wait::acquire(
-        store.as_mut(),
-        &args.resource,
-        &request,
-        args.wait,
-        &mut on_busy,
-    )?;
-    drop(on_busy);
-    let attempt = match waited.attempt(&args.resource) {
-        Ok(attempt) => attempt,
-        Err(interrupted) => return Ok(interrupted),
+    let granted = match take(store.as_mut(), &args, &request)? {
+        Ok(granted) => granted,
+        Err(exit) => return Ok(exit),
     };
-    let (lock, tenure) = match &attempt.outcome {
-        Acquire::Acquired { lock, tenure } => (lock.clone(), *tenure),
-        refused => {
-            return Ok(
-                match AcquireAnswer::new(&args.resource, refused, args.mode) {
-                    // A mismatch is a configuration error: never skipped quietly.
-                    AcquireAnswer::Mismatch(mismatch) => {
-                        warn(format_args!("{}", mismatch.text()));
-                        Exit::Mismatch
-                    }
-                    AcquireAnswer::Busy(_) if args.conflict_exit_code.is_some() => {
-                        Exit::Child(args.conflict_exit_code.unwrap_or_default())
-                    }
-                    answer => {
-                        warn(format_args!(
-                            "{}",
-                            answer.text().trim_start_matches("busy: ")
-                        ));
-                        answer.exit()
-                    }
-                },
-            );
-        }
-    };
-    // Joining a tenure this owner took with `acquire` (a script's `acquire --owner X`, then
-    // steps with `run --owner X`): keep it alive while the step runs, and leave it held
-    // afterwards. Only such a tenure is ever extended for a guarded request.
-    let joined = tenure == Grant::Extended;
+    let what = args.members.listed();
     let job = runner::Job {
         location,
-        lock: &lock,
+        locks: &granted.locks,
+        what: &what,
         ttl: args.ttl,
         kill_after: args.kill_after,
-        lease_end: attempt.started + args.ttl.as_duration(),
+        lease_end: granted.started + args.ttl.as_duration(),
         command: &args.command,
         max_runtime: args.max_runtime,
     };
     // While the command runs, the store may do what it would otherwise do as `run` exits.
     let supervised = runner::supervise(&job, &mut wakeups, &mut || store.tidy());
     // On every path, the command's end or a failure to start guarding it alike, this run
-    // lets go of its own tenure (owner and fence) only — harmless after a lost lease: the store
-    // refuses if someone else holds it, and frees it early if renewals merely failed.
-    if !joined {
+    // lets go of its own tenures (owner and fence) only — harmless after a lost lease: the
+    // store refuses if someone else holds it, and frees it early if renewals merely failed.
+    // Joining a tenure this owner took with `acquire` (a script's `acquire --owner X`, then
+    // steps with `run --owner X`) keeps it alive while the step runs, and leaves it held
+    // afterwards: only such a tenure is ever extended for a guarded request.
+    let own: Vec<&Lock> = granted
+        .locks
+        .iter()
+        .zip(&granted.tenures)
+        .filter(|(_, tenure)| **tenure == Grant::New)
+        .map(|(lock, _)| lock)
+        .collect();
+    if !own.is_empty() {
         // The hold is for a job that ran: not for one that never started (126, 127, a
         // failure to start guarding it), which would keep the whole fleet from the period's
         // run, and not after a lost lease, which is no longer this run's to keep.
@@ -158,23 +134,110 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         // so that a job that finished while its server was away is released once it is back.
         let lease_end = supervised.as_ref().map_or(job.lease_end, |s| s.lease_end);
         store.keep_trying_until(Some(lease_end));
-        finish(store.as_mut(), &args.resource, &owner, lock.fence, hold);
+        finish(store.as_mut(), &own, &owner, hold);
     }
     supervised.map(|s| s.exit)
 }
 
-/// Ends one tenure only (owner and fence): released, or kept until its start + `hold`; says
-/// so on stderr if that fails.
-fn finish(
+/// The locks a run was granted: one, or a lock set's by resource, each with how it came about,
+/// and when the grant was asked for at the latest.
+struct Granted {
+    locks: Vec<Lock>,
+    tenures: Vec<Grant>,
+    started: std::time::Instant,
+}
+
+/// Acquires (or waits for) the run's lock or lock set; a refusal is the exit to end with,
+/// after its line on stderr.
+fn take(
     store: &mut dyn LockStore,
-    resource: &Resource,
-    owner: &Owner,
-    fence: Fence,
-    hold: Option<Duration>,
-) {
-    if let Err(err) = store.finish(resource, owner, fence, hold) {
+    args: &RunSpec,
+    request: &Request,
+) -> Result<std::result::Result<Granted, Exit>> {
+    let members = &args.members;
+    let mut on_busy = StatusLine::reporter(args.wait, &members.listed());
+    if let Some(resource) = members.single() {
+        let waited = wait::acquire(store, resource, request, args.wait, &mut on_busy)?;
+        drop(on_busy);
+        let attempt = match waited.attempt(resource) {
+            Ok(attempt) => attempt,
+            Err(interrupted) => return Ok(Err(interrupted)),
+        };
+        return Ok(match &attempt.outcome {
+            Acquire::Acquired { lock, tenure } => Ok(Granted {
+                locks: vec![lock.clone()],
+                tenures: vec![*tenure],
+                started: attempt.started,
+            }),
+            refused => Err(refusal(
+                &AcquireAnswer::new(resource, refused, args.mode),
+                args.conflict_exit_code,
+            )),
+        });
+    }
+    let waited = wait::acquire_set(store, members, request, args.wait, &mut on_busy)?;
+    drop(on_busy);
+    let attempt = match waited.attempt(&members.listed()) {
+        Ok(attempt) => attempt,
+        Err(interrupted) => return Ok(Err(interrupted)),
+    };
+    Ok(match attempt.outcome {
+        SetAcquire::Acquired { locks, tenures } => Ok(Granted {
+            locks,
+            tenures,
+            started: attempt.started,
+        }),
+        refused => Err(refusal(
+            &SetAcquireAnswer::new(members, &refused, args.mode),
+            args.conflict_exit_code,
+        )),
+    })
+}
+
+/// The exit of a run whose lock was refused, after its line on stderr: a mismatch is a
+/// configuration error, never skipped quietly; a busy lock exits with `--conflict-exit-code`
+/// when one is given, silently.
+fn refusal(answer: &impl Answer, conflict_exit_code: Option<u8>) -> Exit {
+    match answer.exit() {
+        Exit::Mismatch => {
+            warn(format_args!("{}", answer.text()));
+            Exit::Mismatch
+        }
+        Exit::Busy if conflict_exit_code.is_some() => {
+            Exit::Child(conflict_exit_code.unwrap_or_default())
+        }
+        exit => {
+            warn(format_args!(
+                "{}",
+                answer.text().trim_start_matches("busy: ")
+            ));
+            exit
+        }
+    }
+}
+
+/// Ends this run's own tenures only (owner and fence): each released, or kept until its
+/// start plus `hold`, a lock set's members each on their own (a member already lost leaves
+/// the others to be let go); says so on stderr if that fails.
+fn finish(store: &mut dyn LockStore, locks: &[&Lock], owner: &Owner, hold: Option<Duration>) {
+    let ended = match locks {
+        [lock] => store
+            .finish(&lock.resource, owner, lock.fence, hold)
+            .map(drop),
+        locks => {
+            let resources = locks.iter().map(|l| l.resource.clone()).collect();
+            let fences: Vec<Fence> = locks.iter().map(|l| l.fence).collect();
+            Members::new(resources)
+                .map_err(anyhow::Error::msg)
+                .and_then(|members| store.finish_set(&members, owner, &fences, hold))
+                .map(drop)
+        }
+    };
+    if let Err(err) = ended {
+        let names: Vec<&str> = locks.iter().map(|l| l.resource.as_str()).collect();
         warn(format_args!(
-            "cannot release the lock on {resource}: {err:#}"
+            "cannot release the lock on {}: {err:#}",
+            names.join(", ")
         ));
     }
 }

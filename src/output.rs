@@ -7,7 +7,7 @@ use std::io::Write;
 
 use crate::answer::Answer;
 use crate::error::{Error, Result};
-use crate::lock::{Holder, Resource, Timestamp};
+use crate::lock::{Holder, Timestamp};
 
 /// The longest part of a value that a message echoes, in characters.
 const SHOWN_CHARS: usize = 64;
@@ -166,23 +166,24 @@ impl StatusLine {
     }
 
     /// What a wait loop calls after each busy attempt: redraws the line for a wait of `wait`
-    /// on `resource`, when there is one (see [`StatusLine::for_wait`]). The line is cleared
-    /// when the returned closure is dropped.
+    /// on `what` (a resource, or a lock set's members), when there is one (see
+    /// [`StatusLine::for_wait`]). The line is cleared when the returned closure is dropped.
     pub fn reporter(
         wait: Option<std::time::Duration>,
-        resource: &Resource,
+        what: &dyn std::fmt::Display,
     ) -> impl FnMut(Option<&Holder>, usize) + use<> {
         let mut line = StatusLine::for_wait(wait);
-        let resource = resource.clone();
+        let what = what.to_string();
         move |holder, position| {
             if let Some(line) = line.as_mut() {
-                line.waiting(&resource, holder, position);
+                line.waiting(&what, holder, position);
             }
         }
     }
 
-    /// Shows who holds the lock being waited for, and the place in the queue (1 = next).
-    pub fn waiting(&mut self, resource: &Resource, holder: Option<&Holder>, position: usize) {
+    /// Shows who holds the lock being waited for (for a set, its first busy member), and the
+    /// place in the queue (1 = next).
+    pub fn waiting(&mut self, resource: &str, holder: Option<&Holder>, position: usize) {
         let held = match holder {
             Some(holder) => {
                 let left = Timestamp::now().millis_until(holder.expires_at).max(0);

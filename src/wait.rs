@@ -159,7 +159,6 @@ impl Wanted for One<'_> {
 }
 
 /// A lock set, all or nothing.
-#[allow(dead_code)] // until the command line takes sets
 pub struct Set<'a> {
     pub members: &'a Members,
     pub request: &'a Request,
@@ -219,7 +218,6 @@ pub fn acquire(
 /// # Errors
 ///
 /// Store failures from any attempt.
-#[allow(dead_code)] // until the command line takes sets
 pub fn acquire_set(
     store: &mut dyn LockStore,
     members: &Members,

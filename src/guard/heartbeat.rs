@@ -18,19 +18,19 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::lock::{EventKind, Fence, LogQuery, Owner, Renew, Resource, Ttl};
+use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, Renew, Resource, Ttl};
 use crate::store::{self, Location, LockStore, Locks};
 
 use super::runner::Job;
 use super::supervisor::Event;
 
-/// What to keep renewing.
+/// What to keep renewing: one tenure, or a lock set's tenures as one.
 pub struct Heartbeat {
     pub location: Location,
-    pub resource: Resource,
+    /// Each member's resource and this run's fence on it, by resource (one for a lock).
+    pub tenures: Vec<(Resource, Fence)>,
     pub owner: Owner,
     pub ttl: Ttl,
-    pub fence: Fence,
     /// Held while a renewal talks to the store, so that `run` never stops itself (job
     /// control) inside one: a SQLite write transaction held by a stopped process would stop
     /// every other user of the store.
@@ -38,28 +38,55 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Why this tenure is no longer this run's: an operator's `break` says who and why in the
-    /// history (whether the resource is free by now or already someone else's); otherwise
-    /// `otherwise`.
-    fn why_gone(&self, store: Option<&mut Box<dyn LockStore>>, otherwise: &str) -> String {
-        let query = LogQuery {
-            resource: Some(self.resource.clone()),
-            since: None,
-            limit: Some(100),
-        };
-        let broken = store
-            .and_then(|store| store.log(&query).ok())
-            .and_then(|events| {
-                events
-                    .into_iter()
-                    .rev()
-                    .find(|e| e.fence == self.fence && e.event == EventKind::Broken)
-            })
-            .and_then(|event| event.broken);
-        match broken {
+    /// Why this tenure (or a member's) is no longer this run's: an operator's `break` says who
+    /// and why in the history (whether the resource is free by now or already someone
+    /// else's); otherwise `otherwise`.
+    fn why_gone(&self, mut store: Option<&mut Box<dyn LockStore>>, otherwise: &str) -> String {
+        let mut eviction = None;
+        for (resource, fence) in &self.tenures {
+            let query = LogQuery {
+                resource: Some(resource.clone()),
+                since: None,
+                limit: Some(100),
+            };
+            eviction = store
+                .as_mut()
+                .and_then(|store| store.log(&query).ok())
+                .and_then(|events| {
+                    events
+                        .into_iter()
+                        .rev()
+                        .find(|e| e.fence == *fence && e.event == EventKind::Broken)
+                })
+                .and_then(|event| event.broken);
+            if eviction.is_some() {
+                break;
+            }
+        }
+        match eviction {
             Some(eviction) => format!("it was broken by {} ({})", eviction.by, eviction.reason),
             None => otherwise.to_owned(),
         }
+    }
+
+    /// One renewal: of the tenure, or of the set's every member in one transaction (all or
+    /// nothing), read as one tenure's answer.
+    fn renew(&self, store: &mut dyn LockStore) -> anyhow::Result<Renew> {
+        if let [(resource, fence)] = self.tenures.as_slice() {
+            return store.renew(resource, &self.owner, self.ttl, Some(*fence));
+        }
+        let resources = self.tenures.iter().map(|(r, _)| r.clone()).collect();
+        let members = Members::new(resources).map_err(anyhow::Error::msg)?;
+        let fences: Vec<Fence> = self.tenures.iter().map(|(_, f)| *f).collect();
+        Ok(
+            match store.renew_set(&members, &self.owner, self.ttl, Some(&fences))? {
+                Ok(mut locks) => Renew::Renewed {
+                    lock: locks.swap_remove(0),
+                },
+                Err(refused) if refused.forbidden => Renew::Forbidden,
+                Err(_) => Renew::NotFound,
+            },
+        )
     }
 
     /// How often the lock is renewed: every third of its TTL.
@@ -89,15 +116,9 @@ impl Heartbeat {
             let attempt = Instant::now();
             let talking = self.in_flight.lock();
             let renewed = match store.as_mut() {
-                Some(store) => store.renew(&self.resource, &self.owner, self.ttl, Some(self.fence)),
-                None => store::reopen(&self.location).and_then(|opened| {
-                    store.insert(opened).renew(
-                        &self.resource,
-                        &self.owner,
-                        self.ttl,
-                        Some(self.fence),
-                    )
-                }),
+                Some(store) => self.renew(store.as_mut()),
+                None => store::reopen(&self.location)
+                    .and_then(|opened| self.renew(store.insert(opened).as_mut())),
             };
             drop(talking);
             let event = match cadence.after(&renewed, attempt, Instant::now()) {
@@ -246,12 +267,20 @@ fn start_heartbeat(
     in_flight: Arc<Mutex<()>>,
 ) -> std::io::Result<Sender<()>> {
     let (stop, stopped) = mpsc::channel::<()>();
+    let Some(first) = job.locks.first() else {
+        return Err(std::io::Error::other(
+            "a run without a lock has nothing to renew",
+        ));
+    };
     let heartbeat = Heartbeat {
         location: job.location.clone(),
-        resource: job.lock.resource.clone(),
-        owner: job.lock.owner.clone(),
+        tenures: job
+            .locks
+            .iter()
+            .map(|lock| (lock.resource.clone(), lock.fence))
+            .collect(),
+        owner: first.owner.clone(),
         ttl: job.ttl,
-        fence: job.lock.fence,
         in_flight,
     };
     std::thread::Builder::new()

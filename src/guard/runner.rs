@@ -55,7 +55,10 @@ const PROBE: Duration = Duration::from_millis(20);
 /// One command to run under a lock this process holds.
 pub struct Job<'a> {
     pub location: &'a Location,
-    pub lock: &'a Lock,
+    /// The lock, or a lock set's locks by resource.
+    pub locks: &'a [Lock],
+    /// What the messages call it: the resource, or the set's members.
+    pub what: &'a str,
     pub ttl: Ttl,
     pub kill_after: Duration,
     /// When the lease ends at the earliest, on the monotonic clock.
@@ -95,13 +98,7 @@ pub fn supervise(
         .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
     let (report, inbox) = mpsc::channel();
     let mut pulse = Pulse::new(job, report, wakeups.bell()?);
-    let lock = job.lock;
-    let env = [
-        ("DISTLOCK_RESOURCE", OsString::from(lock.resource.as_str())),
-        ("DISTLOCK_OWNER", OsString::from(lock.owner.as_str())),
-        ("DISTLOCK_FENCE", OsString::from(lock.fence.to_string())),
-        ("DISTLOCK_DB", job.location.to_env_value()),
-    ];
+    let env = environment(job);
     // Signals that came before the command exists: one that asks to end (a terminal's, a
     // service manager's) is honoured by not starting it; the others had no command to reach.
     let ending = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
@@ -138,12 +135,7 @@ pub fn supervise(
         // The command may have touched the terminal before it was its own and been stopped.
         tree.signal_group(Signal::SIGCONT as SignalNumber);
     }
-    let mut supervisor = Supervisor::new(
-        job.lock.resource.clone(),
-        job.ttl,
-        job.kill_after,
-        job.lease_end,
-    );
+    let mut supervisor = Supervisor::new(job.what, job.ttl, job.kill_after, job.lease_end);
     if let Some(limit) = job.max_runtime {
         supervisor = supervisor.with_max_runtime(limit, started);
     }
@@ -160,6 +152,38 @@ pub fn supervise(
         stopped: supervisor.stopped(),
         lease_end: supervisor.lease_end(),
     })
+}
+
+/// What the command finds in its environment: `DISTLOCK_RESOURCE` and `DISTLOCK_FENCE` for one
+/// lock; for a set, `DISTLOCK_RESOURCES` (a JSON array of the names) and `DISTLOCK_FENCES` (a
+/// JSON object, name to fence) instead, the single names taken out (an outer `run`'s would
+/// mislead); and `DISTLOCK_OWNER` and `DISTLOCK_DB`.
+fn environment(job: &Job<'_>) -> Vec<(&'static str, Option<OsString>)> {
+    let mut env = Vec::with_capacity(6);
+    match job.locks {
+        [lock] => {
+            env.push(("DISTLOCK_RESOURCE", Some(lock.resource.as_str().into())));
+            env.push(("DISTLOCK_FENCE", Some(lock.fence.to_string().into())));
+        }
+        locks => {
+            let names: Vec<&str> = locks.iter().map(|l| l.resource.as_str()).collect();
+            let fences: serde_json::Map<String, serde_json::Value> = locks
+                .iter()
+                .map(|l| (l.resource.as_str().to_owned(), l.fence.0.into()))
+                .collect();
+            let names = serde_json::Value::from(names).to_string();
+            let fences = serde_json::Value::Object(fences).to_string();
+            env.push(("DISTLOCK_RESOURCES", Some(names.into())));
+            env.push(("DISTLOCK_FENCES", Some(fences.into())));
+            env.push(("DISTLOCK_RESOURCE", None));
+            env.push(("DISTLOCK_FENCE", None));
+        }
+    }
+    if let Some(lock) = job.locks.first() {
+        env.push(("DISTLOCK_OWNER", Some(lock.owner.as_str().into())));
+    }
+    env.push(("DISTLOCK_DB", Some(job.location.to_env_value())));
+    env
 }
 
 /// What the event loop acts through.

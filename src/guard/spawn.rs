@@ -23,16 +23,21 @@ use super::process;
 /// The shell execvp runs a script without a `#!` line under.
 const SHELL: &str = "/bin/sh";
 
-/// Starts `command` (the program and its arguments) with `env` added to the environment, in a
-/// process group of its own. The exit that says why it could not start otherwise, after one
+/// Starts `command` (the program and its arguments) with `env` added to the environment (a
+/// name without a value taken out of it), in a process group of its own. The exit that says why it could not start otherwise, after one
 /// line on stderr: 127 not found (the program, or its interpreter), 126 found but not
 /// executable; 64 for no command at all.
-pub fn spawn(command: &[OsString], env: &[(&str, OsString)]) -> Result<Child, Exit> {
+pub fn spawn(command: &[OsString], env: &[(&str, Option<OsString>)]) -> Result<Child, Exit> {
     let (program, args) = command.split_first().ok_or(Exit::Usage)?;
     let found = on_path(program, std::env::var_os("PATH").as_deref());
     let path = found.as_deref().unwrap_or(Path::new(program));
     let start = |command: &mut Command| {
-        command.envs(env.iter().map(|(name, value)| (name, value)));
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
         command.process_group(0);
         process::tie_to_guard(command);
         command.spawn()

@@ -43,7 +43,7 @@ use nix::sys::signal::Signal;
 use super::process::ChildState;
 
 use crate::exit::Exit;
-use crate::lock::{Resource, Ttl};
+use crate::lock::Ttl;
 
 /// A signal by number, as `run` receives and forwards it (the real-time signals have no
 /// [`Signal`] of their own).
@@ -154,7 +154,8 @@ enum Phase {
 /// The decisions of one `run`, from the command's start to `run`'s exit.
 #[derive(Debug, Clone)]
 pub struct Supervisor {
-    resource: Resource,
+    /// The lock's resource, or a lock set's members, as messages name it.
+    resource: String,
     kill_after: Duration,
     /// How much earlier than `lease_end` the command must be gone.
     margin: Duration,
@@ -190,9 +191,14 @@ pub fn safety_margin(ttl: Ttl) -> Duration {
 impl Supervisor {
     /// A supervisor for a command just started under a lease that lasts at least until
     /// `lease_end`.
-    pub fn new(resource: Resource, ttl: Ttl, kill_after: Duration, lease_end: Instant) -> Self {
+    pub fn new(
+        resource: impl std::fmt::Display,
+        ttl: Ttl,
+        kill_after: Duration,
+        lease_end: Instant,
+    ) -> Self {
         Supervisor {
-            resource,
+            resource: resource.to_string(),
             kill_after,
             margin: safety_margin(ttl),
             failing_grace: kill_after.min(ttl.as_duration() / 4),

@@ -5,6 +5,8 @@
 
 use std::collections::VecDeque;
 
+use crate::lock::Resource;
+
 use super::*;
 
 const R: &str = "r";
