@@ -239,3 +239,6 @@ pub fn leave_set(states: &[State], owner: &Owner) -> SetDecision<()> {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests;
