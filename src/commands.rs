@@ -42,6 +42,8 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
     // is not there holds nothing to change: they answer as for an empty one); the read-only
     // commands open it read-only, and create nothing either.
     if let Location::Server(url) = &location {
+        // A token that cannot be sent is the command line's mistake, not the server's.
+        store::server_authorization().map_err(Error::Usage)?;
         match &cli.command {
             Command::Gc(_) => {
                 return Err(Error::Usage(format!(

@@ -37,7 +37,7 @@ mod reread;
 mod tls;
 pub mod tokens;
 
-pub use api::{GRANT as GRANT_HEADER, WAITED as WAITED_HEADER};
+pub use api::{API as API_HEADER, GRANT as GRANT_HEADER, WAITED as WAITED_HEADER};
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;

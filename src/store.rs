@@ -34,7 +34,7 @@ pub use location::{Folders, Location, NetworkFs};
 pub use op::{Durability, Locks, Op, Outcome};
 pub use open::{Vanished, open, open_existing, open_read_only, reopen};
 pub use postgres::PostgresStore;
-pub use remote::{NotAllowed, RemoteStore, ServerUrl};
+pub use remote::{NotAllowed, RemoteStore, ServerUrl, authorization as server_authorization};
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.

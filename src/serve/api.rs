@@ -21,6 +21,10 @@ use crate::exit::Exit;
 use crate::lock::Resource;
 use crate::store::Locks;
 
+/// The header of every answer of a distlock server, so that its clients can tell it from
+/// another HTTP server at a mistyped address (whose bare 404 must not read as "not held").
+pub const API: &str = "distlock-api";
+
 /// The header of a grant that says whether it is a new tenure or the owner's own, extended.
 pub const GRANT: &str = "distlock-grant";
 
@@ -267,6 +271,9 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     ));
     let mut response = Response::new(Full::new(Bytes::from(reply.body)));
     *response.status_mut() = reply.status;
+    response
+        .headers_mut()
+        .insert(API, HeaderValue::from_static("1"));
     if reply.status != StatusCode::NO_CONTENT {
         response
             .headers_mut()

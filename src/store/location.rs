@@ -106,7 +106,8 @@ impl Location {
             "http" | "https" => Ok(Location::Server(super::remote::ServerUrl::parse(db)?)),
             _ => Err(format!(
                 "--db: unknown URL scheme {:?}; distlock knows postgres:// and postgresql:// \
-                 (PostgreSQL) and file paths (write a path with a colon in it as ./{}…)",
+                 (PostgreSQL), http:// and https:// (a distlock server) and file paths (write a \
+                 path with a colon in it as ./{}…)",
                 crate::output::shown(scheme),
                 crate::output::shown(scheme),
             )),
@@ -144,8 +145,9 @@ fn path_of(db: &str, network_fs: NetworkFs) -> Result<Location, String> {
     if urlish || db.contains("://") {
         return Err(format!(
             "--db looks like a URL but is not one distlock can read; distlock knows \
-             postgres://… and postgresql://… (PostgreSQL) and file paths (write a path with a \
-             colon in it as ./{}…)",
+             postgres://… and postgresql://… (PostgreSQL), http://HOST:PORT and \
+             https://HOST:PORT (a distlock server) and file paths (write a path with a colon in \
+             it as ./{}…)",
             crate::output::shown(db.split(':').next().unwrap_or_default())
         ));
     }

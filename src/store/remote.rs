@@ -40,6 +40,8 @@ const MAX_WAIT_SECS: u64 = 86_400;
 
 mod http;
 
+pub use http::authorization;
+
 /// A refused token, or a request outside the token's scope: exit 77, with the server's reason.
 #[derive(Debug)]
 pub struct NotAllowed(pub String);
@@ -103,10 +105,44 @@ impl ServerUrl {
                 "--db {scheme}://…: the host holds spaces or control characters"
             ));
         }
+        Self::check_port(&scheme, authority)?;
         Ok(ServerUrl {
             base: format!("{scheme}://{authority}"),
             https,
         })
+    }
+
+    /// A host (an IPv6 address in brackets) and an optional port from 1 to 65535.
+    fn check_port(scheme: &str, authority: &str) -> Result<(), String> {
+        let port = if let Some(bracketed) = authority.strip_prefix('[') {
+            let Some((_, after)) = bracketed.split_once(']') else {
+                return Err(format!(
+                    "--db {scheme}://…: an IPv6 address in brackets lacks its closing ]"
+                ));
+            };
+            match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':').ok_or_else(|| {
+                    format!("--db {scheme}://…: after the ] of an IPv6 address comes :PORT")
+                })?),
+            }
+        } else {
+            match authority.split_once(':') {
+                None => None,
+                Some((_, port)) if port.contains(':') => {
+                    return Err(format!(
+                        "--db {scheme}://…: write an IPv6 address in brackets, as [::1]:7878"
+                    ));
+                }
+                Some((_, port)) => Some(port),
+            }
+        };
+        match port.map(str::parse::<u16>) {
+            None | Some(Ok(1..)) => Ok(()),
+            Some(_) => Err(format!(
+                "--db {scheme}://…: the port is a number from 1 to 65535"
+            )),
+        }
     }
 
     /// The URL as the user wrote it (less a trailing slash), for messages and for `run`'s
@@ -538,6 +574,17 @@ mod tests {
             ("http://:7878", Err("no host")),
             ("http://ho st", Err("spaces")),
             ("ftp://host", Err("not a distlock server")),
+            ("http://127.0.0.1:99999", Err("1 to 65535")),
+            ("http://127.0.0.1:65536", Err("1 to 65535")),
+            ("http://127.0.0.1:65535", Ok("http://127.0.0.1:65535")),
+            ("http://127.0.0.1:abc", Err("1 to 65535")),
+            ("http://127.0.0.1:-1", Err("1 to 65535")),
+            ("http://127.0.0.1:0", Err("1 to 65535")),
+            ("http://127.0.0.1:", Err("1 to 65535")),
+            ("http://[::1:7878", Err("closing ]")),
+            ("http://[::1]x", Err(":PORT")),
+            ("http://[::1]", Ok("http://[::1]")),
+            ("http://::1:7878", Err("in brackets")),
         ];
         for (url, expected) in cases {
             match (ServerUrl::parse(url), expected) {

@@ -530,3 +530,121 @@ fn a_waiter_through_a_server_waits_on_across_a_server_restart() {
         again.stderr()
     );
 }
+
+/// An HTTP server that is not distlock's, at an address a user mistyped: it answers every
+/// request with `status` and, for `echo`, a text body that repeats the request's head (the
+/// bearer token in it), as a debugging endpoint or a proxy's error page may. Stops with the
+/// test.
+fn impostor(status: &str, echo: bool) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    let status = status.to_owned();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut head = String::new();
+            while reader.read_line(&mut head).is_ok_and(|n| n > 2) && !head.ends_with("\r\n\r\n") {}
+            let body = if echo { head.clone() } else { String::new() };
+            let _ = (&stream).write_all(
+                format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn an_http_server_that_is_not_distlock_is_a_store_error_and_never_shows_the_token() {
+    let db = Db::sqlite();
+    let secret = format!("dl_{}", "5a".repeat(32));
+    // (its answer, echoes the request) for every command that reads an outcome off a status.
+    let impostors = [
+        ("404 Not Found", false),
+        ("403 Forbidden", false),
+        ("204 No Content", false),
+        ("200 OK", true),
+        ("400 Bad Request", true),
+        ("418 I'm a teapot", true),
+        ("500 Internal Server Error", true),
+    ];
+    for (status, echo) in impostors {
+        let url = impostor(status, echo);
+        for args in [
+            vec!["status", "x"],
+            vec!["release", "x", "--owner", "o"],
+            vec!["renew", "x", "--owner", "o", "--ttl", "30"],
+            vec!["acquire", "x", "--owner", "o", "--ttl", "30"],
+            vec!["break", "x", "--reason", "r"],
+            vec!["list"],
+            vec!["log"],
+        ] {
+            let mut cmd = via(&db, &url);
+            cmd.env("DISTLOCK_TOKEN", &secret);
+            let out = run(&mut cmd, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(74),
+                "{status} {args:?}: {}",
+                describe(&out)
+            );
+            assert!(
+                out.stdout.is_empty(),
+                "{status} {args:?}: {}",
+                describe(&out)
+            );
+            assert_eq!(stderr.lines().count(), 1, "{status} {args:?}: {stderr}");
+            assert!(
+                !stderr.contains(&secret[3..20]),
+                "{status} {args:?}: the token shows: {stderr}"
+            );
+            assert!(
+                stderr.contains("not as a distlock server does"),
+                "{status} {args:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_server_url_with_a_bad_port_or_a_bad_token_is_a_usage_error_at_once() {
+    let db = Db::sqlite();
+    for url in [
+        "http://127.0.0.1:99999",
+        "http://127.0.0.1:0",
+        "http://127.0.0.1:abc",
+        "http://[::1:7878",
+        "http://::1:7878",
+    ] {
+        let started = Instant::now();
+        let out = run(&mut via(&db, url), &["status", "x"]);
+        assert_eq!(out.status.code(), Some(64), "{url}: {}", describe(&out));
+        assert!(started.elapsed() < Duration::from_secs(3), "{url}: at once");
+    }
+    let server = Server::start(&db);
+    let url = base(&server);
+    for token in ["dl_a\nX-Evil: 1", "dl_ab cd", "dl_é", "\u{7}"] {
+        let mut cmd = via(&db, &url);
+        cmd.env("DISTLOCK_TOKEN", token);
+        let out = run(&mut cmd, &["status", "x"]);
+        assert_eq!(out.status.code(), Some(64), "{token:?}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("DISTLOCK_TOKEN"), "{stderr}");
+        assert!(
+            !stderr.contains("dl_a") && !stderr.contains("X-Evil"),
+            "{stderr}"
+        );
+    }
+    // Spaces around a token are trimmed.
+    let mut cmd = via(&db, &url);
+    cmd.env("DISTLOCK_TOKEN", "  dl_unused  ");
+    let out = run(&mut cmd, &["status", "x"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+}

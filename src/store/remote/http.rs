@@ -38,20 +38,7 @@ impl Client {
     /// A `DISTLOCK_CA_CERT` that cannot be read or holds no certificate, or no system roots
     /// for HTTPS; a token that is not text.
     pub(super) fn new(url: &ServerUrl) -> Result<Client> {
-        let authorization = match std::env::var_os("DISTLOCK_TOKEN") {
-            None => None,
-            Some(token) if token.is_empty() => None,
-            Some(token) => {
-                let token = token
-                    .into_string()
-                    .map_err(|_| anyhow!("DISTLOCK_TOKEN must be valid UTF-8"))?;
-                let token = token.trim();
-                if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
-                    bail!("DISTLOCK_TOKEN holds spaces or control characters");
-                }
-                Some(format!("Bearer {token}"))
-            }
-        };
+        let authorization = authorization().map_err(anyhow::Error::msg)?;
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(CONNECT_BUDGET))
@@ -155,6 +142,33 @@ impl Client {
             self.url.as_str()
         ))
     }
+}
+
+/// `Bearer <token>` from `DISTLOCK_TOKEN` (trimmed; unset or empty: none).
+///
+/// # Errors
+///
+/// A usage message for a token that is not printable ASCII without spaces (a secret that
+/// `distlock token add` made always is): never the token itself.
+pub fn authorization() -> Result<Option<String>, String> {
+    let Some(token) = std::env::var_os("DISTLOCK_TOKEN") else {
+        return Ok(None);
+    };
+    let Some(token) = token.to_str() else {
+        return Err("DISTLOCK_TOKEN must be valid UTF-8".to_owned());
+    };
+    let token = token.trim();
+    if token.is_empty() {
+        return Ok(None);
+    }
+    if !token.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(
+            "DISTLOCK_TOKEN holds spaces, control characters or characters that are not ASCII; \
+             a token is the dl_… secret that distlock token add printed, alone"
+                .to_owned(),
+        );
+    }
+    Ok(Some(format!("Bearer {token}")))
 }
 
 /// Looks names up on the calling thread. (The HTTP client's own resolver starts a thread for
@@ -292,6 +306,7 @@ fn send(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
+    let distlock = response.headers().contains_key(crate::serve::API_HEADER);
     let grant = header(crate::serve::GRANT_HEADER);
     let waited = header(crate::serve::WAITED_HEADER)
         .and_then(|millis| millis.parse().ok())
@@ -302,9 +317,18 @@ fn send(
         .with_config()
         .limit(64 * 1024 * 1024)
         .read_to_vec()
-        .map_err(|err| Failure::Sent(describe(&err)))?;
+        .map_err(|err| match err {
+            ureq::Error::BodyExceedsLimit(_) => {
+                Failure::Sent("its answer is larger than 64 MiB".to_owned())
+            }
+            other => Failure::Sent(describe(&other)),
+        })?;
     Ok(Reply {
         status,
+        distlock,
+        secret: authorization
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::to_owned),
         body,
         grant,
         decided: sent + waited,
@@ -339,6 +363,10 @@ fn describe(err: &ureq::Error) -> String {
 /// An answer.
 pub(super) struct Reply {
     pub(super) status: u16,
+    /// The answer has a distlock server's `Distlock-Api` header.
+    distlock: bool,
+    /// The token the request carried, never to be shown.
+    secret: Option<String>,
     pub(super) body: Vec<u8>,
     /// `Distlock-Grant` of a grant.
     pub(super) grant: Option<String>,
@@ -353,6 +381,8 @@ impl Reply {
     pub(super) fn interrupted() -> Reply {
         Reply {
             status: 0,
+            distlock: true,
+            secret: None,
             body: Vec::new(),
             grant: None,
             decided: Instant::now(),
@@ -361,8 +391,17 @@ impl Reply {
     }
 
     /// The answer, or the failure it stands for: a refused token or scope (exit 77), a server
-    /// error (5xx).
+    /// error (5xx), or an answer from something that is not a distlock server (a mistyped
+    /// port, a proxy's page), which is never read as a lock's outcome.
     pub(super) fn checked(self, url: &ServerUrl) -> Result<Reply> {
+        if !self.distlock {
+            bail!(
+                "{} answered {}, but not as a distlock server does (no Distlock-Api header): \
+                 check the host and port in --db or DISTLOCK_DB",
+                url.as_str(),
+                self.status
+            );
+        }
         let problem = || self.problem_detail().unwrap_or_default();
         match self.status {
             401 => Err(anyhow::Error::new(NotAllowed(format!(
@@ -398,17 +437,22 @@ impl Reply {
         self.document()?.get("type")?.as_str().map(str::to_owned)
     }
 
+    /// A problem document's `detail`, as a message may show it: one line, and no secret.
     fn problem_detail(&self) -> Option<String> {
-        self.document()?
-            .get("detail")?
-            .as_str()
-            .map(crate::output::shown)
+        let document = self.document()?;
+        let detail = document.get("detail")?.as_str()?;
+        let detail = match &self.secret {
+            Some(secret) => redacted(&detail.replace(secret.as_str(), "…")),
+            None => redacted(detail),
+        };
+        Some(crate::output::shown_line(&detail))
     }
 
     pub(super) fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.body).with_context(|| {
-            format!(
-                "the server's answer ({}) is not one distlock can read",
+        serde_json::from_slice(&self.body).map_err(|_| {
+            anyhow!(
+                "the server's answer ({}) is not one this distlock can read: is it a distlock \
+                 server of another version?",
                 self.status
             )
         })
@@ -418,21 +462,78 @@ impl Reply {
     pub(super) fn member<T: serde::de::DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
         match self.document().and_then(|mut d| d.remove(name)) {
             Some(value) => serde_json::from_value(value)
-                .with_context(|| format!("the server's {name:?} is not one distlock can read")),
+                .map_err(|_| anyhow!("the server's {name:?} is not one this distlock can read")),
             None => Ok(T::default()),
         }
     }
 
+    /// An answer that no request of distlock's expects. Only a problem document's detail is
+    /// shown: a body of another kind may echo the request, token and all.
     pub(super) fn unexpected(&self, url: &ServerUrl) -> anyhow::Error {
+        let detail = self
+            .problem_detail()
+            .map_or_else(String::new, |detail| format!(": {detail}"));
         anyhow!(
-            "the distlock server {} answered {} unexpectedly: {}",
+            "the distlock server {} answered {} unexpectedly{detail}",
             url.as_str(),
             self.status,
-            self.problem_detail()
-                .unwrap_or_else(|| String::from_utf8_lossy(&self.body)
-                    .chars()
-                    .take(200)
-                    .collect())
         )
+    }
+}
+
+/// `text` with every token secret in it (`dl_` and hex digits) cut to `dl_…`: a server's
+/// detail may quote what it was sent.
+fn redacted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("dl_") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 3..];
+        let secret = after.len()
+            - after
+                .trim_start_matches(|c: char| c.is_ascii_hexdigit())
+                .len();
+        if secret >= 8 {
+            out.push_str("dl_…");
+        } else {
+            out.push_str(&rest[at..at + 3 + secret]);
+        }
+        rest = &after[secret..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn secrets_are_cut_from_what_a_server_says() {
+        let secret = format!("dl_{}", "0123456789abcdef".repeat(4));
+        let cases = [
+            (
+                format!("unknown token {secret}"),
+                "unknown token dl_…".to_owned(),
+            ),
+            (format!("{secret}{secret}"), "dl_…dl_…".to_owned()),
+            (
+                format!("Bearer {secret}, again: {secret}."),
+                "Bearer dl_…, again: dl_….".to_owned(),
+            ),
+            (
+                "dl_ short dl_12ab".to_owned(),
+                "dl_ short dl_12ab".to_owned(),
+            ),
+            (
+                "token other is not an operator's".to_owned(),
+                "token other is not an operator's".to_owned(),
+            ),
+            ("dl_0123456789".to_owned(), "dl_…".to_owned()),
+            (String::new(), String::new()),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(redacted(&text), expected, "{text}");
+        }
     }
 }
