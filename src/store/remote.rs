@@ -584,7 +584,8 @@ mod tests {
             ("http://[::1:7878", Err("closing ]")),
             ("http://[::1]x", Err(":PORT")),
             ("http://[::1]", Ok("http://[::1]")),
-            ("http://::1:7878", Err("in brackets")),
+            ("http://::1:7878", Err("no host")),
+            ("http://fe80::1:7878", Err("in brackets")),
         ];
         for (url, expected) in cases {
             match (ServerUrl::parse(url), expected) {

@@ -620,7 +620,7 @@ fn a_server_url_with_a_bad_port_or_a_bad_token_is_a_usage_error_at_once() {
         "http://127.0.0.1:0",
         "http://127.0.0.1:abc",
         "http://[::1:7878",
-        "http://::1:7878",
+        "http://fe80::1:7878",
     ] {
         let started = Instant::now();
         let out = run(&mut via(&db, url), &["status", "x"]);

@@ -489,10 +489,12 @@ fn redacted(text: &str) -> String {
     while let Some(at) = rest.find("dl_") {
         out.push_str(&rest[..at]);
         let after = &rest[at + 3..];
-        let secret = after.len()
+        // A secret is 64 hex digits: what follows them is not part of it.
+        let hex = after.len()
             - after
                 .trim_start_matches(|c: char| c.is_ascii_hexdigit())
                 .len();
+        let secret = hex.min(64);
         if secret >= 8 {
             out.push_str("dl_…");
         } else {
