@@ -42,8 +42,8 @@ use postgres::fallible_iterator::FallibleIterator;
 
 use super::batch::{Output, column, number, required, send};
 use super::statements::{
-    CHANNEL, fingerprint, found, head, is_transient, lock_row, still_listening, tenures, text,
-    unchanged_since, waiters, write,
+    CHANNEL, fences_ahead, fingerprint, found, head, is_transient, lock_row, still_listening,
+    tenures, text, unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource};
@@ -210,15 +210,25 @@ impl Backend for Session {
             for member in &members {
                 batch.extend([fingerprint(member, owner), tenures(member), waiters(member)]);
             }
+            let set = members.len() > 1;
+            if set {
+                batch.push(fences_ahead(&members));
+            }
             let listener = self.listening;
             if let Some(pid) = listener {
                 batch.push(still_listening(pid));
             }
+            let mut prefetched = Vec::new();
             let outputs = match send(&mut self.client, &batch) {
                 Ok(mut outputs) if outputs.len() == batch.len() => {
                     if listener.is_some() {
                         let heard = outputs.pop();
                         self.check_listening(heard.as_ref());
+                    }
+                    if set {
+                        for row in outputs.pop().map(|o| o.rows).unwrap_or_default() {
+                            prefetched.push(required(number(&row, 0)?, 0)?);
+                        }
                     }
                     outputs
                 }
@@ -249,9 +259,11 @@ impl Backend for Session {
 
             let decision = {
                 let client = &mut self.client;
-                let mut ahead = read.fence;
+                // Handed out in the order they were taken.
+                let mut ahead: Vec<i64> = read.fence.into_iter().chain(prefetched).collect();
+                ahead.reverse();
                 let mut fresh = || -> Result<Fence> {
-                    if let Some(fence) = ahead.take() {
+                    if let Some(fence) = ahead.pop() {
                         return Ok(Fence(fence));
                     }
                     let next = send(client, &["SELECT nextval('distlock.fence')".to_owned()])?;

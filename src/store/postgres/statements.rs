@@ -79,6 +79,22 @@ pub(super) fn head(resource: &str, fence: bool) -> String {
     )
 }
 
+/// Fences taken ahead for a lock set's grant: one per member, when none of `members` (literals)
+/// has a live tenure or waiter, so that a set is granted in the same two round trips as one
+/// resource; none otherwise. A fence taken and not used is a gap, which fences may have.
+pub(super) fn fences_ahead(members: &[String]) -> String {
+    let listed = members.join(", ");
+    format!(
+        "SELECT nextval('distlock.fence') FROM generate_series(1, {count})
+         WHERE (SELECT schema_version FROM distlock.meta) = {SCHEMA_VERSION}
+           AND NOT EXISTS (SELECT FROM distlock.locks
+                           WHERE resource IN ({listed}) AND expires_at > clock_timestamp())
+           AND NOT EXISTS (SELECT FROM distlock.waiters
+                           WHERE resource IN ({listed}) AND expires_at > clock_timestamp())",
+        count = members.len()
+    )
+}
+
 /// A digest of the rows `resource`'s decision reads: its tenure rows and its queue, each row
 /// whole — all of them, or only `owner`'s (a literal; see [`crate::store::Reads`]). Read before
 /// the rows themselves, it is compared under the row lock when the decision is written
