@@ -79,7 +79,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
             break
         }
         'distlock;run' {
-            [CompletionResult]::new('--resource', '--resource', [CompletionResultType]::ParameterName, 'The resource to lock while the command runs')
+            [CompletionResult]::new('--resource', '--resource', [CompletionResultType]::ParameterName, 'The resource to lock while the command runs; repeat it for a lock set, taken all at once (at most 64)')
             [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length, renewed every ttl/3 while the command runs')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Keep trying for this long while another owner holds the lock [default: 0, try once]')

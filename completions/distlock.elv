@@ -71,7 +71,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;run'= {
-            cand --resource 'The resource to lock while the command runs'
+            cand --resource 'The resource to lock while the command runs; repeat it for a lock set, taken all at once (at most 64)'
             cand --owner 'Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]'
             cand --ttl 'Lease length, renewed every ttl/3 while the command runs'
             cand --wait 'Keep trying for this long while another owner holds the lock [default: 0, try once]'

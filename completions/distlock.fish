@@ -66,7 +66,7 @@ complete -c distlock -n "__fish_distlock_using_subcommand renew" -l db -d 'Lock 
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand renew" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand run" -l resource -d 'The resource to lock while the command runs' -r
+complete -c distlock -n "__fish_distlock_using_subcommand run" -l resource -d 'The resource to lock while the command runs; repeat it for a lock set, taken all at once (at most 64)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l owner -d 'Owner name (never read from DISTLOCK_OWNER) [default: <hostname>:<pid>:<random>]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l ttl -d 'Lease length, renewed every ttl/3 while the command runs' -r
 complete -c distlock -n "__fish_distlock_using_subcommand run" -l wait -d 'Keep trying for this long while another owner holds the lock [default: 0, try once]' -r

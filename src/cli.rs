@@ -23,6 +23,9 @@ Examples:
 # wait up to 10 minutes for the deploy lock, then deploy
 distlock run --resource deploy --wait 10m -- ./deploy.sh production
 
+# take the database and the cache together, all or nothing, in any order
+distlock run --resource db --resource cache -- ./migrate-and-flush.sh
+
 Exit codes: the command's own status (128+N if it died of signal N); 75 busy (or
 --conflict-exit-code); 78 mode mismatch; 124 distlock stopped the command (lease
 lost, or --max-runtime); 126 cannot execute; 127 command (or its interpreter) not
@@ -41,7 +44,43 @@ end.
 
 Every signal run can catch is forwarded to the command; ^Z stops both, and fg continues \
 both. When the command exits, run releases the lock (or keeps it until --hold-at-least) and \
-exits with the command's status.";
+exits with the command's status.
+
+With --resource given more than once, run takes a lock set: every resource at once, in one \
+transaction, or none (see distlock acquire). The command then gets DISTLOCK_RESOURCES, a JSON \
+array of the names, and DISTLOCK_FENCES, a JSON object from each name to its fence \
+({\"cache\":7,\"db\":8}), instead of DISTLOCK_RESOURCE and DISTLOCK_FENCE. One heartbeat \
+renews the whole set; if any member is lost or broken, the lease is lost: the command is \
+stopped (124) and the other members are released.";
+
+const ACQUIRE_LONG_ABOUT: &str = "\
+Take a lock (or extend your own); exit 75 if another owner holds it.
+
+Several resources make a lock set, taken all at once or not at all: one transaction grants a \
+tenure on every member, or changes nothing. The members are sorted and repeats dropped (1 to \
+64 of them), so the order they are listed in does not matter, and two sets listed in opposite \
+orders never deadlock. --shared, --limit and --note apply to every member. With --wait, a set \
+waits in line on every member at once and holds nothing while it waits; nobody who comes \
+later overtakes it on any member, so a member that is free meanwhile is kept for it.
+
+A set's answer: {\"acquired\":true,\"locks\":[...]}, a lock per member, each with its own \
+fence; busy (75): {\"acquired\":false,\"resources\":[...],\"blocked\":[...]}, each member that \
+is not free now with its holder; a mode mismatch (78) names the first such member. Each \
+member is a tenure of its own for status, list, log and break.";
+
+const RENEW_LONG_ABOUT: &str = "\
+Extend your lock's lease; exit 1 if not held, 77 if another owner holds it.
+
+Several resources: a lock set, renewed in one transaction only if you hold every member live; \
+otherwise nothing changes, and the answer and the exit code are those of the first member, by \
+resource, that is not yours.";
+
+const RELEASE_LONG_ABOUT: &str = "\
+Give up your lock; exit 1 if not held, 77 if another owner holds it.
+
+Several resources: a lock set, released in one transaction only if you hold every member live; \
+otherwise nothing changes, and the answer and the exit code are those of the first member, by \
+resource, that is not yours.";
 
 /// Leased, named locks for scripts, cron jobs and CI steps.
 #[derive(Debug, Parser)]
@@ -84,12 +123,15 @@ impl From<FormatArg> for crate::output::Format {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Take a lock (or extend your own); exit 75 if another owner holds it
+    #[command(long_about = ACQUIRE_LONG_ABOUT)]
     Acquire(AcquireArgs),
     /// Show who holds a lock; exit 1 if nobody does
     Status(StatusArgs),
     /// Give up your lock; exit 1 if not held, 77 if another owner holds it
+    #[command(long_about = RELEASE_LONG_ABOUT)]
     Release(ReleaseArgs),
     /// Extend your lock's lease; exit 1 if not held, 77 if another owner holds it
+    #[command(long_about = RENEW_LONG_ABOUT)]
     Renew(RenewArgs),
     /// Run a command while holding a lock, renewing it until the command exits
     #[command(after_help = RUN_AFTER_HELP, long_about = RUN_LONG_ABOUT)]

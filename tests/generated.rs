@@ -206,6 +206,7 @@ fn main_page(cmd: &clap::Command) -> Vec<u8> {
         .date("")
         .source("distlock");
     let mut extra = Roff::new();
+    lock_sets(&mut extra);
     exit_status(&mut extra, None);
     environment(&mut extra, true);
     files(&mut extra);
@@ -221,6 +222,10 @@ fn main_page(cmd: &clap::Command) -> Vec<u8> {
             (
                 "Run a backup under a lock from cron, skipping quietly while one still runs:",
                 "*/5 * * * * distlock run --resource backup --ttl 2m --conflict-exit-code 0 -- /usr/local/bin/backup.sh",
+            ),
+            (
+                "Take the database and the cache together, all or nothing, whatever order other scripts name them in:",
+                "distlock run --resource db-primary --resource cache-cluster --wait 10m -- ./migrate-and-flush.sh",
             ),
             (
                 "Share locks between hosts through PostgreSQL:",
@@ -255,15 +260,27 @@ fn sub_page(parent: &clap::Command, sub: &clap::Command) -> Vec<u8> {
     environment(&mut extra, is_run);
     files(&mut extra);
     let example = match name {
-        "acquire" => "distlock acquire payment:42 --owner worker-1 --ttl 30s --wait 10s",
+        "acquire" => {
+            "distlock acquire payment:42 --owner worker-1 --ttl 30s --wait 10s\n\
+             # a lock set: both or neither\n\
+             distlock acquire db-primary cache-cluster --owner deploy-812 --ttl 5m"
+        }
         "status" => "distlock status payment:42 && echo held",
-        "release" => "distlock release payment:42 --owner worker-1",
-        "renew" => "distlock renew payment:42 --owner worker-1 --ttl 30s",
+        "release" => {
+            "distlock release payment:42 --owner worker-1\n\
+             distlock release db-primary cache-cluster --owner deploy-812"
+        }
+        "renew" => {
+            "distlock renew payment:42 --owner worker-1 --ttl 30s\n\
+             distlock renew db-primary cache-cluster --owner deploy-812 --ttl 5m"
+        }
         "run" => {
             "# cron: every 5 minutes, skip quietly while the previous run holds the lock\n\
                   */5 * * * * distlock run --resource backup --ttl 2m --conflict-exit-code 0 -- /usr/local/bin/backup.sh\n\
                   # wait up to 30 minutes for the deploy lock\n\
-                  distlock run --resource deploy --ttl 5m --wait 30m -- ./deploy.sh production"
+                  distlock run --resource deploy --ttl 5m --wait 30m -- ./deploy.sh production\n\
+                  # the database and the cache together, all or nothing (DISTLOCK_FENCES has both fences)\n\
+                  distlock run --resource db-primary --resource cache-cluster --wait 10m -- ./migrate-and-flush.sh"
         }
         "list" => "distlock --format text list --prefix payment:",
         "log" => "distlock log deploy --since 1d --limit 20",
@@ -296,16 +313,19 @@ fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
     );
     match command {
         Some("acquire") => vec![
-            ("0", "acquired: a new tenure, or the owner's own extended"),
+            (
+                "0",
+                "acquired: a new tenure, or the owner's own extended; of a lock set, every member",
+            ),
             USAGE,
             STORE,
             (
                 "75",
-                "busy: a live lock is held by another owner, or by a run with this owner (also when --wait runs out)",
+                "busy: a live lock is held by another owner, or by a run with this owner (also when --wait runs out); of a lock set, any member, and no member was taken",
             ),
             (
                 "78",
-                "mismatch: --shared or --limit N conflicts with how the live holders hold it; nothing changed",
+                "mismatch: --shared or --limit N conflicts with how the live holders hold it (of a lock set: any member, and the first such is named); nothing changed",
             ),
         ],
         Some("status") => vec![
@@ -315,21 +335,33 @@ fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
             STORE,
         ],
         Some("release") => vec![
-            ("0", "released"),
-            ("1", "not held: the lock is missing or expired"),
-            USAGE,
-            STORE,
-            ("77", "forbidden: a live lock held by another owner"),
-        ],
-        Some("renew") => vec![
-            ("0", "renewed: the lease now ends --ttl from now"),
+            ("0", "released; of a lock set, every member"),
             (
                 "1",
-                "not held: the lock is missing or expired (an expired lock is never renewed)",
+                "not held: the lock is missing or expired; of a lock set, the first such member, and no member was released",
             ),
             USAGE,
             STORE,
-            ("77", "forbidden: a live lock held by another owner"),
+            (
+                "77",
+                "forbidden: a live lock held by another owner; of a lock set, the first such member, and no member was released",
+            ),
+        ],
+        Some("renew") => vec![
+            (
+                "0",
+                "renewed: the lease now ends --ttl from now; of a lock set, every member's",
+            ),
+            (
+                "1",
+                "not held: the lock is missing or expired (an expired lock is never renewed); of a lock set, the first such member, and no member was renewed",
+            ),
+            USAGE,
+            STORE,
+            (
+                "77",
+                "forbidden: a live lock held by another owner; of a lock set, the first such member, and no member was renewed",
+            ),
         ],
         Some("break") => vec![
             (
@@ -354,7 +386,7 @@ fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
             ),
             (
                 "75",
-                "busy (or the --conflict-exit-code value): another owner, or another run with this owner, holds the lock (also when --wait runs out); the command was not started",
+                "busy (or the --conflict-exit-code value): another owner, or another run with this owner, holds the lock, or of a lock set any member (also when --wait runs out); the command was not started",
             ),
             (
                 "78",
@@ -362,7 +394,7 @@ fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
             ),
             (
                 "124",
-                "distlock stopped the command (SIGTERM, SIGKILL after --kill-after): its lease was lost (the lock expired and was taken, was released or broken by an operator, the store vanished, renewals failed so long that it could expire, or the job was stopped past its lease), or it ran past --max-runtime",
+                "distlock stopped the command (SIGTERM, SIGKILL after --kill-after): its lease was lost (the lock, or over a lock set any member, expired and was taken, was released or broken by an operator, the store vanished, renewals failed so long that it could expire, or the job was stopped past its lease), or it ran past --max-runtime",
             ),
             ("126", "the command was found but cannot be executed"),
             (
@@ -413,6 +445,19 @@ fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
     }
 }
 
+/// The main page's LOCK SETS section: the contract's "Lock sets", in brief.
+fn lock_sets(roff: &mut Roff) {
+    roff.control("SH", ["LOCK SETS"]);
+    for paragraph in [
+        "acquire, renew and release take several resources, and run takes --resource more than once: a lock set. One transaction grants a tenure on every member or changes nothing, so a set is never held in part. The members are sorted and repeats dropped (1 to 64 of them): the order they are listed in does not matter, and two sets listed in opposite orders never deadlock. The mode and note flags apply to every member.",
+        "With --wait, a set waits in line on every member at once and holds nothing while it waits. Nobody who comes later overtakes it on any member: the price is that a member that is free meanwhile is kept for it.",
+        "renew and release of a set act on every member or on none: if the owner does not hold every member live, nothing changes, and the answer and the exit code are those of the first member, by resource, that failed. run over a set exports DISTLOCK_RESOURCES and DISTLOCK_FENCES, renews the set as one, and stops its command (124) when any member is lost, releasing the rest.",
+        "Each member is a tenure of its own, with its own fence and one history event per change; status, list, log and break act on one resource.",
+    ] {
+        roff.control("PP", []).text([roman(paragraph)]);
+    }
+}
+
 fn exit_status(roff: &mut Roff, command: Option<&str>) {
     roff.control("SH", ["EXIT STATUS"]);
     for (code, meaning) in exit_codes(command) {
@@ -456,6 +501,7 @@ fn environment(roff: &mut Roff, with_run: bool) {
     ];
     if with_run {
         rows.push(("DISTLOCK_RESOURCE, DISTLOCK_OWNER, DISTLOCK_FENCE, DISTLOCK_DB", "Given by run to its command: the resource, the owner, the fencing token of this tenure, and the store."));
+        rows.push(("DISTLOCK_RESOURCES, DISTLOCK_FENCES", "Given by run over a lock set (--resource more than once) instead of DISTLOCK_RESOURCE and DISTLOCK_FENCE: a JSON array of the names, by resource, and a JSON object from each name to its member's fencing token, e.g. [\"cache-cluster\",\"db-primary\"] and {\"cache-cluster\":7,\"db-primary\":8}."));
     }
     for (name, meaning) in rows {
         roff.control("TP", [])
@@ -690,5 +736,54 @@ fn every_man_page_carries_the_contract_sections() {
         ] {
             assert!(text.contains(section), "{file} lacks {section}");
         }
+    }
+}
+
+#[test]
+fn lock_sets_are_in_the_pages_and_the_help() {
+    let pages = man_pages();
+    let page = |file: &str| {
+        String::from_utf8_lossy(
+            &pages
+                .iter()
+                .find(|(f, _)| f == file)
+                .unwrap_or_else(|| panic!("no page {file}"))
+                .1,
+        )
+        .into_owned()
+    };
+    let main = page("man/distlock.1");
+    let sets = section(&main, "LOCK SETS");
+    for needle in [
+        "One transaction",
+        "deadlock",
+        "holds nothing",
+        "DISTLOCK_FENCES",
+    ] {
+        assert!(
+            sets.contains(needle),
+            "distlock(1)'s LOCK SETS lacks {needle:?}"
+        );
+    }
+    for file in ["man/distlock.1", "man/distlock-run.1"] {
+        let environment = section(&page(file), "ENVIRONMENT");
+        for variable in ["DISTLOCK_RESOURCES", "DISTLOCK_FENCES"] {
+            assert!(environment.contains(variable), "{file} lacks {variable}");
+        }
+    }
+    for command in ["acquire", "renew", "release", "run"] {
+        let description = section(&page(&format!("man/distlock-{command}.1")), "DESCRIPTION");
+        assert!(
+            description.contains("lock set"),
+            "distlock-{command}(1) does not describe lock sets: {description}"
+        );
+    }
+    // No ellipsis character in any help text: troff warns about it, and the pages render it
+    // badly on a terminal without UTF-8.
+    for (file, page) in &pages {
+        assert!(
+            !String::from_utf8_lossy(page).contains('\u{2026}'),
+            "{file} has an ellipsis character"
+        );
     }
 }

@@ -11,7 +11,8 @@
 //! twice, by [`on_the_store_and_through_a_server`]: on the scratch store, then with every
 //! command going through a real `distlock serve` over it (HTTPS, a token), as a CI runner or a
 //! cron host without the store's credentials would. The ones about the store's own host (`gc`,
-//! the systemd unit over its file) run on the store alone.
+//! the systemd unit over its file) run on the store alone, and so, for now, does the lock-set
+//! deploy (`set_deploy_*`).
 //!
 //! The lock server's recipes run against a real `distlock serve --tokens` over the scratch
 //! store; they are in `recipes/server.rs`.
@@ -50,12 +51,13 @@ const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
 /// Every recipe file, in README order.
-const RECIPES: [&str; 13] = [
+const RECIPES: [&str; 14] = [
     "examples/crontab",
     "examples/distlock-backup.service",
     "examples/ci-deploy.yml",
     "examples/deploy.sh",
     "examples/fenced-write",
+    "examples/migrate-and-flush.sh",
     "examples/ci-deploy-slots.yml",
     "examples/crontab-search-index",
     "examples/crontab-fleet",
@@ -194,6 +196,8 @@ impl Scratch {
         .env_remove("DISTLOCK_OWNER")
         .env_remove("DISTLOCK_FENCE")
         .env_remove("DISTLOCK_RESOURCE")
+        .env_remove("DISTLOCK_FENCES")
+        .env_remove("DISTLOCK_RESOURCES")
         .stdin(Stdio::null());
         self.store_env(&mut cmd);
         cmd
@@ -426,6 +430,24 @@ fn readme_has_all_ten_kinds_of_recipe() {
     );
     assert!(readme.contains("## Recipes"));
 
+    let set_deploy = example("migrate-and-flush.sh");
+    assert!(
+        readme.lines().any(|line| line == SET_DEPLOY_USAGE)
+            && set_deploy.contains(&format!("#   {SET_DEPLOY_USAGE}\n")),
+        "README.md and the recipe must show `{SET_DEPLOY_USAGE}` on a line of its own"
+    );
+    for needle in [
+        "DISTLOCK_FENCES",
+        "fence_of db-primary",
+        "fence_of cache-cluster",
+        "exit 64",
+    ] {
+        assert!(
+            set_deploy.contains(needle),
+            "migrate-and-flush.sh lacks {needle}"
+        );
+    }
+
     assert_eq!(
         ci_run_line("ci-deploy-slots.yml"),
         r#"distlock run --resource deploy-slots --limit 2 --ttl 5m --wait 30m --note "$SERVICE, run $GITHUB_RUN_ID" -- ./deploy.sh "$SERVICE""#,
@@ -478,7 +500,12 @@ fn readme_has_all_ten_kinds_of_recipe() {
 
 #[test]
 fn recipe_scripts_are_executable_and_parse() {
-    for name in ["deploy.sh", "fenced-write", "break-lock"] {
+    for name in [
+        "deploy.sh",
+        "fenced-write",
+        "migrate-and-flush.sh",
+        "break-lock",
+    ] {
         let path = root().join("examples").join(name);
         let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
         assert_eq!(mode & 0o111, 0o111, "{name} must be executable");
@@ -1498,6 +1525,286 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
 
 fn read_or_empty(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A deploy that takes the database and the cache together (a lock set)
+//
+// These run on the store only, not yet through a server as well
+// (`on_the_store_and_through_a_server`): that waits for lock sets through `distlock serve`.
+
+/// The README's command for the lock-set deploy, also in the recipe's own header.
+const SET_DEPLOY_USAGE: &str = "distlock run --resource db-primary --resource cache-cluster --wait 10m -- ./migrate-and-flush.sh";
+
+/// The README's command with the recipe's path, and the same with its two resources listed the
+/// other way round, as another team's script might list them.
+fn set_deploy_lines() -> (String, String) {
+    let line = substitute(
+        SET_DEPLOY_USAGE,
+        &[(
+            "./migrate-and-flush.sh",
+            &root().join("examples/migrate-and-flush.sh"),
+        )],
+    );
+    let reversed = replace_each(
+        &line,
+        &[(
+            "--resource db-primary --resource cache-cluster",
+            "--resource cache-cluster --resource db-primary",
+        )],
+    );
+    (line, reversed)
+}
+
+/// A job that uses the cache alone, under its single lock.
+const CACHE_JOB: &str = "distlock run --resource cache-cluster --wait 10m -- ./warm-cache.sh";
+
+/// A working folder with the steps the deploy calls and the cache job, each a guarded write:
+/// `migrate.sh FENCE` writes to the database's ledger, `flush-cache.sh FENCE` and
+/// `warm-cache.sh` (with `DISTLOCK_FENCE`) to the cache's, through `examples/fenced-write`.
+/// Each step says in `seen/RESOURCE` who wrote with which fence. A deploy holds both resources
+/// from its first step to the end of its last: `migrate.sh` marks both taken (a folder each in
+/// `held/`), `flush-cache.sh` gives both back; the cache job marks the cache alone. A mark that
+/// is already there is an overlap, written to `overlaps`.
+fn set_deploy_steps(s: &Scratch) -> PathBuf {
+    let work = s.path("work");
+    for dir in ["work", "held", "seen", "ledgers"] {
+        std::fs::create_dir(s.path(dir)).expect("mkdir");
+    }
+    let fenced = fenced_write();
+    let mark = |resource: &str| {
+        format!(
+            "mkdir '{held}/{resource}' 2>/dev/null || echo \"{resource} $DISTLOCK_OWNER\" >>'{overlaps}'\n",
+            held = s.p("held"),
+            overlaps = s.p("overlaps"),
+        )
+    };
+    let write = |resource: &str, fence: &str| {
+        format!(
+            "echo \"$DISTLOCK_OWNER {fence}\" >>'{seen}/{resource}'\n\
+             '{fenced}' --fence \"{fence}\" '{ledgers}/{resource}' \"$DISTLOCK_OWNER\" || exit 1\n\
+             sleep 0.2\n",
+            seen = s.p("seen"),
+            fenced = fenced.display(),
+            ledgers = s.p("ledgers"),
+        )
+    };
+    s.script(
+        "work/migrate.sh",
+        &format!(
+            "{}{}echo \"$DISTLOCK_RESOURCES\" >>'{}'\n{}",
+            mark("db-primary"),
+            mark("cache-cluster"),
+            s.p("resources"),
+            write("db-primary", "$1")
+        ),
+    );
+    s.script(
+        "work/flush-cache.sh",
+        &format!(
+            "{}rmdir '{held}/db-primary' '{held}/cache-cluster'\n",
+            write("cache-cluster", "$1"),
+            held = s.p("held")
+        ),
+    );
+    s.script(
+        "work/warm-cache.sh",
+        &format!(
+            "{}{}rmdir '{}/cache-cluster'\n",
+            mark("cache-cluster"),
+            write("cache-cluster", "$DISTLOCK_FENCE"),
+            s.p("held")
+        ),
+    );
+    work
+}
+
+/// `sh -c 'LINE'` in the deploy's working folder, `rounds` times over, stopping at a failure.
+fn set_deploy_job(s: &Scratch, work: &Path, line: &str, rounds: u32) -> Proc {
+    let mut cmd = s.cmd("/bin/sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "i=0; while [ $i -lt {rounds} ]; do {line} || exit $?; i=$((i + 1)); done"
+        ))
+        .current_dir(work);
+    s.spawn(&mut cmd)
+}
+
+/// The `(owner, fence)` lines of `seen/RESOURCE`, sorted.
+fn seen_writes(s: &Scratch, resource: &str) -> Vec<(String, i64)> {
+    let mut writes: Vec<(String, i64)> = read_or_empty(&s.path("seen").join(resource))
+        .lines()
+        .map(|line| {
+            let (owner, fence) = line.rsplit_once(' ').expect("OWNER FENCE");
+            (owner.to_owned(), fence.parse().expect("a fence"))
+        })
+        .collect();
+    writes.sort();
+    writes
+}
+
+/// The new tenures in `resource`'s history, in the order it gives them.
+fn tenures_of(s: &Scratch, resource: &str) -> Vec<Value> {
+    let log = s.log(resource);
+    let ends = log.iter().filter(|e| e["event"] == "released").count();
+    let tenures: Vec<Value> = log
+        .into_iter()
+        .filter(|e| e["event"] == "acquired")
+        .collect();
+    assert_eq!(ends, tenures.len(), "{resource}: every tenure released");
+    tenures
+}
+
+#[test]
+fn set_deploy_two_deploys_in_opposite_orders_and_a_cache_job_never_overlap_nor_deadlock() {
+    let s = Scratch::new();
+    let work = set_deploy_steps(&s);
+    let (line, reversed) = set_deploy_lines();
+    // See `ci_step_serialises_concurrent_deploys`.
+    s.create_store();
+    let rounds = 3;
+    let jobs = [
+        ("the deploy", set_deploy_job(&s, &work, &line, rounds)),
+        (
+            "the deploy listing them the other way",
+            set_deploy_job(&s, &work, &reversed, rounds),
+        ),
+        (
+            "the cache job",
+            set_deploy_job(&s, &work, CACHE_JOB, rounds),
+        ),
+    ];
+    // Taken one at a time in opposite orders, the two deploys could each hold one resource and
+    // wait for the other's for the whole 10 minutes; as sets, every round is done in seconds.
+    for (what, job) in jobs {
+        let done = job.finish(Duration::from_secs(60));
+        assert_eq!(done.code(), Some(0), "{what}: {}", done.describe());
+        if what != "the cache job" {
+            assert_eq!(
+                done.stderr().matches("migrate-and-flush: done").count(),
+                3,
+                "{what}: {}",
+                done.describe()
+            );
+        }
+    }
+    assert!(
+        !s.path("overlaps").exists(),
+        "a resource was used by two at once: {}",
+        read_or_empty(&s.path("overlaps"))
+    );
+    assert_eq!(
+        read(&s.path("resources")),
+        "[\"cache-cluster\",\"db-primary\"]\n".repeat(6),
+        "DISTLOCK_RESOURCES names both, by resource, in whichever order they were listed"
+    );
+
+    // Each write went out with the fence that the history recorded for its writer's tenure of
+    // that resource: the fences the recipe passes on are the set's own.
+    for (resource, count) in [("db-primary", 6), ("cache-cluster", 9)] {
+        let tenures = tenures_of(&s, resource);
+        assert_eq!(tenures.len(), count, "{resource}: {tenures:?}");
+        let fences: Vec<i64> = tenures.iter().map(fence_of).collect();
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "{resource}: fences strictly increase: {fences:?}"
+        );
+        let mut recorded: Vec<(String, i64)> = tenures
+            .iter()
+            .map(|e| (e["owner"].as_str().expect("owner").to_owned(), fence_of(e)))
+            .collect();
+        recorded.sort();
+        assert_eq!(seen_writes(&s, resource), recorded, "{resource}");
+        let entries = ledger(&s.path("ledgers").join(resource));
+        assert_eq!(entries.len(), count, "{resource}: every write accepted");
+        assert_fence_order(&entries);
+    }
+    // A deploy took both in one transaction: its tenures of the two began at the same moment.
+    let cache = tenures_of(&s, "cache-cluster");
+    for db in tenures_of(&s, "db-primary") {
+        let together = cache
+            .iter()
+            .find(|c| c["owner"] == db["owner"])
+            .unwrap_or_else(|| panic!("no cache-cluster tenure for {db}"));
+        assert_eq!(together["at"], db["at"], "{db} and {together}");
+    }
+
+    for resource in ["db-primary", "cache-cluster"] {
+        assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
+        assert_eq!(s.waiting(resource), 0, "nobody waits for {resource}");
+    }
+    assert_eq!(s.json(&["list"], 0)["locks"], serde_json::json!([]));
+}
+
+#[test]
+fn set_deploy_waits_for_the_cache_and_meanwhile_holds_the_free_database_back() {
+    let s = Scratch::new();
+    let work = set_deploy_steps(&s);
+    let (line, _) = set_deploy_lines();
+    s.hold("cache-cluster", "cache-warmer", "60s");
+
+    let deploy = set_deploy_job(&s, &work, &line, 1);
+    // The deploy waits in line on both resources, the free database too, and holds neither.
+    wait_until(
+        Duration::from_secs(10),
+        "the deploy waits for db-primary",
+        || s.waiting("db-primary") == 1,
+    );
+    assert_eq!(s.waiting("cache-cluster"), 1);
+    assert_eq!(s.holder("db-primary"), None, "a waiter holds nothing");
+    // The price of never being overtaken: the free database goes to nobody who came later.
+    let later = s.json(
+        &["acquire", "db-primary", "--owner", "hotfix", "--ttl", "30s"],
+        75,
+    );
+    assert_eq!(
+        later,
+        serde_json::json!({"acquired": false, "resource": "db-primary", "waiting": 1}),
+        "reserved for the deploy"
+    );
+    assert!(!s.path("seen/db-primary").exists(), "nothing migrated yet");
+
+    s.release("cache-cluster", "cache-warmer");
+    let done = deploy.finish(Duration::from_secs(20));
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    let db = tenures_of(&s, "db-primary");
+    assert_eq!(
+        db.len(),
+        1,
+        "the deploy's tenure alone, not the hotfix's: {db:?}"
+    );
+    assert_eq!(seen_writes(&s, "db-primary").len(), 1);
+    assert_eq!(seen_writes(&s, "cache-cluster").len(), 1);
+    for resource in ["db-primary", "cache-cluster"] {
+        assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
+    }
+}
+
+#[test]
+fn set_deploy_step_refuses_to_run_without_both_locks() {
+    let s = Scratch::new();
+    let work = set_deploy_steps(&s);
+    let recipe = root().join("examples/migrate-and-flush.sh");
+    let recipe = recipe.to_str().expect("utf-8 path");
+    for line in [
+        format!("distlock run --resource db-primary -- {recipe}"),
+        format!("distlock run --resource cache-cluster --resource payments -- {recipe}"),
+        recipe.to_owned(),
+    ] {
+        let done = set_deploy_job(&s, &work, &line, 1).finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(64), "{line}: {}", done.describe());
+        assert!(
+            done.stderr().contains(
+                "run it under distlock run --resource db-primary --resource cache-cluster"
+            ),
+            "{line}: {}",
+            done.describe()
+        );
+    }
+    assert!(!s.path("seen/db-primary").exists() && !s.path("seen/cache-cluster").exists());
+    for resource in ["db-primary", "cache-cluster", "payments"] {
+        assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
