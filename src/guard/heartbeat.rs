@@ -43,6 +43,7 @@ impl Heartbeat {
     /// else's); otherwise `otherwise`.
     fn why_gone(&self, mut store: Option<&mut Box<dyn LockStore>>, otherwise: &str) -> String {
         let mut eviction = None;
+        let set = self.tenures.len() > 1;
         for (resource, fence) in &self.tenures {
             let query = LogQuery {
                 resource: Some(resource.clone()),
@@ -58,13 +59,21 @@ impl Heartbeat {
                         .rev()
                         .find(|e| e.fence == *fence && e.event == EventKind::Broken)
                 })
-                .and_then(|event| event.broken);
+                .and_then(|event| event.broken)
+                .map(|broken| (resource, broken));
             if eviction.is_some() {
                 break;
             }
         }
         match eviction {
-            Some(eviction) => format!("it was broken by {} ({})", eviction.by, eviction.reason),
+            // A lock set names the member that was broken.
+            Some((resource, eviction)) if set => format!(
+                "{resource} was broken by {} ({})",
+                eviction.by, eviction.reason
+            ),
+            Some((_, eviction)) => {
+                format!("it was broken by {} ({})", eviction.by, eviction.reason)
+            }
             None => otherwise.to_owned(),
         }
     }
