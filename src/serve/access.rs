@@ -74,6 +74,14 @@ impl Caller {
         }
     }
 
+    /// Refuses a request on `resources` (a lock set's members) when one of them is outside the
+    /// caller's resources, naming the first such.
+    pub fn check_all(&self, resources: &[Resource]) -> Result<(), Problem> {
+        resources
+            .iter()
+            .try_for_each(|resource| self.check(resource))
+    }
+
     /// Refuses a `break` by a token that is not an operator's.
     pub fn check_operator(&self) -> Result<(), Problem> {
         match &self.0 {

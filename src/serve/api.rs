@@ -25,7 +25,9 @@ use crate::store::Locks;
 /// another HTTP server at a mistyped address (whose bare 404 must not read as "not held").
 pub const API: &str = "distlock-api";
 
-/// The header of a grant that says whether it is a new tenure or the owner's own, extended.
+/// The header of a grant that says whether it is a new tenure or the owner's own, extended:
+/// `new` or `extended`, and for a lock set one of them per member, in the members' order,
+/// separated by commas (`new,extended,new`).
 pub const GRANT: &str = "distlock-grant";
 
 /// The header of a grant that says how long, in whole milliseconds rounded down, the request
@@ -55,6 +57,10 @@ enum Route {
     Release(Resource),
     Renew(Resource),
     Break(Resource),
+    /// A lock set's `acquire`, `renew` and `release`: the members are in the body.
+    AcquireSet,
+    RenewSet,
+    ReleaseSet,
     List,
     Log,
     Health,
@@ -70,6 +76,9 @@ impl Route {
             Route::Release(_) => "DELETE /locks/{r}",
             Route::Renew(_) => "POST /locks/{r}/renew",
             Route::Break(_) => "POST /locks/{r}/break",
+            Route::AcquireSet => "POST /sets",
+            Route::RenewSet => "POST /sets/renew",
+            Route::ReleaseSet => "POST /sets/release",
             Route::List => "GET /locks",
             Route::Log => "GET /log",
             Route::Health => "GET /health",
@@ -81,7 +90,13 @@ impl Route {
     fn takes_body(&self) -> bool {
         matches!(
             self,
-            Route::Acquire(_) | Route::Release(_) | Route::Renew(_) | Route::Break(_)
+            Route::Acquire(_)
+                | Route::Release(_)
+                | Route::Renew(_)
+                | Route::Break(_)
+                | Route::AcquireSet
+                | Route::RenewSet
+                | Route::ReleaseSet
         )
     }
 }
@@ -114,18 +129,21 @@ fn route(method: &Method, path: &str) -> Result<Route, Problem> {
         },
         ["locks", r, "renew"] if method == Method::POST => Ok(Route::Renew(resource(r)?)),
         ["locks", r, "break"] if method == Method::POST => Ok(Route::Break(resource(r)?)),
+        ["sets"] if method == Method::POST => Ok(Route::AcquireSet),
+        ["sets", "renew"] if method == Method::POST => Ok(Route::RenewSet),
+        ["sets", "release"] if method == Method::POST => Ok(Route::ReleaseSet),
         ["log"] if method == Method::GET => Ok(Route::Log),
         ["health"] if method == Method::GET => Ok(Route::Health),
         ["metrics"] if method == Method::GET => Ok(Route::Metrics),
-        ["locks" | "log" | "health" | "metrics"] | ["locks", _, "renew" | "break"] => {
-            Err(wrong_method())
-        }
+        ["locks" | "log" | "health" | "metrics" | "sets"]
+        | ["locks", _, "renew" | "break"]
+        | ["sets", "renew" | "release"] => Err(wrong_method()),
         _ => Err(not_found()),
     }
 }
 
 /// The problem of bad input: 400 for a body that is not JSON, 422 for a rule broken.
-fn problem(bad: &Bad) -> Problem {
+pub(super) fn problem(bad: &Bad) -> Problem {
     match bad {
         Bad::Malformed(why) => Problem::new(StatusCode::BAD_REQUEST, "malformed-json", why.clone()),
         Bad::Invalid(why) => Problem::new(
@@ -141,9 +159,9 @@ pub struct Reply {
     status: StatusCode,
     body: Vec<u8>,
     kind: &'static str,
-    /// A grant's `Distlock-Grant: new` or `extended`, and its `Distlock-Waited-Ms`, for a
-    /// distlock client (`--db http://…`): the body is the command's own, which does not say.
-    grant: Option<(&'static str, Duration)>,
+    /// A grant's `Distlock-Grant` ([`GRANT`]) and its `Distlock-Waited-Ms`, for a distlock
+    /// client (`--db http://…`): the body is the command's own, which does not say.
+    grant: Option<(String, Duration)>,
 }
 
 impl Reply {
@@ -165,15 +183,19 @@ impl Reply {
         }
     }
 
-    /// The same reply, saying how a grant came about, and how long the request `waited`
-    /// before the transaction that granted it began.
-    pub(super) fn granted(self, tenure: crate::lock::Grant, waited: Duration) -> Reply {
-        let how = match tenure {
-            crate::lock::Grant::New => "new",
-            crate::lock::Grant::Extended => "extended",
-        };
+    /// The same reply, saying how a grant came about (each tenure of it: one, or a lock set's
+    /// in the members' order), and how long the request `waited` before the transaction that
+    /// granted it began.
+    pub(super) fn granted(self, tenures: &[crate::lock::Grant], waited: Duration) -> Reply {
+        let how: Vec<&str> = tenures
+            .iter()
+            .map(|tenure| match tenure {
+                crate::lock::Grant::New => "new",
+                crate::lock::Grant::Extended => "extended",
+            })
+            .collect();
         Reply {
-            grant: Some((how, waited)),
+            grant: Some((how.join(","), waited)),
             ..self
         }
     }
@@ -286,7 +308,9 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     }
     if let Some((how, waited)) = reply.grant {
         let headers = response.headers_mut();
-        headers.insert(GRANT, HeaderValue::from_static(how));
+        if let Ok(how) = HeaderValue::from_str(&how) {
+            headers.insert(GRANT, how);
+        }
         let millis = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         headers.insert(WAITED, HeaderValue::from(millis));
     }
@@ -308,6 +332,8 @@ fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
         }
         Route::Status(resource) => caller.check_see(resource),
         Route::Break(_) => caller.check_operator(),
+        // A set's members are in its body: checked once it is read (see [`operations`]).
+        Route::AcquireSet | Route::RenewSet | Route::ReleaseSet => Ok(()),
         Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
     }
 }
@@ -447,6 +473,9 @@ fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Re
         Route::Release(resource) => operations::release(call, &resource),
         Route::Renew(resource) => operations::renew(call, &resource),
         Route::Break(resource) => operations::evict(call, &resource),
+        Route::AcquireSet => operations::acquire_set(call, gone),
+        Route::RenewSet => operations::renew_set(call),
+        Route::ReleaseSet => operations::release_set(call),
         Route::List => operations::list(call),
         Route::Log => operations::log(call),
         Route::Health => state.stores.with(|store| {
@@ -497,6 +526,15 @@ mod tests {
             (Method::GET, "/log", Ok(Route::Log)),
             (Method::GET, "/health", Ok(Route::Health)),
             (Method::GET, "/metrics", Ok(Route::Metrics)),
+            (Method::POST, "/sets", Ok(Route::AcquireSet)),
+            (Method::POST, "/sets/renew", Ok(Route::RenewSet)),
+            (Method::POST, "/sets/release", Ok(Route::ReleaseSet)),
+            (Method::GET, "/sets", Err(405)),
+            (Method::DELETE, "/sets", Err(405)),
+            (Method::GET, "/sets/renew", Err(405)),
+            (Method::PUT, "/sets/release", Err(405)),
+            (Method::POST, "/sets/a", Err(404)),
+            (Method::POST, "/sets/renew/a", Err(404)),
             (Method::PUT, "/locks/a", Err(405)),
             (Method::GET, "/locks/a/renew", Err(405)),
             (Method::POST, "/locks", Err(405)),

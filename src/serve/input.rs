@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::engine::Request;
-use crate::lock::{Fence, Mode, Owner, Remark, Resource, Ttl, parse_duration};
+use crate::lock::{Fence, Members, Mode, Owner, Remark, Resource, Ttl, parse_duration};
 
 /// The longest `wait_seconds`.
 pub const MAX_WAIT_SECS: u64 = 86_400;
@@ -180,6 +180,69 @@ impl Fields {
         Ok((request, wait))
     }
 
+    /// `resources` of a lock set's request: an array of resource names, each checked as a
+    /// path segment's decoded name is; repeats collapse, and 1 to [`crate::lock::MAX_MEMBERS`]
+    /// remain.
+    pub fn members(&mut self) -> Result<Members, Bad> {
+        let items = match self.take("resources") {
+            None | Some(Value::Null) => return Err(Bad::Invalid("resources is required".into())),
+            Some(Value::Array(items)) => items,
+            Some(other) => {
+                return Err(Bad::Invalid(format!(
+                    "resources must be an array of resource names, got {other}"
+                )));
+            }
+        };
+        let resources = items
+            .iter()
+            .enumerate()
+            .map(|(at, item)| match item {
+                Value::String(name) => Resource::parse(name)
+                    .map_err(|why| Bad::Invalid(format!("resources[{at}]: {why}"))),
+                other => Err(Bad::Invalid(format!(
+                    "resources[{at}] must be a string, got {other}"
+                ))),
+            })
+            .collect::<Result<Vec<Resource>, Bad>>()?;
+        Members::new(resources).map_err(Bad::Invalid)
+    }
+
+    /// `fences` of a lock set's `renew` or `release`: `{name: fence}` naming every member and
+    /// nothing else, read into the members' order; none when the field is not given.
+    pub fn fences(&mut self, members: &Members) -> Result<Option<Vec<Fence>>, Bad> {
+        let mut given = match self.take("fences") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(given)) => given,
+            Some(other) => {
+                return Err(Bad::Invalid(format!(
+                    "fences must be an object of resource name to fence, got {other}"
+                )));
+            }
+        };
+        let member = |name: &str| members.as_slice().iter().any(|m| m.as_str() == name);
+        if let Some(name) = given.keys().find(|name| !member(name)) {
+            return Err(Bad::Invalid(format!(
+                "fences names {name:?}, which is not one of the set's resources"
+            )));
+        }
+        members
+            .as_slice()
+            .iter()
+            .map(|member| match given.remove(member.as_str()) {
+                None => Err(Bad::Invalid(format!("fences gives no fence for {member}"))),
+                Some(Value::Number(number)) => number.as_i64().map(Fence).ok_or_else(|| {
+                    Bad::Invalid(format!(
+                        "the fence of {member} must be a whole number, got {number}"
+                    ))
+                }),
+                Some(other) => Err(Bad::Invalid(format!(
+                    "the fence of {member} must be a JSON integer, got {other}"
+                ))),
+            })
+            .collect::<Result<Vec<Fence>, Bad>>()
+            .map(Some)
+    }
+
     /// # Errors
     ///
     /// [`Bad::Invalid`] naming the first field that this request does not take.
@@ -273,6 +336,7 @@ impl Params {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn acquire(body: &str) -> Result<(Request, Duration), Bad> {
         let mut fields = Fields::parse(body.as_bytes())?;
@@ -373,6 +437,129 @@ mod tests {
                 "{body}: {:?}",
                 acquire(body)
             );
+        }
+    }
+
+    /// The members of a set's body that holds nothing else.
+    fn members_of(body: &str) -> Result<Members, Bad> {
+        let mut fields = Fields::parse(body.as_bytes())?;
+        let members = fields.members()?;
+        fields.finish()?;
+        Ok(members)
+    }
+
+    /// `{"resources":[…]}` with these names.
+    fn resources(names: &[String]) -> String {
+        json!({ "resources": names }).to_string()
+    }
+
+    #[test]
+    fn a_sets_resources_are_names_deduplicated_and_sorted_one_to_64_of_them() {
+        let numbered = |n: usize| -> Vec<String> { (0..n).map(|i| format!("r{i:02}")).collect() };
+        let longest = "a".repeat(255);
+        let all = numbered(64);
+        let mut repeated = numbered(64);
+        repeated.extend(["r00".to_owned(), "r63".to_owned(), "r07".to_owned()]);
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        // (body, the members by resource, or a word of the 422's detail)
+        let cases: Vec<(String, Result<Vec<&str>, &str>)> = vec![
+            (r#"{"resources":["b","a"]}"#.into(), Ok(vec!["a", "b"])),
+            (r#"{"resources":["a","a","a"]}"#.into(), Ok(vec!["a"])),
+            (
+                r#"{"resources":["db","cache","db"]}"#.into(),
+                Ok(vec!["cache", "db"]),
+            ),
+            // A JSON string is the name itself: nothing is percent-decoded.
+            (
+                r#"{"resources":["deploy%2Fprod","deploy/prod"]}"#.into(),
+                Ok(vec!["deploy%2Fprod", "deploy/prod"]),
+            ),
+            (
+                resources(std::slice::from_ref(&longest)),
+                Ok(vec![&longest]),
+            ),
+            (resources(&numbered(64)), Ok(all.clone())),
+            (resources(&repeated), Ok(all)),
+            (r#"{"resources":[]}"#.into(), Err("at least one resource")),
+            (
+                resources(&numbered(65)),
+                Err("at most 64 resources; 65 were given"),
+            ),
+            ("{}".into(), Err("resources is required")),
+            (r#"{"resources":null}"#.into(), Err("resources is required")),
+            (r#"{"resources":"a"}"#.into(), Err("must be an array")),
+            (r#"{"resources":{"a":1}}"#.into(), Err("must be an array")),
+            (
+                r#"{"resources":["a",7]}"#.into(),
+                Err("resources[1] must be a string"),
+            ),
+            (r#"{"resources":["a",null]}"#.into(), Err("resources[1]")),
+            (r#"{"resources":[["a"]]}"#.into(), Err("resources[0]")),
+            (r#"{"resources":["a",""]}"#.into(), Err("resources[1]: ")),
+            (r#"{"resources":["  "]}"#.into(), Err("blank")),
+            (
+                r#"{"resources":["a\nb"]}"#.into(),
+                Err("control characters"),
+            ),
+            (resources(&["a".repeat(256)]), Err("256 bytes long")),
+            (
+                r#"{"resources":["a"],"resource":"b"}"#.into(),
+                Err(r#"unknown field "resource""#),
+            ),
+        ];
+        for (body, expected) in cases {
+            match (members_of(&body), expected) {
+                (Ok(members), Ok(names)) => {
+                    let got: Vec<&str> = members.as_slice().iter().map(Resource::as_str).collect();
+                    assert_eq!(got, names, "{body}");
+                }
+                (Err(Bad::Invalid(why)), Err(word)) => {
+                    assert!(why.contains(word), "{body}: {why}");
+                }
+                (got, want) => panic!("{body}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_sets_fences_name_every_member_and_nothing_else() {
+        let members = Members::new(vec![
+            Resource::parse("b").unwrap(),
+            Resource::parse("a").unwrap(),
+        ])
+        .unwrap();
+        // (body, the fences in the members' order, or a word of the 422's detail)
+        type Expected = Result<Option<Vec<i64>>, &'static str>;
+        let cases: Vec<(&str, Expected)> = vec![
+            ("{}", Ok(None)),
+            (r#"{"fences":null}"#, Ok(None)),
+            (r#"{"fences":{"a":1,"b":2}}"#, Ok(Some(vec![1, 2]))),
+            (r#"{"fences":{"b":2,"a":1}}"#, Ok(Some(vec![1, 2]))),
+            (r#"{"fences":{"a":1}}"#, Err("no fence for b")),
+            (r#"{"fences":{}}"#, Err("no fence for a")),
+            (
+                r#"{"fences":{"a":1,"b":2,"c":3}}"#,
+                Err(r#"fences names "c", which is not one of the set's resources"#),
+            ),
+            (r#"{"fences":{"a":1,"c":3}}"#, Err(r#"names "c""#)),
+            (r#"{"fences":{"a":1,"b":"2"}}"#, Err("JSON integer")),
+            (r#"{"fences":{"a":1,"b":2.5}}"#, Err("whole number")),
+            (r#"{"fences":{"a":1,"b":null}}"#, Err("JSON integer")),
+            (r#"{"fences":[1,2]}"#, Err("must be an object")),
+            (r#"{"fences":7}"#, Err("must be an object")),
+        ];
+        for (body, expected) in cases {
+            let mut fields = Fields::parse(body.as_bytes()).unwrap();
+            let got = fields
+                .fences(&members)
+                .map(|fences| fences.map(|f| f.iter().map(|fence| fence.0).collect::<Vec<_>>()));
+            match (got, expected) {
+                (Ok(fences), Ok(want)) => assert_eq!(fences, want, "{body}"),
+                (Err(Bad::Invalid(why)), Err(word)) => {
+                    assert!(why.contains(word), "{body}: {why}");
+                }
+                (got, want) => panic!("{body}: got {got:?}, want {want:?}"),
+            }
         }
     }
 

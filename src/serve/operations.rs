@@ -2,19 +2,22 @@
 //! the operation carried out, and the command's own answer turned into the HTTP one.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 
 use super::State;
 use super::access::Caller;
-use super::api::{LONGEST_POLL, Reply, answered};
+use super::api::{LONGEST_POLL, Reply, answered, problem};
 use super::input::{Bad, Fields, Params};
 use crate::answer::{
     AcquireAnswer, Answer, BreakAnswer, KeptAnswer, ListAnswer, ReleaseAnswer, RenewAnswer,
+    SetAcquireAnswer, SetReleaseAnswer, SetRenewAnswer,
 };
-use crate::engine::Finish;
-use crate::lock::{Eviction, Fence, LogQuery, Owner, Remark, Resource};
+use crate::engine::{Finish, Request};
+use crate::lock::{
+    Acquire, Eviction, Fence, LogQuery, Members, Owner, Remark, Resource, SetAcquire,
+};
 use crate::store::{LockStore, Locks};
 use crate::wait;
 
@@ -34,45 +37,18 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
     // Before the request was read it was sent: what it waited from here is what a client may
     // add to the moment it sent it.
     let received = Instant::now();
-    let state = call.state;
-    let mut fields = match Fields::parse(call.body) {
-        Ok(fields) => fields,
-        Err(bad) => return Ok(Err(bad)),
-    };
-    let (mut request, wait) = match fields
-        .acquire()
-        .and_then(|read| fields.finish().map(|()| read))
-    {
+    let (request, wait) = match body(call, |fields| acquire_request(call, fields)) {
         Ok(read) => read,
         Err(bad) => return Ok(Err(bad)),
     };
-    request.owner = call.caller.owner(request.owner);
-    let mode = request.mode;
-    state.stores.with(|store| {
-        let attempt = if wait.is_zero() {
-            let started = Instant::now();
-            let outcome = store.acquire(resource, &request)?;
-            wait::Attempt { outcome, started }
-        } else {
-            let this_poll = wait.min(LONGEST_POLL);
-            let keeps_place = wait > LONGEST_POLL;
-            state.waiting.fetch_add(1, Ordering::SeqCst);
-            // A token taken out of the file meanwhile ends its waits.
-            let stop = || {
-                state.stopping.load(Ordering::SeqCst)
-                    || gone.load(Ordering::SeqCst)
-                    || call.caller.revoked(state.tokens().as_deref())
-            };
-            let one = wait::One {
-                resource,
-                request: &request,
-            };
-            let waited = wait::serve(store, &one, this_poll, keeps_place, &stop);
-            state.waiting.fetch_sub(1, Ordering::SeqCst);
-            waited?
-        };
-        let mut answer = AcquireAnswer::new(resource, &attempt.outcome, mode);
-        if let (AcquireAnswer::Busy(busy), crate::lock::Acquire::Busy { position, .. }) =
+    let one = wait::One {
+        resource,
+        request: &request,
+    };
+    call.state.stores.with(|store| {
+        let attempt = attempt(store, call, &one, wait, gone)?;
+        let mut answer = AcquireAnswer::new(resource, &attempt.outcome, request.mode);
+        if let (AcquireAnswer::Busy(busy), Acquire::Busy { position, .. }) =
             (&mut answer, &attempt.outcome)
         {
             if !wait.is_zero() {
@@ -81,12 +57,113 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
         }
         let reply = answered(&answer, || answer.text());
         Ok(Ok(match &attempt.outcome {
-            crate::lock::Acquire::Acquired { tenure, .. } => {
-                reply.granted(*tenure, attempt.started.saturating_duration_since(received))
+            Acquire::Acquired { tenure, .. } => reply.granted(
+                std::slice::from_ref(tenure),
+                attempt.started.saturating_duration_since(received),
+            ),
+            _ => reply,
+        }))
+    })
+}
+
+/// `POST /sets`: [`acquire`] of a lock set, all or nothing, waiting in every member's queue
+/// at once. A busy answer names every member not free for the owner now, each with its
+/// place in that member's queue when the request waited and is to ask again.
+pub(super) fn acquire_set(call: &Call<'_>, gone: &AtomicBool) -> Outcome {
+    // As for one resource: a client may add what it waited from here to its sending.
+    let received = Instant::now();
+    let (members, (request, wait)) = match set_body(call, |fields, _| acquire_request(call, fields))
+    {
+        Ok(read) => read,
+        Err(refused) => return Ok(Ok(refused)),
+    };
+    let set = wait::Set {
+        members: &members,
+        request: &request,
+    };
+    call.state.stores.with(|store| {
+        let attempt = attempt(store, call, &set, wait, gone)?;
+        let mut answer = SetAcquireAnswer::new(&members, &attempt.outcome, request.mode);
+        if let (SetAcquireAnswer::Busy(busy), SetAcquire::Busy { blocked }) =
+            (&mut answer, &attempt.outcome)
+        {
+            if !wait.is_zero() {
+                for (shown, member) in busy.blocked.iter_mut().zip(blocked) {
+                    shown.position = member.position;
+                }
+            }
+        }
+        let reply = answered(&answer, || answer.text());
+        Ok(Ok(match &attempt.outcome {
+            SetAcquire::Acquired { tenures, .. } => {
+                reply.granted(tenures, attempt.started.saturating_duration_since(received))
             }
             _ => reply,
         }))
     })
+}
+
+/// The request of an acquire, one resource's or a set's, and its `wait_seconds`; the owner it
+/// names is proved by the caller's token.
+fn acquire_request(call: &Call<'_>, fields: &mut Fields) -> Result<(Request, Duration), Bad> {
+    let (mut request, wait) = fields.acquire()?;
+    request.owner = call.caller.owner(request.owner);
+    Ok((request, wait))
+}
+
+/// The deciding attempt of an acquire, one resource's or a set's: the only one for a request
+/// that does not wait; else the command line's wait in the queue, for at most [`LONGEST_POLL`]
+/// of `wait`, keeping the place when more of the wait is left for the client's next request,
+/// and ended early by the server's stopping, the client going away, or its token taken out of
+/// the file meanwhile.
+fn attempt<W: wait::Wanted>(
+    store: &mut dyn LockStore,
+    call: &Call<'_>,
+    wanted: &W,
+    wait: Duration,
+    gone: &AtomicBool,
+) -> anyhow::Result<wait::Attempt<W::Outcome>> {
+    if wait.is_zero() {
+        let started = Instant::now();
+        let outcome = wanted.ask(store, wanted.request())?;
+        return Ok(wait::Attempt { outcome, started });
+    }
+    let state = call.state;
+    let this_poll = wait.min(LONGEST_POLL);
+    let keeps_place = wait > LONGEST_POLL;
+    state.waiting.fetch_add(1, Ordering::SeqCst);
+    let stop = || {
+        state.stopping.load(Ordering::SeqCst)
+            || gone.load(Ordering::SeqCst)
+            || call.caller.revoked(state.tokens().as_deref())
+    };
+    let waited = wait::serve(store, wanted, this_poll, keeps_place, &stop);
+    state.waiting.fetch_sub(1, Ordering::SeqCst);
+    waited
+}
+
+/// The body's fields as `read` reads them, none left unread.
+fn body<T>(call: &Call<'_>, read: impl FnOnce(&mut Fields) -> Result<T, Bad>) -> Result<T, Bad> {
+    let mut fields = Fields::parse(call.body)?;
+    let read = read(&mut fields)?;
+    fields.finish()?;
+    Ok(read)
+}
+
+/// A lock set's body: its `resources`, every one of which the caller's token must be allowed
+/// to use (else 403 `not-allowed`, naming the first that is not, and nothing done), then the
+/// rest of its fields as `read` reads them, none left unread. Refused, the answer to send.
+fn set_body<T>(
+    call: &Call<'_>,
+    read: impl FnOnce(&mut Fields, &Members) -> Result<T, Bad>,
+) -> Result<(Members, T), Reply> {
+    let bad = |bad: Bad| Reply::from(problem(&bad));
+    let mut fields = Fields::parse(call.body).map_err(bad)?;
+    let members = fields.members().map_err(bad)?;
+    call.caller.check_all(members.as_slice())?;
+    let read = read(&mut fields, &members).map_err(bad)?;
+    fields.finish().map_err(bad)?;
+    Ok((members, read))
 }
 
 pub(super) fn release(call: &Call<'_>, resource: &Resource) -> Outcome {
@@ -168,6 +245,46 @@ pub(super) fn renew(call: &Call<'_>, resource: &Resource) -> Outcome {
     state.stores.with(|store| {
         let outcome = store.renew(resource, &owner, ttl, fence)?;
         let answer = RenewAnswer::new(resource, &outcome);
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+/// `POST /sets/renew`: every member's lease moved, or — when the owner does not hold one of
+/// them live — nothing changed and the first such member named (404, 403).
+pub(super) fn renew_set(call: &Call<'_>) -> Outcome {
+    let read = set_body(call, |fields, members| {
+        let owner = call.caller.owner(fields.owner()?);
+        let ttl = fields.ttl()?;
+        let fences = fields.fences(members)?;
+        Ok((owner, ttl, fences))
+    });
+    let (members, (owner, ttl, fences)) = match read {
+        Ok(read) => read,
+        Err(refused) => return Ok(Ok(refused)),
+    };
+    call.state.stores.with(|store| {
+        let outcome = store.renew_set(&members, &owner, ttl, fences.as_deref())?;
+        let answer = SetRenewAnswer::new(&outcome);
+        Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+/// `POST /sets/release`: every member released (200, with the command's body: a set's
+/// release says which resources it let go), or nothing changed and the first member the
+/// owner does not hold live named (404, 403).
+pub(super) fn release_set(call: &Call<'_>) -> Outcome {
+    let read = set_body(call, |fields, members| {
+        let owner = call.caller.owner(fields.owner()?);
+        let fences = fields.fences(members)?;
+        Ok((owner, fences))
+    });
+    let (members, (owner, fences)) = match read {
+        Ok(read) => read,
+        Err(refused) => return Ok(Ok(refused)),
+    };
+    call.state.stores.with(|store| {
+        let outcome = store.release_set(&members, &owner, fences.as_deref())?;
+        let answer = SetReleaseAnswer::new(&members, &outcome);
         Ok(Ok(answered(&answer, || answer.text())))
     })
 }

@@ -13,9 +13,9 @@
 //!   (a waiter's `--wait`, `run`'s lease) — as a PostgreSQL connection is. A request that was
 //!   sent is never sent twice (it may have been carried out); its failure, a timeout or a 5xx
 //!   answer is a store error naming the server.
-//! - **Waiting** is the server's long poll: a waiting `acquire` asks the server to wait for the
-//!   rest of `--wait` (the server waits 30 s at most per request and keeps the place for the
-//!   next), and an interrupt gives the poll up at once ([`crate::wait::interrupted`]). Leaving
+//! - **Waiting** is the server's long poll: a waiting `acquire`, of one resource or of a lock
+//!   set ([`sets`]), asks the server to wait for the rest of `--wait` (the server waits 30 s at
+//!   most per request and keeps the place for the next), and an interrupt gives the poll up at once ([`crate::wait::interrupted`]). Leaving
 //!   the queue is not coming back: the server gives a place up when a request's own wait runs
 //!   out, and a place nobody asks for again within 5 s, as a dead waiter's.
 
@@ -32,13 +32,14 @@ use crate::answer::{AcquireAnswer, BreakAnswer, KeptAnswer, ListAnswer, StatusAn
 use crate::engine::{Finish, Request};
 use crate::lock::{
     Acquire, Event, Eviction, Fence, Grant, Holder, Lock, LogQuery, Mode, Owner, Release, Renew,
-    Resource, Status, Ttl,
+    Resource, SetAcquire, Status, Ttl,
 };
 
 /// The longest wait one request asks for: the contract's bound on `wait_seconds`.
 const MAX_WAIT_SECS: u64 = 86_400;
 
 mod http;
+mod sets;
 
 pub use http::authorization;
 
@@ -158,9 +159,10 @@ pub struct RemoteStore {
     /// Until when a server that cannot be reached is sought again
     /// ([`LockStore::keep_trying_until`]).
     deadline: Option<Instant>,
-    /// The last `acquire`'s answer when it was a long poll that came back busy: the waiter's
-    /// pause after it need not wait again, and a poll given up at an interrupt answers so.
-    polled: Option<Acquire>,
+    /// The last `acquire`'s answer (one resource's or a set's) when it was a long poll that
+    /// came back busy: the waiter's pause after it need not wait again, and a poll given up at
+    /// an interrupt answers so.
+    polled: Option<Outcome>,
     /// The earliest moment the last `acquire`'s answer can have been decided
     /// ([`LockStore::decided_no_earlier_than`]).
     decided: Option<Instant>,
@@ -201,8 +203,53 @@ impl RemoteStore {
         )
     }
 
-    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire> {
-        let mut body = Map::new();
+    /// `POST /locks/{r}`.
+    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Outcome> {
+        let unread = Outcome::Acquire(Acquire::Busy {
+            holder: None,
+            holders: Vec::new(),
+            waiting: 0,
+            position: Some(1),
+        });
+        let path = Self::lock_path(resource, "");
+        self.post_acquire(path, Map::new(), request, unread, |reply| {
+            Ok(Some(Outcome::Acquire(match reply.status {
+                200 => match reply.json::<AcquireAnswer>()? {
+                    AcquireAnswer::Acquired(acquired) => Acquire::Acquired {
+                        lock: acquired.lock,
+                        tenure: grant(reply.grant.as_deref().unwrap_or_default()),
+                    },
+                    AcquireAnswer::Busy(busy) => Acquire::Busy {
+                        holder: busy.holder,
+                        holders: busy.holders,
+                        waiting: busy.waiting,
+                        position: busy.position,
+                    },
+                    AcquireAnswer::Mismatch(mismatch) => Acquire::Mismatch {
+                        holders: mismatch.holders,
+                    },
+                },
+                409 => Acquire::Mismatch {
+                    holders: reply.member::<Vec<Holder>>("holders")?,
+                },
+                _ => return Ok(None),
+            })))
+        })
+    }
+
+    /// An acquire's `POST` to `path`, one resource's or a set's, its body `body` (a set's
+    /// `resources`) with the request's fields (owner, TTL, mode, note, guarded). A waiting one
+    /// is the server's long poll for the rest of the wait. `read` reads the answer (`None`: not
+    /// one an acquire has); a poll given up at an interrupt answers as the last poll did, or
+    /// else as `unread`.
+    fn post_acquire(
+        &mut self,
+        path: String,
+        mut body: Map<String, Value>,
+        request: &Request,
+        unread: Outcome,
+        read: impl FnOnce(&Reply) -> Result<Option<Outcome>>,
+    ) -> Result<Outcome> {
         body.insert("owner".into(), json!(request.owner.as_str()));
         body.insert(
             "ttl_seconds".into(),
@@ -223,7 +270,6 @@ impl RemoteStore {
         if request.guarded {
             body.insert("guarded".into(), json!(true));
         }
-        let path = Self::lock_path(resource, "");
         let reply = if request.waits {
             // The rest of the wait (a waiter's last look asks for a second, to keep its
             // place to the end and learn its position).
@@ -246,41 +292,24 @@ impl RemoteStore {
             ))?
         };
         self.decided = Some(reply.decided);
-        let outcome = match reply.status {
-            _ if reply.interrupted => self.polled.clone().unwrap_or(Acquire::Busy {
-                holder: None,
-                holders: Vec::new(),
-                waiting: 0,
-                position: Some(1),
-            }),
-            200 => match reply.json::<AcquireAnswer>()? {
-                AcquireAnswer::Acquired(acquired) => Acquire::Acquired {
-                    lock: acquired.lock,
-                    tenure: if reply.grant.as_deref() == Some("extended") {
-                        Grant::Extended
-                    } else {
-                        Grant::New
-                    },
-                },
-                AcquireAnswer::Busy(busy) => Acquire::Busy {
-                    holder: busy.holder,
-                    holders: busy.holders,
-                    waiting: busy.waiting,
-                    position: busy.position,
-                },
-                AcquireAnswer::Mismatch(mismatch) => Acquire::Mismatch {
-                    holders: mismatch.holders,
-                },
-            },
-            409 => Acquire::Mismatch {
-                holders: reply.member::<Vec<Holder>>("holders")?,
-            },
-            _ => return Err(reply.unexpected(self.client.url())),
+        let outcome = if reply.interrupted {
+            match self.polled.take() {
+                Some(last) if std::mem::discriminant(&last) == std::mem::discriminant(&unread) => {
+                    last
+                }
+                _ => unread,
+            }
+        } else {
+            match read(&reply)? {
+                Some(outcome) => outcome,
+                None => return Err(reply.unexpected(self.client.url())),
+            }
         };
-        self.polled = request
-            .waits
-            .then(|| outcome.clone())
-            .filter(|o| matches!(o, Acquire::Busy { .. }));
+        let busy = matches!(
+            outcome,
+            Outcome::Acquire(Acquire::Busy { .. }) | Outcome::AcquireSet(SetAcquire::Busy { .. })
+        );
+        self.polled = (request.waits && busy).then(|| outcome.clone());
         Ok(outcome)
     }
 
@@ -461,9 +490,7 @@ impl RemoteStore {
 impl LockStore for RemoteStore {
     fn perform(&mut self, op: Op) -> Result<Outcome> {
         Ok(match op {
-            Op::Acquire { resource, request } => {
-                Outcome::Acquire(self.acquire(&resource, &request)?)
-            }
+            Op::Acquire { resource, request } => self.acquire(&resource, &request)?,
             Op::Status { resource } => Outcome::Status(self.status(&resource)?),
             Op::Renew {
                 resource,
@@ -503,10 +530,18 @@ impl LockStore for RemoteStore {
                     .map(|(member, fence)| self.finish(member, &owner, fence, hold))
                     .collect::<Result<_>>()?,
             ),
-            Op::AcquireSet { .. } | Op::RenewSet { .. } | Op::ReleaseSet { .. } => bail!(
-                "lock sets are not yet served by the distlock server {}",
-                self.client.url().as_str()
-            ),
+            Op::AcquireSet { members, request } => self.acquire_set(&members, &request)?,
+            Op::RenewSet {
+                members,
+                owner,
+                ttl,
+                fences,
+            } => Outcome::RenewSet(self.renew_set(&members, &owner, ttl, fences.as_deref())?),
+            Op::ReleaseSet {
+                members,
+                owner,
+                fences,
+            } => Outcome::ReleaseSet(self.release_set(&members, &owner, fences.as_deref())?),
             Op::List { prefix } => Outcome::List(self.list(&prefix)?),
             Op::Log { query } => Outcome::Log(self.log(&query)?),
             Op::Gc { .. } => bail!(
@@ -545,6 +580,16 @@ impl std::fmt::Debug for RemoteStore {
         f.debug_struct("RemoteStore")
             .field("url", self.client.url())
             .finish_non_exhaustive()
+    }
+}
+
+/// What a grant's `Distlock-Grant` (or one entry of a set's) says: `extended` for the owner's
+/// own tenure, joined; anything else, or nothing, a new tenure.
+fn grant(told: &str) -> Grant {
+    if told.trim() == "extended" {
+        Grant::Extended
+    } else {
+        Grant::New
     }
 }
 

@@ -38,6 +38,9 @@
 //!
 //! `/metrics` names are not fixed by the contract; what is assumed of them is written at
 //! [`metrics_count_requests_by_route_and_status_and_show_live_tenures_and_waiters`].
+//!
+//! Lock sets (`POST /sets`, `/sets/renew`, `/sets/release`) have a module of their own,
+//! [`sets`], with these helpers.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
@@ -55,6 +58,8 @@ use crate::common::proxy::Proxy;
 use crate::common::server::{Reply, Server, lock_path, segment};
 use crate::common::store::{Db, Kind, each_store};
 use crate::common::tenure::{Mode, Tenure, busy, held, mismatch};
+
+mod sets;
 
 /// The seed's resource.
 const P42: &str = "payment:42";

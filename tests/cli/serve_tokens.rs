@@ -12,7 +12,7 @@ use crate::common::server::{Server, lock_path};
 use crate::common::store::{Db, each_store};
 
 /// A token made with `distlock token add NAME --tokens FILE ARGS`: its secret.
-fn make_token(db: &Db, name: &str, args: &[&str]) -> String {
+pub(crate) fn make_token(db: &Db, name: &str, args: &[&str]) -> String {
     let file = db.file("tokens.json");
     let file = file.to_str().expect("a UTF-8 path");
     let mut all = vec!["token", "add", name, "--tokens", file];
@@ -24,19 +24,19 @@ fn make_token(db: &Db, name: &str, args: &[&str]) -> String {
 }
 
 /// What a request with a bearer token came back with.
-struct Answer {
-    status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     body: Vec<u8>,
     challenge: Option<String>,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
-    fn problem(&self, status: u16, kind: &str) -> Value {
+    pub(crate) fn problem(&self, status: u16, kind: &str) -> Value {
         assert_eq!(
             self.status,
             status,
@@ -50,7 +50,7 @@ impl Answer {
 }
 
 /// `METHOD PATH` with `Authorization: Bearer TOKEN` (none for `None`), and `body` as JSON.
-fn call(
+pub(crate) fn call(
     server: &Server,
     method: &str,
     path: &str,

@@ -1,0 +1,155 @@
+//! A distlock server's lock sets (`POST /sets`, `/sets/renew`, `/sets/release`), read back
+//! into the outcomes a local store gives. A set's acquire is posted, and waits, as one
+//! resource's does ([`RemoteStore::post_acquire`]); the server says in `Distlock-Grant` how
+//! each member's tenure came about, in the members' order.
+
+use anyhow::{Result, anyhow};
+use serde_json::{Map, Value, json};
+
+use super::http::{CALL_TIMEOUT, Call, Reply};
+use super::{RemoteStore, grant, whole_seconds};
+use crate::answer::{SetAcquireAnswer, SetReleaseAnswer, SetRenewAnswer};
+use crate::engine::Request;
+use crate::lock::{
+    Blocked, Fence, Holder, Members, Owner, Resource, SetAcquire, SetRefusal, SetRelease, SetRenew,
+    Ttl,
+};
+use crate::store::op::Outcome;
+
+impl RemoteStore {
+    /// `POST /sets`: a lock set's acquire, all or nothing.
+    pub(super) fn acquire_set(&mut self, members: &Members, request: &Request) -> Result<Outcome> {
+        let unread = Outcome::AcquireSet(SetAcquire::Busy {
+            blocked: members
+                .as_slice()
+                .iter()
+                .map(|member| Blocked {
+                    resource: member.clone(),
+                    holder: None,
+                    holders: Vec::new(),
+                    waiting: 0,
+                    position: Some(1),
+                })
+                .collect(),
+        });
+        let mut body = Map::new();
+        body.insert("resources".into(), json!(members.as_slice()));
+        self.post_acquire("/sets".to_owned(), body, request, unread, |reply| {
+            Ok(Some(Outcome::AcquireSet(match reply.status {
+                200 => match reply.json::<SetAcquireAnswer>()? {
+                    SetAcquireAnswer::Acquired(acquired) => {
+                        // One `new` or `extended` per member, in the members' order.
+                        let told = reply.grant.as_deref().unwrap_or_default();
+                        let mut told = told.split(',');
+                        let tenures = acquired
+                            .locks
+                            .iter()
+                            .map(|_| grant(told.next().unwrap_or_default()))
+                            .collect();
+                        SetAcquire::Acquired {
+                            locks: acquired.locks,
+                            tenures,
+                        }
+                    }
+                    SetAcquireAnswer::Busy(busy) => SetAcquire::Busy {
+                        blocked: busy
+                            .blocked
+                            .into_iter()
+                            .map(|member| Blocked {
+                                resource: member.resource,
+                                holder: member.holder,
+                                holders: member.holders,
+                                waiting: member.waiting,
+                                position: member.position,
+                            })
+                            .collect(),
+                    },
+                    SetAcquireAnswer::Mismatch(mismatch) => SetAcquire::Mismatch {
+                        resource: mismatch.resource,
+                        holders: mismatch.holders,
+                    },
+                },
+                409 => SetAcquire::Mismatch {
+                    resource: reply
+                        .member::<Option<Resource>>("resource")?
+                        .ok_or_else(|| anyhow!("the server's mismatch names no resource"))?,
+                    holders: reply.member::<Vec<Holder>>("holders")?,
+                },
+                _ => return Ok(None),
+            })))
+        })
+    }
+
+    /// The body of a lock set's `renew` or `release`: its members, the owner and, when given,
+    /// each member's fence.
+    fn set_change(members: &Members, owner: &Owner, fences: Option<&[Fence]>) -> Value {
+        let mut body = json!({"resources": members.as_slice(), "owner": owner.as_str()});
+        if let Some(fences) = fences {
+            let named: Map<String, Value> = members
+                .as_slice()
+                .iter()
+                .zip(fences)
+                .map(|(member, fence)| (member.as_str().to_owned(), json!(fence.0)))
+                .collect();
+            body["fences"] = Value::Object(named);
+        }
+        body
+    }
+
+    /// The first member a set's `renew` or `release` found not held live by the owner, from
+    /// the server's refusal (404: not held; 403: another's).
+    fn refusal(&self, reply: &Reply) -> Result<SetRefusal> {
+        let forbidden = match reply.status {
+            404 => false,
+            403 => true,
+            _ => return Err(reply.unexpected(self.client.url())),
+        };
+        let resource = reply
+            .member::<Option<Resource>>("resource")?
+            .ok_or_else(|| reply.unexpected(self.client.url()))?;
+        Ok(SetRefusal {
+            resource,
+            forbidden,
+        })
+    }
+
+    /// `POST /sets/renew`.
+    pub(super) fn renew_set(
+        &self,
+        members: &Members,
+        owner: &Owner,
+        ttl: Ttl,
+        fences: Option<&[Fence]>,
+    ) -> Result<SetRenew> {
+        let mut body = Self::set_change(members, owner, fences);
+        body["ttl_seconds"] = json!(whole_seconds(ttl.as_duration()));
+        let call = Call::new("POST", "/sets/renew".to_owned(), Some(body), CALL_TIMEOUT);
+        let reply = self.call(&call)?;
+        match reply.status {
+            200 => match reply.json::<SetRenewAnswer>()? {
+                SetRenewAnswer::Renewed(renewed) => Ok(Ok(renewed.locks)),
+                SetRenewAnswer::Refused(_) => Err(reply.unexpected(self.client.url())),
+            },
+            _ => self.refusal(&reply).map(Err),
+        }
+    }
+
+    /// `POST /sets/release`.
+    pub(super) fn release_set(
+        &self,
+        members: &Members,
+        owner: &Owner,
+        fences: Option<&[Fence]>,
+    ) -> Result<SetRelease> {
+        let body = Self::set_change(members, owner, fences);
+        let call = Call::new("POST", "/sets/release".to_owned(), Some(body), CALL_TIMEOUT);
+        let reply = self.call(&call)?;
+        match reply.status {
+            200 => match reply.json::<SetReleaseAnswer>()? {
+                SetReleaseAnswer::Released(_) => Ok(Ok(())),
+                SetReleaseAnswer::Refused(_) => Err(reply.unexpected(self.client.url())),
+            },
+            _ => self.refusal(&reply).map(Err),
+        }
+    }
+}
