@@ -65,12 +65,23 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
     let open = || store::open(&location).map_err(Error::Store);
     let existing = || store::open_existing(&location).map_err(Error::Store);
     let read_only = || store::open_read_only(&location).map_err(Error::Store);
+    // A lock set's members are checked before the store is opened: like every other
+    // argument, too many of them leave the store untouched (not even created).
     match cli.command {
         Command::Run(args) => guard::run(&location, run_spec(args)?),
-        Command::Acquire(args) => acquire(open()?.as_mut(), printer, args),
+        Command::Acquire(mut args) => {
+            let members = members(std::mem::take(&mut args.resources))?;
+            acquire(open()?.as_mut(), printer, &members, args)
+        }
         Command::Status(args) => status(read_only()?.as_mut(), printer, &args.resource),
-        Command::Release(args) => release(existing()?.as_mut(), printer, args),
-        Command::Renew(args) => renew(existing()?.as_mut(), printer, args),
+        Command::Release(mut args) => {
+            let members = members(std::mem::take(&mut args.resources))?;
+            release(existing()?.as_mut(), printer, &members, &args)
+        }
+        Command::Renew(mut args) => {
+            let members = members(std::mem::take(&mut args.resources))?;
+            renew(existing()?.as_mut(), printer, &members, &args)
+        }
         Command::List(args) => list(read_only()?.as_mut(), printer, args),
         Command::Log(args) => log(read_only()?.as_mut(), printer, args),
         Command::Gc(args) => gc(existing()?.as_mut(), printer, args),
@@ -149,8 +160,12 @@ fn run_spec(args: RunArgs) -> Result<RunSpec> {
     })
 }
 
-fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Result<Exit> {
-    let members = members(args.resources)?;
+fn acquire(
+    store: &mut dyn LockStore,
+    printer: Printer,
+    members: &Members,
+    args: AcquireArgs,
+) -> Result<Exit> {
     let request = Request {
         owner: args.owner.owner,
         ttl: args.ttl,
@@ -171,12 +186,12 @@ fn acquire(store: &mut dyn LockStore, printer: Printer, args: AcquireArgs) -> Re
             Err(interrupted) => Ok(interrupted),
         };
     }
-    let waited = wait::acquire_set(store, &members, &request, args.wait, &mut on_busy)?;
+    let waited = wait::acquire_set(store, members, &request, args.wait, &mut on_busy)?;
     drop(on_busy);
     match waited.attempt(&members.listed()) {
         Ok(attempt) => answer(
             printer,
-            &SetAcquireAnswer::new(&members, &attempt.outcome, request.mode),
+            &SetAcquireAnswer::new(members, &attempt.outcome, request.mode),
         ),
         Err(interrupted) => Ok(interrupted),
     }
@@ -187,25 +202,33 @@ fn status(store: &mut dyn LockStore, printer: Printer, resource: &Resource) -> R
     answer(printer, &StatusAnswer::new(resource, &status))
 }
 
-fn release(store: &mut dyn LockStore, printer: Printer, args: ReleaseArgs) -> Result<Exit> {
-    let members = members(args.resources)?;
+fn release(
+    store: &mut dyn LockStore,
+    printer: Printer,
+    members: &Members,
+    args: &ReleaseArgs,
+) -> Result<Exit> {
     let owner = &args.owner.owner;
     if let Some(resource) = members.single() {
         let outcome = store.release(resource, owner, None)?;
         return answer(printer, &ReleaseAnswer::new(resource, &outcome));
     }
-    let outcome = store.release_set(&members, owner, None)?;
-    answer(printer, &SetReleaseAnswer::new(&members, &outcome))
+    let outcome = store.release_set(members, owner, None)?;
+    answer(printer, &SetReleaseAnswer::new(members, &outcome))
 }
 
-fn renew(store: &mut dyn LockStore, printer: Printer, args: RenewArgs) -> Result<Exit> {
-    let members = members(args.resources)?;
+fn renew(
+    store: &mut dyn LockStore,
+    printer: Printer,
+    members: &Members,
+    args: &RenewArgs,
+) -> Result<Exit> {
     let owner = &args.owner.owner;
     if let Some(resource) = members.single() {
         let outcome = store.renew(resource, owner, args.ttl, None)?;
         return answer(printer, &RenewAnswer::new(resource, &outcome));
     }
-    let outcome = store.renew_set(&members, owner, args.ttl, None)?;
+    let outcome = store.renew_set(members, owner, args.ttl, None)?;
     answer(printer, &SetRenewAnswer::new(&outcome))
 }
 

@@ -156,14 +156,16 @@ pub fn supervise(
 
 /// What the command finds in its environment: `DISTLOCK_RESOURCE` and `DISTLOCK_FENCE` for one
 /// lock; for a set, `DISTLOCK_RESOURCES` (a JSON array of the names) and `DISTLOCK_FENCES` (a
-/// JSON object, name to fence) instead, the single names taken out (an outer `run`'s would
-/// mislead); and `DISTLOCK_OWNER` and `DISTLOCK_DB`.
+/// JSON object, name to fence) instead; either way the other pair taken out (an outer `run`'s
+/// would mislead); and `DISTLOCK_OWNER` and `DISTLOCK_DB`.
 fn environment(job: &Job<'_>) -> Vec<(&'static str, Option<OsString>)> {
     let mut env = Vec::with_capacity(6);
     match job.locks {
         [lock] => {
             env.push(("DISTLOCK_RESOURCE", Some(lock.resource.as_str().into())));
             env.push(("DISTLOCK_FENCE", Some(lock.fence.to_string().into())));
+            env.push(("DISTLOCK_RESOURCES", None));
+            env.push(("DISTLOCK_FENCES", None));
         }
         locks => {
             let names: Vec<&str> = locks.iter().map(|l| l.resource.as_str()).collect();

@@ -19,5 +19,6 @@ mod run;
 mod serve;
 mod serve_tls;
 mod serve_tokens;
+mod sets;
 mod through_server;
 mod upgrade;
