@@ -1529,9 +1529,6 @@ fn read_or_empty(path: &Path) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // A deploy that takes the database and the cache together (a lock set)
-//
-// These run on the store only, not yet through a server as well
-// (`on_the_store_and_through_a_server`): that waits for lock sets through `distlock serve`.
 
 /// The README's command for the lock-set deploy, also in the recipe's own header.
 const SET_DEPLOY_USAGE: &str = "distlock run --resource db-primary --resource cache-cluster --wait 10m -- ./migrate-and-flush.sh";
@@ -1657,154 +1654,154 @@ fn tenures_of(s: &Scratch, resource: &str) -> Vec<Value> {
 
 #[test]
 fn set_deploy_two_deploys_in_opposite_orders_and_a_cache_job_never_overlap_nor_deadlock() {
-    let s = Scratch::new();
-    let work = set_deploy_steps(&s);
-    let (line, reversed) = set_deploy_lines();
-    // See `ci_step_serialises_concurrent_deploys`.
-    s.create_store();
-    let rounds = 3;
-    let jobs = [
-        ("the deploy", set_deploy_job(&s, &work, &line, rounds)),
-        (
-            "the deploy listing them the other way",
-            set_deploy_job(&s, &work, &reversed, rounds),
-        ),
-        (
-            "the cache job",
-            set_deploy_job(&s, &work, CACHE_JOB, rounds),
-        ),
-    ];
-    // Taken one at a time in opposite orders, the two deploys could each hold one resource and
-    // wait for the other's for the whole 10 minutes; as sets, every round is done in seconds.
-    for (what, job) in jobs {
-        let done = job.finish(Duration::from_secs(60));
-        assert_eq!(done.code(), Some(0), "{what}: {}", done.describe());
-        if what != "the cache job" {
-            assert_eq!(
-                done.stderr().matches("migrate-and-flush: done").count(),
-                3,
-                "{what}: {}",
-                done.describe()
-            );
+    on_the_store_and_through_a_server(|s| {
+        let work = set_deploy_steps(s);
+        let (line, reversed) = set_deploy_lines();
+        // See `ci_step_serialises_concurrent_deploys`.
+        s.create_store();
+        let rounds = 3;
+        let jobs = [
+            ("the deploy", set_deploy_job(s, &work, &line, rounds)),
+            (
+                "the deploy listing them the other way",
+                set_deploy_job(s, &work, &reversed, rounds),
+            ),
+            ("the cache job", set_deploy_job(s, &work, CACHE_JOB, rounds)),
+        ];
+        // Taken one at a time in opposite orders, the two deploys could each hold one resource and
+        // wait for the other's for the whole 10 minutes; as sets, every round is done in seconds.
+        for (what, job) in jobs {
+            let done = job.finish(Duration::from_secs(60));
+            assert_eq!(done.code(), Some(0), "{what}: {}", done.describe());
+            if what != "the cache job" {
+                assert_eq!(
+                    done.stderr().matches("migrate-and-flush: done").count(),
+                    3,
+                    "{what}: {}",
+                    done.describe()
+                );
+            }
         }
-    }
-    assert!(
-        !s.path("overlaps").exists(),
-        "a resource was used by two at once: {}",
-        read_or_empty(&s.path("overlaps"))
-    );
-    assert_eq!(
-        read(&s.path("resources")),
-        "[\"cache-cluster\",\"db-primary\"]\n".repeat(6),
-        "DISTLOCK_RESOURCES names both, by resource, in whichever order they were listed"
-    );
-
-    // Each write went out with the fence that the history recorded for its writer's tenure of
-    // that resource: the fences the recipe passes on are the set's own.
-    for (resource, count) in [("db-primary", 6), ("cache-cluster", 9)] {
-        let tenures = tenures_of(&s, resource);
-        assert_eq!(tenures.len(), count, "{resource}: {tenures:?}");
-        let fences: Vec<i64> = tenures.iter().map(fence_of).collect();
         assert!(
-            fences.windows(2).all(|w| w[0] < w[1]),
-            "{resource}: fences strictly increase: {fences:?}"
+            !s.path("overlaps").exists(),
+            "a resource was used by two at once: {}",
+            read_or_empty(&s.path("overlaps"))
         );
-        let mut recorded: Vec<(String, i64)> = tenures
-            .iter()
-            .map(|e| (e["owner"].as_str().expect("owner").to_owned(), fence_of(e)))
-            .collect();
-        recorded.sort();
-        assert_eq!(seen_writes(&s, resource), recorded, "{resource}");
-        let entries = ledger(&s.path("ledgers").join(resource));
-        assert_eq!(entries.len(), count, "{resource}: every write accepted");
-        assert_fence_order(&entries);
-    }
-    // A deploy took both in one transaction: its tenures of the two began at the same moment.
-    let cache = tenures_of(&s, "cache-cluster");
-    for db in tenures_of(&s, "db-primary") {
-        let together = cache
-            .iter()
-            .find(|c| c["owner"] == db["owner"])
-            .unwrap_or_else(|| panic!("no cache-cluster tenure for {db}"));
-        assert_eq!(together["at"], db["at"], "{db} and {together}");
-    }
+        assert_eq!(
+            read(&s.path("resources")),
+            "[\"cache-cluster\",\"db-primary\"]\n".repeat(6),
+            "DISTLOCK_RESOURCES names both, by resource, in whichever order they were listed"
+        );
 
-    for resource in ["db-primary", "cache-cluster"] {
-        assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
-        assert_eq!(s.waiting(resource), 0, "nobody waits for {resource}");
-    }
-    assert_eq!(s.json(&["list"], 0)["locks"], serde_json::json!([]));
+        // Each write went out with the fence that the history recorded for its writer's tenure of
+        // that resource: the fences the recipe passes on are the set's own.
+        for (resource, count) in [("db-primary", 6), ("cache-cluster", 9)] {
+            let tenures = tenures_of(s, resource);
+            assert_eq!(tenures.len(), count, "{resource}: {tenures:?}");
+            let fences: Vec<i64> = tenures.iter().map(fence_of).collect();
+            assert!(
+                fences.windows(2).all(|w| w[0] < w[1]),
+                "{resource}: fences strictly increase: {fences:?}"
+            );
+            let mut recorded: Vec<(String, i64)> = tenures
+                .iter()
+                .map(|e| (e["owner"].as_str().expect("owner").to_owned(), fence_of(e)))
+                .collect();
+            recorded.sort();
+            assert_eq!(seen_writes(s, resource), recorded, "{resource}");
+            let entries = ledger(&s.path("ledgers").join(resource));
+            assert_eq!(entries.len(), count, "{resource}: every write accepted");
+            assert_fence_order(&entries);
+        }
+        // A deploy took both in one transaction: its tenures of the two began at the same moment.
+        let cache = tenures_of(s, "cache-cluster");
+        for db in tenures_of(s, "db-primary") {
+            let together = cache
+                .iter()
+                .find(|c| c["owner"] == db["owner"])
+                .unwrap_or_else(|| panic!("no cache-cluster tenure for {db}"));
+            assert_eq!(together["at"], db["at"], "{db} and {together}");
+        }
+
+        for resource in ["db-primary", "cache-cluster"] {
+            assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
+            assert_eq!(s.waiting(resource), 0, "nobody waits for {resource}");
+        }
+        assert_eq!(s.json(&["list"], 0)["locks"], serde_json::json!([]));
+    });
 }
 
 #[test]
 fn set_deploy_waits_for_the_cache_and_meanwhile_holds_the_free_database_back() {
-    let s = Scratch::new();
-    let work = set_deploy_steps(&s);
-    let (line, _) = set_deploy_lines();
-    s.hold("cache-cluster", "cache-warmer", "60s");
+    on_the_store_and_through_a_server(|s| {
+        let work = set_deploy_steps(s);
+        let (line, _) = set_deploy_lines();
+        s.hold("cache-cluster", "cache-warmer", "60s");
 
-    let deploy = set_deploy_job(&s, &work, &line, 1);
-    // The deploy waits in line on both resources, the free database too, and holds neither.
-    wait_until(
-        Duration::from_secs(10),
-        "the deploy waits for db-primary",
-        || s.waiting("db-primary") == 1,
-    );
-    assert_eq!(s.waiting("cache-cluster"), 1);
-    assert_eq!(s.holder("db-primary"), None, "a waiter holds nothing");
-    // The price of never being overtaken: the free database goes to nobody who came later.
-    let later = s.json(
-        &["acquire", "db-primary", "--owner", "hotfix", "--ttl", "30s"],
-        75,
-    );
-    assert_eq!(
-        later,
-        serde_json::json!({"acquired": false, "resource": "db-primary", "waiting": 1}),
-        "reserved for the deploy"
-    );
-    assert!(!s.path("seen/db-primary").exists(), "nothing migrated yet");
+        let deploy = set_deploy_job(s, &work, &line, 1);
+        // The deploy waits in line on both resources, the free database too, and holds neither.
+        wait_until(
+            Duration::from_secs(10),
+            "the deploy waits for db-primary",
+            || s.waiting("db-primary") == 1,
+        );
+        assert_eq!(s.waiting("cache-cluster"), 1);
+        assert_eq!(s.holder("db-primary"), None, "a waiter holds nothing");
+        // The price of never being overtaken: the free database goes to nobody who came later.
+        let later = s.json(
+            &["acquire", "db-primary", "--owner", "hotfix", "--ttl", "30s"],
+            75,
+        );
+        assert_eq!(
+            later,
+            serde_json::json!({"acquired": false, "resource": "db-primary", "waiting": 1}),
+            "reserved for the deploy"
+        );
+        assert!(!s.path("seen/db-primary").exists(), "nothing migrated yet");
 
-    s.release("cache-cluster", "cache-warmer");
-    let done = deploy.finish(Duration::from_secs(20));
-    assert_eq!(done.code(), Some(0), "{}", done.describe());
-    let db = tenures_of(&s, "db-primary");
-    assert_eq!(
-        db.len(),
-        1,
-        "the deploy's tenure alone, not the hotfix's: {db:?}"
-    );
-    assert_eq!(seen_writes(&s, "db-primary").len(), 1);
-    assert_eq!(seen_writes(&s, "cache-cluster").len(), 1);
-    for resource in ["db-primary", "cache-cluster"] {
-        assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
-    }
+        s.release("cache-cluster", "cache-warmer");
+        let done = deploy.finish(Duration::from_secs(20));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        let db = tenures_of(s, "db-primary");
+        assert_eq!(
+            db.len(),
+            1,
+            "the deploy's tenure alone, not the hotfix's: {db:?}"
+        );
+        assert_eq!(seen_writes(s, "db-primary").len(), 1);
+        assert_eq!(seen_writes(s, "cache-cluster").len(), 1);
+        for resource in ["db-primary", "cache-cluster"] {
+            assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
+        }
+    });
 }
 
 #[test]
 fn set_deploy_step_refuses_to_run_without_both_locks() {
-    let s = Scratch::new();
-    let work = set_deploy_steps(&s);
-    let recipe = root().join("examples/migrate-and-flush.sh");
-    let recipe = recipe.to_str().expect("utf-8 path");
-    for line in [
-        format!("distlock run --resource db-primary -- {recipe}"),
-        format!("distlock run --resource cache-cluster --resource payments -- {recipe}"),
-        recipe.to_owned(),
-    ] {
-        let done = set_deploy_job(&s, &work, &line, 1).finish(Duration::from_secs(20));
-        assert_eq!(done.code(), Some(64), "{line}: {}", done.describe());
-        assert!(
-            done.stderr().contains(
-                "run it under distlock run --resource db-primary --resource cache-cluster"
-            ),
-            "{line}: {}",
-            done.describe()
-        );
-    }
-    assert!(!s.path("seen/db-primary").exists() && !s.path("seen/cache-cluster").exists());
-    for resource in ["db-primary", "cache-cluster", "payments"] {
-        assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
-    }
+    on_the_store_and_through_a_server(|s| {
+        let work = set_deploy_steps(s);
+        let recipe = root().join("examples/migrate-and-flush.sh");
+        let recipe = recipe.to_str().expect("utf-8 path");
+        for line in [
+            format!("distlock run --resource db-primary -- {recipe}"),
+            format!("distlock run --resource cache-cluster --resource payments -- {recipe}"),
+            recipe.to_owned(),
+        ] {
+            let done = set_deploy_job(s, &work, &line, 1).finish(Duration::from_secs(20));
+            assert_eq!(done.code(), Some(64), "{line}: {}", done.describe());
+            assert!(
+                done.stderr().contains(
+                    "run it under distlock run --resource db-primary --resource cache-cluster"
+                ),
+                "{line}: {}",
+                done.describe()
+            );
+        }
+        assert!(!s.path("seen/db-primary").exists() && !s.path("seen/cache-cluster").exists());
+        for resource in ["db-primary", "cache-cluster", "payments"] {
+            assert_eq!(s.holder(resource), None, "{resource} is free afterwards");
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ use crate::common::tenure::{Mode, Tenure, mismatch};
 
 /// The stores every test here runs on, chosen here alone: SQLite and PostgreSQL. Once lock
 /// sets go through a distlock server too, this becomes `each_store_and_server`.
-use crate::common::store::each_store as on_each_store;
+use crate::common::store::each_store_and_server as on_each_store;
 
 /// How long a process may take to finish once it has what it waits for.
 const LONG: Duration = Duration::from_secs(20);
