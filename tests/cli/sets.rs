@@ -40,8 +40,8 @@ use crate::common::store::{
 };
 use crate::common::tenure::{Mode, Tenure, mismatch};
 
-/// The stores every test here runs on, chosen here alone: SQLite and PostgreSQL. Once lock
-/// sets go through a distlock server too, this becomes `each_store_and_server`.
+/// The stores every test here runs on, chosen here alone: SQLite and PostgreSQL, then each
+/// through a distlock server.
 use crate::common::store::each_store_and_server as on_each_store;
 
 /// How long a process may take to finish once it has what it waits for.
