@@ -22,7 +22,7 @@ use serde_json::json;
 
 use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
-use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone};
+use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
 use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file, wait_until};
 use crate::common::store::{
     Db, Kind, assert_free, assert_held_by, each_store_and_server, output_exiting, run_cmd,
@@ -1033,7 +1033,7 @@ fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_
                 "--resource",
                 "refused",
                 "--ttl",
-                "3",
+                "6",
                 "--kill-after",
                 "200ms",
                 "--",
@@ -1043,10 +1043,19 @@ fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_
                 pid_file.to_str().expect("utf-8 path"),
             ],
         );
+        // Spawned before it acquires: its lease ends no sooner than 6 s from here.
         let started = Instant::now();
-        let done = Proc::spawn(&mut cmd, db.dir.path(), "refused").finish(LONG);
-        let took = started.elapsed();
+        let guard = Proc::spawn(&mut cmd, db.dir.path(), "refused");
         let what = format!("{:?}, pids.max {fewest}", db.kind);
+        let command = pid_in(&pid_file, LONG);
+        // When the command is gone, as this test sees it (its own release and exit may take
+        // longer on a loaded machine: only the command must be gone before the lease ends).
+        assert!(
+            all_gone_within(&[command], LONG),
+            "{what}: the command (pid {command}) was never stopped"
+        );
+        let took = started.elapsed();
+        let done = guard.finish(LONG);
         assert_eq!(done.code(), Some(124), "{what}: {}", done.describe());
         let stderr = done.stderr();
         assert!(
@@ -1056,13 +1065,8 @@ fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_
             "{what}: {}",
             done.describe()
         );
-        // Stopped before the lease (3 s from before the acquire) could end.
-        assert!(took < Duration::from_secs(3), "{what}: took {took:?}");
-        let command = i32::try_from(read_number(&pid_file)).expect("pid");
-        assert!(
-            all_gone_within(&[command], Duration::from_secs(2)),
-            "{what}: the command (pid {command}) outlived its guard"
-        );
+        // Gone before the lease (6 s from before the acquire) could end.
+        assert!(took < Duration::from_secs(6), "{what}: gone after {took:?}");
         assert_free(db, "refused");
     });
 }
