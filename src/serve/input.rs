@@ -121,7 +121,10 @@ impl Fields {
     }
 
     pub fn fence(&mut self) -> Result<Option<Fence>, Bad> {
-        self.optional_integer("fence").map(|fence| fence.map(Fence))
+        match self.take("fence") {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => fence_of("fence", &value).map(Some),
+        }
     }
 
     /// A whole number of seconds in `least..=most`.
@@ -230,14 +233,7 @@ impl Fields {
             .iter()
             .map(|member| match given.remove(member.as_str()) {
                 None => Err(Bad::Invalid(format!("fences gives no fence for {member}"))),
-                Some(Value::Number(number)) => number.as_i64().map(Fence).ok_or_else(|| {
-                    Bad::Invalid(format!(
-                        "the fence of {member} must be a whole number, got {number}"
-                    ))
-                }),
-                Some(other) => Err(Bad::Invalid(format!(
-                    "the fence of {member} must be a JSON integer, got {other}"
-                ))),
+                Some(value) => fence_of(&format!("the fence of {member}"), &value),
             })
             .collect::<Result<Vec<Fence>, Bad>>()
             .map(Some)
@@ -330,6 +326,26 @@ impl Params {
             None => Ok(()),
             Some((name, _)) => Err(Bad::Invalid(format!("unknown parameter {name:?}"))),
         }
+    }
+}
+
+/// A fence as a request gives it: a JSON integer from 1 up (fences start at 1), `what`
+/// naming it in the refusal.
+fn fence_of(what: &str, value: &Value) -> Result<Fence, Bad> {
+    match value {
+        Value::Number(number) => match number.as_i64() {
+            Some(fence) if fence >= 1 => Ok(Fence(fence)),
+            _ if number.is_f64() => Err(Bad::Invalid(format!(
+                "{what} must be a whole number, got {number}"
+            ))),
+            _ => Err(Bad::Invalid(format!(
+                "{what} must be a fence, from 1 to {}, got {number}",
+                i64::MAX
+            ))),
+        },
+        other => Err(Bad::Invalid(format!(
+            "{what} must be a JSON integer, got {other}"
+        ))),
     }
 }
 
@@ -544,6 +560,12 @@ mod tests {
             (r#"{"fences":{"a":1,"c":3}}"#, Err(r#"names "c""#)),
             (r#"{"fences":{"a":1,"b":"2"}}"#, Err("JSON integer")),
             (r#"{"fences":{"a":1,"b":2.5}}"#, Err("whole number")),
+            (r#"{"fences":{"a":1,"b":-1}}"#, Err("from 1 to")),
+            (r#"{"fences":{"a":1,"b":0}}"#, Err("from 1 to")),
+            (
+                r#"{"fences":{"a":1,"b":18446744073709551615}}"#,
+                Err("from 1 to 9223372036854775807, got 18446744073709551615"),
+            ),
             (r#"{"fences":{"a":1,"b":null}}"#, Err("JSON integer")),
             (r#"{"fences":[1,2]}"#, Err("must be an object")),
             (r#"{"fences":7}"#, Err("must be an object")),
