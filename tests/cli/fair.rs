@@ -25,35 +25,11 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use crate::common::output::{keys, now_millis, parse_line};
-use crate::common::process::{Finished, Proc, describe, wait_for, wait_for_file, wait_until};
-use crate::common::store::{Db, each_store, each_store_and_server, sh_script};
-
-/// How long a waiter may take to show up in `status`'s count.
-const QUEUED: Duration = Duration::from_secs(15);
+use crate::common::process::{Finished, Proc, describe, wait_for_file, wait_until};
+use crate::common::store::{Db, each_store, each_store_and_server, sh_script, until_waiting};
 
 /// How long a process may take to finish once it has what it waits for.
 const LONG: Duration = Duration::from_secs(20);
-
-/// The pause between two `status` calls while waiting for a count: each is a process start.
-const STATUS_POLL: Duration = Duration::from_millis(50);
-
-/// Waits until `status RESOURCE` counts exactly `k` live waiters.
-fn until_waiting(db: &Db, resource: &str, k: u64) {
-    let mut seen = 0;
-    let counted = wait_for(QUEUED, || {
-        seen = db.waiting(resource);
-        if seen != k {
-            sleep(STATUS_POLL);
-        }
-        seen == k
-    });
-    assert!(
-        counted,
-        "status {resource} should count {k} waiting within {QUEUED:?}; it counts {seen} \
-         (no \"waiting\" key reads as 0): {}",
-        db.status(resource).1
-    );
-}
 
 /// Stops the waiter `w` (SIGSTOP) between two of its looks at the store. Stopped inside one, it
 /// would keep what that look holds — on PostgreSQL the resource's row, between the two

@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::sync::Mutex;
-use std::thread::{self, sleep};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -34,9 +34,9 @@ use crate::common::output::{
     assert_usage_error, event_names, fence, keys, parse_line, timestamp_millis,
 };
 use crate::common::pids::{KillOnDrop, all_gone_within, pid_in};
-use crate::common::process::{Finished, Proc, describe, wait_for, wait_for_file, wait_until};
+use crate::common::process::{Finished, Proc, describe, wait_for_file, wait_until};
 use crate::common::store::{
-    Db, Kind, assert_free, assert_held_by, output_exiting, run_cmd, sh_script,
+    Db, Kind, assert_free, assert_held_by, output_exiting, run_cmd, sh_script, until_waiting,
 };
 use crate::common::tenure::{Mode, Tenure, mismatch};
 
@@ -47,35 +47,12 @@ use crate::common::store::each_store_and_server as on_each_store;
 /// How long a process may take to finish once it has what it waits for.
 const LONG: Duration = Duration::from_secs(20);
 
-/// How long a waiter may take to show up in `status`'s count.
-const QUEUED: Duration = Duration::from_secs(15);
-
-/// The pause between two `status` calls while waiting for a count: each is a process start.
-const STATUS_POLL: Duration = Duration::from_millis(50);
-
 /// A mismatch (78) must come back well before a `--wait` of 30 s would run out.
 const AT_ONCE: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// Waits until `status RESOURCE` counts exactly `k` live waiters.
-fn until_waiting(db: &Db, resource: &str, k: u64) {
-    let mut seen = 0;
-    let counted = wait_for(QUEUED, || {
-        seen = db.waiting(resource);
-        if seen != k {
-            sleep(STATUS_POLL);
-        }
-        seen == k
-    });
-    assert!(
-        counted,
-        "status {resource} should count {k} waiting within {QUEUED:?}; it counts {seen}: {}",
-        db.status(resource).1
-    );
-}
 
 /// `acquire RESOURCES… --owner OWNER --ttl 60`, then `extra`: its JSON line, once it exited
 /// `code`.

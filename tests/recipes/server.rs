@@ -33,6 +33,28 @@ const STARTUP: Duration = Duration::from_secs(20);
 /// 30 s).
 const REQUEST: Duration = Duration::from_secs(60);
 
+/// The fences of `count` tenures from an events file of `start FENCE` / `end FENCE` lines that
+/// the holders' commands wrote: each holder's start and end come together, one holder after the
+/// other, each with a higher fence than the one before.
+fn tenures_in_turn(events: &str, count: usize) -> Vec<i64> {
+    let mut fences = Vec::new();
+    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
+        assert!(
+            start.is_some() && start == end,
+            "one holder after the other: {events}"
+        );
+        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
+    }
+    assert_eq!(fences.len(), count, "{count} holders: {events}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "each a tenure of its own, with a higher fence: {fences:?}"
+    );
+    fences
+}
+
 /// A secret of the right shape that no tokens file knows.
 const UNKNOWN_SECRET: &str = "dl_0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -853,22 +875,7 @@ fn python_client_excludes_across_processes() {
         "two holders overlapped: {}",
         read(&s.path("overlaps"))
     );
-    let events = read(&s.path("events"));
-    let mut fences = Vec::new();
-    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
-        let start = pair[0].strip_prefix("start ");
-        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
-        assert!(
-            start.is_some() && start == end,
-            "one holder at a time: {events}"
-        );
-        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
-    }
-    assert_eq!(fences.len(), 4, "four holders: {events}");
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "each a new tenure, with a higher fence: {fences:?}"
-    );
+    let fences = tenures_in_turn(&read(&s.path("events")), 4);
     let log = s.log("deploy/prod");
     for fence in fences {
         assert_one_tenure(&log, fence, 0, "py");
@@ -1314,22 +1321,7 @@ fn ci_step_through_a_server_serialises_deploys_from_pipelines_on_several_runners
         "two deploys overlapped: {}",
         read(&s.path("overlaps"))
     );
-    let events = read(&s.path("events"));
-    let mut fences = Vec::new();
-    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
-        let start = pair[0].strip_prefix("start ");
-        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
-        assert!(
-            start.is_some() && start == end,
-            "one deploy after the other: {events}"
-        );
-        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
-    }
-    assert_eq!(fences.len(), 3, "three deploys: {events}");
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "each a tenure of its own, with a higher fence: {fences:?}"
-    );
+    let fences = tenures_in_turn(&read(&s.path("events")), 3);
     let log = s.log("deploy-production");
     for fence in fences {
         let status: Value =

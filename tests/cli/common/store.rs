@@ -369,6 +369,30 @@ pub fn assert_held_by(db: &Db, resource: &str, owner: &str) -> Value {
     json["lock"].clone()
 }
 
+/// How long a waiter may take to show up in `status`'s count.
+const QUEUED: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The pause between two `status` calls while waiting for a count: each is a process start.
+const STATUS_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Waits until `status RESOURCE` counts exactly `k` live waiters.
+pub fn until_waiting(db: &Db, resource: &str, k: u64) {
+    let mut seen = 0;
+    let counted = super::process::wait_for(QUEUED, || {
+        seen = db.waiting(resource);
+        if seen != k {
+            std::thread::sleep(STATUS_POLL);
+        }
+        seen == k
+    });
+    assert!(
+        counted,
+        "status {resource} should count {k} waiting within {QUEUED:?}; it counts {seen} \
+         (no \"waiting\" key reads as 0): {}",
+        db.status(resource).1
+    );
+}
+
 /// Runs `test` against a fresh SQLite store, then against a fresh PostgreSQL database when
 /// `DISTLOCK_TEST_PG_URL` is set (and says so on stderr when it is not).
 pub fn each_store(test: impl Fn(&Db)) {
