@@ -98,11 +98,10 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         Ok(granted) => granted,
         Err(exit) => return Ok(exit),
     };
-    let what = args.members.listed();
     let job = runner::Job {
         location,
+        members: &args.members,
         locks: &granted.locks,
-        what: &what,
         ttl: args.ttl,
         kill_after: args.kill_after,
         lease_end: granted.started + args.ttl.as_duration(),

@@ -18,7 +18,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, Renew, Resource, Ttl};
+use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, Renew, Ttl};
 use crate::store::{self, Location, LockStore, Locks};
 
 use super::runner::Job;
@@ -27,8 +27,10 @@ use super::supervisor::Event;
 /// What to keep renewing: one tenure, or a lock set's tenures as one.
 pub struct Heartbeat {
     pub location: Location,
-    /// Each member's resource and this run's fence on it, by resource (one for a lock).
-    pub tenures: Vec<(Resource, Fence)>,
+    /// The lock's resource, or the set's members.
+    pub members: Members,
+    /// This run's fence on each member, in the members' order.
+    pub fences: Vec<Fence>,
     pub owner: Owner,
     pub ttl: Ttl,
     /// Held while a renewal talks to the store, so that `run` never stops itself (job
@@ -43,8 +45,8 @@ impl Heartbeat {
     /// else's); otherwise `otherwise`.
     fn why_gone(&self, mut store: Option<&mut Box<dyn LockStore>>, otherwise: &str) -> String {
         let mut eviction = None;
-        let set = self.tenures.len() > 1;
-        for (resource, fence) in &self.tenures {
+        let set = self.members.single().is_none();
+        for (resource, fence) in self.members.as_slice().iter().zip(&self.fences) {
             let query = LogQuery {
                 resource: Some(resource.clone()),
                 since: None,
@@ -81,14 +83,11 @@ impl Heartbeat {
     /// One renewal: of the tenure, or of the set's every member in one transaction (all or
     /// nothing), read as one tenure's answer.
     fn renew(&self, store: &mut dyn LockStore) -> anyhow::Result<Renew> {
-        if let [(resource, fence)] = self.tenures.as_slice() {
+        if let (Some(resource), [fence]) = (self.members.single(), self.fences.as_slice()) {
             return store.renew(resource, &self.owner, self.ttl, Some(*fence));
         }
-        let resources = self.tenures.iter().map(|(r, _)| r.clone()).collect();
-        let members = Members::new(resources).map_err(anyhow::Error::msg)?;
-        let fences: Vec<Fence> = self.tenures.iter().map(|(_, f)| *f).collect();
         Ok(
-            match store.renew_set(&members, &self.owner, self.ttl, Some(&fences))? {
+            match store.renew_set(&self.members, &self.owner, self.ttl, Some(&self.fences))? {
                 Ok(mut locks) => Renew::Renewed {
                     lock: locks.swap_remove(0),
                 },
@@ -283,11 +282,8 @@ fn start_heartbeat(
     };
     let heartbeat = Heartbeat {
         location: job.location.clone(),
-        tenures: job
-            .locks
-            .iter()
-            .map(|lock| (lock.resource.clone(), lock.fence))
-            .collect(),
+        members: job.members.clone(),
+        fences: job.locks.iter().map(|lock| lock.fence).collect(),
         owner: first.owner.clone(),
         ttl: job.ttl,
         in_flight,

@@ -37,7 +37,7 @@ use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
-use crate::lock::{Lock, Ttl};
+use crate::lock::{Lock, Members, Ttl};
 use crate::output::warn;
 use crate::store::Location;
 
@@ -55,10 +55,10 @@ const PROBE: Duration = Duration::from_millis(20);
 /// One command to run under a lock this process holds.
 pub struct Job<'a> {
     pub location: &'a Location,
-    /// The lock, or a lock set's locks by resource.
+    /// The lock's resource, or a lock set's members.
+    pub members: &'a Members,
+    /// The lock, or a lock set's locks, in the members' order.
     pub locks: &'a [Lock],
-    /// What the messages call it: the resource, or the set's members.
-    pub what: &'a str,
     pub ttl: Ttl,
     pub kill_after: Duration,
     /// When the lease ends at the earliest, on the monotonic clock.
@@ -135,7 +135,8 @@ pub fn supervise(
         // The command may have touched the terminal before it was its own and been stopped.
         tree.signal_group(Signal::SIGCONT as SignalNumber);
     }
-    let mut supervisor = Supervisor::new(job.what, job.ttl, job.kill_after, job.lease_end);
+    let mut supervisor =
+        Supervisor::new(job.members.listed(), job.ttl, job.kill_after, job.lease_end);
     if let Some(limit) = job.max_runtime {
         supervisor = supervisor.with_max_runtime(limit, started);
     }
