@@ -232,9 +232,15 @@ why. SIGTERM or SIGINT: waiting requests are answered, the others finish, exit 0
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The address and port to listen on (loopback only without tokens); port 0 picks a free one
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
-    pub listen: std::net::SocketAddr,
+    /// The address or host name and port to listen on (loopback only without tokens); a name
+    /// is listened on at every address it resolves to; port 0 picks a free one
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:7878",
+        value_parser = crate::serve::Listen::parse
+    )]
+    pub listen: crate::serve::Listen,
     /// Callers must show a token of this file (see distlock token add); SIGHUP rereads it
     #[arg(long, value_name = "FILE")]
     pub tokens: Option<std::path::PathBuf>,

@@ -408,6 +408,11 @@ async fn answer(
     query: Option<String>,
     caller: Caller,
 ) -> Reply {
+    match route {
+        Route::Health => return health(state).await,
+        Route::Metrics => return metrics(state).await,
+        _ => {}
+    }
     let gone = Arc::new(AtomicBool::new(false));
     let _gone = Gone(Arc::clone(&gone));
     let state = Arc::clone(state);
@@ -429,6 +434,42 @@ async fn answer(
         )
         .into(),
     }
+}
+
+/// `GET /health`: 200 when the store answers within [`super::health::ANSWER_WITHIN`], else
+/// 503 saying only that (the cause goes to the log and `/metrics`).
+async fn health(state: &Arc<State>) -> Reply {
+    if super::health::answers(state).await {
+        Reply::text("ok\n".into(), "text/plain; charset=utf-8")
+    } else {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "store unavailable",
+        )
+        .into()
+    }
+}
+
+/// `GET /metrics`: the counts, the store's health, and the live tenures when the store answers.
+async fn metrics(state: &Arc<State>) -> Reply {
+    let up = super::health::answers(state).await;
+    let tenures = if up {
+        let counting = Arc::clone(state);
+        tokio::task::spawn_blocking(move || {
+            counting.stores.with(|store| Ok(store.list("")?.len())).ok()
+        })
+        .await
+        .ok()
+        .flatten()
+    } else {
+        None
+    };
+    let waiting = state.waiting.load(Ordering::SeqCst);
+    let text = state
+        .metrics
+        .render(tenures, waiting, &state.health.finding());
+    Reply::text(text, "text/plain; version=0.0.4; charset=utf-8")
 }
 
 /// The body, at most [`MAX_BODY`] bytes.
@@ -506,19 +547,13 @@ fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Re
         Route::ReleaseSet => operations::release_set(call),
         Route::List => operations::list(call),
         Route::Log => operations::log(call),
-        Route::Health => state.stores.with(|store| {
-            store.list("\u{1}")?;
-            Ok(Ok(Reply::text("ok\n".into(), "text/plain; charset=utf-8")))
-        }),
-        Route::Metrics => {
-            let tenures = state.stores.with(|store| Ok(store.list("")?.len())).ok();
-            let waiting = state.waiting.load(Ordering::SeqCst);
-            let text = state.metrics.render(tenures, waiting);
-            Ok(Ok(Reply::text(
-                text,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )))
-        }
+        // Answered without a blocking thread of their own (see [`answer`]).
+        Route::Health | Route::Metrics => Ok(Ok(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the request failed",
+        )
+        .into())),
     };
     match result {
         Ok(Ok(reply)) => reply,

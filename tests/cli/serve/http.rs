@@ -7,12 +7,24 @@
 //! `GET` without the body; a 405 says what the path takes (`Allow`); a path that is not
 //! percent-encoded is 400. The details of a refusal name the field and say what is wrong in
 //! the client's own terms (its number as a number, how to write what it meant).
+//!
+//! The server's own limits answer as distlock does (a head of many short headers is 431 with a
+//! problem document), a client that never reads its answers is let go after 10 s of writes that
+//! make no progress, `--listen` takes a host name, and `/health` answers within 1 s, saying
+//! nothing of the store but that it is unavailable.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{P42, by, object, raw_request, state, take};
+use crate::common::pg_url::PgUrl;
+use crate::common::process::{Proc, wait_for};
+use crate::common::proxy::Proxy;
 use crate::common::server::{RawReply, Server, lock_path};
-use crate::common::store::each_store;
+use crate::common::store::{Db, each_store};
 use crate::common::tenure::held;
 
 /// The `detail` of a 422 problem document, which must contain `word`.
@@ -325,4 +337,272 @@ fn a_refusal_names_the_field_and_says_what_is_wrong_in_the_clients_terms() {
         );
         assert_eq!(state(&server), before);
     });
+}
+
+#[test]
+fn a_head_of_many_short_headers_is_distlocks_own_431_with_a_problem_document() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    // 1,500 headers of 12 bytes (18 KB), and 12,000 of the shortest (4 bytes: 48 KB, within
+    // what the server reads of a head).
+    let small: String = (0..1500).map(|i| format!("X-{i:04}: vv\r\n")).collect();
+    let shortest = "a:\r\n".repeat(12_000);
+    for (what, headers) in [
+        ("1,500 small headers", &small),
+        ("12,000 empty ones", &shortest),
+    ] {
+        let reply = server.raw(&raw_request("GET", "/health", headers, b""));
+        let problem = reply.problem(431);
+        assert_eq!(problem["type"], "too-large", "{what}: {problem}");
+        assert_eq!(reply.header("distlock-api"), Some("1"), "{what}");
+    }
+    // Fewer of them, within 16 KiB, are served.
+    let fewer: String = (0..1000).map(|i| format!("X-{i:04}: vv\r\n")).collect();
+    assert_eq!(
+        server
+            .raw(&raw_request("GET", "/health", &fewer, b""))
+            .status,
+        200
+    );
+}
+
+/// Whether the server's end of the connection from `client` to `server` is still established,
+/// as the system's TCP table (`/proc/net/tcp`, `/proc/net/tcp6`) says: its local port the
+/// server's, its remote one the client's.
+fn server_side_established(server: SocketAddr, client: SocketAddr) -> bool {
+    const ESTABLISHED: &str = "01";
+    let port = |field: &str| {
+        field
+            .rsplit(':')
+            .next()
+            .and_then(|hex| u16::from_str_radix(hex, 16).ok())
+    };
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.len() > 3
+                    && port(fields[1]) == Some(server.port())
+                    && port(fields[2]) == Some(client.port())
+                    && fields[3] == ESTABLISHED
+            })
+    })
+}
+
+/// A client that pipelines requests and never reads the answers: once the answers fill what
+/// the network holds, the server's writes make no progress, and after 10 s of that it closes
+/// the connection (it held it for as long as the client stayed); the other clients are served
+/// all the while.
+#[test]
+fn a_client_that_never_reads_its_answers_is_let_go_after_10s_of_stalled_writes() {
+    /// 10 s without progress, after the buffers fill; slack for a loaded machine.
+    const LET_GO: Duration = Duration::from_secs(45);
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    // 512 locks with 1 KiB notes: each `GET /locks` answers over 600 KB, so that a few dozen
+    // unread answers fill the socket buffers (up to 36 MB here) and the server's writes wait.
+    let note = "n".repeat(1024);
+    for set in 0..8 {
+        let members: Vec<String> = (0..64).map(|i| format!("big/{set}/{i}")).collect();
+        let reply = server.post(
+            "/sets",
+            &json!({"resources": members, "owner": "w1", "ttl_seconds": 600, "note": note}),
+        );
+        assert_eq!(reply.json(200)["acquired"], true, "{}", reply.describe());
+    }
+    let mut stream = server.connect();
+    let client = stream.local_addr().expect("the client's address");
+    let pipelined = "GET /locks HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(200);
+    stream
+        .write_all(pipelined.as_bytes())
+        .expect("send the requests");
+    let sent = Instant::now();
+    assert!(server_side_established(server.addr, client), "connected");
+    // Served meanwhile: another client, and then the stalled one let go.
+    let mut others = 0;
+    let let_go = wait_for(LET_GO, || {
+        assert_eq!(server.get("/health").status, 200, "others are served");
+        others += 1;
+        !server_side_established(server.addr, client)
+    });
+    assert!(
+        let_go,
+        "the server still holds the connection of a client that read nothing for {:?}",
+        sent.elapsed()
+    );
+    assert!(others > 0);
+    assert!(
+        sent.elapsed() >= Duration::from_secs(9),
+        "let go only after its writes stalled for 10 s, not {:?} after the requests",
+        sent.elapsed()
+    );
+    drop(stream);
+    assert_eq!(server.get("/health").status, 200);
+}
+
+#[test]
+fn listen_takes_a_host_name_and_localhost_is_loopback() {
+    let db = Db::sqlite();
+    let mut cmd = db.std_cmd();
+    cmd.env_remove("DISTLOCK_DB").args([
+        "--db",
+        db.store_url(),
+        "serve",
+        "--listen",
+        "localhost:0",
+    ]);
+    let proc = Proc::spawn(&mut cmd, db.dir.path(), "serve-localhost");
+    let stderr = db.dir.path().join("serve-localhost.stderr");
+    let localhost: Vec<SocketAddr> = ("localhost", 0)
+        .to_socket_addrs()
+        .expect("localhost resolves")
+        .collect();
+    let mut lines = Vec::new();
+    let listening = wait_for(Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        lines = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("distlock: listening on http://"))
+            .filter_map(|address| address.parse::<SocketAddr>().ok())
+            .collect();
+        !lines.is_empty()
+    });
+    assert!(listening, "the server says where it listens");
+    for address in &lines {
+        assert!(address.ip().is_loopback(), "{address}");
+        assert!(
+            localhost.iter().any(|l| l.ip() == address.ip()),
+            "{address}"
+        );
+        assert_eq!(
+            address.port(),
+            lines[0].port(),
+            "one port for every address"
+        );
+        let mut stream = TcpStream::connect(address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .expect("timeout");
+        stream
+            .write_all(&raw_request("GET", "/health", "", b""))
+            .expect("ask");
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut answer).expect("an answer");
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{address}: {answer}");
+    }
+    let _ = nix::sys::signal::kill(proc.pid(), nix::sys::signal::Signal::SIGTERM);
+    let finished = proc.finish(Duration::from_secs(10));
+    assert_eq!(finished.output.status.code(), Some(0));
+
+    // A name that does not resolve, or no port: 64, one line, no store made.
+    for (listen, says) in [
+        ("nowhere.invalid:7878", "cannot resolve nowhere.invalid"),
+        ("localhost", "is not HOST:PORT (no port)"),
+        ("::1:7878", "in brackets"),
+    ] {
+        let fresh = Db::sqlite();
+        let out = fresh.run(&["serve", "--listen", listen]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "--listen {listen}: {err}");
+        assert!(err.contains(says), "--listen {listen}: {err}");
+        assert!(!fresh.path().exists(), "--listen {listen}: no store made");
+    }
+}
+
+/// `/health` while PostgreSQL takes bytes and never answers (a partition): every answer within
+/// a bound far below the store's own 5 s, a 503 saying only "store unavailable", the cause in
+/// one line of the log and in `/metrics`, no password anywhere; 200 once the store is back.
+#[test]
+fn health_answers_within_1s_and_names_nothing_of_the_store_while_postgresql_is_away() {
+    /// 1 s by the contract, with slack for a loaded machine: the store's own timeouts are 5 s.
+    const PROMPT: Duration = Duration::from_secs(3);
+    let Some(db) = Db::postgres() else { return };
+    let url = PgUrl::parse(db.pg_url());
+    let upstream = url
+        .server
+        .to_socket_addrs()
+        .expect("the test server's address")
+        .next()
+        .expect("an address");
+    let proxy = Proxy::start(upstream);
+    let via_proxy = url.with_server(&proxy.addr.to_string()).to_string();
+    let password = url.password.clone().unwrap_or_default();
+    let server = Server::start_at(&db, &via_proxy);
+    assert_eq!(server.get("/health").status, 200);
+    take(&server, "r", "w1", 60);
+    proxy.black_hole();
+    let timed_health = || {
+        let asked = Instant::now();
+        let reply = server.get("/health");
+        let took = asked.elapsed();
+        assert!(took < PROMPT, "/health took {took:?}: {}", reply.describe());
+        reply
+    };
+    let mut last = None;
+    let down = wait_for(Duration::from_secs(20), || {
+        let reply = timed_health();
+        let down = reply.status == 503;
+        last = Some(reply);
+        down
+    });
+    let last = last.expect("asked");
+    assert!(down, "503 while the store is away: {}", last.describe());
+    let problem = last.problem(503);
+    assert_eq!(problem["detail"], "store unavailable", "{problem}");
+    assert_eq!(problem["type"], "store-unavailable", "{problem}");
+    let body = last.text();
+    let (host, port) = proxy_parts(&proxy.addr);
+    for secret in [url.user.as_str(), &host, &port, password.as_str()] {
+        if !secret.is_empty() {
+            assert!(!body.contains(secret), "{secret:?} in {body}");
+        }
+    }
+    // The cause, once, on stderr (when the store's own call gives up), and in /metrics.
+    let logged = wait_for(Duration::from_secs(30), || {
+        timed_health();
+        server.stderr().contains("distlock: store unavailable: ")
+    });
+    assert!(logged, "the cause on stderr: {}", server.stderr());
+    let asked = Instant::now();
+    let metrics = server.get("/metrics");
+    assert!(asked.elapsed() < PROMPT, "/metrics while the store is away");
+    let text = metrics.text();
+    assert!(
+        text.lines().any(|line| line == "distlock_store_up 0"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("distlock_store_last_error{error=\"")),
+        "{text}"
+    );
+    proxy.restore();
+    let back = wait_for(Duration::from_secs(30), || timed_health().status == 200);
+    assert!(back, "200 once the store answers again");
+    assert_eq!(server.get("/locks/r").json(200)["lock"]["owner"], "w1");
+    let up = server.get("/metrics").text();
+    assert!(up.lines().any(|line| line == "distlock_store_up 1"), "{up}");
+    let stderr = server.stderr();
+    assert_eq!(
+        stderr.matches("distlock: store unavailable: ").count(),
+        1,
+        "one line per change of state, however often asked: {stderr}"
+    );
+    assert_eq!(
+        stderr.matches("distlock: the store answers again").count(),
+        1,
+        "{stderr}"
+    );
+    if !password.is_empty() {
+        assert!(!stderr.contains(&password), "no password on stderr");
+        assert!(!text.contains(&password), "no password in /metrics");
+    }
+}
+
+/// The proxy's host and port as text, as a detail naming the store would show them.
+fn proxy_parts(addr: &SocketAddr) -> (String, String) {
+    (addr.ip().to_string(), addr.port().to_string())
 }
