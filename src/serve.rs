@@ -13,7 +13,12 @@
 //!   and a connection that stays idle between requests is closed by the same header timeout.
 //!   A TLS handshake has the same 10 s, and runs in the connection's own task: a client that
 //!   connects and says nothing holds one connection's place for 10 s and never delays the
-//!   accepting of others.
+//!   accepting of others. A write that makes no progress for 10 s (a client that reads none of
+//!   its answers) closes the connection ([`stall`]).
+//! - **Where:** `--listen` takes an address or a host name ([`Listen`]), resolved at start and
+//!   listened on at each of its addresses, on one port.
+//! - **Health** ([`health`]): `/health` waits at most 1 s for one shared probe of the store,
+//!   and says only whether the store answers; the cause goes to the log and `/metrics`.
 //! - **Waiting** is the command line's own wait ([`crate::wait::serve`]), with the store's
 //!   wake-ups, for at most 30 s per request; the place in the queue is kept for the client's
 //!   next request (see [`api`]).
