@@ -107,6 +107,7 @@ impl Route {
 /// whose body the HTTP layer leaves out); a path that exists but does not take the method is
 /// 405 with `Allow` listing the methods it takes.
 fn route(method: &Method, path: &str) -> Result<Route, Problem> {
+    input::path(path).map_err(|bad| problem(&bad))?;
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
     let allowed = match segments.as_slice() {
         ["locks" | "log" | "health" | "metrics"] => "GET, HEAD",
@@ -607,6 +608,8 @@ mod tests {
             (Method::GET, "/lockss", Err(404)),
             (Method::GET, "/locks/", Err(422)),
             (Method::GET, "/locks/%ZZ", Err(400)),
+            (Method::GET, "/nope%ZZ", Err(400)),
+            (Method::PUT, "/locks/a%", Err(400)),
             (Method::HEAD, "/health", Ok(Route::Health)),
             (Method::HEAD, "/metrics", Ok(Route::Metrics)),
             (Method::HEAD, "/locks", Ok(Route::List)),

@@ -290,6 +290,16 @@ impl Fields {
     }
 }
 
+/// Refuses a path that is not percent-encoded: a `%` not followed by two hexadecimal digits,
+/// wherever it is (a route's name or a resource's).
+///
+/// # Errors
+///
+/// [`Bad::Encoding`] naming the first such `%`.
+pub fn path(path: &str) -> Result<(), Bad> {
+    percent_encoded("the path", path)
+}
+
 /// The resource named by a path segment, percent-decoded (`deploy%2Fprod` is `deploy/prod`).
 ///
 /// # Errors
@@ -911,6 +921,8 @@ mod tests {
             }
         }
         assert_eq!(resource("%25ZZ").unwrap().as_str(), "%ZZ");
+        assert!(matches!(path("/lo%ZZcks"), Err(Bad::Encoding(_))));
+        assert!(path("/locks/a%2Fb").is_ok());
         assert_eq!(resource("%2f%2F").unwrap().as_str(), "//");
         assert!(matches!(query(Some("owner=%ZZ")), Err(Bad::Encoding(_))));
         assert!(matches!(query(Some("a%=1")), Err(Bad::Encoding(_))));

@@ -255,6 +255,7 @@ fn a_path_or_query_that_is_not_percent_encoded_is_400_and_nothing_is_taken() {
             ("DELETE", "/locks/payment:42?owner=w%ZZ", ""),
             ("GET", "/locks?prefix=%", ""),
             ("GET", "/log?resource=%zz", ""),
+            ("GET", "/lo%ZZcks", ""),
         ] {
             let reply = server.raw(&raw_request(method, target, "", body.as_bytes()));
             let problem = reply.problem(400);
