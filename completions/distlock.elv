@@ -119,7 +119,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'distlock;serve'= {
-            cand --listen 'The address and port to listen on (loopback only without tokens); port 0 picks a free one'
+            cand --listen 'The address or host name and port to listen on (loopback only without tokens); a name is listened on at every address it resolves to; port 0 picks a free one'
             cand --tokens 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it'
             cand --tls-cert 'Serve HTTPS with the certificate chain in this PEM file (with --tls-key)'
             cand --tls-key 'The private key of --tls-cert''s certificate, a PEM file'

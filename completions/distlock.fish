@@ -104,7 +104,7 @@ complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock 
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c distlock -n "__fish_distlock_using_subcommand serve" -l listen -d 'The address and port to listen on (loopback only without tokens); port 0 picks a free one' -r
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l listen -d 'The address or host name and port to listen on (loopback only without tokens); a name is listened on at every address it resolves to; port 0 picks a free one' -r
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tokens -d 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tls-cert -d 'Serve HTTPS with the certificate chain in this PEM file (with --tls-key)' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tls-key -d 'The private key of --tls-cert\'s certificate, a PEM file' -r -F

@@ -217,14 +217,20 @@ POST /locks/{r} acquires (owner, ttl_seconds; optional shared, limit, note, wait
 /locks/{r} shows the holder (404 when free), DELETE /locks/{r} releases (204; 404 not held, \
 403 another owner's), POST /locks/{r}/renew and POST /locks/{r}/break as the commands of the \
 same names, GET /locks?prefix=P lists, GET /log shows the history, GET /health and GET \
-/metrics report on the server. The bodies are the JSON the commands print; every other answer \
-is a problem document (RFC 9457). The first line on stderr names the address served \
-(http:// or https://); then one line per request.
+/metrics report on the server (HEAD as GET, without the body). The bodies are the JSON the \
+commands print; every other answer is a problem document (RFC 9457). The first line on stderr \
+names the address served (http:// or https://), one line per address; then one line per \
+request. GET /health answers within 1 s, 503 \"store unavailable\" when the store does not \
+answer; the cause goes to stderr and /metrics.
+
+--listen takes an address or a host name (localhost:7878): a name is listened on at every \
+address it resolves to, on one port, and each must pass the rule below.
 
 Without tokens the server listens on loopback addresses only. With --tls-cert and --tls-key \
 (PEM files: the certificate chain, the server's own certificate first, and its private key) \
 it serves HTTPS; --insecure-http is for plain HTTP beyond loopback, behind a proxy that \
-terminates TLS. A TLS handshake, like a request's headers, must be done within 10 s.
+terminates TLS. A TLS handshake, like a request's headers, must be done within 10 s; a \
+client that reads none of its answers for 10 s is disconnected.
 
 SIGHUP rereads the TLS files: new connections get the new certificate, open ones keep theirs; \
 a file that cannot be read or used keeps the old certificate, with one line on stderr saying \
@@ -232,9 +238,15 @@ why. SIGTERM or SIGINT: waiting requests are answered, the others finish, exit 0
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The address and port to listen on (loopback only without tokens); port 0 picks a free one
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
-    pub listen: std::net::SocketAddr,
+    /// The address or host name and port to listen on (loopback only without tokens); a name
+    /// is listened on at every address it resolves to; port 0 picks a free one
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:7878",
+        value_parser = crate::serve::Listen::parse
+    )]
+    pub listen: crate::serve::Listen,
     /// Callers must show a token of this file (see distlock token add); SIGHUP rereads it
     #[arg(long, value_name = "FILE")]
     pub tokens: Option<std::path::PathBuf>,

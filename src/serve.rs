@@ -13,7 +13,12 @@
 //!   and a connection that stays idle between requests is closed by the same header timeout.
 //!   A TLS handshake has the same 10 s, and runs in the connection's own task: a client that
 //!   connects and says nothing holds one connection's place for 10 s and never delays the
-//!   accepting of others.
+//!   accepting of others. A write that makes no progress for 10 s (a client that reads none of
+//!   its answers) closes the connection ([`stall`]).
+//! - **Where:** `--listen` takes an address or a host name ([`Listen`]), resolved at start and
+//!   listened on at each of its addresses, on one port.
+//! - **Health** ([`health`]): `/health` waits at most 1 s for one shared probe of the store,
+//!   and says only whether the store answers; the cause goes to the log and `/metrics`.
 //! - **Waiting** is the command line's own wait ([`crate::wait::serve`]), with the store's
 //!   wake-ups, for at most 30 s per request; the place in the queue is kept for the client's
 //!   next request (see [`api`]).
@@ -29,11 +34,13 @@
 mod access;
 mod api;
 mod exposure;
+mod health;
 mod input;
 mod metrics;
 mod operations;
 mod problem;
 mod reread;
+mod stall;
 mod tls;
 pub mod tokens;
 
@@ -68,6 +75,11 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// How long a client may take to send a request's headers, and a connection may stay idle.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a write to a client may make no progress (the client reads none of its answers,
+/// its window stays shut) before its connection is closed: the header timeout's rule, for the
+/// other direction.
+const WRITE_TIMEOUT: Duration = HEADER_TIMEOUT;
+
 /// How long a client may take to finish a TLS handshake: the header timeout's rule, applied
 /// before there are headers to read.
 const HANDSHAKE_TIMEOUT: Duration = HEADER_TIMEOUT;
@@ -77,9 +89,13 @@ const HANDSHAKE_TIMEOUT: Duration = HEADER_TIMEOUT;
 /// layer does (with an empty body).
 const HEAD_BUFFER: usize = 4 * api::MAX_HEAD;
 
-/// The most headers the HTTP layer reads: enough that 16 KiB of short ones reach distlock's
-/// own 431.
-const MAX_HEADERS: usize = 1024;
+/// The most headers the HTTP layer reads: as many as [`HEAD_BUFFER`] can hold, the shortest
+/// header line being 4 bytes (`a:` and CRLF), so that a head is only ever refused by the HTTP
+/// layer for its bytes, never for its count, and any head within the buffer, of long headers
+/// or many short ones, reaches distlock's own 431 with its problem document. The HTTP layer
+/// sets aside 64 bytes per header for each head it parses (1 MiB, not written to), and
+/// reads no more than the buffer whatever the count.
+const MAX_HEADERS: usize = HEAD_BUFFER / 4;
 
 /// The most open stores kept for reuse: enough for 64 clients at once, so that a busy
 /// server does not open and close PostgreSQL sessions all the time.
@@ -89,6 +105,8 @@ const IDLE_STORES: usize = 64;
 pub struct State {
     stores: Stores,
     metrics: metrics::Metrics,
+    /// Whether the store answers, for `/health` and `/metrics`.
+    health: health::Health,
     /// Requests waiting in a queue now.
     waiting: AtomicUsize,
     /// Set at SIGTERM or SIGINT: waits end at once.
@@ -139,10 +157,123 @@ impl Stores {
     }
 }
 
+/// `--listen HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port (0: a
+/// free one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    host: String,
+    port: u16,
+}
+
+impl Listen {
+    /// # Errors
+    ///
+    /// A message saying what `raw` lacks to be `HOST:PORT`.
+    pub fn parse(raw: &str) -> std::result::Result<Listen, String> {
+        let bad = |why: &str| {
+            format!(
+                "{raw:?} is not HOST:PORT ({why}); for example 127.0.0.1:7878, [::1]:7878 or \
+                 localhost:7878"
+            )
+        };
+        let (host, port) = raw.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad("the port is a number from 0 to 65535"))?;
+        let host = match host.strip_prefix('[') {
+            Some(inside) => inside
+                .strip_suffix(']')
+                .filter(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
+                .ok_or_else(|| bad("brackets hold an IPv6 address"))?,
+            None if host.contains(':') => {
+                return Err(bad("an IPv6 address goes in brackets, as [::1]:7878"));
+            }
+            None => host,
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad("a host name has no spaces"));
+        }
+        Ok(Listen {
+            host: host.to_owned(),
+            port,
+        })
+    }
+
+    /// The addresses to listen on: the address itself, or every address the host name
+    /// resolves to (`localhost`: the loopback addresses the system gives it), in the order the
+    /// system gives them, repeats left out.
+    ///
+    /// # Errors
+    ///
+    /// A usage message for a name that does not resolve.
+    fn resolve(&self) -> std::result::Result<Vec<SocketAddr>, String> {
+        use std::net::ToSocketAddrs;
+        let resolved = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|err| format!("--listen {self}: cannot resolve {}: {err}", self.host))?;
+        let mut addresses: Vec<SocketAddr> = Vec::new();
+        for address in resolved {
+            if !addresses.contains(&address) {
+                addresses.push(address);
+            }
+        }
+        if addresses.is_empty() {
+            return Err(format!(
+                "--listen {self}: {} resolves to no address",
+                self.host
+            ));
+        }
+        Ok(addresses)
+    }
+
+    /// Whether the host is an IP address rather than a name.
+    fn is_address(&self) -> bool {
+        self.host.parse::<std::net::IpAddr>().is_ok()
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The exposure rule ([`exposure`]) for every address `listen` resolved to: one refused
+/// refuses the start, named (with the name it came from).
+fn exposed(
+    listen: &Listen,
+    addresses: &[SocketAddr],
+    tls: bool,
+    insecure_http: bool,
+    tokens: bool,
+) -> std::result::Result<(), String> {
+    for &address in addresses {
+        exposure(address, tls, insecure_http, tokens).map_err(|refusal| {
+            if listen.is_address() {
+                refusal
+            } else {
+                refusal.replacen(
+                    &format!("--listen {address}"),
+                    &format!("--listen {listen} (which resolves to {address})"),
+                    1,
+                )
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// How `distlock serve` was asked to serve: the command line's flags as plain values.
 #[derive(Debug)]
 pub struct Spec {
-    pub listen: SocketAddr,
+    pub listen: Listen,
     /// `--tls-cert` and `--tls-key`: HTTPS with the chain and key in these PEM files.
     pub tls: Option<TlsFiles>,
     /// `--insecure-http`: plain HTTP beyond loopback, for a proxy in front that terminates TLS.
@@ -160,8 +291,10 @@ pub struct Spec {
 /// be opened; a system error when the address cannot be listened on or a signal cannot be
 /// caught.
 pub fn run(location: Location, spec: Spec) -> Result<Exit> {
-    exposure(
-        spec.listen,
+    let addresses = spec.listen.resolve().map_err(Error::Usage)?;
+    exposed(
+        &spec.listen,
+        &addresses,
         spec.tls.is_some(),
         spec.insecure_http,
         spec.tokens.is_some(),
@@ -202,6 +335,7 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
             idle: Mutex::new(vec![first]),
         },
         metrics: metrics::Metrics::default(),
+        health: health::Health::default(),
         waiting: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         tokens,
@@ -214,7 +348,7 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
         .context("cannot start the server's threads")
         .map_err(Error::System)?;
     let front = Front {
-        listen: spec.listen,
+        listen: addresses,
         tls: acceptor,
         rereads: Arc::new(Rereads::new(rereads)),
     };
@@ -241,7 +375,8 @@ fn raise_open_files() {
 
 /// Where and how the server meets its clients.
 struct Front {
-    listen: SocketAddr,
+    /// The addresses of `--listen`, each listened on.
+    listen: Vec<SocketAddr>,
     /// HTTPS when set; plain HTTP otherwise.
     tls: Option<TlsAcceptor>,
     /// What SIGHUP rereads.
@@ -291,17 +426,20 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
     // Caught before anything is said on stderr, so a signal sent as soon as the server says
     // where it listens is answered, never the default action (which for SIGHUP is to die).
     let mut signals = Signals::catch()?;
-    let listen = front.listen;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))
-        .map_err(Error::System)?;
-    let bound = listener
-        .local_addr()
-        .with_context(|| format!("cannot listen on {listen}"))
-        .map_err(Error::System)?;
+    let (listeners, skipped) = bind_all(&front.listen).map_err(Error::System)?;
     let scheme = if front.tls.is_some() { "https" } else { "http" };
-    warn(format_args!("listening on {scheme}://{bound}"));
+    // One line per address, the first one first: where the server listens.
+    for listener in &listeners {
+        if let Ok(bound) = listener.local_addr() {
+            warn(format_args!("listening on {scheme}://{bound}"));
+        }
+    }
+    for (address, why) in &skipped {
+        warn(format_args!(
+            "not listening on {address}: this system has no such address ({why})"
+        ));
+    }
+    let mut next = 0;
     if let Some(tokens) = state.tokens() {
         let known = tokens.len();
         let plural = if known == 1 { "" } else { "s" };
@@ -322,7 +460,7 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
         };
         let Ok(permit) = permit else { break };
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = accept_any(&listeners, &mut next) => accepted,
             told = signals.next() => match told {
                 Told::Stop => break,
                 Told::Reread => { front.rereads.reread_soon(); continue; }
@@ -335,6 +473,9 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
             continue;
         };
         let _ = stream.set_nodelay(true);
+        // A client that stops reading its answers is let go after WRITE_TIMEOUT (TLS
+        // included: the bound is under it).
+        let stream = stall::Bounded::new(stream, WRITE_TIMEOUT);
         let state = Arc::clone(&state);
         let watcher = graceful.watcher();
         let tls = front.tls.clone();
@@ -356,7 +497,7 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
             }
         });
     }
-    drop(listener);
+    drop(listeners);
     state.stopping.store(true, Ordering::SeqCst);
     let _ = stop.send(());
     // Waiting requests notice within a pause (250 ms) and answer; the others finish.
@@ -366,6 +507,84 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
     )
     .await;
     Ok(())
+}
+
+/// What [`bind_all`] bound, and the addresses it skipped with why.
+type Bound = (
+    Vec<tokio::net::TcpListener>,
+    Vec<(SocketAddr, std::io::Error)>,
+);
+
+/// Binds every address in `addresses`, in order: port 0 takes a free port for the first and
+/// the same port for the others, so that one port serves every address. An address this
+/// system does not have (`::1` where IPv6 is off, though `localhost` names it) is skipped
+/// while another is bound: the listeners, and the addresses skipped with why.
+///
+/// # Errors
+///
+/// An address that cannot be listened on for another reason (in use, not allowed), or none at
+/// all bound.
+fn bind_all(addresses: &[SocketAddr]) -> anyhow::Result<Bound> {
+    let mut bound = Vec::new();
+    let mut skipped = Vec::new();
+    let mut port = None;
+    for &given in addresses {
+        let mut address = given;
+        if let (Some(port), 0) = (port, address.port()) {
+            address.set_port(port);
+        }
+        let listener = match std::net::TcpListener::bind(address) {
+            Ok(listener) => listener,
+            Err(err) if not_here(&err) => {
+                skipped.push((address, err));
+                continue;
+            }
+            Err(err) => return Err(err).with_context(|| format!("cannot listen on {address}")),
+        };
+        let listener = listener
+            .set_nonblocking(true)
+            .and_then(|()| {
+                port = Some(listener.local_addr()?.port());
+                tokio::net::TcpListener::from_std(listener)
+            })
+            .with_context(|| format!("cannot listen on {address}"))?;
+        bound.push(listener);
+    }
+    if bound.is_empty() {
+        if let Some((address, err)) = skipped.into_iter().next() {
+            return Err(err).with_context(|| format!("cannot listen on {address}"));
+        }
+        anyhow::bail!("no address to listen on");
+    }
+    Ok((bound, skipped))
+}
+
+/// Whether binding failed for an address this system does not have, or a family it does not
+/// speak.
+fn not_here(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(code) if code == nix::libc::EADDRNOTAVAIL || code == nix::libc::EAFNOSUPPORT
+    )
+}
+
+/// The next connection on any of `listeners`, taking them in turn from `next` so that none
+/// is served before the others all the time.
+async fn accept_any(
+    listeners: &[tokio::net::TcpListener],
+    next: &mut usize,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    std::future::poll_fn(|cx| {
+        for turn in 0..listeners.len() {
+            let at = (*next + turn) % listeners.len();
+            if let std::task::Poll::Ready(accepted) = listeners[at].poll_accept(cx) {
+                *next = (at + 1) % listeners.len();
+                return std::task::Poll::Ready(accepted);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Serves HTTP/1.1 requests on one connection (plain, or after its TLS handshake) until the
@@ -387,4 +606,120 @@ where
             }),
         );
     let _ = watcher.watch(connection).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_is_host_colon_port_with_ipv6_in_brackets() {
+        // (given, host, port)
+        let taken = [
+            ("127.0.0.1:7878", "127.0.0.1", 7878),
+            ("localhost:0", "localhost", 0),
+            ("[::1]:443", "::1", 443),
+            ("locks.internal:65535", "locks.internal", 65535),
+            ("0.0.0.0:1", "0.0.0.0", 1),
+        ];
+        for (given, host, port) in taken {
+            let listen = Listen::parse(given).unwrap_or_else(|e| panic!("{given}: {e}"));
+            assert_eq!((listen.host.as_str(), listen.port), (host, port), "{given}");
+            assert_eq!(listen.to_string(), given, "shown as given");
+        }
+        // (given, what the refusal says)
+        let refused = [
+            ("localhost", "no port"),
+            ("7878", "no port"),
+            (":7878", "no host"),
+            ("localhost:", "the port is a number"),
+            ("localhost:65536", "the port is a number"),
+            ("localhost:-1", "the port is a number"),
+            ("::1:7878", "in brackets"),
+            ("[::1:7878", "brackets hold an IPv6 address"),
+            ("[localhost]:7878", "brackets hold an IPv6 address"),
+            ("local host:7878", "no spaces"),
+        ];
+        for (given, says) in refused {
+            let why = Listen::parse(given).expect_err(given);
+            assert!(why.contains(says), "{given}: {why}");
+            assert!(
+                why.starts_with(&format!("{given:?} is not HOST:PORT")),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_is_resolved_and_every_address_must_pass_the_exposure_rule() {
+        let listen = Listen::parse("localhost:0").unwrap();
+        let addresses = listen.resolve().unwrap();
+        assert!(!addresses.is_empty());
+        assert!(
+            addresses.iter().all(|a| a.ip().is_loopback()),
+            "{addresses:?}"
+        );
+        assert!(exposed(&listen, &addresses, false, false, false).is_ok());
+        // A name that also resolves beyond loopback is refused, naming the name and address.
+        let wide: SocketAddr = "192.0.2.7:7878".parse().unwrap();
+        let both = ["127.0.0.1:7878".parse().unwrap(), wide];
+        let named = Listen::parse("locks.example:7878").unwrap();
+        let refusal = exposed(&named, &both, false, false, false).expect_err("beyond loopback");
+        assert!(
+            refusal.starts_with(
+                "--listen locks.example:7878 (which resolves to 192.0.2.7:7878): without --tokens"
+            ),
+            "{refusal}"
+        );
+        assert!(exposed(&named, &both, true, false, true).is_ok());
+        let address = Listen::parse("192.0.2.7:7878").unwrap();
+        let refusal = exposed(&address, &[wide], false, false, false).expect_err("refused");
+        assert!(
+            refusal.starts_with("--listen 192.0.2.7:7878: "),
+            "{refusal}"
+        );
+        let nowhere = Listen::parse("nowhere.invalid:7878").unwrap();
+        let why = nowhere.resolve().expect_err("no such name");
+        assert!(
+            why.starts_with("--listen nowhere.invalid:7878: cannot resolve nowhere.invalid"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn every_address_is_bound_on_one_port_and_a_missing_one_is_skipped() {
+        let two: Vec<SocketAddr> = vec![
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.2:0".parse().unwrap(),
+        ];
+        let (bound, skipped) = bind_all(&two).unwrap();
+        assert!(skipped.is_empty());
+        let ports: Vec<u16> = bound
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        assert_eq!(ports.len(), 2);
+        assert_ne!(ports[0], 0);
+        assert_eq!(ports[0], ports[1], "one port for every address");
+        // Both accept, taken in turn.
+        let mut next = 0;
+        for address in &two {
+            let mut address = *address;
+            address.set_port(ports[0]);
+            let _client = std::net::TcpStream::connect(address).unwrap();
+            let (stream, _) = accept_any(&bound, &mut next).await.unwrap();
+            assert_eq!(stream.local_addr().unwrap(), address);
+        }
+        // 192.0.2.1 (documentation) is no address of this machine: skipped while another
+        // is bound; alone, an error.
+        let absent: SocketAddr = "192.0.2.1:0".parse().unwrap();
+        let (bound, skipped) = bind_all(&[two[0], absent]).unwrap();
+        assert_eq!((bound.len(), skipped.len()), (1, 1));
+        assert_eq!(skipped[0].0.ip(), absent.ip());
+        let alone = bind_all(&[absent]).expect_err("nothing bound");
+        assert!(format!("{alone:#}").starts_with("cannot listen on 192.0.2.1"));
+        // Taken: an error, not a skip.
+        let taken = bound[0].local_addr().unwrap();
+        assert!(bind_all(&[taken]).is_err());
+    }
 }

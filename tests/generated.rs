@@ -409,7 +409,7 @@ fn exit_codes(command: Option<&str>) -> Vec<(&'static str, &'static str)> {
             ),
             (
                 "64",
-                "usage: bad arguments or invalid values, such as an address beyond loopback without tokens, or --tls-cert and --tls-key files that cannot be read or used; nothing was served",
+                "usage: bad arguments or invalid values, such as an address beyond loopback without tokens, a --listen host name that does not resolve, or --tls-cert and --tls-key files that cannot be read or used; nothing was served",
             ),
             STORE,
         ],

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::header::{
+    ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE,
+};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::State;
@@ -101,51 +103,62 @@ impl Route {
     }
 }
 
-/// The route of `method` on `path`.
+/// The route of `method` on `path`. `HEAD` is routed as `GET` (RFC 9110: the same answer,
+/// whose body the HTTP layer leaves out); a path that exists but does not take the method is
+/// 405 with `Allow` listing the methods it takes.
 fn route(method: &Method, path: &str) -> Result<Route, Problem> {
+    input::path(path).map_err(|bad| problem(&bad))?;
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
-    let not_found = || {
-        Problem::new(
-            StatusCode::NOT_FOUND,
-            "no-such-route",
-            format!("no route {path}"),
-        )
+    let allowed = match segments.as_slice() {
+        ["locks" | "log" | "health" | "metrics"] => "GET, HEAD",
+        ["locks", _] => "GET, HEAD, POST, DELETE",
+        ["locks", _, "renew" | "break"] | ["sets"] | ["sets", "renew" | "release"] => "POST",
+        _ => {
+            return Err(Problem::new(
+                StatusCode::NOT_FOUND,
+                "no-such-route",
+                format!("no route {path}"),
+            ));
+        }
     };
-    let wrong_method = || {
-        Problem::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            format!("{path} does not take {method}"),
-        )
+    let asked = if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
     };
     let resource = |segment: &str| input::resource(segment).map_err(|bad| problem(&bad));
-    match segments.as_slice() {
-        ["locks"] if method == Method::GET => Ok(Route::List),
-        ["locks", r] => match *method {
-            Method::POST => Ok(Route::Acquire(resource(r)?)),
-            Method::GET => Ok(Route::Status(resource(r)?)),
-            Method::DELETE => Ok(Route::Release(resource(r)?)),
-            _ => Err(wrong_method()),
-        },
-        ["locks", r, "renew"] if method == Method::POST => Ok(Route::Renew(resource(r)?)),
-        ["locks", r, "break"] if method == Method::POST => Ok(Route::Break(resource(r)?)),
-        ["sets"] if method == Method::POST => Ok(Route::AcquireSet),
-        ["sets", "renew"] if method == Method::POST => Ok(Route::RenewSet),
-        ["sets", "release"] if method == Method::POST => Ok(Route::ReleaseSet),
-        ["log"] if method == Method::GET => Ok(Route::Log),
-        ["health"] if method == Method::GET => Ok(Route::Health),
-        ["metrics"] if method == Method::GET => Ok(Route::Metrics),
-        ["locks" | "log" | "health" | "metrics" | "sets"]
-        | ["locks", _, "renew" | "break"]
-        | ["sets", "renew" | "release"] => Err(wrong_method()),
-        _ => Err(not_found()),
+    match (asked, segments.as_slice()) {
+        (&Method::GET, ["locks"]) => Ok(Route::List),
+        (&Method::POST, ["locks", r]) => Ok(Route::Acquire(resource(r)?)),
+        (&Method::GET, ["locks", r]) => Ok(Route::Status(resource(r)?)),
+        (&Method::DELETE, ["locks", r]) => Ok(Route::Release(resource(r)?)),
+        (&Method::POST, ["locks", r, "renew"]) => Ok(Route::Renew(resource(r)?)),
+        (&Method::POST, ["locks", r, "break"]) => Ok(Route::Break(resource(r)?)),
+        (&Method::POST, ["sets"]) => Ok(Route::AcquireSet),
+        (&Method::POST, ["sets", "renew"]) => Ok(Route::RenewSet),
+        (&Method::POST, ["sets", "release"]) => Ok(Route::ReleaseSet),
+        (&Method::GET, ["log"]) => Ok(Route::Log),
+        (&Method::GET, ["health"]) => Ok(Route::Health),
+        (&Method::GET, ["metrics"]) => Ok(Route::Metrics),
+        _ => Err(Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            format!("{path} does not take {method}; it takes {allowed}"),
+        )
+        .allowing(allowed)),
     }
 }
 
-/// The problem of bad input: 400 for a body that is not JSON, 422 for a rule broken.
+/// The problem of bad input: 400 for a body that is not JSON or a path or query that is not
+/// percent-encoded, 422 for a rule broken.
 pub(super) fn problem(bad: &Bad) -> Problem {
     match bad {
         Bad::Malformed(why) => Problem::new(StatusCode::BAD_REQUEST, "malformed-json", why.clone()),
+        Bad::Encoding(why) => Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-percent-encoding",
+            why.clone(),
+        ),
         Bad::Invalid(why) => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-request",
@@ -162,6 +175,8 @@ pub struct Reply {
     /// A grant's `Distlock-Grant` ([`GRANT`]) and its `Distlock-Waited-Ms`, for a distlock
     /// client (`--db http://…`): the body is the command's own, which does not say.
     grant: Option<(String, Duration)>,
+    /// A 405's `Allow`: the methods the path takes.
+    allow: Option<&'static str>,
 }
 
 impl Reply {
@@ -171,6 +186,7 @@ impl Reply {
             body: serde_json::to_vec(answer).unwrap_or_default(),
             kind: "application/json",
             grant: None,
+            allow: None,
         }
     }
 
@@ -180,6 +196,7 @@ impl Reply {
             body: Vec::new(),
             kind: "application/json",
             grant: None,
+            allow: None,
         }
     }
 
@@ -206,6 +223,7 @@ impl Reply {
             body: body.into_bytes(),
             kind,
             grant: None,
+            allow: None,
         }
     }
 }
@@ -217,6 +235,7 @@ impl From<Problem> for Reply {
             body: problem.body(),
             kind: "application/problem+json",
             grant: None,
+            allow: problem.allow,
         }
     }
 }
@@ -261,9 +280,14 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     let json = is_json(&request);
     // The body is read whatever the answer (within its time), so that the connection can
     // carry the next request; one that is too large or too slow is not, and the connection is
+    // closed after the answer. A caller without a token the server knows is answered at once,
+    // before its body, so that it holds no connection waiting for one; its connection is
     // closed after the answer.
-    let body = read_body(request).await;
-    let close = body.is_err();
+    let body = match &caller {
+        Ok(_) => read_body(request).await,
+        Err(_) => Ok(Vec::new()),
+    };
+    let close = body.is_err() || caller.is_err();
     let who = caller
         .as_ref()
         .ok()
@@ -313,6 +337,11 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
         }
         let millis = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         headers.insert(WAITED, HeaderValue::from(millis));
+    }
+    if let Some(allow) = reply.allow {
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static(allow));
     }
     if reply.status == StatusCode::UNAUTHORIZED {
         response
@@ -380,6 +409,11 @@ async fn answer(
     query: Option<String>,
     caller: Caller,
 ) -> Reply {
+    match route {
+        Route::Health => return health(state).await,
+        Route::Metrics => return metrics(state).await,
+        _ => {}
+    }
     let gone = Arc::new(AtomicBool::new(false));
     let _gone = Gone(Arc::clone(&gone));
     let state = Arc::clone(state);
@@ -401,6 +435,42 @@ async fn answer(
         )
         .into(),
     }
+}
+
+/// `GET /health`: 200 when the store answers within [`super::health::ANSWER_WITHIN`], else
+/// 503 saying only that (the cause goes to the log and `/metrics`).
+async fn health(state: &Arc<State>) -> Reply {
+    if super::health::answers(state).await {
+        Reply::text("ok\n".into(), "text/plain; charset=utf-8")
+    } else {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "store unavailable",
+        )
+        .into()
+    }
+}
+
+/// `GET /metrics`: the counts, the store's health, and the live tenures when the store answers.
+async fn metrics(state: &Arc<State>) -> Reply {
+    let up = super::health::answers(state).await;
+    let tenures = if up {
+        let counting = Arc::clone(state);
+        tokio::task::spawn_blocking(move || {
+            counting.stores.with(|store| Ok(store.list("")?.len())).ok()
+        })
+        .await
+        .ok()
+        .flatten()
+    } else {
+        None
+    };
+    let waiting = state.waiting.load(Ordering::SeqCst);
+    let text = state
+        .metrics
+        .render(tenures, waiting, &state.health.finding());
+    Reply::text(text, "text/plain; version=0.0.4; charset=utf-8")
 }
 
 /// The body, at most [`MAX_BODY`] bytes.
@@ -478,19 +548,13 @@ fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Re
         Route::ReleaseSet => operations::release_set(call),
         Route::List => operations::list(call),
         Route::Log => operations::log(call),
-        Route::Health => state.stores.with(|store| {
-            store.list("\u{1}")?;
-            Ok(Ok(Reply::text("ok\n".into(), "text/plain; charset=utf-8")))
-        }),
-        Route::Metrics => {
-            let tenures = state.stores.with(|store| Ok(store.list("")?.len())).ok();
-            let waiting = state.waiting.load(Ordering::SeqCst);
-            let text = state.metrics.render(tenures, waiting);
-            Ok(Ok(Reply::text(
-                text,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )))
-        }
+        // Answered without a blocking thread of their own (see [`answer`]).
+        Route::Health | Route::Metrics => Ok(Ok(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the request failed",
+        )
+        .into())),
     };
     match result {
         Ok(Ok(reply)) => reply,
@@ -543,10 +607,45 @@ mod tests {
             (Method::GET, "/locks/a/b", Err(404)),
             (Method::GET, "/lockss", Err(404)),
             (Method::GET, "/locks/", Err(422)),
+            (Method::GET, "/locks/%ZZ", Err(400)),
+            (Method::GET, "/nope%ZZ", Err(400)),
+            (Method::PUT, "/locks/a%", Err(400)),
+            (Method::HEAD, "/health", Ok(Route::Health)),
+            (Method::HEAD, "/metrics", Ok(Route::Metrics)),
+            (Method::HEAD, "/locks", Ok(Route::List)),
+            (Method::HEAD, "/log", Ok(Route::Log)),
+            (Method::HEAD, "/locks/a", Ok(Route::Status(r("a")))),
+            (Method::HEAD, "/locks/a/renew", Err(405)),
+            (Method::HEAD, "/sets", Err(405)),
         ];
         for (method, path, expected) in cases {
             let got = route(&method, path).map_err(|problem| problem.status.as_u16());
             assert_eq!(got, expected, "{method} {path}");
+        }
+        // (method, path, the 405's Allow)
+        let allows = [
+            (Method::PUT, "/locks/a", "GET, HEAD, POST, DELETE"),
+            (Method::POST, "/locks", "GET, HEAD"),
+            (Method::DELETE, "/health", "GET, HEAD"),
+            (Method::POST, "/metrics", "GET, HEAD"),
+            (Method::PUT, "/log", "GET, HEAD"),
+            (Method::GET, "/locks/a/renew", "POST"),
+            (Method::HEAD, "/locks/a/break", "POST"),
+            (Method::GET, "/sets", "POST"),
+            (Method::DELETE, "/sets/renew", "POST"),
+            (Method::OPTIONS, "/sets/release", "POST"),
+        ];
+        for (method, path, allow) in allows {
+            let problem = route(&method, path).expect_err("a 405");
+            assert_eq!(
+                problem.status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}"
+            );
+            assert_eq!(problem.allow, Some(allow), "{method} {path}");
+        }
+        for (method, path) in [(Method::GET, "/nope"), (Method::POST, "/locks/a/b")] {
+            assert_eq!(route(&method, path).expect_err("a 404").allow, None);
         }
         let long = format!("/locks/{}", "a".repeat(256));
         assert_eq!(

@@ -2,14 +2,22 @@
 //! query strings, and the resource in the path. Every field is checked as the command line
 //! checks its flag (the same parsers), and a JSON value must already have the field's type:
 //! `"3600"` or `60.5` is no TTL (ATK-08). What is wrong becomes a [`Bad`], which the server
-//! answers with 400 (unreadable JSON) or 422 (a readable request that breaks a rule).
+//! answers with 400 (unreadable JSON, or a path or query that is not percent-encoded as
+//! RFC 3986 says) or 422 (a readable request that breaks a rule).
+//!
+//! Nothing is taken twice: a JSON object that gives a key twice (at any depth), a query
+//! parameter given twice, or an owner in the query that differs from the body's is refused,
+//! saying which, rather than one of the two silently winning.
 
+use std::cell::RefCell;
+use std::fmt;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
 
 use crate::engine::Request;
-use crate::lock::{Fence, Members, Mode, Owner, Remark, Resource, Ttl, parse_duration};
+use crate::lock::{Fence, MAX_LIMIT, Members, Mode, Owner, Remark, Resource, Ttl, parse_duration};
 
 /// The longest `wait_seconds`.
 pub const MAX_WAIT_SECS: u64 = 86_400;
@@ -21,6 +29,9 @@ pub enum Bad {
     Malformed(String),
     /// A field or parameter breaks a rule (422).
     Invalid(String),
+    /// The path or the query is not percent-encoded as RFC 3986 says: a `%` not followed by
+    /// two hexadecimal digits (400).
+    Encoding(String),
 }
 
 /// A JSON body's fields, taken one by one; [`Fields::finish`] refuses any left unread.
@@ -33,14 +44,27 @@ impl Fields {
     /// # Errors
     ///
     /// [`Bad::Malformed`] for a body that is not a JSON object.
+    /// [`Bad::Malformed`] for a body that is not a JSON object; [`Bad::Invalid`] for one
+    /// that gives a key twice (in any of its objects), naming the key.
     pub fn parse(body: &[u8]) -> Result<Fields, Bad> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Fields(Map::new()));
         }
-        match serde_json::from_slice::<Value>(body) {
+        let twice = RefCell::new(None);
+        let mut reader = serde_json::Deserializer::from_slice(body);
+        let read = Strict {
+            within: None,
+            twice: &twice,
+        }
+        .deserialize(&mut reader)
+        .and_then(|value| reader.end().map(|()| value));
+        match read {
+            Err(err) => Err(Bad::Malformed(format!("the body is not valid JSON: {err}"))),
+            Ok(_) if twice.borrow().is_some() => {
+                Err(Bad::Invalid(twice.into_inner().unwrap_or_default()))
+            }
             Ok(Value::Object(map)) => Ok(Fields(map)),
             Ok(_) => Err(Bad::Malformed("the body must be a JSON object".into())),
-            Err(err) => Err(Bad::Malformed(format!("the body is not valid JSON: {err}"))),
         }
     }
 
@@ -70,9 +94,7 @@ impl Fields {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(number)) => match number.as_i64() {
                 Some(n) => Ok(Some(n)),
-                None => Err(Bad::Invalid(format!(
-                    "{name} must be a whole number, got {number}"
-                ))),
+                None => Err(Bad::Invalid(not_an_integer(name, &number))),
             },
             Some(other) => Err(Bad::Invalid(format!(
                 "{name} must be a JSON integer, got {other}"
@@ -102,12 +124,26 @@ impl Fields {
             .transpose()
     }
 
-    /// `owner` from the body, or else from the query (`?owner=`), as `DELETE` takes it.
+    /// `owner` from the body or from the query (`?owner=`), as `DELETE` takes it: given in
+    /// both, the two must name the same owner.
     pub fn owner_or(&mut self, query: Option<&str>) -> Result<Owner, Bad> {
-        match (self.0.contains_key("owner"), query) {
-            (false, Some(raw)) => Owner::parse(raw).map_err(Bad::Invalid),
-            _ => self.owner(),
+        let Some(raw) = query else {
+            return self.owner();
+        };
+        let queried = Owner::parse(raw).map_err(Bad::Invalid)?;
+        if !self.0.contains_key("owner") {
+            return Ok(queried);
         }
+        let given = self.owner()?;
+        if given != queried {
+            return Err(Bad::Invalid(format!(
+                "owner is given twice, differently: {:?} in the query and {:?} in the body; \
+                 give it once",
+                queried.as_str(),
+                given.as_str()
+            )));
+        }
+        Ok(given)
     }
 
     pub fn ttl(&mut self) -> Result<Ttl, Bad> {
@@ -150,14 +186,18 @@ impl Fields {
             )),
             (true, None) => Ok(Mode::Shared),
             (false, None) => Ok(Mode::Exclusive),
-            (false, Some(n)) => Mode::parse_limit(&n.to_string()).map_err(Bad::Invalid),
+            (false, Some(n)) => Mode::parse_limit(&n.to_string()).map_err(|_| {
+                Bad::Invalid(format!(
+                    "limit must be a whole number from 1 to {MAX_LIMIT}, got {n}"
+                ))
+            }),
         }
     }
 
     /// A note, reason or name of who breaks a lock, as `--note`, `--reason`, `--by`.
     pub fn remark(&mut self, name: &str) -> Result<Option<Remark>, Bad> {
         self.optional_string(name)?
-            .map(|text| Remark::parse(&text).map_err(Bad::Invalid))
+            .map(|text| Remark::parse(&text).map_err(|why| Bad::Invalid(format!("{name}: {why}"))))
             .transpose()
     }
 
@@ -250,13 +290,24 @@ impl Fields {
     }
 }
 
+/// Refuses a path that is not percent-encoded: a `%` not followed by two hexadecimal digits,
+/// wherever it is (a route's name or a resource's).
+///
+/// # Errors
+///
+/// [`Bad::Encoding`] naming the first such `%`.
+pub fn path(path: &str) -> Result<(), Bad> {
+    percent_encoded("the path", path)
+}
+
 /// The resource named by a path segment, percent-decoded (`deploy%2Fprod` is `deploy/prod`).
 ///
 /// # Errors
 ///
-/// [`Bad::Invalid`] for a name that is not UTF-8 once decoded, or breaks the rules of a
-/// resource name.
+/// [`Bad::Encoding`] for a segment that is not percent-encoded; [`Bad::Invalid`] for a name
+/// that is not UTF-8 once decoded, or breaks the rules of a resource name.
 pub fn resource(segment: &str) -> Result<Resource, Bad> {
+    percent_encoded("the resource", segment)?;
     let decoded = percent_encoding::percent_decode_str(segment)
         .decode_utf8()
         .map_err(|_| Bad::Invalid("the resource is not valid UTF-8".into()))?;
@@ -267,8 +318,10 @@ pub fn resource(segment: &str) -> Result<Resource, Bad> {
 ///
 /// # Errors
 ///
-/// [`Bad::Invalid`] for a parameter that is not UTF-8 once decoded.
+/// [`Bad::Encoding`] for a query that is not percent-encoded; [`Bad::Invalid`] for a
+/// parameter that is not UTF-8 once decoded.
 pub fn query(raw: Option<&str>) -> Result<Vec<(String, String)>, Bad> {
+    percent_encoded("the query", raw.unwrap_or(""))?;
     let decode = |text: &str| {
         percent_encoding::percent_decode_str(&text.replace('+', " "))
             .decode_utf8()
@@ -291,9 +344,17 @@ pub struct Params(Vec<(String, String)>);
 impl Params {
     /// # Errors
     ///
-    /// As [`query`].
+    /// As [`query`]; [`Bad::Invalid`] for a parameter given twice, naming it.
     pub fn parse(raw: Option<&str>) -> Result<Params, Bad> {
-        query(raw).map(Params)
+        let params = query(raw)?;
+        for (at, (name, _)) in params.iter().enumerate() {
+            if params[..at].iter().any(|(seen, _)| seen == name) {
+                return Err(Bad::Invalid(format!(
+                    "the parameter {name:?} is given twice; give it once"
+                )));
+            }
+        }
+        Ok(Params(params))
     }
 
     pub fn take(&mut self, name: &str) -> Option<String> {
@@ -304,7 +365,15 @@ impl Params {
     /// `since=D`, a duration as `--since` takes it (`90s`, `1h`).
     pub fn duration(&mut self, name: &str) -> Result<Option<Duration>, Bad> {
         self.take(name)
-            .map(|raw| parse_duration(&raw).map_err(|err| Bad::Invalid(format!("{name}: {err}"))))
+            .map(|raw| {
+                if raw.trim_start().starts_with('-') {
+                    return Err(Bad::Invalid(format!(
+                        "{name} must not be negative: it is how far back to look, such as 90s, \
+                         15m, 2h or 1h30m (a number alone is seconds); got {raw:?}"
+                    )));
+                }
+                parse_duration(&raw).map_err(|err| Bad::Invalid(format!("{name}: {err}")))
+            })
             .transpose()
     }
 
@@ -329,15 +398,143 @@ impl Params {
     }
 }
 
+/// Refuses a `%` in `text` that is not followed by two hexadecimal digits (`%ZZ`, a `%` at
+/// the end), which would otherwise be taken as it stands; `what` names the part of the request.
+fn percent_encoded(what: &str, text: &str) -> Result<(), Bad> {
+    let bytes = text.as_bytes();
+    for (at, _) in text.match_indices('%') {
+        let escape = bytes.get(at + 1..at + 3);
+        if !escape.is_some_and(|pair| pair.iter().all(u8::is_ascii_hexdigit)) {
+            let shown: String = text[at..].chars().take(3).collect();
+            return Err(Bad::Encoding(format!(
+                "invalid percent-encoding in {what}: {shown:?}; a % must be followed by two \
+                 hexadecimal digits (%25 for % itself)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A JSON value, read as `serde_json::Value` is but noting the first key that an object
+/// gives twice (where `Value` keeps the last silently), so that such a body can be refused.
+struct Strict<'a> {
+    /// The key of the object member being read, when it is one, to name where a repeat is.
+    within: Option<String>,
+    /// The first repeat found: what to answer.
+    twice: &'a RefCell<Option<String>>,
+}
+
+impl Strict<'_> {
+    fn inner(&self, within: Option<String>) -> Strict<'_> {
+        Strict {
+            within,
+            twice: self.twice,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, reader: D) -> Result<Value, D::Error> {
+        reader.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, reader: D) -> Result<Value, D::Error> {
+        self.deserialize(reader)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
+        let mut read = Vec::new();
+        while let Some(item) = items.next_element_seed(self.inner(self.within.clone()))? {
+            read.push(item);
+        }
+        Ok(Value::Array(read))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Value, A::Error> {
+        let mut read = Map::new();
+        while let Some(key) = members.next_key::<String>()? {
+            let value = members.next_value_seed(self.inner(Some(key.clone())))?;
+            if read.contains_key(&key) {
+                let mut twice = self.twice.borrow_mut();
+                if twice.is_none() {
+                    *twice = Some(match &self.within {
+                        None => format!("the key {key:?} is given twice; give each key once"),
+                        Some(outer) => {
+                            format!("{outer}: the key {key:?} is given twice; give each key once")
+                        }
+                    });
+                }
+            } else {
+                read.insert(key, value);
+            }
+        }
+        Ok(Value::Object(read))
+    }
+}
+
+/// Why `number`, given as `name`, is no JSON integer that fits: a number with a fraction or
+/// an exponent (`60.5`, `1e2`: JSON reads both as fractions, so `1e2` is shown as `100.0`,
+/// and the message says how to write it), or a whole number past the largest.
+fn not_an_integer(name: &str, number: &Number) -> String {
+    match number.as_f64() {
+        Some(value) if number.is_f64() && value.fract() == 0.0 && value.abs() < 1e15 => format!(
+            "{name} must be a JSON integer, written without a decimal point or an exponent: \
+             {value:.0}, not {value:.1} or {value:e}"
+        ),
+        _ if number.is_f64() => format!("{name} must be a whole number, got {number}"),
+        _ => format!("{name} must be at most {}, got {number}", i64::MAX),
+    }
+}
+
 /// A fence as a request gives it: a JSON integer from 1 up (fences start at 1), `what`
 /// naming it in the refusal.
 fn fence_of(what: &str, value: &Value) -> Result<Fence, Bad> {
     match value {
         Value::Number(number) => match number.as_i64() {
             Some(fence) if fence >= 1 => Ok(Fence(fence)),
-            _ if number.is_f64() => Err(Bad::Invalid(format!(
-                "{what} must be a whole number, got {number}"
-            ))),
+            _ if number.is_f64() => Err(Bad::Invalid(not_an_integer(what, number))),
             _ => Err(Bad::Invalid(format!(
                 "{what} must be a fence, from 1 to {}, got {number}",
                 i64::MAX
@@ -410,14 +607,40 @@ mod tests {
                 r#"{"owner":"w1","ttl_seconds":31536001}"#,
                 "between 1s and 365 days",
             ),
-            (r#"{"owner":"w1","ttl_seconds":1e3}"#, "whole number"),
+            (
+                r#"{"owner":"w1","ttl_seconds":1e3}"#,
+                "ttl_seconds must be a JSON integer, written without a decimal point or an \
+                 exponent: 1000, not 1000.0 or 1e3",
+            ),
+            (
+                r#"{"owner":"w1","ttl_seconds":100.0}"#,
+                "JSON integer, written without a decimal point or an exponent: 100, not 100.0",
+            ),
+            (
+                r#"{"owner":"w1","ttl_seconds":18446744073709551615}"#,
+                "ttl_seconds must be at most 9223372036854775807, got 18446744073709551615",
+            ),
             (r#"{"owner":"w1","ttl_seconds":true}"#, "JSON integer"),
             (r#"{"ttl_seconds":30}"#, "owner is required"),
             (r#"{"owner":"","ttl_seconds":30}"#, "owner"),
             (r#"{"owner":"   ","ttl_seconds":30}"#, "owner"),
             (r#"{"owner":7,"ttl_seconds":30}"#, "must be a string"),
             (r#"{"owner":"w","ttl_seconds":30,"limit":0}"#, "limit"),
-            (r#"{"owner":"w","ttl_seconds":30,"limit":10001}"#, "limit"),
+            (
+                r#"{"owner":"w","ttl_seconds":30,"limit":10001}"#,
+                "limit must be a whole number from 1 to 10000, got 10001",
+            ),
+            (
+                r#"{"owner":"w","ttl_seconds":30,"note":"x","note":"y"}"#,
+                r#"the key "note" is given twice"#,
+            ),
+            (
+                &format!(
+                    r#"{{"owner":"w","ttl_seconds":30,"note":"{}"}}"#,
+                    "n".repeat(1025)
+                ),
+                "note: the text is 1025 bytes long; the limit is 1024",
+            ),
             (
                 r#"{"owner":"w","ttl_seconds":30,"limit":"2"}"#,
                 "JSON integer",
@@ -443,7 +666,7 @@ mod tests {
                 "unknown field \"colour\"",
             ),
         ];
-        for (body, word) in refused {
+        for (body, word) in &refused {
             let why = invalid(acquire(body));
             assert!(why.contains(word), "{body}: {why}");
         }
@@ -601,6 +824,152 @@ mod tests {
             assert!(matches!(resource(bad), Err(Bad::Invalid(_))), "{bad:?}");
         }
         assert!(resource(&"a".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_at_any_depth_naming_it_and_bad_json_stays_400() {
+        // (body, the 422's detail)
+        let cases = [
+            (
+                r#"{"owner":"a","owner":"b","ttl_seconds":30}"#,
+                r#"the key "owner" is given twice; give each key once"#,
+            ),
+            (
+                r#"{"owner":"a","ttl_seconds":30,"owner":"a"}"#,
+                r#"the key "owner" is given twice"#,
+            ),
+            (
+                r#"{"resources":["a"],"fences":{"a":1,"a":2}}"#,
+                r#"fences: the key "a" is given twice"#,
+            ),
+            (
+                r#"{"x":[{"y":1,"y":1}],"z":{"w":{"v":1,"v":2}}}"#,
+                r#"x: the key "y" is given twice"#,
+            ),
+        ];
+        for (body, detail) in cases {
+            match Fields::parse(body.as_bytes()) {
+                Err(Bad::Invalid(why)) => assert!(why.starts_with(detail), "{body}: {why}"),
+                Err(other) => panic!("{body}: {other:?}"),
+                Ok(_) => panic!("{body}: taken"),
+            }
+        }
+        // JSON that is not JSON is still 400, repeats or not; the same key in two objects is
+        // no repeat.
+        for body in [r#"{"owner":"a","owner":"b""#, r#"{"a":1,"a":2} x"#] {
+            assert!(
+                matches!(Fields::parse(body.as_bytes()), Err(Bad::Malformed(_))),
+                "{body}"
+            );
+        }
+        let mut fields =
+            Fields::parse(br#"{"resources":["a","b"],"fences":{"a":1,"b":2},"owner":"w"}"#)
+                .unwrap();
+        let members = fields.members().unwrap();
+        assert_eq!(
+            fields
+                .fences(&members)
+                .unwrap()
+                .map(|f| f.iter().map(|f| f.0).collect::<Vec<_>>()),
+            Some(vec![1, 2])
+        );
+        // Numbers are read as serde_json reads them.
+        let fields = Fields::parse(br#"{"a":-1,"b":18446744073709551615,"c":1.5,"d":null}"#)
+            .unwrap()
+            .0;
+        assert_eq!(
+            Value::Object(fields),
+            json!({"a": -1, "b": 18_446_744_073_709_551_615_u64, "c": 1.5, "d": null})
+        );
+    }
+
+    #[test]
+    fn an_owner_in_the_query_and_the_body_must_be_the_same() {
+        let owner = |body: &str, query: Option<&str>| {
+            let mut fields = Fields::parse(body.as_bytes())?;
+            fields
+                .owner_or(query)
+                .map(|owner| owner.as_str().to_owned())
+        };
+        assert_eq!(owner(r#"{"owner":"w1"}"#, None), Ok("w1".into()));
+        assert_eq!(owner("", Some("w1")), Ok("w1".into()));
+        assert_eq!(owner(r#"{"owner":"w1"}"#, Some("w1")), Ok("w1".into()));
+        assert_eq!(owner(r#"{"owner":" w1"}"#, Some("w1 ")), Ok("w1".into()));
+        assert_eq!(
+            owner(r#"{"owner":"w1"}"#, Some("zz")),
+            Err(Bad::Invalid(
+                r#"owner is given twice, differently: "zz" in the query and "w1" in the body; give it once"#
+                    .into()
+            ))
+        );
+        assert!(matches!(owner("{}", None), Err(Bad::Invalid(_))));
+        assert!(matches!(
+            owner(r#"{"owner":""}"#, Some("w1")),
+            Err(Bad::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_percent_not_followed_by_two_hex_digits_is_a_400_in_the_path_and_the_query() {
+        for segment in ["%ZZ", "a%", "a%2", "%2G", "ok%2Fthen%"] {
+            match resource(segment) {
+                Err(Bad::Encoding(why)) => assert!(
+                    why.starts_with("invalid percent-encoding in the resource: \"%"),
+                    "{segment}: {why}"
+                ),
+                other => panic!("{segment}: {other:?}"),
+            }
+        }
+        assert_eq!(resource("%25ZZ").unwrap().as_str(), "%ZZ");
+        assert!(matches!(path("/lo%ZZcks"), Err(Bad::Encoding(_))));
+        assert!(path("/locks/a%2Fb").is_ok());
+        assert_eq!(resource("%2f%2F").unwrap().as_str(), "//");
+        assert!(matches!(query(Some("owner=%ZZ")), Err(Bad::Encoding(_))));
+        assert!(matches!(query(Some("a%=1")), Err(Bad::Encoding(_))));
+        assert!(query(Some("owner=%25")).is_ok());
+    }
+
+    #[test]
+    fn a_parameter_given_twice_is_refused_naming_it() {
+        for raw in [
+            "owner=a&owner=b",
+            "owner=a&owner=a",
+            "resource=a&limit=1&resource=b",
+        ] {
+            let name = raw.split('=').next().unwrap();
+            match Params::parse(Some(raw)) {
+                Err(Bad::Invalid(why)) => assert_eq!(
+                    why,
+                    format!("the parameter {name:?} is given twice; give it once"),
+                    "{raw}"
+                ),
+                Err(other) => panic!("{raw}: {other:?}"),
+                Ok(_) => panic!("{raw}: taken"),
+            }
+        }
+        assert!(Params::parse(Some("a=1&b=1")).is_ok());
+    }
+
+    #[test]
+    fn since_says_what_is_wrong_with_a_duration() {
+        let since = |raw: &str| Params::parse(Some(&format!("since={raw}")))?.duration("since");
+        assert_eq!(since("90s"), Ok(Some(Duration::from_secs(90))));
+        for raw in ["-1", "-1h", "%2D5m"] {
+            match since(raw) {
+                Err(Bad::Invalid(why)) => assert!(
+                    why.starts_with(
+                        "since must not be negative: it is how far back to look, \
+                                     such as 90s, 15m, 2h or 1h30m"
+                    ),
+                    "{raw}: {why}"
+                ),
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+        match since("soon") {
+            Err(Bad::Invalid(why)) => assert!(why.contains("use forms like"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! `GET /metrics`: what the server has answered, in Prometheus' text format — requests by route
-//! and status, a latency histogram, and the requests waiting now; the live tenures are counted
-//! from the store at each scrape.
+//! and status, a latency histogram, and the requests waiting now; the store's health (whether
+//! it answered the last probe, and the last error it met, which `/health` does not say); the
+//! live tenures are counted from the store at each scrape that finds it answering.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use super::health::Finding;
 
 /// The upper bounds of the latency histogram's buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -44,8 +47,8 @@ impl Metrics {
         counts.count += 1;
     }
 
-    /// The text format, with the gauges read at this scrape.
-    pub fn render(&self, tenures: Option<usize>, waiting: usize) -> String {
+    /// The text format, with the gauges read at this scrape and what the store's probes found.
+    pub fn render(&self, tenures: Option<usize>, waiting: usize, store: &Finding) -> String {
         let mut text = String::new();
         let Ok(counts) = self.inner.lock() else {
             return text;
@@ -81,6 +84,23 @@ impl Metrics {
         text.push_str("# HELP distlock_waiting_requests Requests waiting in a queue now.\n");
         text.push_str("# TYPE distlock_waiting_requests gauge\n");
         let _ = writeln!(text, "distlock_waiting_requests {waiting}");
+        text.push_str(
+            "# HELP distlock_store_up Whether the store answered the server's last probe.\n",
+        );
+        text.push_str("# TYPE distlock_store_up gauge\n");
+        let _ = writeln!(text, "distlock_store_up {}", u8::from(store.up));
+        if let Some((error, at)) = &store.last_error {
+            text.push_str(
+                "# HELP distlock_store_last_error When the store last failed a probe (Unix \
+                 seconds), and why.\n",
+            );
+            text.push_str("# TYPE distlock_store_last_error gauge\n");
+            let _ = writeln!(
+                text,
+                "distlock_store_last_error{{error=\"{}\"}} {at}",
+                label(error)
+            );
+        }
         if let Some(tenures) = tenures {
             text.push_str("# HELP distlock_live_tenures Live tenures in the store.\n");
             text.push_str("# TYPE distlock_live_tenures gauge\n");
@@ -88,6 +108,13 @@ impl Metrics {
         }
         text
     }
+}
+
+/// `text` as a label's value: backslash, double quote and newline escaped.
+fn label(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -100,7 +127,11 @@ mod tests {
         metrics.record("POST /locks/{r}", 200, Duration::from_micros(300));
         metrics.record("POST /locks/{r}", 200, Duration::from_millis(3));
         metrics.record("GET /locks/{r}", 404, Duration::from_secs(60));
-        let text = metrics.render(Some(2), 1);
+        let up = Finding {
+            up: true,
+            last_error: None,
+        };
+        let text = metrics.render(Some(2), 1, &up);
         for line in [
             "distlock_requests_total{route=\"GET /locks/{r}\",status=\"404\"} 1",
             "distlock_requests_total{route=\"POST /locks/{r}\",status=\"200\"} 2",
@@ -111,9 +142,22 @@ mod tests {
             "distlock_request_duration_seconds_count 3",
             "distlock_waiting_requests 1",
             "distlock_live_tenures 2",
+            "distlock_store_up 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
-        assert!(!metrics.render(None, 0).contains("live_tenures"));
+        assert!(!text.contains("distlock_store_last_error"));
+        let down = Finding {
+            up: false,
+            last_error: Some(("cannot reach \"db\" \\ here\n".into(), 1_700_000_000)),
+        };
+        let text = metrics.render(None, 0, &down);
+        assert!(!text.contains("live_tenures"));
+        for line in [
+            "distlock_store_up 0",
+            r#"distlock_store_last_error{error="cannot reach \"db\" \\ here\n"} 1700000000"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 }

@@ -16,6 +16,8 @@ pub struct Problem {
     pub detail: String,
     /// The command line's object for the same outcome, when there is one.
     pub members: Map<String, Value>,
+    /// The methods a path takes, for the `Allow` header of a 405 (RFC 9110).
+    pub allow: Option<&'static str>,
 }
 
 impl Problem {
@@ -25,6 +27,15 @@ impl Problem {
             kind,
             detail: detail.into(),
             members: Map::new(),
+            allow: None,
+        }
+    }
+
+    /// The same problem, answered with `Allow: {methods}`.
+    pub fn allowing(self, methods: &'static str) -> Problem {
+        Problem {
+            allow: Some(methods),
+            ..self
         }
     }
 

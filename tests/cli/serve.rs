@@ -59,6 +59,7 @@ use crate::common::server::{Reply, Server, lock_path, segment};
 use crate::common::store::{Db, Kind, each_store};
 use crate::common::tenure::{Mode, Tenure, busy, held, mismatch};
 
+mod http;
 mod sets;
 
 /// The seed's resource.

@@ -723,3 +723,72 @@ fn an_operator_reads_and_breaks_every_lock_but_takes_only_its_own_resources() {
         200
     );
 }
+
+/// A request without a known token is answered 401 on its head alone: a client that sends a
+/// POST's head and never its body is not waited for (a body may take 10 s to come), and its
+/// connection is closed after the answer.
+#[test]
+fn a_request_without_a_known_token_is_401_before_its_body_is_read() {
+    use std::io::{Read, Write};
+    use std::time::Instant;
+
+    /// Far less than the 10 s a body may take to come: a 401 within it did not wait for one.
+    const AT_ONCE: Duration = Duration::from_secs(5);
+
+    let db = Db::sqlite();
+    let secret = make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json").display().to_string();
+    let server = Server::start_serving(&db, &["--tokens", &tokens]);
+    let wrong = format!("Authorization: Bearer {secret}0\r\n");
+    for (target, authorization) in [
+        (lock_path("r", ""), ""),
+        (lock_path("r", ""), wrong.as_str()),
+        (lock_path("r", "/renew"), "Authorization: Basic eDp5\r\n"),
+        ("/sets".to_owned(), ""),
+    ] {
+        let mut stream = server.connect();
+        stream
+            .set_read_timeout(Some(AT_ONCE))
+            .expect("a read timeout");
+        let head = format!(
+            "POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n{authorization}\
+             Content-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+        );
+        let sent = Instant::now();
+        stream.write_all(head.as_bytes()).expect("send the head");
+        let mut got = Vec::new();
+        let mut buf = [0_u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!(
+                    "POST {target} without its body: no answer within {AT_ONCE:?} ({e}); got \
+                     {:?}",
+                    String::from_utf8_lossy(&got)
+                ),
+            }
+        }
+        let answer = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        assert!(
+            answer.starts_with("http/1.1 401 "),
+            "POST {target}: {answer}"
+        );
+        assert!(sent.elapsed() < AT_ONCE, "POST {target}: at once");
+        assert!(
+            answer.contains("\r\nconnection: close\r\n"),
+            "its body unread, the connection is closed after the answer: {answer}"
+        );
+        assert!(!answer.contains(&secret[3..]), "{answer}");
+    }
+    // With the token, the same request is served as before.
+    let taken = call(
+        &server,
+        "POST",
+        &lock_path("r", ""),
+        Some(&secret),
+        Some(&acquire_body("w")),
+    );
+    assert_eq!(taken.status, 200);
+    assert_eq!(taken.json()["acquired"], true);
+}
