@@ -796,6 +796,7 @@ fn python_client_is_a_standard_library_module_and_an_executable() {
         "json",
         "math",
         "os",
+        "signal",
         "socket",
         "ssl",
         "subprocess",
