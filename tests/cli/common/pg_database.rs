@@ -1,5 +1,9 @@
 //! A PostgreSQL database made for one test on the suite's server (`DISTLOCK_TEST_PG_URL`), and
 //! dropped when the test is done.
+//!
+//! Compiled into both `tests/cli` (as `common::pg_database`, behind [`super::store::Db`]) and
+//! `tests/recipes.rs` (by `#[path]`, for the recipes run over PostgreSQL): everything here is
+//! used by both.
 
 /// A database created for one test on the suite's PostgreSQL server, dropped afterwards.
 pub struct PgDatabase {
