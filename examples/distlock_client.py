@@ -5,19 +5,35 @@ As a module, next to your code:
 
     from distlock_client import lock
     with lock("deploy/prod", owner="deployer@web-1", ttl=30, wait=600) as held:
-        deploy(fence=held.fence)
+        for step in steps:
+            held.check()  # raises Lost once the lease can no longer be counted on
+            step(fence=held.fence)
 
 The lock is taken on entry (waiting in line up to `wait` seconds), renewed every ttl/3 on a
 thread while the body runs, and released with its fence however the body ends. Taking it
 raises Busy (still held when the wait ran out), Refused (401 or 403: the token, or a resource
 outside its prefixes) or LockError (the server unreachable, another answer); leaving it
-raises Lost if the lease ended meanwhile (it expired, or an operator broke it): the body ran
-without the lock from then on, and `held.lost` was set.
+raises Lost if the lease was lost meanwhile.
+
+The lease rule (README, "The lease rule, for every client"), as `Held` keeps it. The deadline
+is when the last renewal that succeeded (or the request that got the lock) was sent, on the
+monotonic clock, + ttl - margin(ttl); the server counts the lease from when that request
+reached it, a little later. The lease is lost when a renewal is answered 404 or 403 (it
+expired, was broken, or is another's) or 401 (the token was taken away), or when none has
+succeeded by the deadline - grace(ttl): no renewal is sent with a timeout past that point.
+Then `held.lost` is set, `on_lost` is called, `held.check()` raises Lost, and so does leaving
+the block. Python cannot stop the body from outside: a long body stops itself by the deadline
+(`held.deadline`), calling `held.check()` between its steps, waiting on `held.lost`, or
+stopping what it started in `on_lost`. `run(held, command)` runs a command that way.
 
 As a command, which runs CMD under the lock with the fence in DISTLOCK_FENCE and exits with
 its status (75: still busy; 77: refused; 74: unreachable; 124: the lease was lost, CMD stopped):
 
     distlock_client.py deploy/prod --owner deployer@web-1 --ttl 30 --wait 600 -- ./deploy.sh
+
+The command keeps the rule as `distlock run` does: CMD runs in a session of its own, which gets
+SIGTERM when the lease is lost and SIGKILL grace(ttl) later, by the deadline at the latest; INT,
+TERM and HUP sent to the client are passed on to CMD.
 
 DISTLOCK_URL names the server (default http://127.0.0.1:7878), DISTLOCK_TOKEN its token (sent
 in a header, never printed), DISTLOCK_CA_CERT a CA file to check an https:// server against.
@@ -27,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -39,6 +56,21 @@ import urllib.request
 
 # A waiting request is answered within 30 s; the socket waits a little longer.
 TIMEOUT = 60
+# Any other request: the longest it may take, when the lease leaves that much time.
+CALL_TIMEOUT = 10
+
+
+def margin(ttl):
+    """How long before the lease's end, as this host counts it, the work must be gone: a tenth
+    of the lease, as `distlock run`, for the two clocks' rates and a kill to take effect, and
+    at least half a second, for an interpreter that a busy host schedules late."""
+    return max(ttl / 10, 0.5)
+
+
+def grace(ttl):
+    """From SIGTERM to SIGKILL, and so from the moment a lease that renewals cannot reach is
+    given up to the deadline: a quarter of the lease, 5 s at most, as `distlock run` allows."""
+    return min(ttl / 4, 5.0)
 
 
 class LockError(Exception):
@@ -54,7 +86,7 @@ class Refused(LockError):
 
 
 class Lost(LockError):
-    """The lease ended while the body ran."""
+    """The lease ended, or may have, while the body ran."""
 
 
 class Client:
@@ -69,8 +101,10 @@ class Client:
     def __repr__(self):
         return f"Client({self.url!r})"
 
-    def call(self, method, path, body):
-        """Sends one request; returns its status and its JSON answer (None for none)."""
+    def call(self, method, path, body, timeout=CALL_TIMEOUT):
+        """Sends one request, each step of it (connecting, sending, each read) given up after
+        `timeout` seconds; returns its status, its JSON answer (None for none) and its
+        headers."""
         request = urllib.request.Request(
             self.url + path,
             method=method,
@@ -80,29 +114,33 @@ class Client:
         if self._token:
             request.add_header("Authorization", "Bearer " + self._token)
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT, context=self._tls) as answer:
-                status, text = answer.status, answer.read()
+            with urllib.request.urlopen(request, timeout=timeout, context=self._tls) as answer:
+                status, text, headers = answer.status, answer.read(), answer.headers
         except urllib.error.HTTPError as error:
-            status, text = error.code, error.read()
+            status, text, headers = error.code, error.read(), error.headers
         except OSError as error:  # URLError, a refused connection, a timeout
             raise LockError(f"{method} {self.url}{path}: {getattr(error, 'reason', error)}") from None
         try:
-            return status, json.loads(text) if text else None
+            return status, json.loads(text) if text else None, headers
         except ValueError:
             raise LockError(f"{method} {self.url}{path}: {status}, not JSON") from None
 
     def acquire(self, resource, owner, ttl, wait=0):
         """Takes `resource` for `owner` with a lease of `ttl` seconds, waiting in line up to
-        `wait` seconds; returns the lock (its "fence", "expires_at", ...)."""
+        `wait` seconds; returns the lock (its "fence", "expires_at", ...) and when its lease
+        began at the earliest, on time.monotonic(): when the request that got it was sent, plus
+        what the server says it waited (Distlock-Waited-Ms) before it granted it."""
         deadline = time.monotonic() + wait
         while True:
             left = max(0, math.ceil(deadline - time.monotonic()))
             body = {"owner": owner, "ttl_seconds": ttl, "wait_seconds": left}
-            status, answer = self.call("POST", path(resource), body)
+            sent = time.monotonic()
+            status, answer, headers = self.call("POST", path(resource), body, TIMEOUT)
             if status != 200:
                 raise problem(f"acquire {resource}", status, answer)
             if answer["acquired"]:
-                return answer["lock"]
+                waited = int(headers.get("Distlock-Waited-Ms") or 0) / 1000
+                return answer["lock"], sent + waited
             # One request waits up to 30 s, then answers busy with our place in line, which is
             # kept 5 s for the request that posts again with the wait that is left.
             if "position" not in answer or left == 0:
@@ -110,18 +148,18 @@ class Client:
                 error.answer = answer
                 raise error
 
-    def renew(self, resource, owner, ttl, fence):
+    def renew(self, resource, owner, ttl, fence, timeout=CALL_TIMEOUT):
         """Extends the tenure `fence` of `owner` to `ttl` seconds from now."""
         body = {"owner": owner, "ttl_seconds": ttl, "fence": fence}
-        status, answer = self.call("POST", path(resource) + "/renew", body)
+        status, answer, _ = self.call("POST", path(resource) + "/renew", body, timeout)
         if status != 200:
             raise problem(f"renew {resource}", status, answer, lost=status in (403, 404))
         return answer["lock"]
 
-    def release(self, resource, owner, fence):
+    def release(self, resource, owner, fence, timeout=CALL_TIMEOUT):
         """Gives back the tenure `fence` of `owner`."""
         body = {"owner": owner, "fence": fence}
-        status, answer = self.call("DELETE", path(resource), body)
+        status, answer, _ = self.call("DELETE", path(resource), body, timeout)
         if status not in (200, 204):  # 200: kept until a hold_at_least_seconds runs out
             raise problem(f"release {resource}", status, answer, lost=status in (403, 404))
 
@@ -150,54 +188,152 @@ def problem(what, status, answer, lost=False):
 
 
 class Held:
-    """A lock held by a `with` block; see `lock`."""
+    """A lock held by a `with` block; see `lock`, and the lease rule above."""
 
-    def __init__(self, client, resource, owner, ttl, wait):
+    def __init__(self, client, resource, owner, ttl, wait, on_lost=None):
         self.client, self.resource, self.owner = client, resource, owner
         self.ttl, self.wait = ttl, wait
         self.lock = self.fence = self.why = None
         self.lost = threading.Event()
-        self.on_lost = None  # called on the renewing thread when the lease is lost
-        self._stop = threading.Event()
-        self._renewer = threading.Thread(target=self._renew, daemon=True)
+        self.on_lost = on_lost  # called once, on a thread of the lock's, when the lease is lost
+        self._news = threading.Condition()  # guards what follows; notified when it changes
+        self._renewed = None  # time.monotonic() when the last renewal that succeeded was sent
+        self._leaving = False
+        self._gone = False  # the server said the lease is gone: nothing to release
+
+    @property
+    def deadline(self):
+        """By when (time.monotonic()) the body must be gone: the lease as last renewed, less
+        the margin."""
+        with self._news:
+            return self._renewed + self.ttl - margin(self.ttl)
+
+    def check(self):
+        """Raises Lost once the lease is lost."""
+        if self.lost.is_set():
+            raise self.why
 
     def __enter__(self):
-        self.lock = self.client.acquire(self.resource, self.owner, self.ttl, self.wait)
+        self.lock, self._renewed = self.client.acquire(
+            self.resource, self.owner, self.ttl, self.wait
+        )
         self.fence = self.lock["fence"]
-        self._renewer.start()
+        for keep in (self._renew, self._watch):
+            threading.Thread(target=keep, daemon=True).start()
         return self
 
+    def _stop_at(self):
+        """When the lease is lost unless a renewal succeeds first: the deadline less the grace."""
+        return self.deadline - grace(self.ttl)
+
     def _renew(self):
-        while not self._stop.wait(self.ttl / 3):
+        """Renews every ttl/3 (a second after a failure), each request given up by the stop."""
+        pause = self.ttl / 3
+        while True:
+            with self._news:
+                if self._news.wait_for(lambda: self._leaving or self.lost.is_set(), pause):
+                    return
+            sent = time.monotonic()
+            left = self._stop_at() - sent
+            if left <= 0:
+                return  # the watch says it is lost
+            timeout = min(CALL_TIMEOUT, left)
             try:
-                self.client.renew(self.resource, self.owner, self.ttl, self.fence)
+                self.client.renew(self.resource, self.owner, self.ttl, self.fence, timeout)
             except (Lost, Refused) as error:  # Refused: the token was taken away
-                self.why = error
-                self.lost.set()
-                if self.on_lost:
-                    self.on_lost()
+                self._lose(str(error), gone=True)
                 return
             except LockError:
-                pass  # unreachable this time: two thirds of the lease are left; try again
+                pause = min(self.ttl / 3, 1)  # no answer, or 5xx: again soon, while time is left
+                continue
+            with self._news:
+                self._renewed = max(self._renewed, sent)
+                self._news.notify_all()
+            pause = max(0, sent + self.ttl / 3 - time.monotonic())
+
+    def _watch(self):
+        """Declares the lease lost when no renewal has succeeded by the stop."""
+        with self._news:
+            while not (self._leaving or self.lost.is_set()):
+                left = self._stop_at() - time.monotonic()
+                if left <= 0:
+                    break
+                self._news.wait(left)
+            told = self._leaving or self.lost.is_set()
+        if not told:
+            self._lose(f"renew {self.resource}: no renewal succeeded in time", gone=False)
+
+    def _lose(self, why, gone):
+        """The lease is lost (`gone`: the server said so): tells the body, once."""
+        with self._news:
+            if self._leaving or self.lost.is_set():
+                return
+            self.why, self._gone = Lost(why), gone
+            self.lost.set()
+            self._news.notify_all()
+            on_lost = self.on_lost
+        if on_lost:
+            on_lost()
 
     def __exit__(self, kind, error, trace):
-        self._stop.set()
-        self._renewer.join()
+        with self._news:
+            self._leaving = True
+            self._news.notify_all()
+            gone = self._gone
+            left = self._renewed + self.ttl - time.monotonic()  # the lease, at the least
         try:
-            if not self.lost.is_set():
-                self.client.release(self.resource, self.owner, self.fence)
+            # Given back while the lease may last, and by then; not if the server said it is gone.
+            if not gone and left > 0:
+                self.client.release(self.resource, self.owner, self.fence, min(CALL_TIMEOUT, left))
         except LockError as failed:
-            if kind is None:
+            if kind is None and not self.lost.is_set():
                 raise
-            # The body's own exception goes on; the lease ends the lock within ttl.
+            # The body's own exception, or the lost lease, goes on; the lease ends the lock.
             print(f"distlock_client: {failed}", file=sys.stderr)
         if self.lost.is_set() and kind is None:
             raise self.why
 
 
-def lock(resource, *, owner, ttl=30, wait=0, client=None):
+def lock(resource, *, owner, ttl=30, wait=0, client=None, on_lost=None):
     """`with lock(...) as held:` holds `resource` for `owner` while the body runs."""
-    return Held(client or Client(), resource, owner, ttl, wait)
+    return Held(client or Client(), resource, owner, ttl, wait, on_lost)
+
+
+def run(held, command):
+    """Runs `command` under `held` in a session of its own, which is stopped when the lease is
+    lost (SIGTERM, then SIGKILL by the deadline); returns its exit status (128+N: signal N).
+    Called on the main thread, it passes INT, TERM and HUP on to the command."""
+    held.check()  # never started without the lease
+    env = dict(os.environ, DISTLOCK_FENCE=str(held.fence))
+    child = subprocess.Popen(command, env=env, start_new_session=True)
+    ended, stopping = threading.Event(), threading.Lock()
+
+    def group(number):
+        try:
+            os.killpg(child.pid, number)
+        except ProcessLookupError:
+            pass  # nothing of it is left
+
+    def stop():
+        if not stopping.acquire(blocking=False):
+            return  # stopped already
+        group(signal.SIGTERM)
+        kill_at = min(held.deadline, time.monotonic() + grace(held.ttl))
+        if not ended.wait(max(0, kill_at - time.monotonic())):
+            group(signal.SIGKILL)
+
+    theirs = held.on_lost
+    held.on_lost = lambda: (stop(), theirs and theirs())
+    if held.lost.is_set():  # lost before `on_lost` was set
+        threading.Thread(target=stop, daemon=True).start()
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, lambda number, _: group(number))
+    code = child.wait()
+    ended.set()
+    if held.lost.is_set():
+        group(signal.SIGKILL)  # what it started goes with it
+    return 128 - code if code < 0 else code  # -N: killed by signal N
 
 
 def main(argv=None):
@@ -218,11 +354,7 @@ def main(argv=None):
         parser.error("a command to run after --")
     try:
         with lock(args.resource, owner=args.owner, ttl=args.ttl, wait=args.wait) as held:
-            env = dict(os.environ, DISTLOCK_FENCE=str(held.fence))
-            child = subprocess.Popen(command, env=env)
-            held.on_lost = child.terminate
-            code = child.wait()
-        return 128 - code if code < 0 else code  # -N: killed by signal N
+            return run(held, command)
     except LockError as error:
         print(f"distlock_client: {error}", file=sys.stderr)
         return {Busy: 75, Refused: 77, Lost: 124}.get(type(error), 74)

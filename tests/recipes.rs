@@ -15,16 +15,22 @@
 //! deploy (`set_deploy_*`).
 //!
 //! The lock server's recipes run against a real `distlock serve --tokens` over the scratch
-//! store; they are in `recipes/server.rs`.
+//! store (and, for the lease rule, over a PostgreSQL one too); they are in `recipes/server.rs`.
 //!
 //! Processes, deadlines and waits come from the integration suite's `common::process`, the
-//! guarded resource from its `common::fenced_write`, and the HTTPS certificates from its
-//! `common::certs`: the same files, compiled into this crate too.
+//! guarded resource from its `common::fenced_write`, the HTTPS certificates from its
+//! `common::certs`, the jobs that note two holders at once from its `common::critical`, and a
+//! PostgreSQL database from its `common::pg_database`: the same files, compiled into this crate
+//! too.
 
 #[path = "cli/common/certs.rs"]
 mod certs;
+#[path = "cli/common/critical.rs"]
+mod critical;
 #[path = "cli/common/fenced_write.rs"]
 mod fenced_write;
+#[path = "cli/common/pg_database.rs"]
+mod pg_database;
 #[path = "cli/common/process.rs"]
 mod process;
 #[path = "recipes/server.rs"]
@@ -140,10 +146,12 @@ fn host_name() -> String {
 
 struct Scratch {
     /// The server the commands go through, when they do ([`Scratch::through_server`]). First,
-    /// so that it stops before its folder is removed.
+    /// so that it stops before its folder is removed and its database is dropped.
     front: Option<server::Front>,
+    /// The store's PostgreSQL database, for a scratch store there ([`Scratch::postgres`]).
+    pg: Option<pg_database::PgDatabase>,
     dir: TempDir,
-    /// The store's SQLite file, whether or not a server is in front of it.
+    /// The store's SQLite file, whether or not a server is in front of it (none on PostgreSQL).
     db: PathBuf,
     names: AtomicU32,
 }
@@ -154,26 +162,53 @@ impl Scratch {
         let db = dir.path().join("locks.db");
         Scratch {
             front: None,
+            pg: None,
             dir,
             db,
             names: AtomicU32::new(0),
         }
     }
 
-    /// Points `cmd` at the store: `DISTLOCK_DB` names its file, or the server in front of it
-    /// with the server's token and CA in `DISTLOCK_TOKEN` and `DISTLOCK_CA_CERT`. Neither of
-    /// those is ever inherited from the test's environment.
+    /// A scratch folder whose store is a fresh PostgreSQL database of the suite's server;
+    /// `None` (with a note naming `what` skipped) without one, unless `DISTLOCK_TEST_REQUIRE_PG`
+    /// is set.
+    fn postgres(what: &str) -> Option<Scratch> {
+        let admin = pg_database::pg_admin_url(what)?;
+        let pg = pg_database::PgDatabase::create(&admin, "").expect("create a test database");
+        Some(Scratch {
+            pg: Some(pg),
+            ..Scratch::new()
+        })
+    }
+
+    /// What `--db` names for the store itself (never its server): the SQLite file, or the
+    /// PostgreSQL database's URL.
+    fn store_url(&self) -> &OsStr {
+        match &self.pg {
+            Some(pg) => OsStr::new(&pg.url),
+            None => self.db.as_os_str(),
+        }
+    }
+
+    /// Points `cmd` at the store: `DISTLOCK_DB` names it ([`Scratch::own_store_env`]), or the
+    /// server in front of it with the server's token and CA in `DISTLOCK_TOKEN` and
+    /// `DISTLOCK_CA_CERT`. Neither of those is ever inherited from the test's environment.
     fn store_env<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
         match &self.front {
-            None => cmd
-                .env("DISTLOCK_DB", &self.db)
-                .env_remove("DISTLOCK_TOKEN")
-                .env_remove("DISTLOCK_CA_CERT"),
+            None => self.own_store_env(cmd),
             Some(front) => cmd
                 .env("DISTLOCK_DB", front.url())
                 .env("DISTLOCK_TOKEN", front.secret())
                 .env("DISTLOCK_CA_CERT", front.ca_cert()),
         }
+    }
+
+    /// Points `cmd` at the store itself, whether or not a server is in front of it: a client
+    /// that opens the store.
+    fn own_store_env<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("DISTLOCK_DB", self.store_url())
+            .env_remove("DISTLOCK_TOKEN")
+            .env_remove("DISTLOCK_CA_CERT")
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -243,7 +278,8 @@ impl Scratch {
     /// processes a test starts together race for a lock, not to create the file. (`gc` runs
     /// where the store is, never through a server.)
     fn create_store(&self) {
-        self.json(&["--db", self.db.to_str().expect("utf-8 path"), "gc"], 0);
+        let store = self.store_url().to_str().expect("utf-8 path").to_owned();
+        self.json(&["--db", &store, "gc"], 0);
     }
 
     /// The live lock on `resource`, or `None` when nobody holds it.
@@ -1101,6 +1137,81 @@ fn ci_step_serialises_concurrent_deploys() {
     });
 }
 
+/// A job for a host that is lost while it runs: the first time, it says which `distlock run`
+/// guards it (its parent, in `guard`) and then ticks (a line in `ticks` every 0.1 s) until it
+/// is killed; each later time it notes its fence in `runs`, after checking for a second that
+/// the first no longer ticks (else its fence goes to `overlaps`).
+fn lost_host_job(s: &Scratch, name: &str) -> PathBuf {
+    s.script(
+        name,
+        &format!(
+            "if mkdir '{first}' 2>/dev/null; then\n\
+             \x20 echo $PPID >'{guard}.tmp' && mv '{guard}.tmp' '{guard}'\n\
+             \x20 while :; do echo tick >>'{ticks}'; sleep 0.1; done\n\
+             fi\n\
+             before=$(wc -l <'{ticks}'); sleep 1\n\
+             [ \"$(wc -l <'{ticks}')\" = \"$before\" ] || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"$DISTLOCK_FENCE\" >>'{runs}'\n",
+            first = s.p("first"),
+            guard = s.p("guard"),
+            ticks = s.p("ticks"),
+            overlaps = s.p("overlaps"),
+            runs = s.p("runs"),
+        ),
+    )
+}
+
+#[test]
+fn ci_step_of_a_lost_runner_holds_the_lock_until_its_lease_ends_then_the_next_pipeline_deploys() {
+    on_the_store_and_through_a_server(|s| {
+        let deploy = lost_host_job(s, "deploy.sh");
+        // The 5-minute lease made 3 s.
+        let line = replace_each(&ci_run_line("ci-deploy.yml"), &[("--ttl 5m", "--ttl 3")]);
+        let line = substitute(&line, &[("./deploy.sh", &deploy)]);
+        s.create_store();
+        let step = || {
+            let mut cmd = s.cmd("bash");
+            cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &line]);
+            s.spawn(&mut cmd)
+        };
+        let lost = step();
+        wait_for_file(&s.path("guard"), Duration::from_secs(20));
+        let next = step();
+        wait_until(Duration::from_secs(20), "the next pipeline waits", || {
+            s.waiting("deploy-production") == 1
+        });
+        // The runner is lost: its distlock dies with SIGKILL, and its deploy with it.
+        let guard: i32 = read(&s.path("guard")).trim().parse().expect("a pid");
+        kill(Pid::from_raw(guard), Signal::SIGKILL).expect("kill the runner's distlock");
+        let done = next.finish(Duration::from_secs(30));
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+        let done = lost.finish(Duration::from_secs(10));
+        assert_eq!(done.code(), None, "killed: {}", done.describe());
+        assert!(
+            !s.path("overlaps").exists(),
+            "the lost runner's deploy ran on beside the next one"
+        );
+        // Its tenure was never released: the next deploy took the lock over once it expired.
+        let fence: i64 = read(&s.path("runs")).trim().parse().expect("one run");
+        let log = s.log("deploy-production");
+        let events: Vec<(&str, i64)> = log
+            .iter()
+            .map(|e| (e["event"].as_str().expect("event"), fence_of(e)))
+            .filter(|(event, _)| *event != "renewed")
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("acquired", fence_of(&log[0])),
+                ("taken_over", fence),
+                ("released", fence)
+            ],
+            "{log:?}"
+        );
+        assert_eq!(s.holder("deploy-production"), None);
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // The deploy script
 
@@ -1270,6 +1381,64 @@ fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
             );
         });
     }
+}
+
+#[test]
+fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
+    on_the_store_and_through_a_server(|s| {
+        let work = deploy_steps(s);
+        std::fs::write(s.path("block-switch-traffic"), "").expect("flag");
+        // The script with a 10 s lease: switch-traffic, which never ends, must be gone 8 s after
+        // the renew before it.
+        let script = s.path("deploy-10s.sh");
+        std::fs::write(
+            &script,
+            replace_each(&example("deploy.sh"), &[("ttl=300", "ttl=10")]),
+        )
+        .expect("write the script");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut cmd = s.cmd(&script);
+        cmd.current_dir(&work).process_group(0);
+        let deploy = s.spawn(&mut cmd);
+        wait_for_file(&s.path("switch-traffic.started"), Duration::from_secs(20));
+        let step = read(&s.path("switch-traffic.started")).trim().to_owned();
+        let group = deploy.pid();
+
+        // Behind it, another deploy: once it holds the lock, the step must be gone.
+        let next = s.spawn(s.cmd(BIN).args([
+            "run",
+            "--resource",
+            "deploy-production",
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "if kill -0 {step} 2>/dev/null; then echo still >'{overlap}'; fi; : >'{ran}'",
+                overlap = s.p("overlap"),
+                ran = s.p("next.ran"),
+            ),
+        ]));
+        let done = deploy.finish(Duration::from_secs(30));
+        let next = next.finish(Duration::from_secs(60));
+        // A step left running by the script goes now, before any check can fail.
+        let _ = killpg(group, Signal::SIGKILL);
+        assert!(
+            !s.path("overlap").exists(),
+            "switch-traffic ran on past the lease, beside the next deploy: {}",
+            done.describe()
+        );
+        assert_eq!(next.code(), Some(0), "{}", next.describe());
+        assert!(s.path("next.ran").exists(), "the next deploy ran");
+        assert_eq!(
+            done.code(),
+            Some(124),
+            "the step stopped by timeout(1): {}",
+            done.describe()
+        );
+        assert_eq!(s.holder("deploy-production"), None, "released");
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

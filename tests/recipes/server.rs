@@ -9,6 +9,12 @@
 //! that run through one: the CI step with distlock on the runner
 //! (`ci-deploy-through-server.yml`), and the shared-store recipes of `recipes.rs` in their
 //! second run.
+//!
+//! The lease rule (README, "The lease rule, for every client") is tried on every client of a
+//! server at once (`lease_rule_*`): each holds a short lease while its job sits in a critical
+//! section ([`critical`]), over SQLite and over PostgreSQL ([`Scratch::postgres`]), and the
+//! server goes away (SIGSTOP; SIGKILL, then a start on the same port), breaks the lock, or
+//! forgets the token.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,10 +22,11 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
+use nix::sys::signal::{Signal, kill};
 use serde_json::{Value, json};
 
 use crate::certs::{Ca, CertFiles};
+use crate::critical;
 use crate::process::{BIN, Finished, Proc, wait_for_file, wait_until};
 use crate::{
     SYSTEMD_PATH, Scratch, Unit, example, fence_of, ignored, read, read_or_empty, replace_each,
@@ -66,6 +73,8 @@ struct Served {
     proc: Option<Proc>,
     /// `http://127.0.0.1:PORT`, or `https://…`.
     url: String,
+    /// Over HTTPS, the CA's certificate (PEM) that its clients trust.
+    ca_cert: Option<PathBuf>,
     stderr: PathBuf,
     agent: ureq::Agent,
 }
@@ -73,9 +82,14 @@ struct Served {
 impl Served {
     /// Starts `cmd`, a `distlock … serve` command, and waits for its first stderr line,
     /// `distlock: listening on SCHEME://HOST:PORT`. Clients reach it on 127.0.0.1:PORT, over
-    /// HTTPS trusting `ca` only.
+    /// HTTPS trusting `ca` only (its certificate in `serve-N.ca.pem`).
     fn start(s: &Scratch, cmd: &mut Command, ca: Option<&Ca>) -> Served {
         let name = format!("serve-{}", s.names.fetch_add(1, Ordering::Relaxed));
+        let ca_cert = ca.map(|ca| {
+            let path = s.path(&format!("{name}.ca.pem"));
+            std::fs::write(&path, ca.pem()).expect("write the CA's certificate");
+            path
+        });
         let proc = Proc::spawn(cmd, s.dir.path(), &name);
         let stderr = s.path(&format!("{name}.stderr"));
         let mut first = String::new();
@@ -98,8 +112,18 @@ impl Served {
         Served {
             proc: Some(proc),
             url: format!("{scheme}://127.0.0.1:{port}"),
+            ca_cert,
             stderr,
             agent: agent(ca),
+        }
+    }
+
+    /// Sets the CA that a client of this server trusts, under `name` (`DISTLOCK_CA_CERT`,
+    /// `CURL_CA_BUNDLE`), when it serves HTTPS.
+    fn trusted<'c>(&self, cmd: &'c mut Command, name: &str) -> &'c mut Command {
+        match &self.ca_cert {
+            Some(ca_cert) => cmd.env(name, ca_cert),
+            None => cmd.env_remove(name),
         }
     }
 
@@ -210,8 +234,9 @@ impl Scratch {
 pub(crate) struct Front {
     served: Served,
     secret: String,
-    /// The CA's certificate, PEM: what `DISTLOCK_CA_CERT` names.
-    ca_cert: PathBuf,
+    /// The CA, and the arguments of `serve` after `--listen`: what starting it again takes.
+    ca: Ca,
+    serve_args: Vec<String>,
 }
 
 impl Front {
@@ -225,8 +250,9 @@ impl Front {
         &self.secret
     }
 
+    /// The CA's certificate, PEM: what `DISTLOCK_CA_CERT` names.
     pub(crate) fn ca_cert(&self) -> &Path {
-        &self.ca_cert
+        self.served.ca_cert.as_deref().expect("a server over HTTPS")
     }
 
     /// Fails unless the server's log has a request of the token: the commands went through it.
@@ -267,26 +293,36 @@ impl Scratch {
     /// `scope` (`--prefix deploy-`, `--all-resources --operator`) made by `distlock token add`.
     /// From here on the commands that [`Scratch::cmd`] makes, and the crontab's and the unit's
     /// ([`Scratch::store_env`]), go through the server with `DISTLOCK_DB=https://…`, the token in
-    /// `DISTLOCK_TOKEN` and the CA in `DISTLOCK_CA_CERT`; the store's file stays where it was,
-    /// for the tests that look at it.
+    /// `DISTLOCK_TOKEN` and the CA in `DISTLOCK_CA_CERT`; the store stays where it was, for the
+    /// tests that look at it.
     pub(crate) fn through_server(mut self, scope: &[&str]) -> Scratch {
         let ca = Ca::new("distlock recipes test CA");
         let files = ca.server_files(self.dir.path(), "server");
-        let ca_cert = self.path("ca.pem");
-        std::fs::write(&ca_cert, ca.pem()).expect("write the CA's certificate");
         let tokens = self.path("tokens.json");
         let secret = self.token(&tokens, "recipes", scope);
-        let mut cmd = self.cmd(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
-            .arg(&tokens)
-            .args(files.args());
-        let served = Served::start(&self, &mut cmd, Some(&ca));
+        let mut serve_args = vec![
+            "--tokens".to_owned(),
+            tokens.to_str().expect("utf-8 path").to_owned(),
+        ];
+        serve_args.extend(files.args());
+        let served = self.serve_at("127.0.0.1:0", &serve_args, &ca);
         self.front = Some(Front {
             served,
             secret,
-            ca_cert,
+            ca,
+            serve_args,
         });
         self
+    }
+
+    /// `distlock serve --listen LISTEN ARGS…` over the store itself, HTTPS with a certificate
+    /// of `ca`.
+    fn serve_at(&self, listen: &str, args: &[String], ca: &Ca) -> Served {
+        let mut cmd = self.cmd(BIN);
+        self.own_store_env(&mut cmd)
+            .args(["serve", "--listen", listen])
+            .args(args);
+        Served::start(self, &mut cmd, Some(ca))
     }
 }
 
@@ -367,7 +403,8 @@ fn ci_run_script(name: &str) -> String {
 /// The CI step of `ci-deploy-server.yml` as pipeline run `run`: its script with `./deploy.sh`
 /// pointed at `deploy` and the `settings` changed, run as GitHub Actions runs a `run:` block
 /// (`bash --noprofile --norc -eo pipefail FILE`) with the server's URL and `secret` in
-/// `DISTLOCK_URL` and `DISTLOCK_TOKEN`. The runner has no distlock: its `PATH` is the system's,
+/// `DISTLOCK_URL` and `DISTLOCK_TOKEN` (and over HTTPS the server's CA in `CURL_CA_BUNDLE`,
+/// which curl trusts). The runner has no distlock: its `PATH` is the system's,
 /// after a `distlock` that only records that it was called (in `distlock-called`). Its stdout
 /// and stderr are in `step-RUN.stdout` and `step-RUN.stderr`.
 fn server_step(
@@ -413,6 +450,7 @@ fn server_step(
         .env("GITHUB_RUN_ID", run.to_string())
         .env("GITHUB_RUN_ATTEMPT", "1")
         .current_dir(s.dir.path());
+    served.trusted(&mut cmd, "CURL_CA_BUNDLE");
     Proc::spawn(&mut cmd, s.dir.path(), &format!("step-{run}"))
 }
 
@@ -721,8 +759,10 @@ fn ci_server_step_keeps_its_place_in_line_across_long_polls() {
 
 /// A program that uses the module as the recipe shows: `driver.py EXAMPLES RESOURCE OWNER TTL
 /// WAIT ACTION [CMD…]` holds RESOURCE with `with lock(…) as held:`, and in its body runs CMD
-/// with the fence in `DISTLOCK_FENCE` (ACTION `run`) or raises (`raise`). A LockError is
-/// printed as `TYPE: MESSAGE` with exit 3; any other exception is Python's (a traceback, 1).
+/// with the fence in `DISTLOCK_FENCE` (ACTION `run`), raises (`raise`), or runs CMD as a long
+/// body keeps the lease rule, looking at `held.lost` every 0.1 s and stopping CMD (SIGTERM)
+/// once it is set (`steps`). A LockError is printed as `TYPE: MESSAGE` with exit 3; any other
+/// exception is Python's (a traceback, 1).
 const DRIVER: &str = r#"import os, subprocess, sys
 
 sys.path.insert(0, sys.argv[1])
@@ -731,16 +771,27 @@ from distlock_client import LockError, lock
 resource, owner, ttl, wait, action, *command = sys.argv[2:]
 try:
     with lock(resource, owner=owner, ttl=int(ttl), wait=int(wait)) as held:
+        env = dict(os.environ, DISTLOCK_FENCE=str(held.fence))
         if action == "raise":
             raise RuntimeError("the deploy failed")
-        subprocess.run(command, env=dict(os.environ, DISTLOCK_FENCE=str(held.fence)), check=True)
+        if action == "steps":
+            child = subprocess.Popen(command, env=env)
+            try:
+                while child.poll() is None and not held.lost.wait(0.1):
+                    pass
+            finally:
+                child.terminate()
+                child.wait()
+        else:
+            subprocess.run(command, env=env, check=True)
 except LockError as error:
     print(f"{type(error).__name__}: {error}", file=sys.stderr)
     sys.exit(3)
 "#;
 
-/// `python3 -B ARGS…` with the server's URL and `secret` in `DISTLOCK_URL` and `DISTLOCK_TOKEN`.
-/// (`-B`: importing the module must not leave `__pycache__` in `examples/`.)
+/// `python3 -B ARGS…` with the server's URL and `secret` in `DISTLOCK_URL` and `DISTLOCK_TOKEN`
+/// (and over HTTPS its CA in `DISTLOCK_CA_CERT`). (`-B`: importing the module must not leave
+/// `__pycache__` in `examples/`.)
 fn python(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command {
     let mut cmd = s.cmd("python3");
     cmd.arg("-B")
@@ -748,6 +799,7 @@ fn python(s: &Scratch, served: &Served, secret: &str, args: &[&str]) -> Command 
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("DISTLOCK_URL", &served.url)
         .env("DISTLOCK_TOKEN", secret);
+    served.trusted(&mut cmd, "DISTLOCK_CA_CERT");
     cmd
 }
 
@@ -796,6 +848,7 @@ fn python_client_is_a_standard_library_module_and_an_executable() {
         "json",
         "math",
         "os",
+        "signal",
         "socket",
         "ssl",
         "subprocess",
@@ -1245,16 +1298,16 @@ fn ci_step_env(name: &str) -> Vec<(String, String)> {
 }
 
 /// The step of `ci-deploy-through-server.yml` on a runner of its own, as GitHub Actions runs a
-/// `run:` line (`bash --noprofile --norc -eo pipefail -c LINE`) in the checkout (the scratch
-/// folder, where the test's `./deploy.sh` is): nothing in its environment but `PATH` (with
-/// distlock), `HOME` and the step's `env:`, with the server's URL and CA made the test's and
-/// `secret` as the value of `${{ secrets.DISTLOCK_TOKEN }}`.
-fn through_server_step(s: &Scratch, secret: &str) -> Proc {
+/// `run:` line (`bash --noprofile --norc -eo pipefail -c LINE`, with the `settings` changed)
+/// in the checkout (the scratch folder, where the test's `./deploy.sh` is): nothing in its
+/// environment but `PATH` (with distlock), `HOME` and the step's `env:`, with the server's URL
+/// and CA made the test's and `secret` as the value of `${{ secrets.DISTLOCK_TOKEN }}`.
+fn through_server_step(s: &Scratch, secret: &str, settings: &[(&str, &str)]) -> Proc {
     let front = s.front.as_ref().expect("a server in front");
     let ca_cert = front.ca_cert().to_str().expect("utf-8 path");
     let mut cmd = Command::new("bash");
     cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c"])
-        .arg(crate::ci_run_line(THROUGH_SERVER))
+        .arg(replace_each(&crate::ci_run_line(THROUGH_SERVER), settings))
         .env_clear()
         .env("PATH", crate::path_with_bin("/usr/bin:/bin"))
         .env("HOME", s.dir.path())
@@ -1305,7 +1358,7 @@ fn ci_step_through_a_server_serialises_deploys_from_pipelines_on_several_runners
     // See `ci_step_serialises_concurrent_deploys`.
     s.create_store();
 
-    let steps = [1, 2, 3].map(|_| through_server_step(&s, front.secret()));
+    let steps = [1, 2, 3].map(|_| through_server_step(&s, front.secret(), &[]));
     wait_until(REQUEST, "one deploy runs and two wait in line", || {
         read_or_empty(&s.path("events")).lines().count() == 1 && s.waiting("deploy-production") == 2
     });
@@ -1342,7 +1395,7 @@ fn ci_step_through_a_server_exits_77_when_the_token_is_refused() {
     // A token the server does not know, and a secret that is not set (GitHub Actions then
     // gives the empty string).
     for secret in [UNKNOWN_SECRET, ""] {
-        let done = through_server_step(&s, secret).finish(REQUEST);
+        let done = through_server_step(&s, secret, &[]).finish(REQUEST);
         assert_eq!(done.code(), Some(77), "{secret:?}: {}", done.describe());
         let said: Vec<String> = done.stderr().lines().map(str::to_owned).collect();
         assert!(
@@ -1360,4 +1413,387 @@ fn ci_step_through_a_server_exits_77_when_the_token_is_refused() {
         "no deploy ran without the lock"
     );
     assert_eq!(s.holder("deploy-production"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lease rule: every client stops its job before its lease can end
+
+/// The lease, in seconds, that the lease-rule tests give every client: renewed every 2 s; with
+/// no renewal answered, each stops its job 3.9 s after the last renewal that was (and kills it
+/// by 5.4 s), before the lease can end at 6 s.
+const SHORT_TTL: &str = "6";
+
+/// How the server goes away from the clients that hold locks through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outage {
+    /// SIGSTOP: the kernel still accepts connections, and nothing answers them.
+    Stopped,
+    /// SIGKILL: connections are refused; afterwards the server is started again on its port.
+    Killed,
+}
+
+/// One client of the server, holding a resource of its own while its job (a critical section
+/// in `dir`, [`critical`]) runs.
+struct Holder {
+    /// Which recipe it is.
+    what: &'static str,
+    resource: &'static str,
+    dir: PathBuf,
+    proc: Proc,
+    /// The exit code that says the lease was lost, and a line of its stderr that says why.
+    lost: (i32, String),
+}
+
+/// A folder for the critical section of `name`'s job, and the job: `sh critical-section DIR
+/// SECONDS` ([`critical::command`] without its `--`).
+fn critical_job(s: &Scratch, name: &str, seconds: &str) -> (PathBuf, Vec<String>) {
+    let dir = s.path(name);
+    std::fs::create_dir_all(&dir).expect("mkdir the critical section's folder");
+    let mut job = critical::command(&dir, seconds);
+    job.remove(0);
+    (dir, job)
+}
+
+/// A script `FILE` that execs `job`: the recipes that run `./deploy.sh` run it.
+fn job_script(s: &Scratch, file: &str, job: &[String]) -> PathBuf {
+    let words: Vec<String> = job.iter().map(|word| format!("'{word}'")).collect();
+    s.script(file, &format!("exec {}\n", words.join(" ")))
+}
+
+/// The review's experiment, for every client the project ships: the CI step with curl alone,
+/// the Python client's command line and its `with` block, and the CI step with distlock, each
+/// holding a resource of its own through one HTTPS server over `s`'s store, with a lease of
+/// [`SHORT_TTL`], while its job sits in a critical section. Behind each, a `distlock run
+/// --wait` on the store itself waits to enter the same section. Then the server goes away
+/// (`outage`) for good: the leases run out and the waiters get in. Each client must have
+/// stopped its job before that — the critical sections never held two — and exited with its
+/// "lease lost" status, without waiting for the server. Then the server comes back, and each
+/// lock is free for a new tenure with a higher fence.
+fn every_client_stops_its_job_before_its_lease_can_end(s: Scratch, outage: Outage) {
+    let mut s = s.through_server(&["--prefix", "deploy/", "--prefix", "deploy-"]);
+    let holders = {
+        let front = s.front.as_ref().expect("a server in front");
+        let (served, secret) = (&front.served, front.secret());
+        let mut holders = Vec::new();
+
+        let (dir, job) = critical_job(&s, "curl-step", "40");
+        let deploy = job_script(&s, "curl-deploy.sh", &job);
+        let shorter = [("ttl=300", &*format!("ttl={SHORT_TTL}"))];
+        holders.push(Holder {
+            what: "ci-deploy-server.yml",
+            resource: "deploy/production",
+            dir,
+            proc: server_step(&s, served, secret, &deploy, &shorter, 1),
+            lost: (124, "no renewal of deploy/production in time".to_owned()),
+        });
+
+        let (dir, job) = critical_job(&s, "py-command", "40");
+        let mut args = vec!["deploy/py-command", "--ttl", SHORT_TTL, "--"];
+        args.extend(job.iter().map(String::as_str));
+        holders.push(Holder {
+            what: "distlock_client.py, its command line",
+            resource: "deploy/py-command",
+            dir,
+            proc: s.spawn(&mut client_cli(&s, served, secret, &args)),
+            lost: (
+                124,
+                "distlock_client: renew deploy/py-command: no renewal succeeded in time".to_owned(),
+            ),
+        });
+
+        let (dir, job) = critical_job(&s, "py-with", "40");
+        let mut args = vec!["deploy/py-with", "worker", SHORT_TTL, "0", "steps"];
+        args.extend(job.iter().map(String::as_str));
+        holders.push(Holder {
+            what: "distlock_client.py, a with block",
+            resource: "deploy/py-with",
+            dir,
+            proc: s.spawn(&mut driver(&s, served, secret, &args)),
+            lost: (
+                3,
+                "Lost: renew deploy/py-with: no renewal succeeded in time".to_owned(),
+            ),
+        });
+
+        let (dir, job) = critical_job(&s, "run-step", "40");
+        job_script(&s, "deploy.sh", &job);
+        let shorter = [("--wait 20m", &*format!("--ttl {SHORT_TTL} --wait 20m"))];
+        holders.push(Holder {
+            what: THROUGH_SERVER,
+            resource: "deploy-production",
+            dir,
+            proc: through_server_step(&s, secret, &shorter),
+            lost: (
+                124,
+                "distlock: the lock on deploy-production could not be renewed and may expire; \
+                 stopping the command"
+                    .to_owned(),
+            ),
+        });
+        holders
+    };
+    for holder in &holders {
+        wait_until(REQUEST, &format!("{}: its job runs", holder.what), || {
+            critical::fences(&holder.dir).len() == 1
+        });
+    }
+    // Behind each, a client that opens the store itself, waiting for the section.
+    let waiters: Vec<Proc> = holders
+        .iter()
+        .map(|holder| {
+            let mut cmd = s.cmd(BIN);
+            s.own_store_env(&mut cmd)
+                .args(["run", "--resource", holder.resource, "--wait", "60s"])
+                .args(critical::command(&holder.dir, "0.2"));
+            s.spawn(&mut cmd)
+        })
+        .collect();
+    for holder in &holders {
+        wait_until(REQUEST, &format!("a waiter behind {}", holder.what), || {
+            s.waiting(holder.resource) == 1
+        });
+    }
+
+    let pid = s.front.as_ref().expect("a server in front").served.pid();
+    match outage {
+        Outage::Stopped => pause_server(&s, pid),
+        Outage::Killed => {
+            let front = s.front.as_mut().expect("a server in front");
+            let proc = front.served.proc.take().expect("a running server");
+            proc.signal(Signal::SIGKILL);
+            proc.finish(Duration::from_secs(10));
+        }
+    }
+
+    // The leases run out, and the waiters get in: the jobs before them must be gone by then.
+    let waited: Vec<Finished> = waiters.into_iter().map(|w| w.finish(REQUEST)).collect();
+    let overlapped: Vec<String> = holders
+        .iter()
+        .filter_map(|holder| {
+            let overlaps = critical::violations(&holder.dir);
+            (!overlaps.is_empty()).then(|| format!("{}: {overlaps:?}", holder.what))
+        })
+        .collect();
+    assert!(
+        overlapped.is_empty(),
+        "jobs ran on past their lease, beside the next holder's: {overlapped:#?}"
+    );
+    for (holder, done) in holders.iter().zip(&waited) {
+        assert_eq!(
+            done.code(),
+            Some(0),
+            "the waiter behind {}: {}",
+            holder.what,
+            done.describe()
+        );
+    }
+    // Each client has said its lease was lost, and exited, without waiting for the server.
+    let mut sections = Vec::new();
+    for holder in holders {
+        let done = holder.proc.finish(Duration::from_secs(30));
+        assert_eq!(
+            done.code(),
+            Some(holder.lost.0),
+            "{}: the lease lost, by its status: {}",
+            holder.what,
+            done.describe()
+        );
+        assert!(
+            done.stderr().lines().any(|line| line == holder.lost.1),
+            "{}: says `{}`: {}",
+            holder.what,
+            holder.lost.1,
+            done.describe()
+        );
+        sections.push((holder.resource, holder.dir));
+    }
+
+    // The server back: each lock is free, for a tenure with a higher fence than both before.
+    match outage {
+        Outage::Stopped => kill(pid, Signal::SIGCONT).expect("continue the server"),
+        Outage::Killed => {
+            let front = s.front.as_ref().expect("a server in front");
+            let port = front.url().rsplit(':').next().expect("a port");
+            let again = s.serve_at(&format!("127.0.0.1:{port}"), &front.serve_args, &front.ca);
+            let front = s.front.as_mut().expect("a server in front");
+            assert_eq!(again.url, front.served.url, "started again where it was");
+            front.served = again;
+        }
+    }
+    for (resource, dir) in &sections {
+        let lock = s.hold(resource, "after-the-outage", "10s");
+        critical::visit(dir, fence_of(&lock));
+        s.release(resource, "after-the-outage");
+        let fences = critical::fences(dir);
+        assert_eq!(fences.len(), 3, "{resource}: three tenures: {fences:?}");
+        assert!(
+            critical::violations(dir).is_empty(),
+            "{resource}: {fences:?}"
+        );
+    }
+    let front = s.front.as_ref().expect("a server in front");
+    front.assert_secret_kept_in(s.dir.path());
+}
+
+/// Stops the server `pid` with SIGSTOP, never inside a write of a SQLite store: a server stopped
+/// there would keep every other writer out. (On PostgreSQL a write is one round trip, which the
+/// database finishes without its client.)
+fn pause_server(s: &Scratch, pid: nix::unistd::Pid) {
+    let mut tries = 0;
+    loop {
+        kill(pid, Signal::SIGSTOP).expect("stop the server");
+        if s.pg.is_some() || crate::store_writable(&s.db) {
+            return;
+        }
+        tries += 1;
+        assert!(tries < 20, "the server keeps the store's write lock");
+        kill(pid, Signal::SIGCONT).expect("continue the server");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn lease_rule_every_client_stops_its_job_in_time_while_the_server_is_stopped_over_sqlite() {
+    every_client_stops_its_job_before_its_lease_can_end(Scratch::new(), Outage::Stopped);
+}
+
+#[test]
+fn lease_rule_every_client_stops_its_job_in_time_while_the_server_is_stopped_over_postgres() {
+    if let Some(s) = Scratch::postgres("the lease rule over PostgreSQL") {
+        every_client_stops_its_job_before_its_lease_can_end(s, Outage::Stopped);
+    }
+}
+
+#[test]
+fn lease_rule_every_client_stops_its_job_in_time_when_the_server_is_killed_over_sqlite() {
+    every_client_stops_its_job_before_its_lease_can_end(Scratch::new(), Outage::Killed);
+}
+
+#[test]
+fn lease_rule_every_client_stops_its_job_in_time_when_the_server_is_killed_over_postgres() {
+    if let Some(s) = Scratch::postgres("the lease rule over PostgreSQL") {
+        every_client_stops_its_job_before_its_lease_can_end(s, Outage::Killed);
+    }
+}
+
+/// The curl step, the Python client's command line and its `with` block, each holding a
+/// resource of its own through `served` with `secret` and a lease of [`SHORT_TTL`], while its
+/// job sits in a critical section; once every job is inside.
+fn answered_holders(s: &Scratch, served: &Served, secret: &str, round: u32) -> Vec<Holder> {
+    let mut holders = Vec::new();
+    let (dir, job) = critical_job(s, &format!("curl-step-{round}"), "40");
+    let deploy = job_script(s, &format!("curl-deploy-{round}.sh"), &job);
+    let shorter = [("ttl=300", &*format!("ttl={SHORT_TTL}"))];
+    holders.push(Holder {
+        what: "ci-deploy-server.yml",
+        resource: "deploy/production",
+        dir,
+        proc: server_step(s, served, secret, &deploy, &shorter, round),
+        lost: (124, "lost deploy/production: ".to_owned()),
+    });
+    let (dir, job) = critical_job(s, &format!("py-command-{round}"), "40");
+    let mut args = vec!["deploy/py-command", "--ttl", SHORT_TTL, "--"];
+    args.extend(job.iter().map(String::as_str));
+    holders.push(Holder {
+        what: "distlock_client.py, its command line",
+        resource: "deploy/py-command",
+        dir,
+        proc: s.spawn(&mut client_cli(s, served, secret, &args)),
+        lost: (124, "distlock_client: renew deploy/py-command: ".to_owned()),
+    });
+    let (dir, job) = critical_job(s, &format!("py-with-{round}"), "40");
+    let mut args = vec!["deploy/py-with", "worker", SHORT_TTL, "0", "steps"];
+    args.extend(job.iter().map(String::as_str));
+    holders.push(Holder {
+        what: "distlock_client.py, a with block",
+        resource: "deploy/py-with",
+        dir,
+        proc: s.spawn(&mut driver(s, served, secret, &args)),
+        lost: (3, "Lost: renew deploy/py-with: ".to_owned()),
+    });
+    for holder in &holders {
+        wait_until(REQUEST, &format!("{}: its job runs", holder.what), || {
+            critical::fences(&holder.dir).len() == 1
+        });
+    }
+    holders
+}
+
+/// Each of `holders` stops its job and exits with its "lease lost" status on a renewal
+/// answered `status`: at once, not at its deadline, so its line names the answer; and never
+/// shows `secret`.
+fn assert_stopped_at_once(holders: Vec<Holder>, status: &str, secret: &str) {
+    for holder in holders {
+        let done = holder.proc.finish(REQUEST);
+        assert_secret_kept(&done, secret);
+        assert_eq!(
+            done.code(),
+            Some(holder.lost.0),
+            "{}: the lease lost, by its status: {}",
+            holder.what,
+            done.describe()
+        );
+        let said = done
+            .stderr()
+            .lines()
+            .find(|line| line.starts_with(&holder.lost.1))
+            .map(str::to_owned);
+        assert!(
+            said.as_ref().is_some_and(|line| line.contains(status)),
+            "{}: `{}…` naming the answer {status}: {}",
+            holder.what,
+            holder.lost.1,
+            done.describe()
+        );
+        assert!(
+            !done.stderr().contains("in time"),
+            "{}: stopped on the answer, not at its deadline: {}",
+            holder.what,
+            done.describe()
+        );
+        let fences = critical::fences(&holder.dir);
+        assert!(
+            fences.len() == 1 && critical::violations(&holder.dir).is_empty(),
+            "{}: its job left its section when stopped: {fences:?}",
+            holder.what
+        );
+        assert!(
+            !holder.dir.join("crit").exists(),
+            "{}: its job was stopped",
+            holder.what
+        );
+    }
+}
+
+#[test]
+fn lease_rule_every_client_stops_its_job_at_once_when_its_lock_is_broken_or_its_token_removed() {
+    let (s, served, secret) = served("clients");
+    // An operator breaks each lock: the next renewal is answered 404.
+    let holders = answered_holders(&s, &served, &secret, 1);
+    for holder in &holders {
+        s.json(
+            &[
+                "break",
+                holder.resource,
+                "--reason",
+                "the lease rule's test",
+            ],
+            0,
+        );
+    }
+    assert_stopped_at_once(holders, "404", &secret);
+
+    // The token is taken away (removed from the file, then SIGHUP): the next renewal is 401.
+    let tokens = s.path("tokens.json");
+    let taken = s.token(&tokens, "taken-away", &["--prefix", "deploy/"]);
+    served_reread(&served, served.stderr().lines().count());
+    let holders = answered_holders(&s, &served, &taken, 2);
+    let mut file: Value = serde_json::from_str(&read(&tokens)).expect("the tokens file");
+    file["tokens"]
+        .as_array_mut()
+        .expect("a list of tokens")
+        .retain(|token| token["name"] != "taken-away");
+    std::fs::write(&tokens, file.to_string()).expect("rewrite the tokens file");
+    served_reread(&served, served.stderr().lines().count());
+    assert_stopped_at_once(holders, "401", &taken);
 }

@@ -19,8 +19,8 @@ use std::time::Duration;
 use nix::unistd::{Uid, User, chown};
 use tempfile::TempDir;
 
+use super::pg_database::pg_admin_url;
 use super::process::describe;
-use super::store::pg_admin_url;
 
 /// Where the search for a free port starts; each test process starts at a place of its own
 /// between here and 29999, so that suites running side by side rarely collide.

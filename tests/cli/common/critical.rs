@@ -6,6 +6,9 @@
 //! made ([`visit`]). Entering makes the folder `crit` (`mkdir` is atomic and fails if it exists)
 //! and appends the holder's fence to `fences`; a holder that finds `crit` there writes a line to
 //! `overlaps` instead.
+//!
+//! Compiled into both `tests/cli` (as `common::critical`) and `tests/recipes.rs` (by `#[path]`,
+//! for the jobs of the recipes' clients): everything here is used by both.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;

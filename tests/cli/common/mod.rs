@@ -10,6 +10,7 @@
 //! | [`cluster`] | a private PostgreSQL server for one test, which it may restart and whose sessions it may terminate |
 //! | [`critical`] | a critical section for the holders of one lock, and its checks: no two holders inside at once, fences strictly increasing |
 //! | [`files`] | the marker files that commands write: a trimmed line, a number; the names a command left in a folder |
+//! | [`pg_database`] | a PostgreSQL database of the suite's server made for one test and dropped after it, and the server's admin URL (`DISTLOCK_TEST_PG_URL`, required when `DISTLOCK_TEST_REQUIRE_PG` is set) |
 //! | [`pg_url`] | a `postgres://` URL taken apart, to point it elsewhere or change a setting |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
 //! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
@@ -17,8 +18,9 @@
 //! | [`certs`] | certificates made by the test for the HTTPS server: a CA of its own and server certificates it signs for 127.0.0.1, ::1 and localhost, as PEM files |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
 //!
-//! `process` and `fenced_write` are also compiled into `tests/recipes.rs` (`#[path]`), so each
-//! of their items is used by both test crates; what only this suite needs lives elsewhere.
+//! `process`, `fenced_write`, `certs`, `critical` and `pg_database` are also compiled into
+//! `tests/recipes.rs` (`#[path]`), so each of their items is used by both test crates; what
+//! only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
 pub mod certs;
@@ -28,6 +30,7 @@ pub mod fenced_write;
 pub mod files;
 pub mod gate;
 pub mod output;
+pub mod pg_database;
 pub mod pg_url;
 pub mod pids;
 pub mod process;
