@@ -57,10 +57,13 @@ enum Route {
     Release(Resource),
     Renew(Resource),
     Break(Resource),
-    /// A lock set's `acquire`, `renew` and `release`: the members are in the body.
+    /// A waiter gives up its place in the queue.
+    Leave(Resource),
+    /// A lock set's `acquire`, `renew`, `release` and leave: the members are in the body.
     AcquireSet,
     RenewSet,
     ReleaseSet,
+    LeaveSet,
     List,
     Log,
     Health,
@@ -76,9 +79,11 @@ impl Route {
             Route::Release(_) => "DELETE /locks/{r}",
             Route::Renew(_) => "POST /locks/{r}/renew",
             Route::Break(_) => "POST /locks/{r}/break",
+            Route::Leave(_) => "POST /locks/{r}/leave",
             Route::AcquireSet => "POST /sets",
             Route::RenewSet => "POST /sets/renew",
             Route::ReleaseSet => "POST /sets/release",
+            Route::LeaveSet => "POST /sets/leave",
             Route::List => "GET /locks",
             Route::Log => "GET /log",
             Route::Health => "GET /health",
@@ -94,9 +99,11 @@ impl Route {
                 | Route::Release(_)
                 | Route::Renew(_)
                 | Route::Break(_)
+                | Route::Leave(_)
                 | Route::AcquireSet
                 | Route::RenewSet
                 | Route::ReleaseSet
+                | Route::LeaveSet
         )
     }
 }
@@ -129,15 +136,17 @@ fn route(method: &Method, path: &str) -> Result<Route, Problem> {
         },
         ["locks", r, "renew"] if method == Method::POST => Ok(Route::Renew(resource(r)?)),
         ["locks", r, "break"] if method == Method::POST => Ok(Route::Break(resource(r)?)),
+        ["locks", r, "leave"] if method == Method::POST => Ok(Route::Leave(resource(r)?)),
         ["sets"] if method == Method::POST => Ok(Route::AcquireSet),
         ["sets", "renew"] if method == Method::POST => Ok(Route::RenewSet),
         ["sets", "release"] if method == Method::POST => Ok(Route::ReleaseSet),
+        ["sets", "leave"] if method == Method::POST => Ok(Route::LeaveSet),
         ["log"] if method == Method::GET => Ok(Route::Log),
         ["health"] if method == Method::GET => Ok(Route::Health),
         ["metrics"] if method == Method::GET => Ok(Route::Metrics),
         ["locks" | "log" | "health" | "metrics" | "sets"]
-        | ["locks", _, "renew" | "break"]
-        | ["sets", "renew" | "release"] => Err(wrong_method()),
+        | ["locks", _, "renew" | "break" | "leave"]
+        | ["sets", "renew" | "release" | "leave"] => Err(wrong_method()),
         _ => Err(not_found()),
     }
 }
@@ -327,13 +336,14 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
 /// token may see (see [`operations`]).
 fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
     match route {
-        Route::Acquire(resource) | Route::Release(resource) | Route::Renew(resource) => {
-            caller.check(resource)
-        }
+        Route::Acquire(resource)
+        | Route::Release(resource)
+        | Route::Renew(resource)
+        | Route::Leave(resource) => caller.check(resource),
         Route::Status(resource) => caller.check_see(resource),
         Route::Break(_) => caller.check_operator(),
         // A set's members are in its body: checked once it is read (see [`operations`]).
-        Route::AcquireSet | Route::RenewSet | Route::ReleaseSet => Ok(()),
+        Route::AcquireSet | Route::RenewSet | Route::ReleaseSet | Route::LeaveSet => Ok(()),
         Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
     }
 }
@@ -473,9 +483,11 @@ fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Re
         Route::Release(resource) => operations::release(call, &resource),
         Route::Renew(resource) => operations::renew(call, &resource),
         Route::Break(resource) => operations::evict(call, &resource),
+        Route::Leave(resource) => operations::leave(call, &resource),
         Route::AcquireSet => operations::acquire_set(call, gone),
         Route::RenewSet => operations::renew_set(call),
         Route::ReleaseSet => operations::release_set(call),
+        Route::LeaveSet => operations::leave_set(call),
         Route::List => operations::list(call),
         Route::Log => operations::log(call),
         Route::Health => state.stores.with(|store| {
@@ -517,6 +529,8 @@ mod tests {
             (Method::DELETE, "/locks/a", Ok(Route::Release(r("a")))),
             (Method::POST, "/locks/a/renew", Ok(Route::Renew(r("a")))),
             (Method::POST, "/locks/a/break", Ok(Route::Break(r("a")))),
+            (Method::POST, "/locks/a/leave", Ok(Route::Leave(r("a")))),
+            (Method::DELETE, "/locks/a/leave", Err(405)),
             (
                 Method::POST,
                 "/locks/deploy%2Fprod",
@@ -529,6 +543,8 @@ mod tests {
             (Method::POST, "/sets", Ok(Route::AcquireSet)),
             (Method::POST, "/sets/renew", Ok(Route::RenewSet)),
             (Method::POST, "/sets/release", Ok(Route::ReleaseSet)),
+            (Method::POST, "/sets/leave", Ok(Route::LeaveSet)),
+            (Method::GET, "/sets/leave", Err(405)),
             (Method::GET, "/sets", Err(405)),
             (Method::DELETE, "/sets", Err(405)),
             (Method::GET, "/sets/renew", Err(405)),
