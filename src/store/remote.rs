@@ -7,7 +7,8 @@
 //!   `Authorization: Bearer`, and is never printed. A refused token (401), or a request
 //!   outside its scope (403 `not-allowed`), is [`NotAllowed`]: exit 77.
 //! - **HTTPS** checks the server's certificate against the system's roots, or against the
-//!   PEM file `DISTLOCK_CA_CERT` names.
+//!   PEM file `DISTLOCK_CA_CERT` names, which may also hold the server's own self-signed
+//!   certificate ([`tls`]).
 //! - **Reaching it:** a server that cannot be connected to is sought again for the call's
 //!   budget — 5 s, or until the deadline of [`LockStore::keep_trying_until`] if that is later
 //!   (a waiter's `--wait`, `run`'s lease) — as a PostgreSQL connection is. A request that was
@@ -45,6 +46,7 @@ const MAX_WAIT_SECS: u64 = 86_400;
 
 mod http;
 mod sets;
+mod tls;
 
 pub use http::authorization;
 

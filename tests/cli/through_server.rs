@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::common::certs::Ca;
+use crate::common::certs::{Ca, CertFiles};
 use crate::common::output::{parse_line, rfc3339_millis, timestamp_millis};
 use crate::common::process::{BIN, Proc, describe, wait_until};
 use crate::common::proxy::Proxy;
@@ -640,6 +640,113 @@ fn https_through_a_server_checks_its_certificate() {
     );
     assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
     db.json(&["status", "u"], 1);
+}
+
+/// The README's one line that makes a self-signed certificate for a server.
+fn readme_self_signed_command() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read the README");
+    let lines: Vec<&str> = readme
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("openssl req -x509 "))
+        .collect();
+    assert_eq!(lines.len(), 1, "one `openssl req -x509` line: {lines:?}");
+    lines[0].to_owned()
+}
+
+/// A self-signed certificate for `127.0.0.1` and `localhost`, marked a CA's as `openssl req
+/// -x509` marks its own, whose validity ended in 2021, with its key: PEM files in the test's
+/// folder.
+fn expired_self_signed(db: &Db) -> CertFiles {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let key = KeyPair::generate().expect("a key");
+    let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+    let mut params = CertificateParams::new(names).expect("parameters");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let cert = params.self_signed(&key).expect("a certificate");
+    let files = CertFiles {
+        cert: db.file("expired.cert.pem"),
+        key: db.file("expired.key.pem"),
+    };
+    std::fs::write(&files.cert, cert.pem()).expect("write the certificate");
+    std::fs::write(&files.key, key.serialize_pem()).expect("write the key");
+    files
+}
+
+/// A certificate made with `openssl req -x509` (which marks it a CA's, `CA:TRUE`) is its own
+/// root: given as `DISTLOCK_CA_CERT`, the server that shows it is trusted, as curl trusts it
+/// with `--cacert`. Its host names and validity are still checked.
+#[test]
+fn a_self_signed_certificate_made_as_the_readme_says_is_trusted_through_distlock_ca_cert() {
+    let db = Db::sqlite();
+    let command = readme_self_signed_command();
+    let made = Command::new("sh")
+        .args(["-c", &command])
+        .current_dir(db.dir.path())
+        .output()
+        .expect("run openssl");
+    assert!(made.status.success(), "{command}: {}", describe(&made));
+    let files = CertFiles {
+        cert: db.file("server.pem"),
+        key: db.file("server.key"),
+    };
+    let server = Server::start_https(&db, &files);
+    let url = server.url("");
+    let trusting = |url: &str| {
+        let mut cmd = via(&db, url);
+        cmd.env("DISTLOCK_CA_CERT", &files.cert);
+        cmd
+    };
+    answer(
+        &run(
+            &mut trusting(&url),
+            &["acquire", "s", "--owner", "w", "--ttl", "30"],
+        ),
+        0,
+    );
+    answer(&run(&mut trusting(&url), &["status", "s"]), 0);
+    answer(
+        &run(&mut trusting(&url), &["release", "s", "--owner", "w"]),
+        0,
+    );
+    let out = run(
+        &mut trusting(&url),
+        &["run", "--resource", "s", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // Without it, nothing vouches for the certificate.
+    let out = run(&mut via(&db, &url), &["status", "s"]);
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    // The same server at an address its certificate does not name.
+    let elsewhere = Proxy::start_on("127.0.0.2", server.addr);
+    let out = run(
+        &mut trusting(&format!("https://{}", elsewhere.addr)),
+        &["status", "s"],
+    );
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not valid for name"),
+        "{}",
+        describe(&out)
+    );
+    // A self-signed certificate whose validity has ended.
+    let expired = expired_self_signed(&db);
+    let old = Server::start_https(&db, &expired);
+    let mut cmd = via(&db, &old.url(""));
+    cmd.env("DISTLOCK_CA_CERT", &expired.cert);
+    let out = run(&mut cmd, &["status", "s"]);
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("certificate expired"),
+        "{}",
+        describe(&out)
+    );
 }
 
 #[test]

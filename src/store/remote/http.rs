@@ -1,16 +1,17 @@
 //! The HTTP side of a distlock server's client: one agent per store, with the token, the
-//! roots HTTPS trusts and a resolver of its own; each request sent (again, while the server
-//! cannot be connected to), and each answer checked for what the server refused.
+//! certificates HTTPS trusts ([`tls`]) and a resolver of its own; each request sent (again,
+//! while the server cannot be connected to), and each answer checked for what the server
+//! refused.
 
 use std::io::ErrorKind;
-use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use rustls::pki_types::CertificateDer;
 use serde_json::{Map, Value};
 
-use super::{NotAllowed, ServerUrl};
+use super::{NotAllowed, ServerUrl, tls};
 
 /// How long a server that refuses connections is sought again, at least.
 pub(super) const CONNECT_BUDGET: Duration = Duration::from_secs(5);
@@ -50,24 +51,27 @@ impl Client {
     /// A `DISTLOCK_CA_CERT` that cannot be read or holds no certificate, or no system roots
     /// for HTTPS; a token that is not text.
     pub(super) fn new(url: &ServerUrl) -> Result<Client> {
+        use ureq::unversioned::transport::{ConnectProxyConnector, Connector, TcpConnector};
         let authorization = authorization().map_err(anyhow::Error::msg)?;
-        let mut config = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(CONNECT_BUDGET))
             .max_redirects(0)
-            .user_agent(concat!("distlock/", env!("CARGO_PKG_VERSION")));
-        if url.https {
-            config = config.tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots()?)))
-                    .build(),
-            );
-        }
-        let agent = ureq::Agent::with_parts(
-            config.build(),
-            ureq::unversioned::transport::DefaultConnector::default(),
-            OnThisThread,
-        );
+            .user_agent(concat!("distlock/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let agent = if url.https {
+            // As ureq's default chain (a CONNECT proxy if one is set, TCP), then TLS with
+            // distlock's own checks of the certificate (see [`tls`]).
+            let (roots, own) = roots()?;
+            let connector =
+                ().chain(ConnectProxyConnector::default())
+                    .chain(TcpConnector::default())
+                    .chain(tls::Https(tls::config(roots, own)?));
+            ureq::Agent::with_parts(config, connector, OnThisThread)
+        } else {
+            let connector = ureq::unversioned::transport::DefaultConnector::default();
+            ureq::Agent::with_parts(config, connector, OnThisThread)
+        };
         Ok(Client {
             agent,
             url: url.clone(),
@@ -308,8 +312,10 @@ impl ureq::unversioned::resolver::Resolver for OnThisThread {
     }
 }
 
-/// The roots HTTPS trusts: `DISTLOCK_CA_CERT`'s certificates, or the system's.
-fn roots() -> Result<Vec<ureq::tls::Certificate<'static>>> {
+/// The roots HTTPS trusts — `DISTLOCK_CA_CERT`'s certificates, or the system's — and the
+/// certificates a server may show as its own without a CA (`DISTLOCK_CA_CERT`'s again, for
+/// a self-signed one; none of the system's).
+fn roots() -> Result<(Vec<CertificateDer<'static>>, Vec<CertificateDer<'static>>)> {
     if let Some(path) = std::env::var_os("DISTLOCK_CA_CERT").filter(|p| !p.is_empty()) {
         let shown = std::path::Path::new(&path).display().to_string();
         let pem = std::fs::read(&path)
@@ -319,24 +325,19 @@ fn roots() -> Result<Vec<ureq::tls::Certificate<'static>>> {
             if let ureq::tls::PemItem::Certificate(cert) =
                 item.with_context(|| format!("DISTLOCK_CA_CERT {shown} is not PEM"))?
             {
-                roots.push(cert);
+                roots.push(CertificateDer::from(cert.der().to_vec()));
             }
         }
         if roots.is_empty() {
             bail!("DISTLOCK_CA_CERT {shown} holds no certificate");
         }
-        return Ok(roots);
+        return Ok((roots.clone(), roots));
     }
-    let found = rustls_native_certs::load_native_certs();
-    let roots: Vec<_> = found
-        .certs
-        .iter()
-        .map(|der| ureq::tls::Certificate::from_der(der.as_ref()).to_owned())
-        .collect();
+    let roots = rustls_native_certs::load_native_certs().certs;
     if roots.is_empty() {
         bail!("this system has no root certificates for https://; name a CA in DISTLOCK_CA_CERT");
     }
-    Ok(roots)
+    Ok((roots, Vec::new()))
 }
 
 /// One request, as it is sent (maybe again, if the server could not be reached).
