@@ -23,8 +23,8 @@ pub use change::{
     RenewAnswer, Renewed,
 };
 pub use set::{
-    BlockedMember, SetAcquireAnswer, SetAcquired, SetBusy, SetReleaseAnswer, SetReleased,
-    SetRenewAnswer, SetRenewed,
+    BlockedMember, MemberEnd, SetAcquireAnswer, SetAcquired, SetBusy, SetFinishAnswer,
+    SetReleaseAnswer, SetReleased, SetRenewAnswer, SetRenewed,
 };
 pub use status::{Free, Held, ListAnswer, StatusAnswer};
 

@@ -43,6 +43,7 @@ mod reread;
 mod stall;
 mod tls;
 pub mod tokens;
+mod waits;
 
 pub use api::{API as API_HEADER, GRANT as GRANT_HEADER, WAITED as WAITED_HEADER};
 pub use tls::TlsFiles;
@@ -109,6 +110,8 @@ pub struct State {
     health: health::Health,
     /// Requests waiting in a queue now.
     waiting: AtomicUsize,
+    /// Who those are, so that an owner that leaves the queue ends its own ([`waits`]).
+    waits: waits::Waits,
     /// Set at SIGTERM or SIGINT: waits end at once.
     stopping: AtomicBool,
     /// The tokens of `--tokens`, replaced whole when SIGHUP rereads the file; `None`: no
@@ -337,6 +340,7 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
         metrics: metrics::Metrics::default(),
         health: health::Health::default(),
         waiting: AtomicUsize::new(0),
+        waits: waits::Waits::default(),
         stopping: AtomicBool::new(false),
         tokens,
     });

@@ -67,9 +67,9 @@ pub trait LockStore: Send {
     /// Nothing for a store without a connection.
     fn keep_trying_until(&mut self, _deadline: Option<std::time::Instant>) {}
 
-    /// Whether a waiter that leaves the queue ([`Op::Leave`]) is gone from it at once; a
-    /// client of a distlock server is not (the server gives an abandoned place up within the
-    /// place's liveness, 5 s).
+    /// Whether the last waiter that left the queue ([`Op::Leave`]) is gone from it at once; a
+    /// client of a distlock server that could not tell the server is not (the server gives an
+    /// abandoned place up within the place's liveness, 5 s).
     fn leaves_at_once(&self) -> bool {
         true
     }

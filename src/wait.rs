@@ -41,7 +41,8 @@ const INTERRUPTS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 pub enum Waited<T = Acquire> {
     Done(Attempt<T>),
     /// Signal N arrived while waiting; the waiter left the queue (at once, or — through a
-    /// distlock server, which gives an abandoned place up itself — within 5 s: `false`).
+    /// distlock server that could not be told, which gives an abandoned place up itself —
+    /// within 5 s: `false`).
     Interrupted(i32, bool),
 }
 

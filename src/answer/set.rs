@@ -1,13 +1,16 @@
 //! The answers of a lock set's `acquire`, `renew` and `release` (contract, "Lock sets"). A
 //! refusal names one member with the single resource's shapes (`Mismatch`, `NotRenewed`,
-//! `NotReleased`); the rest are the set's own.
+//! `NotReleased`); the rest are the set's own. A distlock server also answers `run`'s end of a
+//! set, each member on its own, with each member's `DELETE /locks/{r}` shape
+//! ([`SetFinishAnswer`]).
 
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Answer, Busy, Flag, Mismatch, MismatchReason, NotReleased, NotRenewed, Refusal, is_zero,
-    lock_text,
+    Answer, Busy, Flag, KeptAnswer, Mismatch, MismatchReason, NotReleased, NotRenewed, Refusal,
+    Released, is_zero, lock_text,
 };
+use crate::engine::Finish;
 use crate::exit::Exit;
 use crate::lock::{
     Holder, Lock, Members, Mode, Resource, SetAcquire, SetRefusal, SetRelease, SetRenew,
@@ -239,5 +242,93 @@ impl Answer for SetReleaseAnswer {
             }
             SetReleaseAnswer::Refused(refused) => refused.reason.text("release", &refused.resource),
         }
+    }
+}
+
+/// A distlock server's answer to `run`'s end of a set (`POST /sets/release` with
+/// `"each":true`): `{"members":[…]}`, each member's end in the members' order, as `DELETE
+/// /locks/{r}` with that member's fence says it — released, kept for a hold, or not held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetFinishAnswer {
+    pub members: Vec<MemberEnd>,
+}
+
+/// One member's end in a [`SetFinishAnswer`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MemberEnd {
+    /// `{"released":true,"resource":R}`.
+    Released(Released),
+    /// `{"released":false,"resource":R,"kept_until":T}`.
+    Kept(KeptAnswer),
+    /// `{"released":false,"resource":R,"reason":"not_found"}`: the tenure was no longer the
+    /// owner's (lost, broken, expired).
+    NotHeld(NotReleased),
+}
+
+impl SetFinishAnswer {
+    /// The answer for `members` whose tenures ended as `ends` says, in the members' order.
+    pub fn new(members: &Members, ends: &[Finish]) -> SetFinishAnswer {
+        let members = members
+            .as_slice()
+            .iter()
+            .zip(ends)
+            .map(|(member, end)| match end {
+                Finish::Released => MemberEnd::Released(Released {
+                    released: Flag,
+                    resource: member.clone(),
+                }),
+                Finish::Kept { until } => MemberEnd::Kept(KeptAnswer::new(member, *until)),
+                Finish::NotFound => MemberEnd::NotHeld(NotReleased {
+                    released: Flag,
+                    resource: member.clone(),
+                    reason: Refusal::NotFound,
+                }),
+            })
+            .collect();
+        SetFinishAnswer { members }
+    }
+}
+
+impl MemberEnd {
+    /// The member it is about.
+    pub fn resource(&self) -> &Resource {
+        match self {
+            MemberEnd::Released(released) => &released.resource,
+            MemberEnd::Kept(kept) => &kept.resource,
+            MemberEnd::NotHeld(refused) => &refused.resource,
+        }
+    }
+
+    /// How the member's tenure ended, as a local store says it.
+    pub fn finish(&self) -> Finish {
+        match self {
+            MemberEnd::Released(_) => Finish::Released,
+            MemberEnd::Kept(kept) => Finish::Kept {
+                until: kept.kept_until,
+            },
+            MemberEnd::NotHeld(_) => Finish::NotFound,
+        }
+    }
+}
+
+impl Answer for SetFinishAnswer {
+    fn exit(&self) -> Exit {
+        Exit::Done
+    }
+
+    fn text(&self) -> String {
+        let lines: Vec<String> = self
+            .members
+            .iter()
+            .map(|member| match member {
+                MemberEnd::Released(released) => format!("released {}", released.resource),
+                MemberEnd::Kept(kept) => {
+                    format!("kept {} until {}", kept.resource, kept.kept_until)
+                }
+                MemberEnd::NotHeld(refused) => refused.reason.text("release", &refused.resource),
+            })
+            .collect();
+        lines.join("\n")
     }
 }

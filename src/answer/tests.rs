@@ -265,6 +265,41 @@ fn release_and_renew_answers_are_the_contracts_lines() {
 }
 
 #[test]
+fn a_sets_end_answers_each_member_as_its_own_release_would() {
+    let members = crate::lock::Members::new(vec![resource("c"), resource("a"), resource("b")])
+        .expect("members");
+    let ends = [
+        crate::engine::Finish::Released,
+        crate::engine::Finish::Kept { until: at(T2) },
+        crate::engine::Finish::NotFound,
+    ];
+    let answer = SetFinishAnswer::new(&members, &ends);
+    pin(
+        &answer,
+        r#"{"members":[{"released":true,"resource":"a"},{"released":false,"resource":"b","kept_until":"2026-11-30T04:09:22.123Z"},{"released":false,"resource":"c","reason":"not_found"}]}"#,
+    );
+    let read: Vec<(&str, crate::engine::Finish)> = answer
+        .members
+        .iter()
+        .map(|member| (member.resource().as_str(), member.finish()))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            ("a", ends[0].clone()),
+            ("b", ends[1].clone()),
+            ("c", ends[2].clone()),
+        ],
+        "each member reads back as the end it stands for"
+    );
+    assert_eq!(answer.exit(), Exit::Done);
+    assert_eq!(
+        answer.text(),
+        "released a\nkept b until 2026-11-30T04:09:22.123Z\ncannot release c: it is not held"
+    );
+}
+
+#[test]
 fn list_log_gc_and_break_answers_are_the_contracts_lines() {
     let shared = lock("b", "w2", 3, Mode::Shared, Some("deploy v1.4"));
     let list = ListAnswer {

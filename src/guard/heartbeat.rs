@@ -107,6 +107,16 @@ impl Heartbeat {
         Heartbeat::interval(ttl).min(Duration::from_secs(1))
     }
 
+    /// When the first renewal of a lease that ends at `lease_end` is due: an interval after
+    /// the lease began (at once, if that has passed), not an interval after the command
+    /// started, which may be much later for a grant that came late (a server's answer held up
+    /// on its way): renewing only then would find the command already stopped for want of a
+    /// renewal.
+    pub fn first_due(lease_end: Instant, ttl: Ttl) -> Instant {
+        let after_it = ttl.as_duration() - Heartbeat::interval(ttl);
+        lease_end.checked_sub(after_it).unwrap_or(lease_end)
+    }
+
     /// Renews at once, then every [`Heartbeat::interval`], until `stop` is dropped, `report`
     /// says nobody listens any more, or the store says the lock is gone — or is gone itself;
     /// after another store error, retries sooner ([`Heartbeat::retry`]) and on a new
@@ -169,14 +179,15 @@ pub struct Pulse<'a> {
 }
 
 impl<'a> Pulse<'a> {
-    /// The heartbeat of `job`, due a renewal interval from now.
+    /// The heartbeat of `job`, due a renewal interval after its lease began
+    /// ([`Heartbeat::first_due`]).
     pub fn new(job: &'a Job<'a>, report: Sender<Event>, bell: UnixStream) -> Pulse<'a> {
         Pulse {
             job,
             report,
             bell,
             thread: Lazily::new(
-                Instant::now() + Heartbeat::interval(job.ttl),
+                Heartbeat::first_due(job.lease_end, job.ttl),
                 Heartbeat::retry(job.ttl),
             ),
             in_flight: Arc::default(),
@@ -410,6 +421,28 @@ mod tests {
         assert!(thread.start_if_due(t0, started).is_none());
         let event = thread.start_if_due(t0 + ms(5000), || panic!("started twice"));
         assert!(event.is_none());
+    }
+
+    #[test]
+    fn the_first_renewal_is_due_an_interval_after_the_lease_began() {
+        let base = Instant::now();
+        let ms = Duration::from_millis;
+        // (ttl, when the lease ends) → when its first renewal is due, both after `base`. A
+        // command that starts past that moment (a grant that came late) renews at once.
+        let cases = [
+            (30, ms(30_000), ms(10_000)),
+            (30, ms(48_000), ms(28_000)),
+            (3, ms(3_000), ms(1_000)),
+            (6, ms(5_000), ms(1_000)),
+        ];
+        for (ttl, ends, due) in cases {
+            let ttl = Ttl::from_secs(ttl).expect("a ttl");
+            assert_eq!(
+                Heartbeat::first_due(base + ends, ttl),
+                base + due,
+                "ttl {ttl:?}, ending at {ends:?}"
+            );
+        }
     }
 
     use crate::lock::{Lock, Mode, Resource, Timestamp};

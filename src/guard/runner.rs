@@ -82,7 +82,8 @@ pub struct Supervised {
 
 /// Starts the command and supervises it until it exits; `wakeups` has caught `run`'s signals
 /// since before the lock was taken, and those that came meanwhile reach the command first. Returns its exit (see
-/// [`Supervisor`]), or what keeps it from starting (126, 127; 64 for no command at all).
+/// [`Supervisor`]), or what keeps it from starting (126, 127; 64 for no command at all; 75
+/// for a lease too nearly over to start it under, [`Supervisor::too_late`]).
 /// `idle` is called once, as soon as the command runs: housekeeping that nobody then waits on.
 ///
 /// # Errors
@@ -113,6 +114,17 @@ pub fn supervise(
             lease_end: job.lease_end,
         });
     }
+    let mut supervisor =
+        Supervisor::new(job.members.listed(), job.ttl, job.kill_after, job.lease_end);
+    if let Some(why) = supervisor.too_late(Instant::now()) {
+        warn(format_args!("{why}"));
+        return Ok(Supervised {
+            exit: Exit::Busy,
+            started: false,
+            stopped: None,
+            lease_end: job.lease_end,
+        });
+    }
     let child = match spawn(job.command, &env) {
         Ok(child) => child,
         Err(exit) => {
@@ -135,8 +147,6 @@ pub fn supervise(
         // The command may have touched the terminal before it was its own and been stopped.
         tree.signal_group(Signal::SIGCONT as SignalNumber);
     }
-    let mut supervisor =
-        Supervisor::new(job.members.listed(), job.ttl, job.kill_after, job.lease_end);
     if let Some(limit) = job.max_runtime {
         supervisor = supervisor.with_max_runtime(limit, started);
     }

@@ -25,6 +25,8 @@
 //! - When the command exits after being stopped, what it started gets the rest of its grace
 //!   (or less, once nothing is left), then SIGKILL; `run` exits 124.
 //! - When the command exits on its own, `run` exits with its status at once.
+//! - A grant that comes when the lease may already be over, or so nearly over that the
+//!   renewal stop below has come, starts no command ([`Supervisor::too_late`]).
 //! - `--max-runtime`: a command still running that long after it started is stopped exactly as
 //!   on a lost lease (SIGTERM to everything, SIGKILL `kill_after` later, while renewals keep
 //!   the lease; sooner if the lease could end first), with one line naming the limit; `run`
@@ -238,6 +240,26 @@ impl Supervisor {
             Phase::Draining { kill_at } => Some(kill_at),
             Phase::Killed | Phase::Done => None,
         }
+    }
+
+    /// Why a command that would start at `now` must not start at all, if it must not: the
+    /// lease may have ended already (past `lease_end - margin`: a grant that came too late, or
+    /// an acquire that took longer than the TTL), or it ends so soon that the renewal stop has
+    /// come (the point at which a running command is stopped for want of a renewal), before
+    /// any renewal could be sent. Either way the command would be stopped as soon as it
+    /// started, or, were it quick, run to its end with no lease left.
+    pub fn too_late(&self, now: Instant) -> Option<String> {
+        let ended = if now >= self.earlier(self.lease_end, self.margin) {
+            "the lease had already ended"
+        } else if now >= self.stop_at() {
+            "the lease would end before it could be renewed"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "the lock on {} was granted too late: {ended}; the command was not started",
+            self.resource
+        ))
     }
 
     /// Whether [`Action::Exit`] was given. (The runner stops at that action itself.)

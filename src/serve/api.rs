@@ -59,10 +59,13 @@ enum Route {
     Release(Resource),
     Renew(Resource),
     Break(Resource),
-    /// A lock set's `acquire`, `renew` and `release`: the members are in the body.
+    /// A waiter gives up its place in the queue.
+    Leave(Resource),
+    /// A lock set's `acquire`, `renew`, `release` and leave: the members are in the body.
     AcquireSet,
     RenewSet,
     ReleaseSet,
+    LeaveSet,
     List,
     Log,
     Health,
@@ -78,9 +81,11 @@ impl Route {
             Route::Release(_) => "DELETE /locks/{r}",
             Route::Renew(_) => "POST /locks/{r}/renew",
             Route::Break(_) => "POST /locks/{r}/break",
+            Route::Leave(_) => "POST /locks/{r}/leave",
             Route::AcquireSet => "POST /sets",
             Route::RenewSet => "POST /sets/renew",
             Route::ReleaseSet => "POST /sets/release",
+            Route::LeaveSet => "POST /sets/leave",
             Route::List => "GET /locks",
             Route::Log => "GET /log",
             Route::Health => "GET /health",
@@ -96,9 +101,11 @@ impl Route {
                 | Route::Release(_)
                 | Route::Renew(_)
                 | Route::Break(_)
+                | Route::Leave(_)
                 | Route::AcquireSet
                 | Route::RenewSet
                 | Route::ReleaseSet
+                | Route::LeaveSet
         )
     }
 }
@@ -112,7 +119,9 @@ fn route(method: &Method, path: &str) -> Result<Route, Problem> {
     let allowed = match segments.as_slice() {
         ["locks" | "log" | "health" | "metrics"] => "GET, HEAD",
         ["locks", _] => "GET, HEAD, POST, DELETE",
-        ["locks", _, "renew" | "break"] | ["sets"] | ["sets", "renew" | "release"] => "POST",
+        ["locks", _, "renew" | "break" | "leave"]
+        | ["sets"]
+        | ["sets", "renew" | "release" | "leave"] => "POST",
         _ => {
             return Err(Problem::new(
                 StatusCode::NOT_FOUND,
@@ -134,9 +143,11 @@ fn route(method: &Method, path: &str) -> Result<Route, Problem> {
         (&Method::DELETE, ["locks", r]) => Ok(Route::Release(resource(r)?)),
         (&Method::POST, ["locks", r, "renew"]) => Ok(Route::Renew(resource(r)?)),
         (&Method::POST, ["locks", r, "break"]) => Ok(Route::Break(resource(r)?)),
+        (&Method::POST, ["locks", r, "leave"]) => Ok(Route::Leave(resource(r)?)),
         (&Method::POST, ["sets"]) => Ok(Route::AcquireSet),
         (&Method::POST, ["sets", "renew"]) => Ok(Route::RenewSet),
         (&Method::POST, ["sets", "release"]) => Ok(Route::ReleaseSet),
+        (&Method::POST, ["sets", "leave"]) => Ok(Route::LeaveSet),
         (&Method::GET, ["log"]) => Ok(Route::Log),
         (&Method::GET, ["health"]) => Ok(Route::Health),
         (&Method::GET, ["metrics"]) => Ok(Route::Metrics),
@@ -356,13 +367,14 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
 /// token may see (see [`operations`]).
 fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
     match route {
-        Route::Acquire(resource) | Route::Release(resource) | Route::Renew(resource) => {
-            caller.check(resource)
-        }
+        Route::Acquire(resource)
+        | Route::Release(resource)
+        | Route::Renew(resource)
+        | Route::Leave(resource) => caller.check(resource),
         Route::Status(resource) => caller.check_see(resource),
         Route::Break(_) => caller.check_operator(),
         // A set's members are in its body: checked once it is read (see [`operations`]).
-        Route::AcquireSet | Route::RenewSet | Route::ReleaseSet => Ok(()),
+        Route::AcquireSet | Route::RenewSet | Route::ReleaseSet | Route::LeaveSet => Ok(()),
         Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
     }
 }
@@ -543,9 +555,11 @@ fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Re
         Route::Release(resource) => operations::release(call, &resource),
         Route::Renew(resource) => operations::renew(call, &resource),
         Route::Break(resource) => operations::evict(call, &resource),
+        Route::Leave(resource) => operations::leave(call, &resource),
         Route::AcquireSet => operations::acquire_set(call, gone),
         Route::RenewSet => operations::renew_set(call),
         Route::ReleaseSet => operations::release_set(call),
+        Route::LeaveSet => operations::leave_set(call),
         Route::List => operations::list(call),
         Route::Log => operations::log(call),
         // Answered without a blocking thread of their own (see [`answer`]).
@@ -581,6 +595,8 @@ mod tests {
             (Method::DELETE, "/locks/a", Ok(Route::Release(r("a")))),
             (Method::POST, "/locks/a/renew", Ok(Route::Renew(r("a")))),
             (Method::POST, "/locks/a/break", Ok(Route::Break(r("a")))),
+            (Method::POST, "/locks/a/leave", Ok(Route::Leave(r("a")))),
+            (Method::DELETE, "/locks/a/leave", Err(405)),
             (
                 Method::POST,
                 "/locks/deploy%2Fprod",
@@ -593,6 +609,8 @@ mod tests {
             (Method::POST, "/sets", Ok(Route::AcquireSet)),
             (Method::POST, "/sets/renew", Ok(Route::RenewSet)),
             (Method::POST, "/sets/release", Ok(Route::ReleaseSet)),
+            (Method::POST, "/sets/leave", Ok(Route::LeaveSet)),
+            (Method::GET, "/sets/leave", Err(405)),
             (Method::GET, "/sets", Err(405)),
             (Method::DELETE, "/sets", Err(405)),
             (Method::GET, "/sets/renew", Err(405)),

@@ -194,6 +194,11 @@ impl Fields {
         }
     }
 
+    /// A flag: `true` or `false`; absent, `false`.
+    pub fn flag(&mut self, name: &str) -> Result<bool, Bad> {
+        Ok(self.optional_bool(name)?.unwrap_or(false))
+    }
+
     /// A note, reason or name of who breaks a lock, as `--note`, `--reason`, `--by`.
     pub fn remark(&mut self, name: &str) -> Result<Option<Remark>, Bad> {
         self.optional_string(name)?

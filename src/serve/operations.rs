@@ -12,7 +12,7 @@ use super::api::{LONGEST_POLL, Reply, answered, problem};
 use super::input::{Bad, Fields, Params};
 use crate::answer::{
     AcquireAnswer, Answer, BreakAnswer, KeptAnswer, ListAnswer, ReleaseAnswer, RenewAnswer,
-    SetAcquireAnswer, SetReleaseAnswer, SetRenewAnswer,
+    SetAcquireAnswer, SetFinishAnswer, SetReleaseAnswer, SetRenewAnswer,
 };
 use crate::engine::{Finish, Request};
 use crate::lock::{
@@ -114,8 +114,8 @@ fn acquire_request(call: &Call<'_>, fields: &mut Fields) -> Result<(Request, Dur
 /// The deciding attempt of an acquire, one resource's or a set's: the only one for a request
 /// that does not wait; else the command line's wait in the queue, for at most [`LONGEST_POLL`]
 /// of `wait`, keeping the place when more of the wait is left for the client's next request,
-/// and ended early by the server's stopping, the client going away, or its token taken out of
-/// the file meanwhile.
+/// and ended early by the server's stopping, the client going away or leaving the queue
+/// ([`leave`]), or its token taken out of the file meanwhile.
 fn attempt<W: wait::Wanted>(
     store: &mut dyn LockStore,
     call: &Call<'_>,
@@ -132,12 +132,17 @@ fn attempt<W: wait::Wanted>(
     let this_poll = wait.min(LONGEST_POLL);
     let keeps_place = wait > LONGEST_POLL;
     state.waiting.fetch_add(1, Ordering::SeqCst);
+    let waiting = state
+        .waits
+        .enter(&wanted.request().owner, wanted.resources());
     let stop = || {
         state.stopping.load(Ordering::SeqCst)
             || gone.load(Ordering::SeqCst)
+            || waiting.left()
             || call.caller.revoked(state.tokens().as_deref())
     };
     let waited = wait::serve(store, wanted, this_poll, keeps_place, &stop);
+    drop(waiting);
     state.waiting.fetch_sub(1, Ordering::SeqCst);
     waited
 }
@@ -272,20 +277,72 @@ pub(super) fn renew_set(call: &Call<'_>) -> Outcome {
 /// `POST /sets/release`: every member released (200, with the command's body: a set's
 /// release says which resources it let go), or nothing changed and the first member the
 /// owner does not hold live named (404, 403).
+///
+/// With `"each":true` it is `run`'s end of its set instead, in one request: each tenure that
+/// `fences` names is ended on its own — released, or kept until its start +
+/// `hold_at_least_seconds` — and one that is no longer the owner's is skipped, so that a
+/// member lost (broken, expired) leaves the others to be let go all the same; 200 with each
+/// member's end ([`SetFinishAnswer`]).
 pub(super) fn release_set(call: &Call<'_>) -> Outcome {
     let read = set_body(call, |fields, members| {
         let owner = call.caller.owner(fields.owner()?);
         let fences = fields.fences(members)?;
-        Ok((owner, fences))
+        let each = fields.flag("each")?;
+        // As `run --hold-at-least`: 1 s to 365 days.
+        let hold = fields.seconds("hold_at_least_seconds", 1, crate::lock::MAX_TTL_SECS)?;
+        match (each, &fences, hold) {
+            (false, _, Some(_)) => Err(Bad::Invalid(
+                "hold_at_least_seconds goes with \"each\":true".into(),
+            )),
+            (true, None, _) => Err(Bad::Invalid(
+                "\"each\":true ends the tenures that fences names: fences is required".into(),
+            )),
+            _ => Ok((owner, fences, each.then_some(hold))),
+        }
     });
-    let (members, (owner, fences)) = match read {
+    let (members, (owner, fences, each)) = match read {
         Ok(read) => read,
         Err(refused) => return Ok(Ok(refused)),
     };
     call.state.stores.with(|store| {
+        if let (Some(hold), Some(fences)) = (each, &fences) {
+            let ends = store.finish_set(&members, &owner, fences, hold)?;
+            let answer = SetFinishAnswer::new(&members, &ends);
+            return Ok(Ok(Reply::json(StatusCode::OK, &answer)));
+        }
         let outcome = store.release_set(&members, &owner, fences.as_deref())?;
         let answer = SetReleaseAnswer::new(&members, &outcome);
         Ok(Ok(answered(&answer, || answer.text())))
+    })
+}
+
+/// `POST /locks/{r}/leave`: the owner gives up its place in the queue, as an interrupted
+/// waiter does. Its requests still waiting here end first (answered busy), so that none takes
+/// the place back; then the place is taken out. 204, whether it had one or not.
+pub(super) fn leave(call: &Call<'_>, resource: &Resource) -> Outcome {
+    let owner = match body(call, Fields::owner) {
+        Ok(owner) => call.caller.owner(owner),
+        Err(bad) => return Ok(Err(bad)),
+    };
+    let resources = std::slice::from_ref(resource);
+    call.state.waits.leave(&owner, resources);
+    call.state.stores.with(|store| {
+        store.leave(resource, &owner)?;
+        Ok(Ok(Reply::empty(StatusCode::NO_CONTENT)))
+    })
+}
+
+/// `POST /sets/leave`: [`leave`] of every member's queue at once, as a set waiter leaves.
+pub(super) fn leave_set(call: &Call<'_>) -> Outcome {
+    let read = set_body(call, |fields, _| Ok(call.caller.owner(fields.owner()?)));
+    let (members, owner) = match read {
+        Ok(read) => read,
+        Err(refused) => return Ok(Ok(refused)),
+    };
+    call.state.waits.leave(&owner, members.as_slice());
+    call.state.stores.with(|store| {
+        store.leave_set(&members, &owner)?;
+        Ok(Ok(Reply::empty(StatusCode::NO_CONTENT)))
     })
 }
 

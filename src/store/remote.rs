@@ -7,17 +7,23 @@
 //!   `Authorization: Bearer`, and is never printed. A refused token (401), or a request
 //!   outside its scope (403 `not-allowed`), is [`NotAllowed`]: exit 77.
 //! - **HTTPS** checks the server's certificate against the system's roots, or against the
-//!   PEM file `DISTLOCK_CA_CERT` names.
+//!   PEM file `DISTLOCK_CA_CERT` names, which may also hold the server's own self-signed
+//!   certificate ([`tls`]).
 //! - **Reaching it:** a server that cannot be connected to is sought again for the call's
 //!   budget — 5 s, or until the deadline of [`LockStore::keep_trying_until`] if that is later
 //!   (a waiter's `--wait`, `run`'s lease) — as a PostgreSQL connection is. A request that was
 //!   sent is never sent twice (it may have been carried out); its failure, a timeout or a 5xx
-//!   answer is a store error naming the server.
+//!   answer is a store error naming the server. The exception is `run`'s end of its own
+//!   tenure (or set), which is harmless twice: it is sent again until that deadline (the
+//!   lease's end) while it gets no answer or a 503, so that a job that ended while the
+//!   server's store was away is released once it is back.
 //! - **Waiting** is the server's long poll: a waiting `acquire`, of one resource or of a lock
 //!   set ([`sets`]), asks the server to wait for the rest of `--wait` (the server waits 30 s at
-//!   most per request and keeps the place for the next), and an interrupt gives the poll up at once ([`crate::wait::interrupted`]). Leaving
-//!   the queue is not coming back: the server gives a place up when a request's own wait runs
-//!   out, and a place nobody asks for again within 5 s, as a dead waiter's.
+//!   most per request and keeps the place for the next). A waiter that leaves the queue — its
+//!   wait run out, a mismatch, an interrupt ([`crate::wait::interrupted`]) — says so
+//!   (`POST /locks/{r}/leave`, `/sets/leave`), which also ends its long poll on the server at
+//!   once; a server that cannot be told gives the place up itself within 5 s, as a dead
+//!   waiter's.
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +46,7 @@ const MAX_WAIT_SECS: u64 = 86_400;
 
 mod http;
 mod sets;
+mod tls;
 
 pub use http::authorization;
 
@@ -166,7 +173,17 @@ pub struct RemoteStore {
     /// The earliest moment the last `acquire`'s answer can have been decided
     /// ([`LockStore::decided_no_earlier_than`]).
     decided: Option<Instant>,
+    /// Whether the server said the place is given up, when the last long poll was
+    /// interrupted (it tried to leave the queue then, [`Client::poll`]); `None` when it was
+    /// not interrupted.
+    left: Option<bool>,
+    /// Whether the last leave of the queue was done at once ([`LockStore::leaves_at_once`]).
+    left_at_once: bool,
 }
+
+/// How long a leave of the queue may take, before the server is left to give the place up
+/// itself.
+const LEAVE_BUDGET: Duration = Duration::from_secs(2);
 
 impl RemoteStore {
     /// A client of the server at `url` ([`Client::new`]). Nothing is sent yet.
@@ -180,6 +197,8 @@ impl RemoteStore {
             deadline: None,
             polled: None,
             decided: None,
+            left: None,
+            left_at_once: true,
         })
     }
 
@@ -194,6 +213,43 @@ impl RemoteStore {
     /// One request and its answer ([`Client::call`]).
     fn call(&self, call: &Call) -> Result<Reply> {
         self.client.call(call, self.until())
+    }
+
+    /// `run`'s end of its own tenure or set, sent again until the deadline (the lease's end)
+    /// while it gets no answer or a 503 ([`Client::call_again`]); without a deadline, for the
+    /// budget of a call.
+    fn call_again(&self, call: &Call) -> Result<Reply> {
+        let until = self
+            .deadline
+            .unwrap_or_else(|| Instant::now() + CONNECT_BUDGET);
+        self.client.call_again(call, until)
+    }
+
+    /// Gives up a place in the queue with `call` (`POST /locks/{r}/leave` or `/sets/leave`),
+    /// unless the interrupted long poll just tried to. Never a failure: a server that cannot
+    /// be told gives the place up itself within 5 s, and [`LockStore::leaves_at_once`] says
+    /// which.
+    fn leave(&mut self, call: &Call) {
+        if let Some(left) = self.left.take() {
+            self.left_at_once = left;
+            return;
+        }
+        let until = Instant::now() + LEAVE_BUDGET;
+        self.left_at_once = self
+            .client
+            .call(call, until)
+            .is_ok_and(|reply| reply.status == 204);
+    }
+
+    /// `POST /locks/{r}/leave` for `owner`.
+    fn leave_call(resource: &Resource, owner: &Owner) -> Call {
+        let body = json!({"owner": owner.as_str()});
+        Call::new(
+            "POST",
+            Self::lock_path(resource, "/leave"),
+            Some(body),
+            LEAVE_BUDGET,
+        )
     }
 
     fn lock_path(resource: &Resource, tail: &str) -> String {
@@ -212,7 +268,8 @@ impl RemoteStore {
             position: Some(1),
         });
         let path = Self::lock_path(resource, "");
-        self.post_acquire(path, Map::new(), request, unread, |reply| {
+        let leave = Self::leave_call(resource, &request.owner);
+        self.post_acquire(path, Map::new(), request, &leave, unread, |reply| {
             Ok(Some(Outcome::Acquire(match reply.status {
                 200 => match reply.json::<AcquireAnswer>()? {
                     AcquireAnswer::Acquired(acquired) => Acquire::Acquired {
@@ -239,14 +296,16 @@ impl RemoteStore {
 
     /// An acquire's `POST` to `path`, one resource's or a set's, its body `body` (a set's
     /// `resources`) with the request's fields (owner, TTL, mode, note, guarded). A waiting one
-    /// is the server's long poll for the rest of the wait. `read` reads the answer (`None`: not
-    /// one an acquire has); a poll given up at an interrupt answers as the last poll did, or
-    /// else as `unread`.
+    /// is the server's long poll for the rest of the wait, which an interrupt ends with
+    /// `leave` ([`Client::poll`]). `read` reads the answer (`None`: not one an acquire has); a
+    /// poll given up at an interrupt without an answer answers as the last poll did, or else
+    /// as `unread`.
     fn post_acquire(
         &mut self,
         path: String,
         mut body: Map<String, Value>,
         request: &Request,
+        leave: &Call,
         unread: Outcome,
         read: impl FnOnce(&Reply) -> Result<Option<Outcome>>,
     ) -> Result<Outcome> {
@@ -279,10 +338,13 @@ impl RemoteStore {
             let wait = whole_seconds(left).clamp(1, MAX_WAIT_SECS);
             body.insert("wait_seconds".into(), json!(wait));
             let timeout = Duration::from_secs(wait).min(Duration::from_secs(30)) + CALL_TIMEOUT;
-            self.client.poll(
+            let (reply, left) = self.client.poll(
                 Call::new("POST", path, Some(Value::Object(body)), timeout),
                 self.until(),
-            )?
+                leave,
+            )?;
+            self.left = left;
+            reply
         } else {
             self.call(&Call::new(
                 "POST",
@@ -372,12 +434,11 @@ impl RemoteStore {
 
     /// `DELETE /locks/{r}`: a release (`hold` none) or `run`'s finish.
     fn delete(
-        &self,
         resource: &Resource,
         owner: &Owner,
         fence: Option<Fence>,
         hold: Option<Duration>,
-    ) -> Result<Reply> {
+    ) -> Call {
         let mut body = json!({"owner": owner.as_str()});
         if let Some(fence) = fence {
             body["fence"] = json!(fence.0);
@@ -386,11 +447,11 @@ impl RemoteStore {
             body["hold_at_least_seconds"] = json!(whole_seconds(hold).max(1));
         }
         let path = Self::lock_path(resource, "");
-        self.call(&Call::new("DELETE", path, Some(body), CALL_TIMEOUT))
+        Call::new("DELETE", path, Some(body), CALL_TIMEOUT)
     }
 
     fn release(&self, resource: &Resource, owner: &Owner, fence: Option<Fence>) -> Result<Release> {
-        let reply = self.delete(resource, owner, fence, None)?;
+        let reply = self.call(&Self::delete(resource, owner, fence, None))?;
         match reply.status {
             204 => Ok(Release::Released),
             404 => Ok(Release::NotFound),
@@ -406,7 +467,8 @@ impl RemoteStore {
         fence: Fence,
         hold: Option<Duration>,
     ) -> Result<Finish> {
-        let reply = self.delete(resource, owner, Some(fence), hold)?;
+        // Named by its fence, the end of this one tenure is harmless twice.
+        let reply = self.call_again(&Self::delete(resource, owner, Some(fence), hold))?;
         match reply.status {
             204 => Ok(Finish::Released),
             200 => Ok(Finish::Kept {
@@ -514,22 +576,20 @@ impl LockStore for RemoteStore {
                 owner,
                 eviction,
             } => Outcome::Break(self.evict(&resource, owner.as_ref(), &eviction)?),
-            // Not coming back is leaving: the server gives the place up (see the module).
-            Op::Leave { .. } | Op::LeaveSet { .. } => Outcome::Left,
-            // Each member's end on its own, as the server's release with a fence and a hold.
+            Op::Leave { resource, owner } => {
+                self.leave(&Self::leave_call(&resource, &owner));
+                Outcome::Left
+            }
+            Op::LeaveSet { members, owner } => {
+                self.leave(&Self::leave_set_call(&members, &owner));
+                Outcome::Left
+            }
             Op::FinishSet {
                 members,
                 owner,
                 fences,
                 hold,
-            } => Outcome::FinishSet(
-                members
-                    .as_slice()
-                    .iter()
-                    .zip(fences)
-                    .map(|(member, fence)| self.finish(member, &owner, fence, hold))
-                    .collect::<Result<_>>()?,
-            ),
+            } => Outcome::FinishSet(self.finish_set(&members, &owner, &fences, hold)?),
             Op::AcquireSet { members, request } => self.acquire_set(&members, &request)?,
             Op::RenewSet {
                 members,
@@ -566,7 +626,7 @@ impl LockStore for RemoteStore {
     }
 
     fn leaves_at_once(&self) -> bool {
-        false
+        self.left_at_once
     }
 
     fn decided_no_earlier_than(&self) -> Option<Instant> {

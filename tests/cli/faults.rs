@@ -7,6 +7,7 @@
 //! | fault | tests |
 //! | --- | --- |
 //! | restart | `restart_mid_run_*`, `restart_mid_wait_*`, `restart_among_8_by_20_*` |
+//! | down for 16 s under a lock server | `a_run_through_a_server_releases_once_postgresql_is_back_*` |
 //! | sessions terminated | `terminating_every_distlock_session_*` |
 //! | clients stopped, partitioned | `clients_stopped_*`, `clients_partitioned_*` |
 //! | connection cut, refused | `a_connection_cut_*`, `a_refused_connection_*` |
@@ -35,9 +36,10 @@ use nix::unistd::Pid;
 
 use crate::common::cluster::Cluster;
 use crate::common::critical;
-use crate::common::output::{fence, parse_line};
+use crate::common::output::{fence, now_millis, parse_line, rfc3339_millis};
 use crate::common::process::{Finished, Proc, wait_for_file, wait_until};
 use crate::common::proxy::Proxy;
+use crate::common::server::Server as LockServer;
 use crate::common::store::{Db, distlock_at};
 
 /// The one resource each case contends for.
@@ -258,6 +260,72 @@ fn restart_mid_wait_keeps_the_waiter_in_line_and_runs_its_command_after_the_hold
         ));
     }
     verdict.finish(db, 2);
+}
+
+/// How long PostgreSQL stays down under a lock server while a `run` through that server ends its
+/// command: longer than the server's own search for it (5 s), so that the release is answered
+/// 503 more than once before it can go through.
+const LONG_DOWN: Duration = Duration::from_secs(16);
+
+#[test]
+fn a_run_through_a_server_releases_once_postgresql_is_back_not_at_the_end_of_its_ttl() {
+    let Some(server) = server("a release through a server, PostgreSQL down") else {
+        return;
+    };
+    let db = &server.db;
+    let lock_server = LockServer::start(db);
+    let go = db.file("go");
+    // The command ends when the test says so: while PostgreSQL is down.
+    let command = r#"while [ ! -e "$D/go" ]; do sleep 0.05; done"#;
+    let mut cmd = distlock_via(
+        db,
+        &lock_server.url(""),
+        &[
+            "run",
+            "--resource",
+            R,
+            "--ttl",
+            "60",
+            "--",
+            "sh",
+            "-c",
+            command,
+        ],
+    );
+    let run = Proc::spawn(&mut cmd, db.dir.path(), "run");
+    wait_until(Duration::from_secs(20), "the run takes the lock", || {
+        db.status(R).0 == 0
+    });
+    let fence = held_fence(db);
+    let lease_end = db.status(R).1["lock"]["expires_at"]
+        .as_str()
+        .expect("expires_at")
+        .to_owned();
+    thread::scope(|s| {
+        let restart = s.spawn(|| server.cluster.restart(LONG_DOWN));
+        wait_until(Duration::from_secs(30), "PostgreSQL goes down", || {
+            TcpStream::connect(server.cluster.addr()).is_err()
+        });
+        std::fs::write(&go, "").expect("write the go file");
+        restart.join().expect("the restart");
+    });
+    let out = run.finish(Duration::from_secs(50));
+    let ended = rfc3339_millis(now_millis());
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    // Released by the run once PostgreSQL was back, well before the lease would have ended.
+    let (code, json) = db.status(R);
+    assert_eq!(code, 1, "{R} is free once the run has exited: {json}");
+    assert!(
+        ended < lease_end,
+        "the run ended at {ended}, the lease at {lease_end}"
+    );
+    let events = db.log(&[R]);
+    let last = events.last().expect("events");
+    assert_eq!(
+        (&last["event"], &last["fence"]),
+        (&serde_json::json!("released"), &serde_json::json!(fence)),
+        "released by the run, not expired: {events:?}"
+    );
 }
 
 #[test]

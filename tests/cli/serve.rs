@@ -1990,6 +1990,65 @@ fn one_request_waits_at_most_30s_and_its_place_is_kept_5s_for_the_client_to_come
     });
 }
 
+#[test]
+fn a_waiter_that_leaves_gives_up_its_place_at_once_and_its_waiting_request_ends() {
+    each_store_at_once(|db| {
+        let server = Server::start(db);
+        let path = lock_path(P42, "");
+        let leave = lock_path(P42, "/leave");
+        take(&server, P42, "h", 60);
+        let wait = |owner: &str| json!({"owner": owner, "ttl_seconds": 60, "wait_seconds": 60});
+        thread::scope(|s| {
+            let leaving = s.spawn(|| timed(|| server.post(&path, &wait("w"))));
+            until_waiting(&server, P42, 1, QUEUED);
+            let next = s.spawn(|| timed(|| server.post(&path, &wait("next"))));
+            until_waiting(&server, P42, 2, QUEUED);
+
+            let left = Instant::now();
+            server.post(&leave, &json!({"owner": "w"})).no_content();
+            assert_eq!(
+                waiting_via(&server, P42),
+                1,
+                "the place is gone when the leave is answered"
+            );
+            let (reply, answered) = leaving.join().expect("the waiter that left");
+            assert_eq!(reply.json(200)["acquired"], false, "{}", reply.describe());
+            let took = answered - left;
+            assert!(
+                took < HANDOVER,
+                "its waiting request ended {took:?} after the leave"
+            );
+
+            // Nobody is held back by it: the next waiter is served when the holder lets go.
+            let let_go = Instant::now();
+            server.delete(&lock_path(P42, "?owner=h")).no_content();
+            let (reply, answered) = next.join().expect("the next waiter");
+            assert_eq!(
+                reply.json(200)["lock"]["owner"],
+                "next",
+                "{}",
+                reply.describe()
+            );
+            assert!(answered - let_go < HANDOVER);
+        });
+        // Leaving a queue one is not in changes nothing; an owner is required.
+        let before = state(&server);
+        server
+            .post(&leave, &json!({"owner": "nobody"}))
+            .no_content();
+        server.post(&leave, &json!({})).problem(422);
+        server
+            .post(&leave, &json!({"owner": "w", "ttl_seconds": 5}))
+            .problem(422);
+        assert_eq!(state(&server), before);
+        let events = db.log(&[P42]);
+        assert!(
+            events.iter().all(|e| e["owner"] != "w"),
+            "the waiter that left never held the lock: {events:?}"
+        );
+    });
+}
+
 /// `POST PATH` with `body` on a raw connection, left open without reading the answer.
 fn post_and_hold(server: &Server, path: &str, body: &Value) -> TcpStream {
     let body = body.to_string();

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::common::certs::Ca;
-use crate::common::output::{parse_line, rfc3339_millis};
+use crate::common::certs::{Ca, CertFiles};
+use crate::common::output::{parse_line, rfc3339_millis, timestamp_millis};
 use crate::common::process::{BIN, Proc, describe, wait_until};
+use crate::common::proxy::Proxy;
 use crate::common::server::Server;
 use crate::common::store::{Db, each_store};
 
@@ -267,11 +268,152 @@ fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
         "{:?}",
         interrupted.elapsed()
     );
-    wait_until(
-        Duration::from_secs(15),
-        "the interrupted waiter's place outlived 5 s",
-        || db.waiting("q") == 0,
+    // Its place went with it (see
+    // `an_interrupted_waiter_through_a_server_gives_its_place_up_before_it_exits`).
+    assert_eq!(db.waiting("q"), 0);
+}
+
+/// ^C on a waiter whose long poll is in flight: the client tells the server to end the poll
+/// and give the place up (`POST /locks/{r}/leave`) before it exits, as a local waiter leaves
+/// the queue, so that nobody behind it is held back and the lock is never granted to a waiter
+/// that is gone.
+#[test]
+fn an_interrupted_waiter_through_a_server_gives_its_place_up_before_it_exits() {
+    each_store(|db| {
+        let server = Server::start(db);
+        let url = base(&server);
+        let dl = |args: &[&str]| run(&mut via(db, &url), args);
+        answer(&dl(&["acquire", "q", "--owner", "h", "--ttl", "60"]), 0);
+        let mut cmd = via(db, &url);
+        cmd.args([
+            "acquire", "q", "--owner", "i", "--ttl", "60", "--wait", "60",
+        ]);
+        let waiter = Proc::spawn(&mut cmd, db.dir.path(), "interrupted");
+        wait_until(Duration::from_secs(20), "the waiter never queued", || {
+            db.waiting("q") == 1
+        });
+        waiter.signal(Signal::SIGINT);
+        let out = waiter.finish(Duration::from_secs(20));
+        assert_eq!(out.code(), Some(130), "{}", out.describe());
+        assert!(
+            out.stderr()
+                .contains("interrupted while waiting for q; left the queue"),
+            "{}",
+            out.describe()
+        );
+        assert_eq!(db.waiting("q"), 0, "its place is gone when it has exited");
+        assert!(
+            server.stderr().contains("POST /locks/q/leave 204"),
+            "{}",
+            server.stderr()
+        );
+        // Its long poll ended with it: once the holder lets go, the lock is free for anyone at
+        // once, not reserved for the waiter that left nor granted to it.
+        answer(&dl(&["release", "q", "--owner", "h"]), 0);
+        let taken = answer(&dl(&["acquire", "q", "--owner", "next", "--ttl", "60"]), 0);
+        assert_eq!(taken["lock"]["owner"], "next", "{taken}");
+        let events = db.log(&["q"]);
+        assert!(
+            events.iter().all(|event| event["owner"] != "i"),
+            "the waiter that left never held the lock: {events:?}"
+        );
+    });
+}
+
+/// A grant that reaches `run` after the lease it starts has already ended (a proxy holds every
+/// chunk back for longer than the TTL) starts nothing: 75, with a line saying it came too late.
+#[test]
+fn a_grant_that_arrives_after_its_lease_has_ended_starts_nothing() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    let proxy = Proxy::start(server.addr);
+    // The answer comes back at least two delays after the request left, on a lease of 1 s; at
+    // most four (a request and an answer of two chunks each) stay within the call's 10 s.
+    proxy.delay(Duration::from_millis(1500));
+    let url = format!("http://{}", proxy.addr);
+    let marker = db.file("started");
+    let out = run(
+        &mut via(&db, &url),
+        &[
+            "run",
+            "--resource",
+            "late",
+            "--ttl",
+            "1",
+            "--",
+            "touch",
+            marker.to_str().expect("a UTF-8 path"),
+        ],
     );
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(
+        !marker.exists(),
+        "the command was started: {}",
+        describe(&out)
+    );
+    assert!(out.stdout.is_empty(), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("distlock: ")
+            && stderr.contains(
+                "granted too late: the lease had already ended; the command was not started"
+            ),
+        "{stderr}"
+    );
+    proxy.restore();
+    answer(&run(&mut via(&db, &base(&server)), &["status", "late"]), 1);
+}
+
+/// `run` over a set ends every member in one request (`POST /sets/release`, each member on its
+/// own), released or kept for `--hold-at-least`: a server that died between one `DELETE` per
+/// member would leave the rest held.
+#[test]
+fn run_over_a_set_through_a_server_ends_the_set_in_one_request() {
+    each_store(|db| {
+        let server = Server::start(db);
+        let url = base(&server);
+        let out = run(
+            &mut via(db, &url),
+            &["run", "--resource", "a", "--resource", "b", "--", "true"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        for member in ["a", "b"] {
+            db.json(&["status", member], 1);
+        }
+        let out = run(
+            &mut via(db, &url),
+            &[
+                "run",
+                "--resource",
+                "a",
+                "--resource",
+                "b",
+                "--hold-at-least",
+                "1h",
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        for member in ["a", "b"] {
+            let lock = &db.json(&["status", member], 0)["lock"];
+            let held_for = timestamp_millis(lock["expires_at"].as_str().expect("expires_at"))
+                - timestamp_millis(lock["acquired_at"].as_str().expect("acquired_at"));
+            assert_eq!(held_for, 3_600_000, "kept until its start + 1 h: {lock}");
+        }
+        let log = server.stderr();
+        let ends: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("/sets/release") || line.contains("DELETE "))
+            .collect();
+        assert_eq!(ends.len(), 2, "one request per run: {log}");
+        assert!(
+            ends.iter()
+                .all(|line| line.contains("POST /sets/release 200")),
+            "{log}"
+        );
+    });
 }
 
 /// A waiter's long poll is granted up to 30 s after it was sent; its lease is timed from the
@@ -498,6 +640,113 @@ fn https_through_a_server_checks_its_certificate() {
     );
     assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
     db.json(&["status", "u"], 1);
+}
+
+/// The README's one line that makes a self-signed certificate for a server.
+fn readme_self_signed_command() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read the README");
+    let lines: Vec<&str> = readme
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("openssl req -x509 "))
+        .collect();
+    assert_eq!(lines.len(), 1, "one `openssl req -x509` line: {lines:?}");
+    lines[0].to_owned()
+}
+
+/// A self-signed certificate for `127.0.0.1` and `localhost`, marked a CA's as `openssl req
+/// -x509` marks its own, whose validity ended in 2021, with its key: PEM files in the test's
+/// folder.
+fn expired_self_signed(db: &Db) -> CertFiles {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let key = KeyPair::generate().expect("a key");
+    let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+    let mut params = CertificateParams::new(names).expect("parameters");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let cert = params.self_signed(&key).expect("a certificate");
+    let files = CertFiles {
+        cert: db.file("expired.cert.pem"),
+        key: db.file("expired.key.pem"),
+    };
+    std::fs::write(&files.cert, cert.pem()).expect("write the certificate");
+    std::fs::write(&files.key, key.serialize_pem()).expect("write the key");
+    files
+}
+
+/// A certificate made with `openssl req -x509` (which marks it a CA's, `CA:TRUE`) is its own
+/// root: given as `DISTLOCK_CA_CERT`, the server that shows it is trusted, as curl trusts it
+/// with `--cacert`. Its host names and validity are still checked.
+#[test]
+fn a_self_signed_certificate_made_as_the_readme_says_is_trusted_through_distlock_ca_cert() {
+    let db = Db::sqlite();
+    let command = readme_self_signed_command();
+    let made = Command::new("sh")
+        .args(["-c", &command])
+        .current_dir(db.dir.path())
+        .output()
+        .expect("run openssl");
+    assert!(made.status.success(), "{command}: {}", describe(&made));
+    let files = CertFiles {
+        cert: db.file("server.pem"),
+        key: db.file("server.key"),
+    };
+    let server = Server::start_https(&db, &files);
+    let url = server.url("");
+    let trusting = |url: &str| {
+        let mut cmd = via(&db, url);
+        cmd.env("DISTLOCK_CA_CERT", &files.cert);
+        cmd
+    };
+    answer(
+        &run(
+            &mut trusting(&url),
+            &["acquire", "s", "--owner", "w", "--ttl", "30"],
+        ),
+        0,
+    );
+    answer(&run(&mut trusting(&url), &["status", "s"]), 0);
+    answer(
+        &run(&mut trusting(&url), &["release", "s", "--owner", "w"]),
+        0,
+    );
+    let out = run(
+        &mut trusting(&url),
+        &["run", "--resource", "s", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // Without it, nothing vouches for the certificate.
+    let out = run(&mut via(&db, &url), &["status", "s"]);
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    // The same server at an address its certificate does not name.
+    let elsewhere = Proxy::start_on("127.0.0.2", server.addr);
+    let out = run(
+        &mut trusting(&format!("https://{}", elsewhere.addr)),
+        &["status", "s"],
+    );
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not valid for name"),
+        "{}",
+        describe(&out)
+    );
+    // A self-signed certificate whose validity has ended.
+    let expired = expired_self_signed(&db);
+    let old = Server::start_https(&db, &expired);
+    let mut cmd = via(&db, &old.url(""));
+    cmd.env("DISTLOCK_CA_CERT", &expired.cert);
+    let out = run(&mut cmd, &["status", "s"]);
+    assert_eq!(out.status.code(), Some(74), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("certificate expired"),
+        "{}",
+        describe(&out)
+    );
 }
 
 #[test]

@@ -1234,3 +1234,36 @@ fn a_lost_lease_before_the_max_runtime_is_a_lost_lease() {
     assert_eq!(sim.supervisor.stopped(), Some(Stop::LeaseLost));
     assert_eq!(sim.times_of(&Action::SignalAll(Signal::SIGTERM)), [secs(4)]);
 }
+
+#[test]
+fn a_grant_too_late_to_renew_starts_nothing() {
+    // (ttl, --kill-after, how long after the lease began the command would start) → the
+    // reason it does not, if it does not. The renewal stop is at
+    // lease end - margin - min(kill_after, ttl/4); the margin is max(ttl/10, 100 ms).
+    let ended = Some("the lease had already ended");
+    let ending = Some("the lease would end before it could be renewed");
+    let cases: [(u64, Duration, Duration, Option<&str>); 10] = [
+        (30, secs(5), secs(0), None),
+        (30, secs(5), secs(21) + ms(999), None),
+        (30, secs(5), secs(22), ending),
+        (30, secs(5), secs(26) + ms(999), ending),
+        (30, secs(5), secs(27), ended),
+        (30, secs(5), secs(40), ended),
+        (3, secs(5), ms(1949), None),
+        (3, secs(5), ms(1950), ending),
+        (1, ms(0), ms(899), None),
+        (1, ms(0), ms(900), ended),
+    ];
+    for (ttl_secs, kill_after, at, expected) in cases {
+        let t0 = Instant::now();
+        let supervisor = Supervisor::new(R, ttl(ttl_secs), kill_after, t0 + secs(ttl_secs));
+        let expected = expected.map(|why| {
+            format!("the lock on r was granted too late: {why}; the command was not started")
+        });
+        assert_eq!(
+            supervisor.too_late(t0 + at),
+            expected,
+            "ttl {ttl_secs}, --kill-after {kill_after:?}, starting {at:?} into the lease"
+        );
+    }
+}

@@ -1,16 +1,17 @@
 //! The HTTP side of a distlock server's client: one agent per store, with the token, the
-//! roots HTTPS trusts and a resolver of its own; each request sent (again, while the server
-//! cannot be connected to), and each answer checked for what the server refused.
+//! certificates HTTPS trusts ([`tls`]) and a resolver of its own; each request sent (again,
+//! while the server cannot be connected to), and each answer checked for what the server
+//! refused.
 
 use std::io::ErrorKind;
-use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use rustls::pki_types::CertificateDer;
 use serde_json::{Map, Value};
 
-use super::{NotAllowed, ServerUrl};
+use super::{NotAllowed, ServerUrl, tls};
 
 /// How long a server that refuses connections is sought again, at least.
 pub(super) const CONNECT_BUDGET: Duration = Duration::from_secs(5);
@@ -20,6 +21,18 @@ pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often an interruptible long poll looks for an interrupt.
 const INTERRUPT_CHECK: Duration = Duration::from_millis(20);
+
+/// How long an interrupted waiter spends giving its place up before it exits: the leave, and
+/// the answer of the long poll the leave ends.
+const LEAVING: Duration = Duration::from_secs(3);
+
+/// How long an interrupted long poll's answer is awaited after a leave was answered, before
+/// the leave is sent again (a poll that reached the server after the leave is ended by the
+/// next one).
+const POLL_ENDED: Duration = Duration::from_millis(500);
+
+/// The pause before a leave that got no answer is sent again.
+const UNREACHED: Duration = Duration::from_millis(200);
 
 /// The agent of one server, with its URL and token.
 pub(super) struct Client {
@@ -38,24 +51,27 @@ impl Client {
     /// A `DISTLOCK_CA_CERT` that cannot be read or holds no certificate, or no system roots
     /// for HTTPS; a token that is not text.
     pub(super) fn new(url: &ServerUrl) -> Result<Client> {
+        use ureq::unversioned::transport::{ConnectProxyConnector, Connector, TcpConnector};
         let authorization = authorization().map_err(anyhow::Error::msg)?;
-        let mut config = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(CONNECT_BUDGET))
             .max_redirects(0)
-            .user_agent(concat!("distlock/", env!("CARGO_PKG_VERSION")));
-        if url.https {
-            config = config.tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots()?)))
-                    .build(),
-            );
-        }
-        let agent = ureq::Agent::with_parts(
-            config.build(),
-            ureq::unversioned::transport::DefaultConnector::default(),
-            OnThisThread,
-        );
+            .user_agent(concat!("distlock/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let agent = if url.https {
+            // As ureq's default chain (a CONNECT proxy if one is set, TCP), then TLS with
+            // distlock's own checks of the certificate (see [`tls`]).
+            let (roots, own) = roots()?;
+            let connector =
+                ().chain(ConnectProxyConnector::default())
+                    .chain(TcpConnector::default())
+                    .chain(tls::Https(tls::config(roots, own)?));
+            ureq::Agent::with_parts(config, connector, OnThisThread)
+        } else {
+            let connector = ureq::unversioned::transport::DefaultConnector::default();
+            ureq::Agent::with_parts(config, connector, OnThisThread)
+        };
         Ok(Client {
             agent,
             url: url.clone(),
@@ -98,13 +114,51 @@ impl Client {
         }
     }
 
-    /// A waiting `acquire`'s long poll, on a thread of its own so that an interrupt gives it up
-    /// at once (answered then with [`Reply::interrupted`]). A waiting request may be sent again
-    /// even after it reached the server (one restarted mid-wait): the owner asks for its own
-    /// place, or is granted its own tenure again, extended. (A guarded one, `run`'s, granted
-    /// just before the server went away and asked for again, waits behind itself until its
-    /// lease ends: no second holder either way.)
-    pub(super) fn poll(&self, call: Call, until: Instant) -> Result<Reply> {
+    /// Sends a request that may be carried out twice without harm — `run`'s end of its own
+    /// tenure, named by owner and fence: sent again, it finds the tenure already ended (or
+    /// kept, as the first one kept it) and changes nothing — until it is answered, or until
+    /// `until`. It is sent again whenever the answer says nothing was done, or there is none:
+    /// the server cannot be connected to, a 503 (the server's store is out of reach: a lost
+    /// connection, PostgreSQL down), or no answer in time (the request may or may not have
+    /// been carried out, and either way a second one is safe). No try starts after `until`,
+    /// but one is made however late it is: a lock released after its lease has ended is
+    /// harmless, and may spare the next holder a wait.
+    pub(super) fn call_again(&self, call: &Call, until: Instant) -> Result<Reply> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let sent = send(&self.agent, &self.url, self.authorization.as_deref(), call);
+            let again = match &sent {
+                Ok(reply) => reply.distlock && reply.status == 503,
+                Err(_) => true,
+            };
+            if !again || Instant::now() + pause >= until {
+                return match sent {
+                    Ok(reply) => reply.checked(&self.url),
+                    Err(failure) => Err(self.unreachable(failure)),
+                };
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// A waiting `acquire`'s long poll, on a thread of its own so that an interrupt is acted on
+    /// at once. A waiting request may be sent again even after it reached the server (one
+    /// restarted mid-wait): the owner asks for its own place, or is granted its own tenure
+    /// again, extended. (A guarded one, `run`'s, granted just before the server went away and
+    /// asked for again, waits behind itself until its lease ends: no second holder either
+    /// way.)
+    ///
+    /// At an interrupt the waiter gives its place up with `leave` ([`Client::cancel`]), and
+    /// the answer is then the poll's own, which the leave ends at once — it may be a grant
+    /// that came first — or, without one, [`Reply::interrupted`]. With it comes whether the
+    /// server said the place is given up (`None`: not interrupted).
+    pub(super) fn poll(
+        &self,
+        call: Call,
+        until: Instant,
+        leave: &Call,
+    ) -> Result<(Reply, Option<bool>)> {
         let (sent, answer) = mpsc::channel();
         let client = Client {
             agent: self.agent.clone(),
@@ -119,10 +173,11 @@ impl Client {
             .context("cannot start a thread for the server's long poll")?;
         loop {
             match answer.recv_timeout(INTERRUPT_CHECK) {
-                Ok(Ok(reply)) => return reply.checked(&self.url),
+                Ok(Ok(reply)) => return Ok((reply.checked(&self.url)?, None)),
                 Ok(Err(failure)) => return Err(self.unreachable(failure)),
                 Err(mpsc::RecvTimeoutError::Timeout) if crate::wait::interrupted() => {
-                    return Ok(Reply::interrupted());
+                    let (reply, left) = self.cancel(&answer, leave);
+                    return Ok((reply, Some(left)));
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -131,6 +186,60 @@ impl Client {
                         self.url.as_str()
                     )
                 }
+            }
+        }
+    }
+
+    /// An interrupted long poll: `leave` gives the place up on the server, which also ends the
+    /// poll waiting there (merely dropping its connection would leave the place kept for 5 s,
+    /// holding back those behind it), and the poll's answer, which then comes at once, is
+    /// read. A poll that had not reached the server when the leave was answered (and would
+    /// wait there anew) is ended by the next leave, sent while no answer comes, for at most
+    /// [`LEAVING`] in all. Returns the poll's answer, if a usable one came (a grant made
+    /// before the leave, say), else [`Reply::interrupted`]; and whether the server said the
+    /// place is given up.
+    fn cancel(
+        &self,
+        answer: &mpsc::Receiver<Result<Reply, Failure>>,
+        leave: &Call,
+    ) -> (Reply, bool) {
+        let until = Instant::now() + LEAVING;
+        let mut left = false;
+        loop {
+            let now = Instant::now();
+            let attempt = Call {
+                timeout: until.saturating_duration_since(now).max(INTERRUPT_CHECK),
+                ..leave.clone()
+            };
+            match send(
+                &self.agent,
+                &self.url,
+                self.authorization.as_deref(),
+                &attempt,
+            ) {
+                Ok(reply) if reply.distlock && reply.status == 204 => left = true,
+                // Refused (a server without the route, a token outside its scope): the server
+                // gives the place up itself, as a dead waiter's.
+                Ok(_) if !left => return (Reply::interrupted(), false),
+                Ok(_) | Err(_) => {}
+            }
+            let wait = if left { POLL_ENDED } else { UNREACHED };
+            match answer.recv_timeout(wait.min(until.saturating_duration_since(Instant::now()))) {
+                Ok(Ok(reply)) => {
+                    return (
+                        reply
+                            .checked(&self.url)
+                            .unwrap_or_else(|_| Reply::interrupted()),
+                        left,
+                    );
+                }
+                Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return (Reply::interrupted(), left);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() >= until => {
+                    return (Reply::interrupted(), left);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
         }
     }
@@ -203,8 +312,10 @@ impl ureq::unversioned::resolver::Resolver for OnThisThread {
     }
 }
 
-/// The roots HTTPS trusts: `DISTLOCK_CA_CERT`'s certificates, or the system's.
-fn roots() -> Result<Vec<ureq::tls::Certificate<'static>>> {
+/// The roots HTTPS trusts — `DISTLOCK_CA_CERT`'s certificates, or the system's — and the
+/// certificates a server may show as its own without a CA (`DISTLOCK_CA_CERT`'s again, for
+/// a self-signed one; none of the system's).
+fn roots() -> Result<(Vec<CertificateDer<'static>>, Vec<CertificateDer<'static>>)> {
     if let Some(path) = std::env::var_os("DISTLOCK_CA_CERT").filter(|p| !p.is_empty()) {
         let shown = std::path::Path::new(&path).display().to_string();
         let pem = std::fs::read(&path)
@@ -214,27 +325,23 @@ fn roots() -> Result<Vec<ureq::tls::Certificate<'static>>> {
             if let ureq::tls::PemItem::Certificate(cert) =
                 item.with_context(|| format!("DISTLOCK_CA_CERT {shown} is not PEM"))?
             {
-                roots.push(cert);
+                roots.push(CertificateDer::from(cert.der().to_vec()));
             }
         }
         if roots.is_empty() {
             bail!("DISTLOCK_CA_CERT {shown} holds no certificate");
         }
-        return Ok(roots);
+        return Ok((roots.clone(), roots));
     }
-    let found = rustls_native_certs::load_native_certs();
-    let roots: Vec<_> = found
-        .certs
-        .iter()
-        .map(|der| ureq::tls::Certificate::from_der(der.as_ref()).to_owned())
-        .collect();
+    let roots = rustls_native_certs::load_native_certs().certs;
     if roots.is_empty() {
         bail!("this system has no root certificates for https://; name a CA in DISTLOCK_CA_CERT");
     }
-    Ok(roots)
+    Ok((roots, Vec::new()))
 }
 
 /// One request, as it is sent (maybe again, if the server could not be reached).
+#[derive(Clone)]
 pub(super) struct Call {
     method: &'static str,
     path: String,

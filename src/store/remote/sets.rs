@@ -1,15 +1,19 @@
-//! A distlock server's lock sets (`POST /sets`, `/sets/renew`, `/sets/release`), read back
-//! into the outcomes a local store gives. A set's acquire is posted, and waits, as one
-//! resource's does ([`RemoteStore::post_acquire`]); the server says in `Distlock-Grant` how
-//! each member's tenure came about, in the members' order.
+//! A distlock server's lock sets (`POST /sets`, `/sets/renew`, `/sets/release`,
+//! `/sets/leave`), read back into the outcomes a local store gives. A set's acquire is posted,
+//! and waits, as one resource's does ([`RemoteStore::post_acquire`]); the server says in
+//! `Distlock-Grant` how each member's tenure came about, in the members' order. `run`'s end
+//! of a set is one request too (`/sets/release` with `"each":true`), so that a server that
+//! goes away cannot leave some members ended and the rest held.
 
 use anyhow::{Result, anyhow};
 use serde_json::{Map, Value, json};
 
 use super::http::{CALL_TIMEOUT, Call, Reply};
-use super::{RemoteStore, grant, whole_seconds};
-use crate::answer::{SetAcquireAnswer, SetReleaseAnswer, SetRenewAnswer};
-use crate::engine::Request;
+use super::{LEAVE_BUDGET, RemoteStore, grant, whole_seconds};
+use crate::answer::{
+    MemberEnd, SetAcquireAnswer, SetFinishAnswer, SetReleaseAnswer, SetRenewAnswer,
+};
+use crate::engine::{Finish, Request};
 use crate::lock::{
     Blocked, Fence, Holder, Members, Owner, Resource, SetAcquire, SetRefusal, SetRelease, SetRenew,
     Ttl,
@@ -34,7 +38,8 @@ impl RemoteStore {
         });
         let mut body = Map::new();
         body.insert("resources".into(), json!(members.as_slice()));
-        self.post_acquire("/sets".to_owned(), body, request, unread, |reply| {
+        let leave = Self::leave_set_call(members, &request.owner);
+        self.post_acquire("/sets".to_owned(), body, request, &leave, unread, |reply| {
             Ok(Some(Outcome::AcquireSet(match reply.status {
                 200 => match reply.json::<SetAcquireAnswer>()? {
                     SetAcquireAnswer::Acquired(acquired) => {
@@ -151,5 +156,44 @@ impl RemoteStore {
             },
             _ => self.refusal(&reply).map(Err),
         }
+    }
+
+    /// `POST /sets/release` with `"each":true`: `run`'s end of its set in one request, each
+    /// member's tenure (named by its fence) released, or kept until its start + `hold`, on its
+    /// own — a member already lost leaves the others to be let go. Harmless twice, it is sent
+    /// again while it gets no answer or a 503, until the lease's end
+    /// ([`RemoteStore::call_again`]).
+    pub(super) fn finish_set(
+        &self,
+        members: &Members,
+        owner: &Owner,
+        fences: &[Fence],
+        hold: Option<std::time::Duration>,
+    ) -> Result<Vec<Finish>> {
+        let mut body = Self::set_change(members, owner, Some(fences));
+        body["each"] = json!(true);
+        if let Some(hold) = hold {
+            body["hold_at_least_seconds"] = json!(whole_seconds(hold).max(1));
+        }
+        let call = Call::new("POST", "/sets/release".to_owned(), Some(body), CALL_TIMEOUT);
+        let reply = self.call_again(&call)?;
+        if reply.status != 200 {
+            return Err(reply.unexpected(self.client.url()));
+        }
+        let answer = reply.json::<SetFinishAnswer>()?;
+        let named: Vec<&Resource> = answer.members.iter().map(MemberEnd::resource).collect();
+        if named.iter().copied().ne(members.as_slice()) {
+            return Err(anyhow!(
+                "the distlock server {} answered the end of another set",
+                self.client.url().as_str()
+            ));
+        }
+        Ok(answer.members.iter().map(MemberEnd::finish).collect())
+    }
+
+    /// `POST /sets/leave` for `owner`.
+    pub(super) fn leave_set_call(members: &Members, owner: &Owner) -> Call {
+        let body = json!({"resources": members.as_slice(), "owner": owner.as_str()});
+        Call::new("POST", "/sets/leave".to_owned(), Some(body), LEAVE_BUDGET)
     }
 }

@@ -89,6 +89,14 @@ impl Server {
         Server::launch(db, cmd, &files.args(), Some(ca))
     }
 
+    /// HTTPS with the certificate in `files` that no CA of the test signed (one that signs
+    /// itself, say), once it listens; its own client trusts only the system's roots.
+    pub fn start_https(db: &Db, files: &CertFiles) -> Server {
+        let mut cmd = db.std_cmd();
+        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
+        Server::launch_at(db, cmd, "127.0.0.1:0", &files.args(), true, None)
+    }
+
     /// `CMD serve --listen 127.0.0.1:0 ARGS` (CMD being distlock with its store), once it
     /// listens.
     fn start_with(db: &Db, cmd: std::process::Command, serve_args: &[&str]) -> Server {
@@ -101,21 +109,23 @@ impl Server {
     pub fn start_serving_at(db: &Db, listen: &str) -> Server {
         let mut cmd = db.std_cmd();
         cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
-        Server::launch_at(db, cmd, listen, &[], None)
+        Server::launch_at(db, cmd, listen, &[], false, None)
     }
 
     /// `CMD serve --listen 127.0.0.1:0 ARGS`, once it listens: HTTPS, trusting `ca` only, when
     /// there is one.
     fn launch(db: &Db, cmd: std::process::Command, args: &[String], ca: Option<&Ca>) -> Server {
-        Server::launch_at(db, cmd, "127.0.0.1:0", args, ca)
+        Server::launch_at(db, cmd, "127.0.0.1:0", args, ca.is_some(), ca)
     }
 
-    /// `CMD serve --listen LISTEN ARGS`, once it listens.
+    /// `CMD serve --listen LISTEN ARGS`, once it listens: over HTTPS when `https`, its client
+    /// trusting `ca` if there is one.
     fn launch_at(
         db: &Db,
         mut cmd: std::process::Command,
         listen: &str,
         args: &[String],
+        https: bool,
         ca: Option<&Ca>,
     ) -> Server {
         static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -142,7 +152,7 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(10));
         };
-        let scheme = if ca.is_some() { "https" } else { "http" };
+        let scheme = if https { "https" } else { "http" };
         let prefix = format!("{LISTENING}{scheme}://127.0.0.1:");
         let port: u16 = first
             .strip_prefix(&prefix)

@@ -378,6 +378,133 @@ fn a_sets_fences_name_its_tenures_and_one_that_does_not_match_changes_nothing() 
     });
 }
 
+/// `run`'s end of a set: `POST /sets/release` with `"each":true` ends every member's tenure
+/// named by its fence on its own (one no longer held is skipped, the others let go all the
+/// same), or keeps each until its start + `hold_at_least_seconds`; the answer gives each
+/// member's end as `DELETE /locks/{r}` would say it.
+#[test]
+fn a_sets_release_of_each_member_ends_every_tenure_still_held_or_keeps_it_for_a_hold() {
+    each_store(|db| {
+        let server = Server::start(db);
+        let set = take_set(&server, &set_by(&["a", "b", "c"], "w", 60), Mode::Exclusive);
+        let fences: Vec<(&str, i64)> = set
+            .iter()
+            .map(|tenure| (tenure.resource.as_str(), tenure.fence))
+            .collect();
+        db.json(&["break", "b", "--reason", "stuck"], 0);
+        let mut each = change_of(&["a", "b", "c"], "w", Some(fences.as_slice()));
+        each["each"] = json!(true);
+        let reply = server.post("/sets/release", &each);
+        assert_eq!(
+            reply.json(200),
+            json!({"members": [
+                {"released": true, "resource": "a"},
+                {"released": false, "resource": "b", "reason": "not_found"},
+                {"released": true, "resource": "c"},
+            ]}),
+            "{}",
+            reply.describe()
+        );
+        for member in ["a", "b", "c"] {
+            free(&server, member);
+        }
+        // Again: nothing of the owner's is left to end.
+        let reply = server.post("/sets/release", &each);
+        assert_eq!(
+            reply.json(200)["members"][0],
+            json!({"released": false, "resource": "a", "reason": "not_found"}),
+            "{}",
+            reply.describe()
+        );
+
+        let set = take_set(&server, &set_by(&["a", "b"], "w", 60), Mode::Exclusive);
+        let fences: Vec<(&str, i64)> = set
+            .iter()
+            .map(|tenure| (tenure.resource.as_str(), tenure.fence))
+            .collect();
+        let mut kept = change_of(&["a", "b"], "w", Some(fences.as_slice()));
+        kept["each"] = json!(true);
+        kept["hold_at_least_seconds"] = json!(3600);
+        let reply = server.post("/sets/release", &kept);
+        let answer = reply.json(200);
+        for (at, tenure) in set.iter().enumerate() {
+            let member = &answer["members"][at];
+            assert_eq!(
+                keys(member),
+                ["kept_until", "released", "resource"],
+                "{answer}"
+            );
+            assert_eq!(member["resource"], tenure.resource.as_str(), "{answer}");
+            let lock = server.get(&lock_path(&tenure.resource, "")).json(200)["lock"].clone();
+            assert_eq!(lock["fence"], tenure.fence, "{lock}");
+            assert_eq!(member["kept_until"], lock["expires_at"], "{answer} {lock}");
+            let kept = Tenure::read(&lock, Mode::Exclusive);
+            assert_eq!(kept.expires_ms() - kept.acquired_ms(), 3_600_000, "{lock}");
+        }
+
+        // `each` names the tenures it ends; a hold is for `each` alone.
+        let before = state(&server);
+        let mut unfenced = change_of(&["a", "b"], "w", None);
+        unfenced["each"] = json!(true);
+        let mut held_whole = change_of(&["a", "b"], "w", Some(fences.as_slice()));
+        held_whole["hold_at_least_seconds"] = json!(60);
+        let mut not_a_flag = change_of(&["a", "b"], "w", Some(fences.as_slice()));
+        not_a_flag["each"] = json!("yes");
+        let mut no_hold = kept.clone();
+        no_hold["hold_at_least_seconds"] = json!(0);
+        for (body, words) in [
+            (&unfenced, "fences"),
+            (&held_whole, "each"),
+            (&not_a_flag, "each"),
+            (&no_hold, "hold_at_least_seconds"),
+        ] {
+            let problem = server.post("/sets/release", body).problem(422);
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .is_some_and(|detail| detail.contains(words)),
+                "{body}: {problem}"
+            );
+        }
+        assert_eq!(state(&server), before, "a refused body changes nothing");
+    });
+}
+
+/// `POST /sets/leave`: a set waiter gives up its place in every member's queue at once, and
+/// its waiting request ends.
+#[test]
+fn a_set_waiter_that_leaves_gives_up_every_place_at_once() {
+    each_store(|db| {
+        let server = Server::start(db);
+        take(&server, "a", "h1", 60);
+        take(&server, "b", "h2", 60);
+        let body = json!({"resources": ["c", "b", "a"], "owner": "w", "ttl_seconds": 60,
+                          "wait_seconds": 60});
+        thread::scope(|s| {
+            let waiter = s.spawn(|| timed(|| server.post("/sets", &body)));
+            for member in ["a", "b", "c"] {
+                until_waiting(&server, member, 1, QUEUED);
+            }
+            let left = Instant::now();
+            server
+                .post("/sets/leave", &change_of(&["a", "b", "c"], "w", None))
+                .no_content();
+            for member in ["a", "b", "c"] {
+                assert_eq!(
+                    super::waiting_via(&server, member),
+                    0,
+                    "{member}: the place is gone when the leave is answered"
+                );
+            }
+            let (reply, answered) = waiter.join().expect("the waiter");
+            assert_eq!(reply.json(200)["acquired"], false, "{}", reply.describe());
+            assert!(answered - left < HANDOVER);
+        });
+        // c is no longer reserved for it.
+        take(&server, "c", "later", 60);
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input
 
@@ -563,6 +690,7 @@ fn a_set_with_a_member_outside_the_tokens_prefixes_is_403_and_nothing_is_granted
             ("/sets", set_by(&members, "w", 60)),
             ("/sets/renew", renew_of(&members, "w", 60, None)),
             ("/sets/release", change_of(&members, "w", None)),
+            ("/sets/leave", change_of(&members, "w", None)),
         ] {
             let answer = call(&server, "POST", path, Some(&ci), Some(&body));
             let problem = answer.problem(403, "not-allowed");
@@ -572,6 +700,24 @@ fn a_set_with_a_member_outside_the_tokens_prefixes_is_403_and_nothing_is_granted
                 "{path}: names the token and the member: {problem}"
             );
         }
+        // One resource's leave is held to the token's prefixes as well.
+        let leave = json!({"owner": "w"});
+        call(
+            &server,
+            "POST",
+            &lock_path("b/x", "/leave"),
+            Some(&ci),
+            Some(&leave),
+        )
+        .problem(403, "not-allowed");
+        let left = call(
+            &server,
+            "POST",
+            &lock_path("a/1", "/leave"),
+            Some(&ci),
+            Some(&leave),
+        );
+        assert_eq!(left.status, 204);
         let listed = call(&server, "GET", "/locks", Some(&ops), None);
         assert_eq!(listed.json(), json!({"locks": []}), "nothing was granted");
         assert_eq!(db.status("a/1").0, 1);
