@@ -251,8 +251,10 @@ fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exi
 
 fn evict(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
     let resource = &args.resource;
+    // A token is recorded only by a server, which knows the caller's.
     let eviction = Eviction {
         by: args.by.unwrap_or_else(operator),
+        by_token: None,
         reason: args.reason,
     };
     let removed = store.evict(resource, args.owner.as_ref(), &eviction)?;

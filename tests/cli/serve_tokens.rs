@@ -723,3 +723,99 @@ fn an_operator_reads_and_breaks_every_lock_but_takes_only_its_own_resources() {
         200
     );
 }
+
+#[test]
+fn a_break_records_the_operators_token_that_the_server_let_in_beside_the_by_it_was_told() {
+    each_store(|db| {
+        let ci = make_token(db, "ci", &["--prefix", "jobs/"]);
+        let ops = make_token(db, "ops", &["--all-resources", "--operator"]);
+        let tokens = db.file("tokens.json").display().to_string();
+        let server = Server::start_serving(db, &["--tokens", &tokens]);
+        for resource in ["jobs/a", "jobs/b"] {
+            let taken = call(
+                &server,
+                "POST",
+                &lock_path(resource, ""),
+                Some(&ci),
+                Some(&acquire_body("w")),
+            );
+            assert_eq!(taken.status, 200, "{resource}");
+        }
+        // The body names someone else; the server knows it was ops.
+        let brk = lock_path("jobs/a", "/break");
+        let broken = call(
+            &server,
+            "POST",
+            &brk,
+            Some(&ops),
+            Some(&json!({"reason": "stuck", "by": "ci-bot@innocent"})),
+        );
+        assert_eq!(broken.status, 200);
+        // Nor can a body claim a token of its own.
+        call(
+            &server,
+            "POST",
+            &lock_path("jobs/b", "/break"),
+            Some(&ops),
+            Some(&json!({"reason": "stuck", "by_token": "ci"})),
+        )
+        .problem(422, "invalid-request");
+        // Through distlock's own client too, with the by it makes up (`<user>@<hostname>`).
+        let out = db
+            .env_cmd(crate::common::process::BIN)
+            .args([
+                "--db",
+                &server.url(""),
+                "break",
+                "jobs/b",
+                "--reason",
+                "gone",
+            ])
+            .env("DISTLOCK_TOKEN", &ops)
+            .output()
+            .expect("break through the server");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        // GET /log, and the command line on the store itself, say the same.
+        let log = call(&server, "GET", "/log?resource=jobs%2Fa", Some(&ops), None);
+        let served: Vec<Value> = String::from_utf8_lossy(&log.body)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        let event = served.last().expect("events").clone();
+        assert_eq!(
+            (
+                &event["event"],
+                &event["token"],
+                &event["by"],
+                &event["by_token"],
+                &event["reason"]
+            ),
+            (
+                &json!("broken"),
+                &json!("ci"),
+                &json!("ci-bot@innocent"),
+                &json!("ops"),
+                &json!("stuck")
+            ),
+            "the victim tenure's token, and the operator's that broke it: {event}"
+        );
+        assert_eq!(db.log(&["jobs/a", "--limit", "1"])[0], event);
+        let by_cli = db.log(&["jobs/b", "--limit", "1"]);
+        assert_eq!(
+            (&by_cli[0]["event"], &by_cli[0]["by_token"]),
+            (&json!("broken"), &json!("ops")),
+            "{by_cli:?}"
+        );
+        let text = db.text_lines(&["log", "jobs/a", "--limit", "1"], 0);
+        assert!(
+            text[0].contains("broken by ci-bot@innocent (token ops): the tenure of w"),
+            "{text:?}"
+        );
+        // A break without a server's token records none: no key at all.
+        db.json(&["acquire", "local", "--owner", "x", "--ttl", "60"], 0);
+        db.json(&["break", "local", "--reason", "r", "--by", "me"], 0);
+        let local = db.log(&["local", "--limit", "1"]);
+        assert_eq!(local[0]["by"], "me", "{local:?}");
+        assert!(local[0].get("by_token").is_none(), "{local:?}");
+    });
+}
