@@ -307,7 +307,11 @@ fn token_add(printer: Printer, args: TokenAddArgs) -> Result<Exit> {
     } else {
         Resources::Prefixes(args.prefixes)
     };
-    let made = crate::serve::tokens::add(&args.tokens, args.name, resources, args.operator)?;
-    printer.emit(&made)?;
+    // The secret is shown once: a token is added only where it is seen, and taken out again
+    // when it cannot be shown.
+    crate::serve::tokens::check_secret_reaches_stdout()?;
+    crate::serve::tokens::add(&args.tokens, args.name, resources, args.operator, |made| {
+        printer.emit(made)
+    })?;
     Ok(Exit::Done)
 }

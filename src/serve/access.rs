@@ -149,7 +149,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.json");
         let name = crate::lock::TokenName::parse("ci").unwrap();
-        let made = add(&path, name, Resources::All(AllResources::All), false).unwrap();
+        let made = add(
+            &path,
+            name,
+            Resources::All(AllResources::All),
+            false,
+            |_| Ok(()),
+        )
+        .unwrap();
         let tokens = Tokens::load(&path).unwrap();
         let secret = &made.secret;
         // (Authorization values, known)
