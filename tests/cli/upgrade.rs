@@ -1381,3 +1381,22 @@ fn v4_store_is_upgraded_keeping_tokens_places_and_history_and_then_records_who_b
         assert_sound(db);
     });
 }
+
+#[test]
+fn many_processes_opening_one_v4_store_at_once_all_succeed_and_it_is_upgraded_once() {
+    each_store(|db| {
+        let old_log = install_v4(db);
+        let processes = acquire_all_at_once(db, V4_LAST_FENCE);
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        assert_sound(db);
+        let log = db.run(&["log"]);
+        let log = String::from_utf8_lossy(&log.stdout);
+        assert!(log.starts_with(&old_log), "the old history first:\n{log}");
+        assert_eq!(
+            log.lines().count(),
+            old_log.lines().count() + processes,
+            "old history and one event each"
+        );
+        assert_eq!(db.waiting("jobs/a"), 1, "the token's place in the queue");
+    });
+}
