@@ -124,7 +124,7 @@ Register-ArgumentCompleter -Native -CommandName 'distlock' -ScriptBlock {
         'distlock;break' {
             [CompletionResult]::new('--reason', '--reason', [CompletionResultType]::ParameterName, 'Why (recorded in the history, and told to the evicted run)')
             [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'Only this owner''s tenure (never read from DISTLOCK_OWNER) [default: every tenure]')
-            [CompletionResult]::new('--by', '--by', [CompletionResultType]::ParameterName, 'Who breaks it [default: <user>@<hostname>]')
+            [CompletionResult]::new('--by', '--by', [CompletionResultType]::ParameterName, 'Who breaks it, as the history records it; through a server with tokens the history also records the operator''s token (by_token) [default: <user>@<hostname>]')
             [CompletionResult]::new('--db', '--db', [CompletionResultType]::ParameterName, 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'Output format of lock commands')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')

@@ -112,7 +112,7 @@ set edit:completion:arg-completer[distlock] = {|@words|
         &'distlock;break'= {
             cand --reason 'Why (recorded in the history, and told to the evicted run)'
             cand --owner 'Only this owner''s tenure (never read from DISTLOCK_OWNER) [default: every tenure]'
-            cand --by 'Who breaks it [default: <user>@<hostname>]'
+            cand --by 'Who breaks it, as the history records it; through a server with tokens the history also records the operator''s token (by_token) [default: <user>@<hostname>]'
             cand --db 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server''s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]'
             cand --format 'Output format of lock commands'
             cand -h 'Print help (see more with ''--help'')'

@@ -99,7 +99,7 @@ text\t'One human-readable line per result'"
 complete -c distlock -n "__fish_distlock_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l reason -d 'Why (recorded in the history, and told to the evicted run)' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l owner -d 'Only this owner\'s tenure (never read from DISTLOCK_OWNER) [default: every tenure]' -r
-complete -c distlock -n "__fish_distlock_using_subcommand break" -l by -d 'Who breaks it [default: <user>@<hostname>]' -r
+complete -c distlock -n "__fish_distlock_using_subcommand break" -l by -d 'Who breaks it, as the history records it; through a server with tokens the history also records the operator\'s token (by_token) [default: <user>@<hostname>]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand break" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"

@@ -166,7 +166,12 @@ The file (made readable by its owner only, when missing) keeps the token's name,
 of its secret, the resources it may use and whether it is an operator's; never the secret. \
 The answer is one JSON line: {\"token\":NAME,\"secret\":\"dl_...\",\"file\":PATH}. Give the secret \
 to the caller (as DISTLOCK_TOKEN, or Authorization: Bearer), then send SIGHUP to a running \
-server to reread the file.";
+server to reread the file.
+
+The secret is shown only this once, so a token is added only where it can be seen: with stdout \
+closed or /dev/null nothing is added, and when the answer cannot be written (a full disk, a \
+closed pipe) the token is taken out of the file again (exit 74 either way). A file, or a \
+folder above it, that group or others may write is refused (64), as the server refuses it.";
 
 #[derive(Debug, Args)]
 pub struct TokenAddArgs {
@@ -195,18 +200,10 @@ pub struct TokenAddArgs {
     pub operator: bool,
 }
 
-/// A resource prefix: the start of a resource name, so not empty, at most 255 bytes, and no
-/// control characters.
+/// A resource prefix, by the rule a tokens file's prefixes follow too
+/// ([`crate::serve::tokens::check_prefix`]).
 fn parse_prefix(raw: &str) -> Result<String, String> {
-    if raw.is_empty() {
-        return Err("a prefix must not be empty (--all-resources allows every resource)".into());
-    }
-    if raw.len() > crate::lock::MAX_NAME_BYTES || raw.chars().any(char::is_control) {
-        return Err(format!(
-            "a prefix is the start of a resource name: at most {} bytes, no control characters",
-            crate::lock::MAX_NAME_BYTES
-        ));
-    }
+    crate::serve::tokens::check_prefix(raw)?;
     Ok(raw.to_owned())
 }
 
@@ -232,9 +229,16 @@ it serves HTTPS; --insecure-http is for plain HTTP beyond loopback, behind a pro
 terminates TLS. A TLS handshake, like a request's headers, must be done within 10 s; a \
 client that reads none of its answers for 10 s is disconnected.
 
-SIGHUP rereads the TLS files: new connections get the new certificate, open ones keep theirs; \
-a file that cannot be read or used keeps the old certificate, with one line on stderr saying \
-why. SIGTERM or SIGINT: waiting requests are answered, the others finish, exit 0.";
+The tokens file is trusted as ssh trusts authorized_keys: a regular file, that neither it nor \
+a folder above it may be written by group or others (a sticky folder of root's, as /tmp, \
+aside), owned like those folders by the server's user or root; else the server does not start \
+(64). A certificate that has expired, or expires within 7 days, is served but named in a \
+warning line on stderr.
+
+SIGHUP rereads the tokens file and the TLS files: new connections get the new certificate, \
+open ones keep theirs; a file that cannot be read or used keeps the old tokens or \
+certificate, with one line on stderr saying why. SIGTERM or SIGINT: waiting requests are \
+answered, the others finish, exit 0.";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -414,7 +418,8 @@ pub struct BreakArgs {
     /// Only this owner's tenure (never read from DISTLOCK_OWNER) [default: every tenure]
     #[arg(long, value_parser = Owner::parse)]
     pub owner: Option<Owner>,
-    /// Who breaks it [default: <user>@<hostname>]
+    /// Who breaks it, as the history records it; through a server with tokens the history
+    /// also records the operator's token (by_token) [default: <user>@<hostname>]
     #[arg(long, value_name = "NAME", value_parser = Remark::parse)]
     pub by: Option<Remark>,
 }

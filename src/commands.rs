@@ -251,8 +251,10 @@ fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exi
 
 fn evict(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
     let resource = &args.resource;
+    // A token is recorded only by a server, which knows the caller's.
     let eviction = Eviction {
         by: args.by.unwrap_or_else(operator),
+        by_token: None,
         reason: args.reason,
     };
     let removed = store.evict(resource, args.owner.as_ref(), &eviction)?;
@@ -305,7 +307,11 @@ fn token_add(printer: Printer, args: TokenAddArgs) -> Result<Exit> {
     } else {
         Resources::Prefixes(args.prefixes)
     };
-    let made = crate::serve::tokens::add(&args.tokens, args.name, resources, args.operator)?;
-    printer.emit(&made)?;
+    // The secret is shown once: a token is added only where it is seen, and taken out again
+    // when it cannot be shown.
+    crate::serve::tokens::check_secret_reaches_stdout()?;
+    crate::serve::tokens::add(&args.tokens, args.name, resources, args.operator, |made| {
+        printer.emit(made)
+    })?;
     Ok(Exit::Done)
 }

@@ -146,8 +146,24 @@ pub struct Event {
 /// Who broke a lock with `break`, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Eviction {
+    /// Who the caller says it is (`--by`, or `<user>@<hostname>`): free text, proving nothing.
     pub by: Remark,
+    /// The operator's token that a server let break it (`distlock serve --tokens`): who the
+    /// server knows it was. Never taken from what the caller sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_token: Option<TokenName>,
     pub reason: Remark,
+}
+
+impl Eviction {
+    /// Who broke it, as a message names them: `by`, and the operator's token when there was
+    /// one (`alice@ops (token ops)`).
+    pub fn breaker(&self) -> String {
+        match &self.by_token {
+            Some(token) => format!("{} (token {token})", self.by),
+            None => self.by.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

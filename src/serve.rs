@@ -449,6 +449,7 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
         let plural = if known == 1 { "" } else { "s" };
         warn(format_args!("{known} token{plural} let callers in"));
     }
+    front.rereads.warn_now();
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let graceful = GracefulShutdown::new();
     // Told when the accepting stops, so that handshakes under way end at once instead of

@@ -28,6 +28,7 @@ use anyhow::Result;
 use crate::engine::{self, Change, Decision, SetDecision, State};
 use crate::lock::{
     Event, EventKind, Eviction, Fence, Lock, LogQuery, Mode, Owner, Remark, Resource, Timestamp,
+    TokenName,
 };
 
 pub use location::{Folders, Location, NetworkFs};
@@ -38,7 +39,7 @@ pub use remote::{NotAllowed, RemoteStore, ServerUrl, authorization as server_aut
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
 const GC_BATCH: i64 = 1000;
@@ -412,6 +413,8 @@ struct HistoryRow<'a> {
     /// Who broke the tenure, and why (`broken` events).
     by: Option<&'a str>,
     reason: Option<&'a str>,
+    /// The operator's token that broke it through a server (`broken` events; NULL: none).
+    by_token: Option<&'a str>,
 }
 
 /// # Errors
@@ -434,6 +437,7 @@ fn event(row: &HistoryRow<'_>) -> Result<Event> {
         note: row.note.map(Remark::from_store),
         broken: row.by.zip(row.reason).map(|(by, reason)| Eviction {
             by: Remark::from_store(by),
+            by_token: row.by_token.map(TokenName::from_store),
             reason: Remark::from_store(reason),
         }),
     })

@@ -202,7 +202,10 @@ fn render(man: &clap_mangen::Man, cmd: &clap::Command, extra: &Roff, subcommands
 }
 
 fn main_page(cmd: &clap::Command) -> Vec<u8> {
-    let man = clap_mangen::Man::new(cmd.clone())
+    // clap's `help` subcommand has no page of its own (`distlock help X` shows X's help): the
+    // list of subcommands leaves it out, as SEE ALSO does.
+    let listed = cmd.clone().disable_help_subcommand(true);
+    let man = clap_mangen::Man::new(listed.clone())
         .date("")
         .source("distlock");
     let mut extra = Roff::new();
@@ -234,7 +237,7 @@ fn main_page(cmd: &clap::Command) -> Vec<u8> {
         ],
     );
     see_also(&mut extra, cmd, None);
-    render(&man, cmd, &extra, true)
+    render(&man, &listed, &extra, true)
 }
 
 fn sub_page(parent: &clap::Command, sub: &clap::Command) -> Vec<u8> {
@@ -677,6 +680,17 @@ fn every_page_referred_to_exists_and_the_store_files_are_named() {
         .collect();
     for (file, page) in &pages {
         let text = String::from_utf8_lossy(page);
+        // The list of subcommands names a page on each line of its own.
+        if text.contains(".SH SUBCOMMANDS") {
+            for line in section(&text, "SUBCOMMANDS").lines() {
+                if let Some(name) = line.strip_suffix("(1)") {
+                    assert!(
+                        names.iter().any(|n| n == name),
+                        "{file} lists {name}(1), which does not exist"
+                    );
+                }
+            }
+        }
         for reference in section(&text, "SEE ALSO").split(", ") {
             let reference = reference.trim();
             let Some(name) = reference.strip_suffix("(1)") else {

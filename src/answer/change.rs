@@ -204,10 +204,10 @@ impl Answer for BreakAnswer {
             }
             BreakAnswer::Broken(broken) => {
                 let owners: Vec<&str> = broken.locks.iter().map(|l| l.owner.as_str()).collect();
-                let (by, reason) = broken
-                    .eviction
-                    .as_ref()
-                    .map_or(("?", "?"), |b| (b.by.as_str(), b.reason.as_str()));
+                let (by, reason) = broken.eviction.as_ref().map_or_else(
+                    || ("?".to_owned(), "?"),
+                    |b| (b.breaker(), b.reason.as_str()),
+                );
                 format!(
                     "broke {}: removed the tenure of {} (by {by}: {reason})",
                     broken.resource,

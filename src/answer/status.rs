@@ -128,7 +128,12 @@ impl Answer for Event {
             // The owner is the evicted holder, not who broke it.
             return format!(
                 "{} {} broken by {}: the tenure of {}{} ({})",
-                self.at, self.resource, eviction.by, self.owner, tenure, eviction.reason
+                self.at,
+                self.resource,
+                eviction.breaker(),
+                self.owner,
+                tenure,
+                eviction.reason
             );
         }
         let mut line = format!(

@@ -332,9 +332,15 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
     };
     let eviction = Eviction {
         by: note("alice@ops"),
+        by_token: None,
         reason: note("runner lost"),
     };
-    let cases: [(Event, &str, &str); 3] = [
+    let by_operator = Eviction {
+        by: note("ci-bot@innocent"),
+        by_token: Some(crate::lock::TokenName::parse("ops").expect("a token name")),
+        reason: note("stuck"),
+    };
+    let cases: [(Event, &str, &str); 4] = [
         (
             event(EventKind::Acquired, None, None),
             r#"{"at":"2026-11-30T04:08:52.123Z","resource":"r","owner":"w1","fence":7,"event":"acquired"}"#,
@@ -349,6 +355,11 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
             event(EventKind::Broken, None, Some(eviction.clone())),
             r#"{"at":"2026-11-30T04:08:52.123Z","resource":"r","owner":"w1","fence":7,"event":"broken","by":"alice@ops","reason":"runner lost"}"#,
             "2026-11-30T04:08:52.123Z r broken by alice@ops: the tenure of w1 (fence 7) (runner lost)",
+        ),
+        (
+            event(EventKind::Broken, None, Some(by_operator)),
+            r#"{"at":"2026-11-30T04:08:52.123Z","resource":"r","owner":"w1","fence":7,"event":"broken","by":"ci-bot@innocent","by_token":"ops","reason":"stuck"}"#,
+            "2026-11-30T04:08:52.123Z r broken by ci-bot@innocent (token ops): the tenure of w1 (fence 7) (stuck)",
         ),
     ];
     for (answer, line, text) in cases {

@@ -1958,6 +1958,7 @@ fn renewing_and_keeping_a_guarded_tenure_keep_it_guarded() {
 fn breach_by(by: &str, reason: &str) -> Eviction {
     Eviction {
         by: Remark::parse(by).unwrap(),
+        by_token: None,
         reason: Remark::parse(reason).unwrap(),
     }
 }
@@ -2485,14 +2486,17 @@ fn each_token_waits_in_its_own_place_and_leaves_only_its_own() {
 fn a_break_by_owner_name_ends_the_tenure_whatever_token_took_it() {
     let rows = [tenure_by("w", "ci", 7, X)];
     let eviction = Eviction {
-        by: Remark::parse("ops").unwrap(),
+        by: Remark::parse("ci-bot@innocent").unwrap(),
+        by_token: Some(TokenName::parse("ops").unwrap()),
         reason: Remark::parse("stuck").unwrap(),
     };
     let decision = evict(&res(), &state(&rows), Some(&own("w")), &eviction);
     assert_eq!(decision.outcome.len(), 1);
+    // The event keeps the victim tenure's token, and beside it the operator's that broke it.
     assert!(
         matches!(&decision.changes[1], Change::Record(e)
-            if e.token.as_ref().map(TokenName::as_str) == Some("ci")),
+            if e.token.as_ref().map(TokenName::as_str) == Some("ci")
+                && e.broken.as_ref() == Some(&eviction)),
         "{:?}",
         decision.changes
     );

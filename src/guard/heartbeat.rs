@@ -71,10 +71,15 @@ impl Heartbeat {
             // A lock set names the member that was broken.
             Some((resource, eviction)) if set => format!(
                 "{resource} was broken by {} ({})",
-                eviction.by, eviction.reason
+                eviction.breaker(),
+                eviction.reason
             ),
             Some((_, eviction)) => {
-                format!("it was broken by {} ({})", eviction.by, eviction.reason)
+                format!(
+                    "it was broken by {} ({})",
+                    eviction.breaker(),
+                    eviction.reason
+                )
             }
             None => otherwise.to_owned(),
         }

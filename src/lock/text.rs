@@ -212,6 +212,11 @@ impl TokenName {
         Ok(TokenName(raw.to_owned()))
     }
 
+    /// A token name read back from the store, which only ever holds validated names.
+    pub(crate) fn from_store(name: &str) -> TokenName {
+        TokenName(name.to_owned())
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

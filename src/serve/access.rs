@@ -12,7 +12,7 @@ use hyper::header::{AUTHORIZATION, HeaderMap};
 
 use super::problem::Problem;
 use super::tokens::{Token, Tokens};
-use crate::lock::{Owner, Resource};
+use crate::lock::{Owner, Resource, TokenName};
 
 /// The caller of one request.
 #[derive(Debug, Clone)]
@@ -60,6 +60,11 @@ impl Caller {
     /// The token's name, for the log line.
     pub fn name(&self) -> Option<&str> {
         self.0.as_ref().map(|token| token.name.as_str())
+    }
+
+    /// The token's name, for the history (who broke a lock).
+    pub fn token_name(&self) -> Option<TokenName> {
+        self.0.as_ref().map(|token| token.name.clone())
     }
 
     /// Refuses a request on `resource` outside the caller's resources.
@@ -144,7 +149,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.json");
         let name = crate::lock::TokenName::parse("ci").unwrap();
-        let made = add(&path, name, Resources::All(AllResources::All), false).unwrap();
+        let made = add(
+            &path,
+            name,
+            Resources::All(AllResources::All),
+            false,
+            |_| Ok(()),
+        )
+        .unwrap();
         let tokens = Tokens::load(&path).unwrap();
         let secret = &made.secret;
         // (Authorization values, known)

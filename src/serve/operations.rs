@@ -362,8 +362,10 @@ pub(super) fn evict(call: &Call<'_>, resource: &Resource) -> Outcome {
         Ok(read) => read,
         Err(bad) => return Ok(Err(bad)),
     };
+    // Who broke it, as the server knows it: the operator's token, never the body's words.
     let eviction = Eviction {
         by: by.unwrap_or_else(|| Remark::from_store("distlock serve")),
+        by_token: call.caller.token_name(),
         reason,
     };
     state.stores.with(|store| {

@@ -7,10 +7,19 @@
 //! (a file missing, half written, not PEM, or a key that is not the certificate's) changes
 //! nothing. The key must belong to the first certificate of the chain: a chain and key
 //! replaced one file at a time are taken only once both are in place.
+//!
+//! A chain whose certificate has expired, or expires within [`EXPIRY_WARNING`], is still served
+//! (refusing to start would take the locks away too), but named in one warning line on stderr
+//! at start and at each SIGHUP that reads it ([`Reread::warning`]): clients refuse an expired
+//! certificate.
+//! Either file must be a regular file; one that is not (a FIFO, whose reader would wait for a
+//! writer) is refused without waiting.
 
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use anyhow::Context;
 use rustls::crypto::CryptoProvider;
@@ -21,6 +30,7 @@ use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
 use super::reread::Reread;
+use crate::lock::Timestamp;
 
 /// The most bytes read of either file: a certificate chain is a few KiB; a path that names
 /// something else (a device, a huge file) is refused rather than read into memory.
@@ -28,6 +38,9 @@ const MAX_PEM: u64 = 1024 * 1024;
 
 /// The one application protocol served, told to clients that ask (ALPN).
 const ALPN_HTTP_1_1: &[u8] = b"http/1.1";
+
+/// How long before a certificate ends it is named in a warning: a week, time to renew it.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// `--tls-cert` and `--tls-key`: the PEM files with the certificate chain (the server's own
 /// certificate first) and its private key.
@@ -50,8 +63,8 @@ impl Certificate {
     ///
     /// # Errors
     ///
-    /// One line naming the flag and the file: it cannot be read, holds no certificate or key,
-    /// or the key is not the certificate's.
+    /// One line naming the flag and the file: it cannot be read, is not a regular file, holds
+    /// no certificate or key, or the key is not the certificate's.
     pub fn load(files: TlsFiles) -> Result<Certificate, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let current = read(&files, &provider)?;
@@ -87,6 +100,68 @@ impl Reread for Certificate {
         let fresh = Arc::new(read(&self.files, &self.provider)?);
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = fresh;
         Ok(())
+    }
+
+    fn warning(&self) -> Option<String> {
+        expiry_warning(&self.files, &self.current().cert, Timestamp::now())
+    }
+}
+
+/// One line naming the certificate of `chain` (read from `files`) that ends first, when it has
+/// ended at `now` or ends within [`EXPIRY_WARNING`] of it, and when.
+fn expiry_warning(
+    files: &TlsFiles,
+    chain: &[CertificateDer<'_>],
+    now: Timestamp,
+) -> Option<String> {
+    let (index, end) = chain
+        .iter()
+        .enumerate()
+        .filter_map(|(index, der)| Some((index, not_after(der)?)))
+        .min_by_key(|(_, end)| *end)?;
+    let which = match index {
+        0 => "its certificate".to_owned(),
+        n => format!("certificate {} of its chain", n + 1),
+    };
+    let flag = format!("--tls-cert {}", files.cert.display());
+    let left = end.0.saturating_sub(now.0);
+    if left <= 0 {
+        return Some(format!(
+            "{flag}: {which} expired at {end}; clients refuse it: renew it, then send SIGHUP"
+        ));
+    }
+    let warned = i64::try_from(EXPIRY_WARNING.as_millis()).unwrap_or(i64::MAX);
+    (left <= warned).then(|| {
+        format!(
+            "{flag}: {which} expires at {end}, {}: renew it, then send SIGHUP",
+            time_left(left)
+        )
+    })
+}
+
+/// The end of a certificate's validity (its notAfter), or `None` when it cannot be read.
+fn not_after(der: &CertificateDer<'_>) -> Option<Timestamp> {
+    use x509_cert::der::Decode;
+    let cert = x509_cert::Certificate::from_der(der.as_ref()).ok()?;
+    let since_epoch = cert.tbs_certificate.validity.not_after.to_unix_duration();
+    i64::try_from(since_epoch.as_millis()).ok().map(Timestamp)
+}
+
+/// `millis` (more than 0) in words, rounded: "in 3 days", "in 5 hours", "in 12 minutes".
+fn time_left(millis: i64) -> String {
+    const MINUTE: i64 = 60_000;
+    const HOUR: i64 = 60 * MINUTE;
+    const DAY: i64 = 24 * HOUR;
+    let (unit, name) = if millis >= 2 * DAY {
+        (DAY, "days")
+    } else if millis >= 2 * HOUR {
+        (HOUR, "hours")
+    } else {
+        (MINUTE, "minutes")
+    };
+    match (millis + unit / 2) / unit {
+        0 | 1 => "in 1 minute".to_owned(),
+        n => format!("in {n} {name}"),
     }
 }
 
@@ -140,9 +215,23 @@ fn read(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey, Str
     }
 }
 
-/// The bytes of `path`, at most [`MAX_PEM`] of them.
+/// The bytes of `path`, at most [`MAX_PEM`] of them, when it is a regular file. It is opened
+/// without blocking, so that a FIFO is refused rather than waited on.
 fn read_pem(path: &Path, flag: &str) -> Result<Vec<u8>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{flag}: cannot open it: {e}"))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("{flag}: cannot open it: {e}"))?;
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("{flag}: cannot read it: {e}"))?
+        .file_type();
+    if !kind.is_file() {
+        return Err(format!(
+            "{flag}: not a regular file (a FIFO, a device or a folder)"
+        ));
+    }
     let mut bytes = Vec::new();
     file.take(MAX_PEM + 1)
         .read_to_end(&mut bytes)
@@ -241,6 +330,102 @@ mod tests {
             .expect_err("a certificate section that holds no certificate");
         assert!(
             err.starts_with("--tls-cert ") && !err.contains('\n'),
+            "{err}"
+        );
+    }
+
+    /// A day: year, month, day of the month.
+    type Day = (i32, u8, u8);
+
+    /// A certificate for `localhost` valid until `not_after`, as DER.
+    fn valid_until(not_after: Day) -> CertificateDer<'static> {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        params
+            .self_signed(&key)
+            .expect("a certificate")
+            .der()
+            .clone()
+    }
+
+    #[test]
+    fn a_certificate_that_ended_or_ends_within_a_week_is_named_with_its_end() {
+        let files = TlsFiles {
+            cert: PathBuf::from("/etc/distlock/server.pem"),
+            key: PathBuf::from("/etc/distlock/server.key"),
+        };
+        // Now is 2030-06-10T00:00:00Z.
+        let now = Timestamp(1_907_280_000_000);
+        // (the chain's ends, the warning, or "" for none)
+        let cases: [(&[Day], &str); 7] = [
+            (&[(2031, 1, 1)], ""),
+            (&[(2030, 6, 18)], ""),
+            (
+                &[(2030, 6, 17)],
+                "--tls-cert /etc/distlock/server.pem: its certificate expires at \
+                 2030-06-17T00:00:00.000Z, in 7 days: renew it, then send SIGHUP",
+            ),
+            (
+                &[(2030, 6, 11)],
+                "its certificate expires at 2030-06-11T00:00:00.000Z, in 24 hours",
+            ),
+            (
+                &[(2030, 6, 10)],
+                "--tls-cert /etc/distlock/server.pem: its certificate expired at \
+                 2030-06-10T00:00:00.000Z; clients refuse it: renew it, then send SIGHUP",
+            ),
+            (
+                &[(2031, 1, 1), (2030, 1, 1)],
+                "certificate 2 of its chain expired at 2030-01-01T00:00:00.000Z",
+            ),
+            (
+                &[(2029, 1, 1), (2030, 6, 12)],
+                "its certificate expired at 2029-01-01T00:00:00.000Z",
+            ),
+        ];
+        for (ends, words) in cases {
+            let chain: Vec<_> = ends.iter().map(|end| valid_until(*end)).collect();
+            match expiry_warning(&files, &chain, now) {
+                None => assert_eq!(words, "", "{ends:?}: no warning"),
+                Some(warning) => assert!(
+                    !words.is_empty() && warning.contains(words) && !warning.contains('\n'),
+                    "{ends:?}: {warning}"
+                ),
+            }
+        }
+        // (milliseconds left, in words)
+        for (left, words) in [
+            (1, "in 1 minute"),
+            (89_999, "in 1 minute"),
+            (90_000, "in 2 minutes"),
+            (7_199_999, "in 120 minutes"),
+            (7_200_000, "in 2 hours"),
+            (172_800_000 - 1, "in 48 hours"),
+            (3 * 86_400_000 - 5_000, "in 3 days"),
+            (604_800_000, "in 7 days"),
+        ] {
+            assert_eq!(time_left(left), words, "{left}");
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_regular_one_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let fifo = dir.path().join("cert.pem");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let (_, key) = certified();
+        std::fs::write(dir.path().join("key.pem"), key).expect("write the key");
+        let err = Certificate::load(TlsFiles {
+            cert: fifo,
+            key: dir.path().join("key.pem"),
+        })
+        .expect_err("a FIFO");
+        assert!(
+            err.starts_with("--tls-cert ") && err.contains("not a regular file"),
             "{err}"
         );
     }

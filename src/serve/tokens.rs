@@ -15,6 +15,12 @@
 //! and the hash only keeps a copy of the file from being a list of secrets. The lookup is by
 //! the hash, so a caller learns nothing from how long a refusal takes but about the hash of
 //! what it sent.
+//!
+//! The file is trusted only as `ssh` trusts `authorized_keys` ([`trust`]): a regular file that
+//! only its owner, the server's user or root, may write, in folders that only their owners
+//! may write. A prefix is never empty ([`check_prefix`], the same rule as `token add`'s).
+
+mod trust;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -30,25 +36,50 @@ use serde::{Deserialize, Serialize};
 use super::reread::Reread;
 use crate::error::Error;
 use crate::lock::{Resource, TokenName};
+use crate::output::shown;
+use trust::Owners;
 
 /// The secrets of tokens begin so, to be told apart from other credentials in a script.
 const SECRET_PREFIX: &str = "dl_";
 
 /// The file as it is written.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     tokens: Vec<Entry>,
 }
 
 impl File {
-    /// Reads and parses the file at `at`, which the user named `named` (a link to it, say).
-    fn read(at: &Path, named: &Path) -> Result<File> {
-        let text = std::fs::read(at)
-            .with_context(|| format!("cannot read the tokens file {}", named.display()))?;
+    /// Reads and parses the file at `path` once it and its folders are found trustworthy, their
+    /// owners as `owners` says ([`trust::read`]).
+    fn read(path: &Path, owners: Owners) -> Result<File> {
+        let text = trust::read(path, owners)?;
         serde_json::from_slice(&text)
-            .with_context(|| format!("the tokens file {} is not valid", named.display()))
+            .with_context(|| format!("the tokens file {} is not valid", path.display()))
     }
+}
+
+/// Checks a resource prefix of a token: the start of a resource name, so not empty (`"*"`, or
+/// `--all-resources`, is every resource), at most 255 bytes, and no control characters. The
+/// one rule for `token add --prefix` and for the prefixes of a tokens file.
+///
+/// # Errors
+///
+/// A message naming the rule that `prefix` breaks.
+pub fn check_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() {
+        return Err(
+            "a prefix must not be empty (every resource is --all-resources, \"*\" in the file)"
+                .into(),
+        );
+    }
+    if prefix.len() > crate::lock::MAX_NAME_BYTES || prefix.chars().any(char::is_control) {
+        return Err(format!(
+            "a prefix is the start of a resource name: at most {} bytes, no control characters",
+            crate::lock::MAX_NAME_BYTES
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -120,21 +151,30 @@ impl Tokens {
     ///
     /// # Errors
     ///
-    /// One line saying what is wrong with the file: unreadable, not the format above, a
-    /// name or a hash twice, a hash that is not 64 hex digits, an empty prefix list.
+    /// One line saying what is wrong with the file: unreadable, not a regular file, writable
+    /// by others than its owner or in a folder that is, not the server's user's or root's, not
+    /// the format above, a name or a hash twice, a hash that is not 64 hex digits, an empty
+    /// prefix list or a prefix that breaks [`check_prefix`].
     pub fn load(path: &Path) -> Result<Tokens> {
-        let file = File::read(path, path)?;
+        let file = File::read(path, Owners::server())?;
         let mut tokens = Tokens::default();
         let mut names = std::collections::HashSet::new();
         for entry in file.tokens {
             let named = entry.name.clone();
             let what = || format!("the tokens file {}, token {named}", path.display());
             let hash = parse_hash(&entry.sha256).with_context(what)?;
-            if matches!(&entry.resources, Resources::Prefixes(p) if p.is_empty()) {
-                bail!(
-                    "{}: \"resources\" lists no prefix (\"*\" is every resource)",
-                    what()
-                );
+            if let Resources::Prefixes(prefixes) = &entry.resources {
+                if prefixes.is_empty() {
+                    bail!(
+                        "{}: \"resources\" lists no prefix (\"*\" is every resource)",
+                        what()
+                    );
+                }
+                for prefix in prefixes {
+                    check_prefix(prefix).map_err(|why| {
+                        anyhow::anyhow!("{}: prefix {}: {why}", what(), shown(prefix))
+                    })?;
+                }
             }
             if !names.insert(entry.name.clone()) {
                 bail!("{}: the name is given twice", what());
@@ -256,20 +296,34 @@ impl crate::answer::Answer for Made {
 }
 
 /// Makes a token named `name` and adds it to the file at `path` (made, readable by its owner
-/// only, when missing). The file is replaced whole (written beside it, then renamed), so a
-/// server that rereads it at SIGHUP never sees half of it.
+/// only, when missing), then has `show` show its secret. The file is replaced whole (written
+/// beside it, then renamed), so a server that rereads it at SIGHUP never sees half of it. When
+/// `show` fails, the token is taken out of the file again before the folder's lock is let go:
+/// the file never keeps a token whose secret nobody saw.
+///
+/// The file and its folders must be such that a server would trust them ([`trust`], their
+/// owners aside: `token add` may run as root for a server of another user): a token added to
+/// a file that the server refuses, or that others may rewrite, would be no token at all.
 ///
 /// # Errors
 ///
-/// A usage error for a file that is not a tokens file or already has the name; a system error
-/// when there is no randomness or the file cannot be written.
+/// A usage error for a file that is not a tokens file, already has the name, is not a regular
+/// file or may be written by others than its owner (or its folders may), or a prefix that
+/// breaks [`check_prefix`]; a system error when there is no randomness or the file cannot be
+/// written; `show`'s error, once the token is taken out again.
 pub fn add(
     path: &Path,
     name: TokenName,
     resources: Resources,
     operator: bool,
+    show: impl FnOnce(&Made) -> Result<(), Error>,
 ) -> Result<Made, Error> {
     let usage = |err: anyhow::Error| Error::Usage(format!("{err:#}"));
+    if let Resources::Prefixes(prefixes) = &resources {
+        for prefix in prefixes {
+            check_prefix(prefix).map_err(Error::Usage)?;
+        }
+    }
     // A link is followed, so that the file it names is the one that changes.
     let target = followed(path).map_err(usage)?;
     let folder = match target.parent() {
@@ -279,12 +333,6 @@ pub fn add(
     // One `token add` at a time per folder: each reads the file as the one before left it.
     let _held = lock_folder(&folder).map_err(Error::System)?;
     let before = match std::fs::metadata(&target) {
-        Ok(meta) if !meta.is_file() => {
-            return Err(Error::Usage(format!(
-                "the tokens file {} is not a regular file",
-                path.display()
-            )));
-        }
         Ok(meta) => Some(meta),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
         Err(err) => {
@@ -295,9 +343,17 @@ pub fn add(
         }
     };
     let mut file = match &before {
-        None => File::default(),
-        Some(_) => File::read(&target, path).map_err(usage)?,
+        // The file's checks take in its folders; a new file's folders are checked alone.
+        Some(_) => File::read(path, Owners::Any).map_err(usage)?,
+        None => {
+            let real = std::fs::canonicalize(&folder)
+                .with_context(|| format!("cannot find the folder {}", folder.display()))
+                .map_err(usage)?;
+            trust::folders(&real, path, Owners::Any).map_err(usage)?;
+            File::default()
+        }
     };
+    let kept = file.clone();
     if file.tokens.iter().any(|entry| entry.name == name) {
         return Err(Error::Usage(format!(
             "the tokens file {} already has a token named {name}",
@@ -320,11 +376,50 @@ pub fn add(
         operator,
     });
     write_whole(&target, &file, before.as_ref()).map_err(Error::System)?;
-    Ok(Made {
+    let made = Made {
         token: name,
         secret,
         file: path.display().to_string(),
-    })
+    };
+    if let Err(unseen) = show(&made) {
+        // Nobody saw the secret: the token goes out of the file again, as it was before.
+        let undone = match &before {
+            Some(before) => write_whole(&target, &kept, Some(before)),
+            None => std::fs::remove_file(&target)
+                .with_context(|| format!("cannot remove the tokens file {}", path.display())),
+        };
+        return Err(match undone {
+            Ok(()) => unseen,
+            Err(stuck) => Error::System(anyhow::anyhow!(
+                "{unseen}, and the token {} whose secret nobody saw is still in the file: \
+                 {stuck:#}; take it out by hand",
+                made.token
+            )),
+        });
+    }
+    Ok(made)
+}
+
+/// Whether a secret written to stdout would reach anyone: stdout must not be closed (`>&-`,
+/// which Rust's runtime opens to /dev/null before `main`) nor /dev/null itself.
+///
+/// # Errors
+///
+/// [`Error::Output`] when it is one of them, or cannot be looked at.
+pub fn check_secret_reaches_stdout() -> Result<(), Error> {
+    use nix::sys::stat::{SFlag, fstat, stat};
+    let out = fstat(std::io::stdout()).map_err(|errno| Error::Output(errno.into()))?;
+    let is_null = stat("/dev/null").is_ok_and(|null| {
+        SFlag::from_bits_truncate(out.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR
+            && out.st_rdev == null.st_rdev
+    });
+    if is_null {
+        return Err(Error::Output(std::io::Error::other(
+            "it is closed or /dev/null, where the new token's secret would be lost; no token \
+             was added",
+        )));
+    }
+    Ok(())
 }
 
 /// `path`, its symbolic links followed (a dangling one to the file it would make).
@@ -443,6 +538,29 @@ mod tests {
                 "no prefix",
             ),
             (
+                &format!(r#"{{"tokens":[{{"name":"ci","sha256":"{HASH}","resources":[""]}}]}}"#),
+                "token ci: prefix : a prefix must not be empty",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens":[{{"name":"ci","sha256":"{HASH}","resources":["a/",""]}}]}}"#
+                ),
+                "must not be empty",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens":[{{"name":"ci","sha256":"{HASH}","resources":["a\u0007"]}}]}}"#
+                ),
+                "prefix a\\u{7}: a prefix is the start of a resource name",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens":[{{"name":"ci","sha256":"{HASH}","resources":["{}"]}}]}}"#,
+                    "x".repeat(256)
+                ),
+                "at most 255 bytes",
+            ),
+            (
                 &format!(
                     r#"{{"tokens":[{{"name":"ci","sha256":"{HASH}","resources":"*"}},{{"name":"ci","sha256":"{}","resources":"*"}}]}}"#,
                     "0".repeat(64)
@@ -468,16 +586,66 @@ mod tests {
     }
 
     #[test]
+    fn a_token_whose_secret_cannot_be_shown_is_taken_out_of_the_file_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.json");
+        let name = |n: &str| TokenName::parse(n).unwrap();
+        let all = || Resources::All(AllResources::All);
+        let failing = |_: &Made| Err(Error::Output(std::io::Error::from_raw_os_error(28)));
+        // A new file is not left behind.
+        let err = add(&path, name("a"), all(), false, failing).unwrap_err();
+        assert!(matches!(err, Error::Output(_)), "{err}");
+        assert!(!path.exists(), "no file whose token nobody saw");
+        // An old one is left as it was, its mode too.
+        add(&path, name("a"), all(), false, |_| Ok(())).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        add(&path, name("b"), all(), true, failing).unwrap_err();
+        assert_eq!(std::fs::read(&path).unwrap(), before, "b taken out again");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
+        // What `show` is shown is the token that stays.
+        let mut shown = None;
+        let made = add(&path, name("b"), all(), true, |made| {
+            shown = Some(made.secret.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(shown.as_deref(), Some(made.secret.as_str()));
+        assert!(Tokens::load(&path).unwrap().find(&made.secret).is_some());
+        // An empty prefix is refused by `add` as by the file's reader, the file unchanged.
+        let before = std::fs::read(&path).unwrap();
+        let empty = add(
+            &path,
+            name("c"),
+            Resources::Prefixes(vec![String::new()]),
+            false,
+            |_| Ok(()),
+        );
+        assert!(matches!(empty, Err(Error::Usage(_))));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+
+    #[test]
     fn a_made_token_is_found_by_its_secret_and_scoped_to_its_prefixes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.json");
         let prefixes = Resources::Prefixes(vec!["deploy/".into(), "build".into()]);
-        let ci = add(&path, TokenName::parse("ci").unwrap(), prefixes, false).unwrap();
+        let ci = add(
+            &path,
+            TokenName::parse("ci").unwrap(),
+            prefixes,
+            false,
+            |_| Ok(()),
+        )
+        .unwrap();
         let ops = add(
             &path,
             TokenName::parse("ops").unwrap(),
             Resources::All(AllResources::All),
             true,
+            |_| Ok(()),
         )
         .unwrap();
         assert!(
@@ -499,6 +667,7 @@ mod tests {
             TokenName::parse("ci").unwrap(),
             Resources::All(AllResources::All),
             false,
+            |_| Ok(()),
         );
         assert!(format!("{:#}", again.unwrap_err()).contains("already has"));
 

@@ -8,12 +8,13 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
 use serde_json::json;
 
 use crate::common::certs::{Ca, CertFiles};
+use crate::common::output::rfc3339_millis;
 use crate::common::process::{describe, wait_for};
 use crate::common::server::{Server, agent, lock_path};
 use crate::common::store::{Db, each_store};
@@ -280,6 +281,8 @@ fn tls_files_that_cannot_be_read_or_used_are_64_with_one_line_naming_the_file() 
     let chain = std::fs::read_to_string(&good.cert).expect("the chain");
     std::fs::write(&cut, &chain[..chain.len() / 3]).expect("write a cut chain");
     let missing = dir.join("missing.pem");
+    let fifo = dir.join("fifo.pem");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
     let path = |p: &std::path::Path| p.to_str().expect("UTF-8").to_owned();
     let folder = path(dir);
     let cases = [
@@ -326,6 +329,14 @@ fn tls_files_that_cannot_be_read_or_used_are_64_with_one_line_naming_the_file() 
             "other.key.pem",
         ),
         ("a folder", path(dir), path(&good.key), folder.as_str()),
+        // Refused at once, never waited on for a writer that does not come.
+        ("a FIFO", path(&fifo), path(&good.key), "fifo.pem"),
+        (
+            "a FIFO as the key",
+            path(&good.cert),
+            path(&fifo),
+            "fifo.pem",
+        ),
     ];
     for (what, cert, key, names) in cases {
         let line = refused_in_a_line(&db, &["--tls-cert", &cert, "--tls-key", &key], names);
@@ -448,4 +459,81 @@ fn sighup_never_stops_a_plain_http_server() {
     server.signal(Signal::SIGTERM);
     let out = server.finish();
     assert_eq!(out.code(), Some(0), "{}", out.describe());
+}
+
+/// `SystemTime` `t` to the whole second, as the lines print times (a certificate's end has no
+/// fraction of a second).
+fn to_the_second(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
+    rfc3339_millis(i64::try_from(secs).expect("a time that fits") * 1000)
+}
+
+#[test]
+fn a_certificate_that_expired_or_expires_within_7_days_is_named_at_start_and_at_sighup() {
+    let db = Db::sqlite();
+    let dir = db.dir.path();
+    let ca = Ca::new("distlock test CA");
+    let day = Duration::from_secs(86_400);
+    let now = SystemTime::now();
+    let (ended, ending) = (now - day, now + 3 * day);
+    let served = ca.server_files_until(dir, "served", Some(ended));
+    let soon = ca.server_files_until(dir, "soon", Some(ending));
+    let later = ca.server_files_until(dir, "later", Some(now + 30 * day));
+    // Served all the same (the locks stay reachable to whoever accepts it), and named in one
+    // line after the first.
+    let server = Server::start_tls(&db, &served, &ca);
+    let expired = format!(
+        "distlock: --tls-cert {}: its certificate expired at {}",
+        served.cert.display(),
+        to_the_second(ended)
+    );
+    assert!(
+        wait_for(REREAD, || !lines_with(&server, "expired at").is_empty()),
+        "no line names the expired certificate: {}",
+        server.stderr()
+    );
+    let line = lines_with(&server, "expired at").remove(0);
+    assert!(line.starts_with(&expired), "{line}");
+    assert!(
+        server
+            .stderr()
+            .starts_with("distlock: listening on https://"),
+        "the first line still says where it listens: {}",
+        server.stderr()
+    );
+    // One that ends in 3 days, at SIGHUP: served (clients take it), and named with its end.
+    replace(&soon, &served);
+    let line = hangup_and_wait_for(&server, "expires at", 1);
+    assert_eq!(
+        lines_with(&server, "reloaded").len(),
+        1,
+        "{}",
+        server.stderr()
+    );
+    assert_eq!(
+        line,
+        format!(
+            "distlock: --tls-cert {}: its certificate expires at {}, in 3 days: renew it, then \
+             send SIGHUP",
+            served.cert.display(),
+            to_the_second(ending)
+        )
+    );
+    assert!(trusted_by(&server, &agent(Some(&ca))));
+    // One that ends in 30 days: no warning.
+    replace(&later, &served);
+    hangup_and_wait_for(&server, "reloaded", 2);
+    server.signal(Signal::SIGTERM);
+    let out = server.finish();
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    let stderr = out.stderr();
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("certificate exp"))
+        .collect();
+    assert_eq!(
+        warned.len(),
+        2,
+        "one line each time, none for the last: {warned:?}"
+    );
 }

@@ -792,3 +792,381 @@ fn a_request_without_a_known_token_is_401_before_its_body_is_read() {
     assert_eq!(taken.status, 200);
     assert_eq!(taken.json()["acquired"], true);
 }
+
+#[test]
+fn a_break_records_the_operators_token_that_the_server_let_in_beside_the_by_it_was_told() {
+    each_store(|db| {
+        let ci = make_token(db, "ci", &["--prefix", "jobs/"]);
+        let ops = make_token(db, "ops", &["--all-resources", "--operator"]);
+        let tokens = db.file("tokens.json").display().to_string();
+        let server = Server::start_serving(db, &["--tokens", &tokens]);
+        for resource in ["jobs/a", "jobs/b"] {
+            let taken = call(
+                &server,
+                "POST",
+                &lock_path(resource, ""),
+                Some(&ci),
+                Some(&acquire_body("w")),
+            );
+            assert_eq!(taken.status, 200, "{resource}");
+        }
+        // The body names someone else; the server knows it was ops.
+        let brk = lock_path("jobs/a", "/break");
+        let broken = call(
+            &server,
+            "POST",
+            &brk,
+            Some(&ops),
+            Some(&json!({"reason": "stuck", "by": "ci-bot@innocent"})),
+        );
+        assert_eq!(broken.status, 200);
+        // Nor can a body claim a token of its own.
+        call(
+            &server,
+            "POST",
+            &lock_path("jobs/b", "/break"),
+            Some(&ops),
+            Some(&json!({"reason": "stuck", "by_token": "ci"})),
+        )
+        .problem(422, "invalid-request");
+        // Through distlock's own client too, with the by it makes up (`<user>@<hostname>`).
+        let out = db
+            .env_cmd(crate::common::process::BIN)
+            .args([
+                "--db",
+                &server.url(""),
+                "break",
+                "jobs/b",
+                "--reason",
+                "gone",
+            ])
+            .env("DISTLOCK_TOKEN", &ops)
+            .output()
+            .expect("break through the server");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        // GET /log, and the command line on the store itself, say the same.
+        let log = call(&server, "GET", "/log?resource=jobs%2Fa", Some(&ops), None);
+        let served: Vec<Value> = String::from_utf8_lossy(&log.body)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        let event = served.last().expect("events").clone();
+        assert_eq!(
+            (
+                &event["event"],
+                &event["token"],
+                &event["by"],
+                &event["by_token"],
+                &event["reason"]
+            ),
+            (
+                &json!("broken"),
+                &json!("ci"),
+                &json!("ci-bot@innocent"),
+                &json!("ops"),
+                &json!("stuck")
+            ),
+            "the victim tenure's token, and the operator's that broke it: {event}"
+        );
+        assert_eq!(db.log(&["jobs/a", "--limit", "1"])[0], event);
+        let by_cli = db.log(&["jobs/b", "--limit", "1"]);
+        assert_eq!(
+            (&by_cli[0]["event"], &by_cli[0]["by_token"]),
+            (&json!("broken"), &json!("ops")),
+            "{by_cli:?}"
+        );
+        let text = db.text_lines(&["log", "jobs/a", "--limit", "1"], 0);
+        assert!(
+            text[0].contains("broken by ci-bot@innocent (token ops): the tenure of w"),
+            "{text:?}"
+        );
+        // A break without a server's token records none: no key at all.
+        db.json(&["acquire", "local", "--owner", "x", "--ttl", "60"], 0);
+        db.json(&["break", "local", "--reason", "r", "--by", "me"], 0);
+        let local = db.log(&["local", "--limit", "1"]);
+        assert_eq!(local[0]["by"], "me", "{local:?}");
+        assert!(local[0].get("by_token").is_none(), "{local:?}");
+    });
+}
+
+/// How long a refused start may take (a start that waits on a FIFO would take for ever).
+const REFUSED: Duration = Duration::from_secs(20);
+
+/// `serve --tokens FILE`, which must be refused at once with 64 and one line naming `names`
+/// (and the file), before any store is made: that line.
+fn refused_start(db: &Db, tokens: &std::path::Path, names: &str) -> String {
+    let tokens = tokens.to_str().expect("a UTF-8 path");
+    let out = db
+        .cmd()
+        .args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens])
+        .timeout(REFUSED)
+        .output()
+        .expect("run distlock serve");
+    assert_eq!(out.status.code(), Some(64), "--tokens {tokens}: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        stderr.starts_with("distlock: --tokens: ") && stderr.lines().count() == 1,
+        "one line: {stderr:?}"
+    );
+    assert!(
+        stderr.contains(names) && stderr.contains(tokens),
+        "names {names:?} and the file: {stderr}"
+    );
+    assert!(!db.path().exists(), "a refused start makes no store");
+    stderr.trim_end().to_owned()
+}
+
+/// `chmod MODE PATH`.
+fn chmod(path: &std::path::Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+#[test]
+fn a_tokens_file_or_a_folder_above_it_that_others_may_write_is_refused_at_start_and_at_sighup() {
+    let db = Db::sqlite();
+    let ci = make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json");
+    let folder = db.dir.path();
+    // As ssh refuses an authorized_keys that others may write: any of them could add an
+    // operator of their own.
+    for (mode, writers) in [
+        (0o666, "its group and others (mode 0666)"),
+        (0o622, "its group and others (mode 0622)"),
+        (0o620, "its group (mode 0620)"),
+        (0o602, "others (mode 0602)"),
+    ] {
+        chmod(&tokens, mode);
+        let line = refused_start(&db, &tokens, writers);
+        assert!(line.contains("the tokens file"), "{line}");
+    }
+    chmod(&tokens, 0o600);
+    // Or whose folder they may write: any of them could put another file in its place.
+    chmod(folder, 0o777);
+    let line = refused_start(&db, &tokens, "(mode 0777)");
+    assert!(
+        line.contains(&format!("the folder {} ", folder.display())),
+        "{line}"
+    );
+    chmod(folder, 0o770);
+    refused_start(&db, &tokens, "its group (mode 0770)");
+    chmod(folder, 0o700);
+    if nix::unistd::Uid::effective().is_root() {
+        // Neither the server's user's nor root's.
+        nix::unistd::chown(&tokens, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
+        refused_start(&db, &tokens, "belongs to uid 65534");
+        nix::unistd::chown(&tokens, Some(nix::unistd::Uid::from_raw(0)), None).expect("chown");
+    } else {
+        eprintln!("note: a tokens file of another user is not tried: that needs root");
+    }
+    // At SIGHUP, such a file keeps the tokens served, and one line says why.
+    let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);
+    let late = make_token(&db, "late", &["--all-resources"]);
+    let status = |token: &str| call(&server, "GET", "/locks", Some(token), None).status;
+    chmod(&tokens, 0o666);
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reload failed", 1);
+    let failed: Vec<String> = server
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("SIGHUP"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].contains("mode 0666"), "{failed:?}");
+    assert_eq!(
+        (status(&ci), status(&late)),
+        (200, 401),
+        "the old tokens kept"
+    );
+    chmod(&tokens, 0o600);
+    chmod(folder, 0o757);
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reload failed", 2);
+    assert_eq!(
+        (status(&ci), status(&late)),
+        (200, 401),
+        "the old tokens kept"
+    );
+    chmod(folder, 0o700);
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reloaded the tokens", 1);
+    assert_eq!(
+        (status(&ci), status(&late)),
+        (200, 200),
+        "the file as it should be"
+    );
+}
+
+#[test]
+fn a_tokens_path_that_is_no_regular_file_is_refused_at_once_and_sighup_never_waits_on_it() {
+    let db = Db::sqlite();
+    let fifo = db.file("fifo.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    refused_start(&db, &fifo, "is not a regular file (a FIFO)");
+    refused_start(&db, db.dir.path(), "is not a regular file (a folder)");
+    let ci = make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json");
+    let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);
+    // A FIFO where the file was: the reread says so at once, and the next one is not held up.
+    let kept = db.file("kept.json");
+    std::fs::rename(&tokens, &kept).expect("move the file away");
+    std::fs::rename(&fifo, &tokens).expect("a FIFO in its place");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reload failed", 1);
+    assert!(
+        server.stderr().contains("is not a regular file (a FIFO)"),
+        "{}",
+        server.stderr()
+    );
+    assert_eq!(call(&server, "GET", "/locks", Some(&ci), None).status, 200);
+    std::fs::rename(&kept, &tokens).expect("the file back");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reloaded the tokens", 1);
+    assert_eq!(call(&server, "GET", "/locks", Some(&ci), None).status, 200);
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    let out = server.finish();
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+}
+
+#[test]
+fn an_empty_prefix_in_the_tokens_file_is_refused_as_token_add_refuses_it() {
+    let db = Db::sqlite();
+    let ci = make_token(&db, "ci", &["--prefix", "ci/"]);
+    let tokens = db.file("tokens.json");
+    let whole: Value =
+        serde_json::from_slice(&std::fs::read(&tokens).expect("read")).expect("JSON");
+    let with_prefixes = |prefixes: Value| {
+        let mut file = whole.clone();
+        file["tokens"][0]["resources"] = prefixes;
+        std::fs::write(&tokens, file.to_string()).expect("write the file");
+    };
+    // `token add --prefix ''` refuses it; so does the server, with the same words.
+    let out = db.run(&[
+        "token",
+        "add",
+        "x",
+        "--tokens",
+        tokens.to_str().expect("UTF-8"),
+        "--prefix",
+        "",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let words = "a prefix must not be empty";
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(words),
+        "{out:?}"
+    );
+    for prefixes in [json!([""]), json!(["ci/", ""])] {
+        with_prefixes(prefixes);
+        let line = refused_start(&db, &tokens, words);
+        assert!(line.contains("token ci"), "{line}");
+    }
+    // At SIGHUP: the old tokens kept, and ci keeps to its prefix.
+    std::fs::write(&tokens, whole.to_string()).expect("write the file");
+    let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);
+    with_prefixes(json!([""]));
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reload failed", 1);
+    assert!(server.stderr().contains(words), "{}", server.stderr());
+    let elsewhere = call(
+        &server,
+        "POST",
+        &lock_path("prod", ""),
+        Some(&ci),
+        Some(&acquire_body("w")),
+    );
+    elsewhere.problem(403, "not-allowed");
+}
+
+/// The tokens file's bytes, or `None` when there is none.
+fn file_bytes(path: &std::path::Path) -> Option<Vec<u8>> {
+    std::fs::read(path).ok()
+}
+
+#[test]
+fn token_add_never_leaves_a_token_in_the_file_whose_secret_nobody_saw() {
+    let db = Db::sqlite();
+    let tokens = db.file("tokens.json");
+    let file = tokens.to_str().expect("UTF-8").to_owned();
+    // `token add NAME … REDIRECTION` through sh: (redirection, what it is)
+    let cases = [
+        ("> /dev/full", "a full disk"),
+        (">&-", "stdout closed"),
+        ("> /dev/null", "stdout thrown away"),
+    ];
+    let add = |name: &str, redirection: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec \"$0\" token add {name} --tokens \"$1\" --all-resources --operator {redirection}"
+            ))
+            .arg(crate::common::process::BIN)
+            .arg(&file)
+            .output()
+            .expect("token add through sh")
+    };
+    for round in ["a new file", "a file with a token"] {
+        let before = file_bytes(&tokens);
+        for (redirection, what) in cases {
+            let out = add("lost", redirection);
+            assert_eq!(out.status.code(), Some(74), "{round}, {what}: {out:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.starts_with("distlock: cannot write the answer to stdout")
+                    && stderr.lines().count() == 1,
+                "{round}, {what}: {stderr}"
+            );
+            assert_eq!(
+                file_bytes(&tokens),
+                before,
+                "{round}, {what}: no token whose secret nobody saw"
+            );
+        }
+        if round == "a new file" {
+            make_token(&db, "seen", &["--all-resources"]);
+        }
+    }
+    // The one token whose secret was shown is the only one in the file.
+    let kept: Value = serde_json::from_slice(&std::fs::read(&tokens).expect("read")).expect("JSON");
+    assert_eq!(kept["tokens"].as_array().map(Vec::len), Some(1), "{kept}");
+}
+
+#[test]
+fn token_add_refuses_a_file_or_folder_the_server_would_refuse_and_changes_nothing() {
+    let db = Db::sqlite();
+    make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json");
+    let file = tokens.to_str().expect("UTF-8");
+    let before = std::fs::read(&tokens).expect("read");
+    let add = || db.run(&["token", "add", "x", "--tokens", file, "--all-resources"]);
+    chmod(&tokens, 0o666);
+    let out = add();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("may be written by its group and others"),
+        "{out:?}"
+    );
+    chmod(&tokens, 0o600);
+    chmod(db.dir.path(), 0o777);
+    let out = add();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the folder"),
+        "{out:?}"
+    );
+    // Nor a new file in such a folder.
+    let fresh = db.file("fresh.json");
+    let out = db.run(&[
+        "token",
+        "add",
+        "x",
+        "--tokens",
+        fresh.to_str().expect("UTF-8"),
+        "--all-resources",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(!fresh.exists(), "no new file");
+    chmod(db.dir.path(), 0o700);
+    assert_eq!(std::fs::read(&tokens).expect("read"), before, "unchanged");
+    assert_eq!(add().status.code(), Some(0), "once the modes are right");
+}

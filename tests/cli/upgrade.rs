@@ -1,12 +1,13 @@
-//! Schema upgrades: a store written by an earlier distlock — 0.1.0 (schema version 1), or one
-//! from before guarded tenures (version 2) — is upgraded in place, atomically, by the first newer
-//! distlock that writes to it, keeping every live lock, fence and history row; a store newer than
-//! the binary is refused (74), naming both versions.
+//! Schema upgrades: a store written by an earlier distlock — 0.1.0 (schema version 1), one
+//! from before guarded tenures (version 2), before server tokens (version 3) or before the
+//! operator's token of a break was recorded (version 4) — is upgraded in place, atomically, by
+//! the first newer distlock that writes to it, keeping every live lock, fence, place in the
+//! queue and history row; a store newer than the binary is refused (74), naming both versions.
 //!
-//! On SQLite the old stores are `tests/fixtures/v1.db` and `v2.db`, each made by that distlock
+//! On SQLite the old stores are `tests/fixtures/v1.db` to `v4.db`, each made by that distlock
 //! itself (see the fixtures' README), copied per test. On PostgreSQL they are made here as those
-//! versions made them: their schema, verbatim ([`PG_V1_SCHEMA`], [`PG_V2_UPGRADE`]), holding the
-//! fixture's rows, written with plain SQL. Either way the fixture's 365-day leases are moved
+//! versions made them: their schema, verbatim ([`PG_V1_SCHEMA`], [`PG_V2_UPGRADE`],
+//! [`PG_V3_V4_UPGRADE`]), holding the fixture's rows, written with plain SQL. Either way the fixture's 365-day leases are moved
 //! forward in the copy (the store keeps its version), so they are live whenever the test runs;
 //! the fixtures' 1-second leases stay expired.
 //!
@@ -25,8 +26,10 @@ use crate::common::files::read_trimmed;
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, rfc3339_millis};
 use crate::common::process::{Proc, describe};
+use crate::common::server::{Server, lock_path};
 use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd, sh_script};
 use crate::common::tenure::{Mode, Tenure};
+use crate::serve_tokens::{call, make_token};
 
 /// The schema distlock 0.1.0 created on PostgreSQL (schema version 1): the `SCHEMA` constant
 /// of `src/store/postgres.rs` at commit 2eedc64, verbatim.
@@ -86,7 +89,7 @@ UPDATE distlock.meta SET schema_version = 2;
 ";
 
 /// The schema version of this build.
-const NEW_VERSION: i64 = 4;
+const NEW_VERSION: i64 = 5;
 
 /// Query parameter `$N`, a time in milliseconds, as a `timestamptz`, exactly (integer
 /// arithmetic).
@@ -1055,4 +1058,345 @@ fn v3_store_is_upgraded_keeping_guarded_tenures_and_every_place_in_the_queue() {
         log.starts_with(&old_log),
         "the old history, first, in order and byte for byte:\n{log}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// From schema version 4 (server tokens, before the operator's token of a break)
+// ---------------------------------------------------------------------------------------------
+
+/// What distlock at 7bf0bff added to [`PG_V2_UPGRADE`] to make schema versions 3 and 4:
+/// `UPGRADE_V3` and `UPGRADE_V4` of `src/store/postgres/schema.rs` at that commit, verbatim.
+const PG_V3_V4_UPGRADE: &str = "
+ALTER TABLE distlock.locks
+    ADD COLUMN guarded boolean NOT NULL DEFAULT false;  -- taken by run
+UPDATE distlock.meta SET schema_version = 3;
+ALTER TABLE distlock.locks
+    ADD COLUMN token text NOT NULL DEFAULT '';          -- the server token that took it
+ALTER TABLE distlock.history
+    ADD COLUMN token text NOT NULL DEFAULT '';
+ALTER TABLE distlock.waiters
+    ADD COLUMN token text NOT NULL DEFAULT '',          -- '': no token
+    DROP CONSTRAINT waiters_resource_owner_key,
+    ADD UNIQUE (resource, owner, token);
+UPDATE distlock.meta SET schema_version = 4;
+";
+
+/// The v4 fixture's `fence_counter`: the last fence that distlock handed out there.
+const V4_LAST_FENCE: i64 = 7;
+
+/// Copies the v4 fixture to `path`, with every lease and both places in the queue running for a
+/// day from now (a plain UPDATE: the file stays version 4). Returns what distlock at 7bf0bff's
+/// `log` printed for it (`tests/fixtures/v4.log`; history times are never moved).
+fn v4_sqlite_copy(path: &Path) -> String {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    fs::copy(fixtures.join("v4.db"), path).expect("copy the v4 fixture");
+    let conn = Connection::open(path).expect("open the copy");
+    let later = now_millis() + DAY_MS;
+    conn.execute("UPDATE locks SET expires_at = ?1", [later])
+        .expect("move the leases forward");
+    conn.execute("UPDATE waiters SET expires_at = ?1", [later])
+        .expect("make the places live");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("user_version");
+    assert_eq!(version, 4, "the copy is still a version 4 store");
+    let last: i64 = conn
+        .query_row("SELECT last FROM fence_counter", [], |r| r.get(0))
+        .expect("fence counter");
+    assert_eq!(last, V4_LAST_FENCE, "the fixture's fence counter");
+    fs::read_to_string(fixtures.join("v4.log")).expect("read the v4 fixture's log")
+}
+
+/// A row of the v4 fixture's `locks`, every column.
+type V4Lock = (
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    String,
+    Option<i64>,
+    Option<String>,
+    bool,
+    String,
+);
+
+/// A row of the v4 fixture's `history`, every column but its id.
+type V4Event = (
+    i64,
+    String,
+    String,
+    i64,
+    String,
+    Option<String>,
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+);
+
+/// Makes `db` a version 4 store holding the v4 fixture's rows (leases and places moved
+/// forward): on SQLite the fixture itself; on PostgreSQL the version 4 schema, filled with
+/// plain SQL. Returns the fixture's log (see [`v4_sqlite_copy`]).
+fn install_v4(db: &Db) -> String {
+    if db.kind == Kind::Sqlite {
+        return v4_sqlite_copy(db.path());
+    }
+    let copy = db.file("v4.db");
+    let log = v4_sqlite_copy(&copy);
+    let conn = Connection::open(&copy).expect("open the copy");
+    let resources: Vec<String> = conn
+        .prepare("SELECT resource FROM resources ORDER BY resource")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("resources")
+        .collect::<Result<_, _>>()
+        .expect("resource rows");
+    let locks: Vec<V4Lock> = conn
+        .prepare(
+            "SELECT resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded,
+                    token FROM locks ORDER BY resource, fence",
+        )
+        .expect("prepare")
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+                r.get(9)?,
+            ))
+        })
+        .expect("locks")
+        .collect::<Result<_, _>>()
+        .expect("lock rows");
+    let history: Vec<V4Event> = conn
+        .prepare(
+            "SELECT at, resource, owner, fence, event, previous_owner, mode, lim, note,
+                    operator, reason, token FROM history ORDER BY id",
+        )
+        .expect("prepare")
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+                r.get(9)?,
+                r.get(10)?,
+                r.get(11)?,
+            ))
+        })
+        .expect("history")
+        .collect::<Result<_, _>>()
+        .expect("history rows");
+    let waiters: Vec<(String, String, String, i64)> = conn
+        .prepare("SELECT resource, owner, token, expires_at FROM waiters ORDER BY ticket")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .expect("waiters")
+        .collect::<Result<_, _>>()
+        .expect("waiter rows");
+    assert_eq!(
+        (locks.len(), history.len(), waiters.len()),
+        (5, 11, 2),
+        "the fixture's rows"
+    );
+    let mut client = db.pg_client();
+    let mut tx = client.transaction().expect("begin");
+    tx.batch_execute(PG_V1_SCHEMA).expect("0.1.0's schema");
+    tx.batch_execute(PG_V2_UPGRADE)
+        .expect("the version 2 schema");
+    tx.batch_execute(PG_V3_V4_UPGRADE)
+        .expect("the version 4 schema");
+    for resource in &resources {
+        tx.execute(
+            "INSERT INTO distlock.resources (resource) VALUES ($1)",
+            &[resource],
+        )
+        .expect("insert a resource row");
+    }
+    for l in &locks {
+        tx.execute(
+            &format!(
+                "INSERT INTO distlock.locks (resource, owner, fence, acquired_at, expires_at,
+                     mode, lim, note, guarded, token)
+                 VALUES ($1, $2, $3, {}, {}, $6, $7, $8, $9, $10)",
+                pg_time(4),
+                pg_time(5)
+            ),
+            &[
+                &l.0,
+                &l.1,
+                &l.2,
+                &l.3,
+                &l.4,
+                &l.5,
+                &pg_lim(l.6),
+                &l.7,
+                &l.8,
+                &l.9,
+            ],
+        )
+        .expect("insert a lock row");
+    }
+    for e in &history {
+        tx.execute(
+            &format!(
+                "INSERT INTO distlock.history (at, resource, owner, fence, event,
+                     previous_owner, mode, lim, note, operator, reason, token)
+                 VALUES ({}, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                pg_time(1)
+            ),
+            &[
+                &e.0,
+                &e.1,
+                &e.2,
+                &e.3,
+                &e.4,
+                &e.5,
+                &e.6,
+                &pg_lim(e.7),
+                &e.8,
+                &e.9,
+                &e.10,
+                &e.11,
+            ],
+        )
+        .expect("insert a history row");
+    }
+    for (resource, owner, token, expires_at) in &waiters {
+        tx.execute(
+            &format!(
+                "INSERT INTO distlock.waiters (resource, owner, token, expires_at)
+                 VALUES ($1, $2, $3, {})",
+                pg_time(4)
+            ),
+            &[resource, owner, token, expires_at],
+        )
+        .expect("insert a waiter row");
+    }
+    tx.execute("SELECT setval('distlock.fence', $1)", &[&V4_LAST_FENCE])
+        .expect("the fence sequence");
+    tx.commit().expect("commit the v4 store");
+    assert_eq!(schema_version(db), 4, "the version 4 schema");
+    log
+}
+
+#[test]
+fn v4_store_is_upgraded_keeping_tokens_places_and_history_and_then_records_who_broke_a_lock() {
+    each_store(|db| {
+        let old_log = install_v4(db);
+        assert_eq!(old_log.lines().count(), 11, "the fixture's history");
+        if db.kind == Kind::Sqlite {
+            // Reading does not upgrade, and reads the old history as that distlock printed it.
+            let log = db.run(&["log"]);
+            assert_eq!(String::from_utf8_lossy(&log.stdout), old_log);
+            assert_eq!(schema_version(db), 4, "a read left the schema as it was");
+        }
+        // The first write upgrades.
+        db.json(&["release", "deploy", "--owner", "alice"], 0);
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        assert_sound(db);
+        // Both places in the queue are kept, each with its token: with its holder gone, deploy
+        // still keeps a newcomer behind bob's place, and bob is granted from it.
+        assert_eq!(db.waiting("deploy"), 1, "bob's place");
+        assert_eq!(db.waiting("jobs/a"), 1, "the place of w2, token ci");
+        let busy = db.json(
+            &["acquire", "deploy", "--owner", "carol", "--ttl", "60"],
+            75,
+        );
+        assert_eq!(busy["waiting"], 1, "{busy}");
+        let granted = db.json(
+            &[
+                "acquire", "deploy", "--owner", "bob", "--ttl", "60", "--wait", "5",
+            ],
+            0,
+        );
+        let fence = granted["lock"]["fence"].as_i64().expect("fence");
+        assert!(
+            fence > V4_LAST_FENCE,
+            "a fence after the old store's last: {granted}"
+        );
+        // The tenure token ci took is still ci's: its owner's name alone does not release it.
+        db.json(&["release", "jobs/a", "--owner", "w"], 77);
+        // The tenure `run` took and kept is still guarded; the shared one may still be joined.
+        db.json(&["acquire", "kept", "--owner", "cron", "--ttl", "60"], 75);
+        let joined = db.json(
+            &[
+                "acquire", "reports", "--owner", "r1", "--shared", "--ttl", "60",
+            ],
+            0,
+        );
+        assert_eq!(joined["lock"]["fence"], 2, "{joined}");
+        // The old history first, in order and byte for byte: its breaks name no operator's
+        // token (version 4 did not record one).
+        let log = db.run(&["log"]);
+        let log = String::from_utf8_lossy(&log.stdout);
+        assert!(
+            log.starts_with(&old_log),
+            "the old history, first, in order and byte for byte:\n{log}"
+        );
+        // On the upgraded store, an operator's break through a server records its token.
+        let ops = make_token(db, "ops", &["--all-resources", "--operator"]);
+        let tokens = db.file("tokens.json").display().to_string();
+        let server = Server::start_serving(db, &["--tokens", &tokens]);
+        let broken = call(
+            &server,
+            "POST",
+            &lock_path("jobs/a", "/break"),
+            Some(&ops),
+            Some(&json!({"reason": "stuck", "by": "ci-bot@innocent"})),
+        );
+        assert_eq!(broken.status, 200);
+        let last = db.log(&["jobs/a", "--limit", "1"]);
+        assert_eq!(
+            (
+                &last[0]["event"],
+                &last[0]["token"],
+                &last[0]["by"],
+                &last[0]["by_token"]
+            ),
+            (
+                &json!("broken"),
+                &json!("ci"),
+                &json!("ci-bot@innocent"),
+                &json!("ops")
+            ),
+            "{last:?}"
+        );
+        assert_eq!(schema_version(db), NEW_VERSION);
+        assert_sound(db);
+    });
+}
+
+#[test]
+fn many_processes_opening_one_v4_store_at_once_all_succeed_and_it_is_upgraded_once() {
+    each_store(|db| {
+        let old_log = install_v4(db);
+        let processes = acquire_all_at_once(db, V4_LAST_FENCE);
+        assert_eq!(schema_version(db), NEW_VERSION, "{:?}: upgraded", db.kind);
+        assert_sound(db);
+        let log = db.run(&["log"]);
+        let log = String::from_utf8_lossy(&log.stdout);
+        assert!(log.starts_with(&old_log), "the old history first:\n{log}");
+        assert_eq!(
+            log.lines().count(),
+            old_log.lines().count() + processes,
+            "old history and one event each"
+        );
+        assert_eq!(db.waiting("jobs/a"), 1, "the token's place in the queue");
+    });
 }

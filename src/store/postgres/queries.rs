@@ -40,7 +40,7 @@ impl Session {
         let resource = query.resource.as_ref().map(Resource::as_str);
         let rows = self.client.query(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
-                    previous_owner, mode, lim, note, operator, reason, token
+                    previous_owner, mode, lim, note, operator, reason, token, by_token
              FROM (SELECT * FROM distlock.history
                    WHERE ($1::text IS NULL OR resource = $1)
                      AND ($2::bigint IS NULL OR at >= now() - $2::bigint * interval '1 ms')
@@ -63,6 +63,7 @@ impl Session {
                     by: r.get(9),
                     reason: r.get(10),
                     token: r.get(11),
+                    by_token: r.get(12),
                 })
             })
             .collect()

@@ -95,6 +95,16 @@ ALTER TABLE distlock.waiters
 UPDATE distlock.meta SET schema_version = 4;
 ";
 
+/// Version 4 → 5: a `broken` event records the operator's token that broke the tenure through
+/// `distlock serve --tokens` (NULL: none, as for every row already there), beside the free-text
+/// `by` the caller gave. (A column without a default: the server adds it without rewriting
+/// the table.)
+pub(super) const UPGRADE_V5: &str = "
+ALTER TABLE distlock.history
+    ADD COLUMN by_token text;                           -- the operator's token that broke it
+UPDATE distlock.meta SET schema_version = 5;
+";
+
 impl Session {
     /// Checks the schema version the careful way, and creates or upgrades the schema if it is
     /// missing or older.
@@ -143,6 +153,10 @@ impl Session {
             if version < 4 {
                 tx.batch_execute(UPGRADE_V4)
                     .context("cannot upgrade the distlock schema to version 4")?;
+            }
+            if version < 5 {
+                tx.batch_execute(UPGRADE_V5)
+                    .context("cannot upgrade the distlock schema to version 5")?;
             }
             tx.commit()?;
         }

@@ -9,7 +9,7 @@ use postgres_protocol::escape::escape_literal;
 
 use super::batch::{Output, column, flag, number, one_row, required};
 use crate::engine::{Change, State, Tenure, Waiter};
-use crate::lock::{Fence, Owner, Remark, Timestamp};
+use crate::lock::{Fence, Owner, Remark, Timestamp, TokenName};
 use crate::store::{SCHEMA_VERSION, mode_columns, mode_of};
 
 /// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
@@ -322,8 +322,8 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
             let (mode, lim) = mode_columns(record.mode);
             format!(
                 "INSERT INTO distlock.history (at, resource, owner, fence, event,
-                     previous_owner, mode, lim, note, operator, reason, token)
-                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                     previous_owner, mode, lim, note, operator, reason, token, by_token)
+                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
                 at_ms(record.at.0),
                 text(record.owner.as_str()),
                 record.fence.0,
@@ -335,6 +335,13 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
                 text_or_null(record.broken.as_ref().map(|b| b.by.as_str())),
                 text_or_null(record.broken.as_ref().map(|b| b.reason.as_str())),
                 text(record.owner.token_column()),
+                text_or_null(
+                    record
+                        .broken
+                        .as_ref()
+                        .and_then(|b| b.by_token.as_ref())
+                        .map(TokenName::as_str)
+                ),
             )
         }
     }

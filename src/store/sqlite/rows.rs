@@ -10,7 +10,7 @@ use rusqlite::{Connection, Transaction, params};
 
 use super::SqliteStore;
 use crate::engine::{Change, State, Tenure, Waiter};
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Remark, Resource, Timestamp};
+use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Remark, Resource, Timestamp, TokenName};
 use crate::store::{GC_BATCH, GcReport, HistoryRow, event, mode_columns, mode_of};
 
 impl SqliteStore {
@@ -37,14 +37,15 @@ const LEASE_COLUMNS: &str =
     "owner, fence, acquired_at, expires_at, mode, lim, note, guarded, token";
 
 /// A history row's columns, in the order `history_rows` reads them.
-const HISTORY_COLUMNS: &str =
-    "at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason, token";
+const HISTORY_COLUMNS: &str = "at, resource, owner, fence, event, previous_owner, mode, lim, \
+                               note, operator, reason, token, by_token";
 
 /// What a schema version has, so that a read-only command reads a store as it is, without
 /// upgrading it: a column a version lacks reads as the value its upgrade gives it. Version 1
 /// (before lock modes) has exclusive tenures without notes, history rows of exclusive locks
 /// nobody broke, and no queue; version 2 (before guarded tenures) has tenures that may all be
-/// joined; version 3 (before tokens) has rows no token proved.
+/// joined; version 3 (before tokens) has rows no token proved; version 4 (before `by_token`)
+/// has breaks no operator's token is recorded for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Shape {
     /// [`LEASE_COLUMNS`], or what stands for them.
@@ -69,7 +70,7 @@ impl Shape {
             1 => Shape {
                 lease: "owner, fence, acquired_at, expires_at, 'exclusive', NULL, NULL, 0, ''",
                 history: "at, resource, owner, fence, event, previous_owner,
-                          'exclusive', NULL, NULL, NULL, NULL, ''",
+                          'exclusive', NULL, NULL, NULL, NULL, '', NULL",
                 queue: None,
             },
             2 => Shape {
@@ -79,8 +80,13 @@ impl Shape {
             3 => Shape {
                 lease: "owner, fence, acquired_at, expires_at, mode, lim, note, guarded, ''",
                 history: "at, resource, owner, fence, event, previous_owner, mode, lim, note,
-                          operator, reason, ''",
+                          operator, reason, '', NULL",
                 queue: Some("owner, ticket, expires_at, ''"),
+            },
+            4 => Shape {
+                history: "at, resource, owner, fence, event, previous_owner, mode, lim, note,
+                          operator, reason, token, NULL",
+                ..Shape::CURRENT
             },
             _ => Shape::CURRENT,
         }
@@ -164,8 +170,8 @@ const INSERT_LOCK: &str = "INSERT INTO locks
 const DELETE_LOCK: &str = "DELETE FROM locks WHERE resource = ?1 AND fence = ?2";
 const INSERT_HISTORY: &str = "INSERT INTO history
         (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason,
-         token)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+         token, by_token)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 const DEQUEUE: &str = "DELETE FROM waiters WHERE resource = ?1 AND owner = ?2 AND token = ?3";
 
 /// Writes the core's changes, in order. A row that is not where the decision saw it means the
@@ -222,7 +228,12 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
                     record.note.as_ref().map(Remark::as_str),
                     record.broken.as_ref().map(|b| b.by.as_str()),
                     record.broken.as_ref().map(|b| b.reason.as_str()),
-                    record.owner.token_column()
+                    record.owner.token_column(),
+                    record
+                        .broken
+                        .as_ref()
+                        .and_then(|b| b.by_token.as_ref())
+                        .map(TokenName::as_str)
                 ])?
             }
         };
@@ -334,6 +345,7 @@ impl SqliteStore {
                 by: r.get::<_, Option<String>>(9)?.as_deref(),
                 reason: r.get::<_, Option<String>>(10)?.as_deref(),
                 token: &r.get::<_, String>(11)?,
+                by_token: r.get::<_, Option<String>>(12)?.as_deref(),
             })?);
         }
         Ok(events)

@@ -1,5 +1,5 @@
-//! The SQLite store's tables: the DDL of each version (`schema_v1.sql`, `upgrade_v2.sql`,
-//! `upgrade_v3.sql`, `upgrade_v4.sql`), the upgrade that brings an older file to [`SCHEMA_VERSION`] once, and the
+//! The SQLite store's tables: the DDL of each version (`schema_v1.sql`, `upgrade_v2.sql` to
+//! `upgrade_v5.sql`), the upgrade that brings an older file to [`SCHEMA_VERSION`] once, and the
 //! check, before anything else is done to a file, that its tables are a distlock schema's
 //! ([`recognise`]).
 
@@ -28,6 +28,11 @@ const UPGRADE_V3: &str = include_str!("upgrade_v3.sql");
 /// and all, so every waiter keeps its place.
 const UPGRADE_V4: &str = include_str!("upgrade_v4.sql");
 
+/// Version 4 → 5: a `broken` event records the operator's token that broke the tenure through
+/// `distlock serve --tokens` (NULL: none, as for every row already there), beside the free-text
+/// `by` the caller gave.
+const UPGRADE_V5: &str = include_str!("upgrade_v5.sql");
+
 impl SqliteStore {
     /// Creates or upgrades the schema once, atomically, even when many processes open an old or
     /// new file at the same moment: the first to take the write lock does it, the others find
@@ -54,6 +59,10 @@ impl SqliteStore {
         if version < 4 {
             tx.execute_batch(UPGRADE_V4)
                 .context("cannot upgrade the schema to version 4")?;
+        }
+        if version < 5 {
+            tx.execute_batch(UPGRADE_V5)
+                .context("cannot upgrade the schema to version 5")?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -123,7 +132,7 @@ pub(super) enum Found {
 
 /// Refuses databases this build must not touch, by their tables, whatever `user_version` says:
 /// another application's (any set of tables that is not a distlock schema's: version 1's
-/// three, or the five of versions 2 to 4; a version past this build's without distlock's
+/// three, or the five of versions 2 to 5; a version past this build's without distlock's
 /// tables), or a newer distlock's.
 pub(super) fn recognise(tables: Tables) -> Result<Found> {
     let Tables {

@@ -3,7 +3,7 @@
 //! `distlock serve --tls-cert FILE --tls-key FILE`.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -63,7 +63,18 @@ impl Ca {
     /// A server certificate signed by this CA, written to `DIR/NAME.cert.pem` (with the CA's
     /// certificate after it) and `DIR/NAME.key.pem`.
     pub fn server_files(&self, dir: &Path, name: &str) -> CertFiles {
-        let (chain, key) = self.server();
+        self.server_files_until(dir, name, None)
+    }
+
+    /// The same, for a certificate valid until `not_after` (to the second) when given: one
+    /// that has expired, or expires soon. (Otherwise rcgen's default, the year 4096.)
+    pub fn server_files_until(
+        &self,
+        dir: &Path,
+        name: &str,
+        not_after: Option<SystemTime>,
+    ) -> CertFiles {
+        let (chain, key) = self.server(not_after);
         let files = CertFiles {
             cert: dir.join(format!("{name}.cert.pem")),
             key: dir.join(format!("{name}.key.pem")),
@@ -73,8 +84,9 @@ impl Ca {
         files
     }
 
-    /// A server certificate signed by this CA: (the chain, PEM; its private key, PEM).
-    fn server(&self) -> (String, String) {
+    /// A server certificate signed by this CA, valid until `not_after` when given: (the
+    /// chain, PEM; its private key, PEM).
+    fn server(&self, not_after: Option<SystemTime>) -> (String, String) {
         let key = KeyPair::generate().expect("a server key");
         let names = ["127.0.0.1", "::1", "localhost"]
             .map(str::to_owned)
@@ -84,6 +96,12 @@ impl Ca {
             .distinguished_name
             .push(DnType::CommonName, "localhost");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        if let Some(not_after) = not_after {
+            let since_epoch = not_after
+                .duration_since(UNIX_EPOCH)
+                .expect("a time after 1970");
+            params.not_after = rcgen::date_time_ymd(1970, 1, 1) + since_epoch;
+        }
         let cert = params
             .signed_by(&key, &self.issuer)
             .expect("a server certificate");

@@ -1,0 +1,1 @@
+ALTER TABLE history ADD COLUMN by_token TEXT;   -- the operator's server token that broke it
