@@ -35,6 +35,7 @@ pub use location::{Folders, Location, NetworkFs};
 pub use op::{Durability, Locks, Op, Outcome};
 pub use open::{Vanished, open, open_existing, open_read_only, reopen};
 pub use postgres::PostgresStore;
+pub(crate) use remote::certificate_validity;
 pub use remote::{NotAllowed, RemoteStore, ServerUrl, authorization as server_authorization};
 pub use sqlite::SqliteStore;
 

@@ -107,23 +107,37 @@ impl Reread for Certificate {
     }
 }
 
-/// One line naming the certificate of `chain` (read from `files`) that ends first, when it has
-/// ended at `now` or ends within [`EXPIRY_WARNING`] of it, and when.
+/// One line naming the certificate of `chain` (read from `files`) that clients would refuse
+/// or soon refuse: one whose validity has not begun at `now` (a clock that is off, or a
+/// certificate made for later), else the one that ends first, when it has ended at `now` or
+/// ends within [`EXPIRY_WARNING`] of it.
 fn expiry_warning(
     files: &TlsFiles,
     chain: &[CertificateDer<'_>],
     now: Timestamp,
 ) -> Option<String> {
-    let (index, end) = chain
+    let periods: Vec<(usize, Timestamp, Timestamp)> = chain
         .iter()
         .enumerate()
-        .filter_map(|(index, der)| Some((index, not_after(der)?)))
-        .min_by_key(|(_, end)| *end)?;
-    let which = match index {
+        .filter_map(|(index, der)| {
+            let (start, end) = validity(der)?;
+            Some((index, start, end))
+        })
+        .collect();
+    let which = |index: usize| match index {
         0 => "its certificate".to_owned(),
         n => format!("certificate {} of its chain", n + 1),
     };
     let flag = format!("--tls-cert {}", files.cert.display());
+    if let Some((index, start, _)) = periods.iter().find(|(_, start, _)| now < *start) {
+        return Some(format!(
+            "{flag}: {} is not valid until {start}; clients refuse it until then: check this \
+             host's clock, or the certificate's dates",
+            which(*index)
+        ));
+    }
+    let (index, _, end) = periods.iter().min_by_key(|(_, _, end)| *end)?;
+    let which = which(*index);
     let left = end.0.saturating_sub(now.0);
     if left <= 0 {
         return Some(format!(
@@ -139,12 +153,11 @@ fn expiry_warning(
     })
 }
 
-/// The end of a certificate's validity (its notAfter), or `None` when it cannot be read.
-fn not_after(der: &CertificateDer<'_>) -> Option<Timestamp> {
-    use x509_cert::der::Decode;
-    let cert = x509_cert::Certificate::from_der(der.as_ref()).ok()?;
-    let since_epoch = cert.tbs_certificate.validity.not_after.to_unix_duration();
-    i64::try_from(since_epoch.as_millis()).ok().map(Timestamp)
+/// A certificate's validity period (notBefore, notAfter), or `None` when it cannot be read.
+fn validity(der: &CertificateDer<'_>) -> Option<(Timestamp, Timestamp)> {
+    let (start, end) = crate::store::certificate_validity(der.as_ref())?;
+    let millis = |secs: u64| i64::try_from(secs.saturating_mul(1000)).ok().map(Timestamp);
+    Some((millis(start)?, millis(end)?))
 }
 
 /// `millis` (more than 0) in words, rounded: "in 3 days", "in 5 hours", "in 12 minutes".
@@ -408,6 +421,56 @@ mod tests {
             (604_800_000, "in 7 days"),
         ] {
             assert_eq!(time_left(left), words, "{left}");
+        }
+    }
+
+    #[test]
+    fn a_certificate_whose_validity_has_not_begun_is_named_with_its_start() {
+        let files = TlsFiles {
+            cert: PathBuf::from("/etc/distlock/server.pem"),
+            key: PathBuf::from("/etc/distlock/server.key"),
+        };
+        let made = |start: Day, end: Day| {
+            let key = rcgen::KeyPair::generate().expect("a key");
+            let mut params =
+                rcgen::CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+            params.not_before = rcgen::date_time_ymd(start.0, start.1, start.2);
+            params.not_after = rcgen::date_time_ymd(end.0, end.1, end.2);
+            params
+                .self_signed(&key)
+                .expect("a certificate")
+                .der()
+                .clone()
+        };
+        // Now is 2030-06-10T00:00:00Z.
+        let now = Timestamp(1_907_280_000_000);
+        // (the chain's periods, the warning, or "" for none)
+        let cases: [(&[(Day, Day)], &str); 4] = [
+            (&[((2030, 1, 1), (2031, 1, 1))], ""),
+            (
+                &[((2030, 6, 11), (2031, 1, 1))],
+                "--tls-cert /etc/distlock/server.pem: its certificate is not valid until \
+                 2030-06-11T00:00:00.000Z; clients refuse it until then",
+            ),
+            (
+                &[((2030, 1, 1), (2031, 1, 1)), ((2030, 7, 1), (2031, 1, 1))],
+                "certificate 2 of its chain is not valid until 2030-07-01T00:00:00.000Z",
+            ),
+            // Not yet valid is said before an end that comes soon.
+            (
+                &[((2030, 6, 12), (2030, 6, 13))],
+                "its certificate is not valid until 2030-06-12",
+            ),
+        ];
+        for (periods, words) in cases {
+            let chain: Vec<_> = periods.iter().map(|(s, e)| made(*s, *e)).collect();
+            match expiry_warning(&files, &chain, now) {
+                None => assert_eq!(words, "", "{periods:?}: no warning"),
+                Some(warning) => assert!(
+                    !words.is_empty() && warning.contains(words) && !warning.contains('\n'),
+                    "{periods:?}: {warning}"
+                ),
+            }
         }
     }
 

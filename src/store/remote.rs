@@ -49,6 +49,7 @@ mod sets;
 mod tls;
 
 pub use http::authorization;
+pub(crate) use tls::validity as certificate_validity;
 
 /// A refused token, or a request outside the token's scope: exit 77, with the server's reason.
 #[derive(Debug)]
