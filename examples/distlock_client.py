@@ -135,7 +135,11 @@ class Client:
             left = max(0, math.ceil(deadline - time.monotonic()))
             body = {"owner": owner, "ttl_seconds": ttl, "wait_seconds": left}
             sent = time.monotonic()
-            status, answer, headers = self.call("POST", path(resource), body, TIMEOUT)
+            try:
+                status, answer, headers = self.call("POST", path(resource), body, TIMEOUT)
+            except KeyboardInterrupt:
+                self.give_up(resource, owner)
+                raise
             if status != 200:
                 raise problem(f"acquire {resource}", status, answer)
             if answer["acquired"]:
@@ -147,6 +151,18 @@ class Client:
                 error = Busy(f"{resource} is held by {holders(answer)} (waited {wait} s)")
                 error.answer = answer
                 raise error
+
+    def give_up(self, resource, owner):
+        """Leaves the queue of `resource` at once, as a waiter interrupted while it waits: the
+        next in line is not held back for the 5 s the server would otherwise keep the place.
+        A grant the interrupted request got meanwhile is given back too (the owner is this
+        client's own). Best effort, 2 s at most for each: a server that cannot be told gives
+        the place up itself within 5 s, and the lock ends by its TTL."""
+        for method, tail in (("POST", "/leave"), ("DELETE", "")):
+            try:
+                self.call(method, path(resource) + tail, {"owner": owner}, 2)
+            except LockError:
+                pass
 
     def renew(self, resource, owner, ttl, fence, timeout=CALL_TIMEOUT):
         """Extends the tenure `fence` of `owner` to `ttl` seconds from now."""
@@ -352,9 +368,20 @@ def main(argv=None):
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if not command:
         parser.error("a command to run after --")
+    # TERM and HUP while waiting in line end the wait as ^C does: the place is given up.
+    def interrupt(number, _):
+        raise KeyboardInterrupt(number)
+
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, interrupt)
     try:
         with lock(args.resource, owner=args.owner, ttl=args.ttl, wait=args.wait) as held:
             return run(held, command)
+    except KeyboardInterrupt as stop:
+        number = stop.args[0] if stop.args else signal.SIGINT
+        print(f"distlock_client: interrupted while waiting for {args.resource}; left the queue",
+              file=sys.stderr)
+        return 128 + number
     except LockError as error:
         print(f"distlock_client: {error}", file=sys.stderr)
         return {Busy: 75, Refused: 77, Lost: 124}.get(type(error), 74)

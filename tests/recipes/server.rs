@@ -1074,6 +1074,55 @@ fn python_client_raises_when_busy_past_its_wait_and_on_refusals_with_the_servers
     assert!(!s.path("ran").exists(), "nothing ran without the lock");
 }
 
+/// A waiter of the Python client that is interrupted (^C, or TERM from a service manager)
+/// gives its place in line up before it exits, as `distlock run` does: the waiter behind it is
+/// not held back for the 5 s the server would otherwise keep the place.
+#[test]
+fn python_client_interrupted_while_waiting_gives_its_place_up_at_once() {
+    let (s, served, secret) = served("py");
+    let ran = s.p("ran");
+    let _holder = s.hold("deploy/prod", "previous-deploy", "60s");
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        let waiter = s.spawn(&mut client_cli(
+            &s,
+            &served,
+            &secret,
+            &["deploy/prod", "--wait", "60", "--", "touch", &ran],
+        ));
+        let started = Instant::now();
+        while served.waiting(&secret) == 0 {
+            assert!(
+                started.elapsed() < REQUEST,
+                "the client never waited in line"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        waiter.signal(signal);
+        let done = waiter.finish(REQUEST);
+        assert_eq!(
+            done.code(),
+            Some(128 + signal as i32),
+            "{signal}: {}",
+            done.describe()
+        );
+        assert!(
+            done.stderr().contains("left the queue"),
+            "{signal}: {}",
+            done.describe()
+        );
+        // Gone from the queue as the client exits, not 5 s later.
+        let (status, body) = served.get("/locks/deploy%2Fprod", &secret);
+        assert_eq!(status, 200, "{body}");
+        let status: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(
+            status["waiting"].as_u64().unwrap_or(0),
+            0,
+            "{signal}: the place is given up: {body}"
+        );
+    }
+    assert!(!s.path("ran").exists(), "nothing ran without the lock");
+}
+
 #[test]
 fn python_client_releases_the_lock_when_the_body_raises() {
     let (s, served, secret) = served("py");
