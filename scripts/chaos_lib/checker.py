@@ -463,7 +463,9 @@ class Checker:
             return
         allowed = set(ALLOWED_EXITS.get(call["op"], {0}))
         if call.get("interrupted"):
-            allowed.add(128 + call["interrupted"])
+            # Given up as the contract says (128+N), or ended by the signal itself when it came
+            # before distlock had started to wait.
+            allowed.update((128 + call["interrupted"], -call["interrupted"]))
         if any(call["start"] <= k <= call["end"] for k in self.kills.get(call["client"], [])):
             allowed.add(-9)
         if code not in allowed:

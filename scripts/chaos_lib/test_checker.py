@@ -341,6 +341,20 @@ class PlantedAnomalies(unittest.TestCase):
 
         self.assertEqual(self.planted(plant), set())
 
+    def test_unexpected_exit_allows_an_interruption_that_came_before_the_wait(self):
+        def plant(b):
+            b.h["calls"].append({"client": "w", "op": "acquire", "owner": "w.9", "store": "sqlite",
+                                 "resources": ["excl"], "ttl": 4, "wait": 2, "start": T0 + 60.0,
+                                 "end": T0 + 60.1, "exit": -15, "timed_out": False,
+                                 "granted": {}, "interrupted": 15})
+
+        self.assertEqual(self.planted(plant), set())
+        b = History()
+        b.h = copy.deepcopy(clean())
+        plant(b)
+        b.h["calls"][-1]["interrupted"] = None
+        self.assertEqual(kinds(b.h), {"unexpected-exit"})
+
     def test_stuck_at_end(self):
         def plant(b):
             b.h["final"]["sqlite"]["live"].append({"resource": "excl", "owner": "a.9", "fence": 30})
