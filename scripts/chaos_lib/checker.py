@@ -46,6 +46,8 @@ KINDS = {
     "lost-waiter": "a waiting call not answered within its wait plus the outages on its way",
     "hung-call": "a call (or a run after its command ended) not done within its budget",
     "unguarded": "a command still acting after its guard's lease ended",
+    "lease-lost": "a lease lost (run 124, renew 1 or 77) with no fault on the holder's way in "
+    "or on the holder itself: one client's stall costing another its lease",
     "unexpected-exit": "an exit code the contract does not give for what happened (a panic "
     "among them)",
     "stuck-at-end": "a lock or a waiter still there once every client was gone and every "
@@ -166,6 +168,7 @@ class Checker:
                 if client in fault.get("clients", []) or info.get("way") in fault.get("ways", []):
                     outage_intervals[client].append(span)
         self.outages = {c: merge(spans) for c, spans in outage_intervals.items()}
+        self.raw_outages = outage_intervals
         # The last thing each section's holder did: its end, or its last register operation.
         self.last_op = {}
         for op in history.get("register", []):
@@ -373,7 +376,9 @@ class Checker:
                 claims.append((call["store"], resource, fence, call["owner"], call["end"]))
         for section in self.sections:
             for resource, fence in section["fences"].items():
-                claims.append((section["store"], resource, fence, section["owner"], section["start"]))
+                claims.append(
+                    (section["store"], resource, fence, section["owner"], section["start"])
+                )
         for store, resource, fence, owner, at in claims:
             if (store, resource, fence, owner) in seen:
                 continue
@@ -454,6 +459,27 @@ class Checker:
                     )
             self.check_exit(call)
 
+    def check_lost_leases(self):
+        for call in self.calls:
+            if call["op"] == "run" and call.get("exit") == 124:
+                # The guard decides within its last lease: renewals failing for a lease's
+                # length, then --kill-after, and a loaded machine's scheduling.
+                since = call["end"] - ((call.get("ttl") or 0) + KILL_AFTER + RELEASE_SLACK)
+            elif call["op"] == "renew" and call.get("exit") in (1, 77):
+                since = call["start"] - 1.0
+            else:
+                continue
+            spans = self.raw_outages.get(call["client"], [])
+            if any(start <= call["end"] and end >= since for start, end in spans):
+                continue
+            self.flag(
+                "lease-lost",
+                call["end"],
+                f"{call['client']} {call['op']} {call.get('owner')}: exit {call['exit']} at "
+                f"{self.when(call['end'])} with no fault on its way or on it since "
+                f"{self.when(since)}: {(call.get('stderr') or '').strip()[-300:]}",
+            )
+
     def check_exit(self, call):
         code = call.get("exit")
         stderr = call.get("stderr") or ""
@@ -500,6 +526,7 @@ class Checker:
         self.check_grants()
         self.check_held()
         self.check_calls()
+        self.check_lost_leases()
         self.check_final()
         self.anomalies.sort(key=lambda a: (a.at, a.kind))
         return self.anomalies

@@ -172,10 +172,10 @@ class Client:
         register.append_line(self.calls_file, record)
         return record
 
-    def section_event(self, event, owner, **more):
+    def section_event(self, event, owner, at=None, **more):
         register.append_line(
             self.sections_file,
-            {"ev": event, "owner": owner, "t": time.time(), "client": self.name, **more},
+            {"ev": event, "owner": owner, "t": at or time.time(), "client": self.name, **more},
         )
 
     def do_run(self, n):
@@ -221,7 +221,12 @@ class Client:
 
     def hold(self, owner, resources, mode, fences, ttl, granted_at, steps, renew):
         """A raw holder's critical section: operates on the register while its own deadline
-        allows, renewing when `renew` says, then releases."""
+        allows, renewing when `renew` says, then releases.
+
+        The section ends when the holder stops acting: at once when it is done, or, when its
+        deadline passed meanwhile (a renewal that failed or took too long, or the holder
+        stopped), at that deadline, after which it did nothing (its register operations, each
+        checked against the deadline first, are recorded with their own times)."""
         deadline = granted_at + ttl - RAW_MARGIN
         op = "write" if mode == "exclusive" else "read"
         started = False
@@ -253,7 +258,10 @@ class Client:
                     break
                 deadline = sent + ttl - RAW_MARGIN
         if started:
-            self.section_event("end", owner, reason=reason)
+            at = time.time()
+            if reason == "lease":
+                at = min(at, at - (time.monotonic() - deadline))
+            self.section_event("end", owner, at=at, reason=reason)
         self.call(
             "release",
             self.distlock("release", *resources, "--owner", owner),

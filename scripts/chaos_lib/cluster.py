@@ -47,7 +47,11 @@ class Cluster:
         self.bin = server_bin()
         self.options = ""
         self.admin_url = None
-        self.env = {**os.environ, "DISTLOCK_TEST_PG_PORT": str(port), "DISTLOCK_TEST_PG_DIR": folder}
+        self.env = {
+            **os.environ,
+            "DISTLOCK_TEST_PG_PORT": str(port),
+            "DISTLOCK_TEST_PG_DIR": folder,
+        }
 
     def url(self, port=None):
         """The store's URL, on the server's port or on a proxy's."""
@@ -112,7 +116,8 @@ class Cluster:
 
     def restart(self, mode):
         self.pg_ctl(
-            "-m", mode, "-l", self.log, "-w", "-t", str(PG_CTL_TIMEOUT), "-o", self.options, "restart"
+            "-m", mode, "-l", self.log, "-w", "-t", str(PG_CTL_TIMEOUT), "-o", self.options,
+            "restart",
         )
 
     def running(self):

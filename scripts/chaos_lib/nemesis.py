@@ -262,6 +262,7 @@ class Nemesis:
         server.kill()
         self.hold(fault["hold"])
         server.start()
+        self.parts.note_running()
 
     def do_server_pause(self, fault, entry):
         server = self.parts.servers[fault["target"]]

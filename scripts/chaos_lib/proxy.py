@@ -35,7 +35,9 @@ class Proxy:
         self.listener = None
         self.closed = False
         self.threads = []
-        self.accepting = threading.Thread(target=self.accept_loop, name=f"proxy-{name}", daemon=True)
+        self.accepting = threading.Thread(
+            target=self.accept_loop, name=f"proxy-{name}", daemon=True
+        )
 
     def start(self):
         self.listen()

@@ -37,6 +37,7 @@ The binary: `--bin`, else `DISTLOCK_BIN`, else `target/release/distlock` (`cargo
 """
 
 import argparse
+import glob
 import json
 import os
 import random
@@ -51,8 +52,9 @@ import time
 
 from . import checker, history
 from .cluster import Cluster, ClusterError
-from .nemesis import Nemesis, plan, process_tree, write_offset
+from .nemesis import MAX_ACTIVE, Nemesis, plan, process_tree, write_offset
 from .proxy import Proxy
+from .reaper import Reaper
 from .servers import Server, ServerError
 from .timeline import parse_store_time
 
@@ -110,7 +112,8 @@ def parse_args(argv):
     parser.add_argument("--bin", help="the distlock binary (default: $DISTLOCK_BIN, else "
                         "target/release/distlock)")
     parser.add_argument("--dir", help="the campaign's folder (default: a new temporary one)")
-    parser.add_argument("--keep", action="store_true", help="keep the folder after a clean campaign")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the folder after a clean campaign")
     parser.add_argument("--check", metavar="DIR", help="check the history of a kept campaign "
                         "folder again, and run nothing")
     args = parser.parse_args(argv)
@@ -184,11 +187,9 @@ def check_faketime(bin_path, folder):
         ahead = parse_store_time(json.loads(out.stdout)["lock"]["acquired_at"]) - time.time()
     except (ValueError, KeyError, TypeError):
         raise UsageError(f"the faketime probe failed: {out.stderr.strip()}") from None
-    for name in ("probe.db", "probe.db-wal", "probe.db-shm", "probe.db-turnstile", "probe.faketime"):
-        try:
-            os.remove(os.path.join(folder, name))
-        except FileNotFoundError:
-            pass
+    # The probe's store (and its -wal, -shm, -turnstile) and clock.
+    for leftover in glob.glob(os.path.join(folder, "probe.*")):
+        os.remove(leftover)
     if ahead < 86000:
         raise UsageError(
             f"{bin_path} does not see libfaketime's clock (a statically linked build?): clock "
@@ -217,6 +218,33 @@ class Campaign:
         self.nemesis = None
         self.errors = []
         self.started = None
+        self.reaper = Reaper(folder)
+        self.noting = threading.Lock()
+
+    def note_running(self):
+        """Tells the reaper what runs now (see `reaper`)."""
+        with self.noting:
+            self.reaper.note(
+                {
+                    "clients": {
+                        str(p.pid): "chaos_lib.clients"
+                        for p in self.procs.values()
+                        if p.poll() is None
+                    },
+                    "servers": {
+                        str(s.proc.pid): "serve"
+                        for s in self.servers.values()
+                        if s.proc is not None and s.proc.poll() is None
+                    },
+                    "cluster": None
+                    if self.cluster is None
+                    else {
+                        "script": self.cluster.script,
+                        "port": self.cluster.port,
+                        "folder": self.cluster.folder,
+                    },
+                }
+            )
 
     # Set-up.
 
@@ -232,9 +260,10 @@ class Campaign:
             name, self.args.bin, db, free_port(self.used_ports),
             os.path.join(self.folder, "servers", f"{name}.log"),
         )
-        server.start()
         self.servers[name] = server
         self.server_ways[name] = ways
+        server.start()
+        self.note_running()
         return server
 
     def set_up(self):
@@ -253,15 +282,17 @@ class Campaign:
                 self.ways["srv-sqlite~"] = ("sqlite", f"http://127.0.0.1:{proxy.port}")
         if use_pg:
             say("chaos: starting PostgreSQL (scripts/pg-test-server)")
-            self.cluster = Cluster(SCRIPTS, os.path.join(self.folder, "pg"), free_port(self.used_ports))
+            port = free_port(self.used_ports)
+            self.cluster = Cluster(SCRIPTS, os.path.join(self.folder, "pg"), port)
+            self.note_running()
             self.cluster.start()
             if "postgres" in self.args.stores:
                 self.ways["pg"] = ("postgres", self.cluster.url())
                 proxy = self.proxy("pg", self.cluster.port, ["pg~"])
                 self.ways["pg~"] = ("postgres", self.cluster.url(proxy.port))
             if with_servers:
-                self.server("srv-pg-a", self.cluster.url(), ["srv-pg-a"])
-                self.ways["srv-pg-a"] = ("postgres", f"http://127.0.0.1:{self.servers['srv-pg-a'].port}")
+                server = self.server("srv-pg-a", self.cluster.url(), ["srv-pg-a"])
+                self.ways["srv-pg-a"] = ("postgres", f"http://127.0.0.1:{server.port}")
                 to_store = self.proxy("pg-b", self.cluster.port, ["srv-pg-b~"])
                 server = self.server("srv-pg-b", self.cluster.url(to_store.port), ["srv-pg-b~"])
                 proxy = self.proxy("srv-pg-b", server.port, ["srv-pg-b~"])
@@ -340,7 +371,9 @@ class Campaign:
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                     start_new_session=True,
                 )
-        self.nemesis = Nemesis(schedule, self, os.path.join(self.folder, "nemesis.jsonl"), self.started)
+        self.note_running()
+        record = os.path.join(self.folder, "nemesis.jsonl")
+        self.nemesis = Nemesis(schedule, self, record, self.started)
         self.nemesis.start()
         say(f"chaos: {len(self.clients)} clients on {', '.join(self.ways)}; "
             f"{len(schedule)} faults planned over {args.duration:g} s")
@@ -349,7 +382,8 @@ class Campaign:
         while time.time() < until:
             time.sleep(min(1.0, max(0.0, until - time.time())))
             if time.time() >= next_note and time.time() < until:
-                say(f"chaos: {time.time() - self.started:.0f} s, {self.nemesis.count} faults so far")
+                elapsed = time.time() - self.started
+                say(f"chaos: {elapsed:.0f} s, {self.nemesis.count} faults so far")
                 next_note += 60
         self.nemesis.stop()
         self.errors.extend(self.nemesis.errors)
@@ -424,7 +458,8 @@ class Campaign:
             out = self.distlock(db, "log")
             if out.returncode != 0:
                 self.errors.append(f"distlock log on {store}: {out.stderr.strip()}")
-            with open(os.path.join(self.folder, "stores", f"{store}.log.jsonl"), "w", encoding="utf-8") as f:
+            path = os.path.join(self.folder, "stores", f"{store}.log.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
                 f.write(out.stdout)
 
     # Tear-down: whatever happened before.
@@ -449,6 +484,7 @@ class Campaign:
             except OSError:
                 pass
             self.cluster.teardown()
+        self.reaper.done()
 
 
 def kill_tree(pid):
@@ -487,9 +523,12 @@ def report(h, errors):
         f"critical sections: {figures['sections']}; fenced writes: "
         f"{writes.get('accepted', 0)} accepted, {writes.get('refused', 0)} refused by their fence"
     )
+    skipped = h.get("skipped")
+    busy = f" ({skipped} planned, skipped: target busy or {MAX_ACTIVE} under way)"
     say(
         f"faults: {figures['faults']} — "
         + ", ".join(f"{kind} {n}" for kind, n in sorted(figures["faults_by_kind"].items()))
+        + (busy if skipped else "")
     )
     say(
         f"anomalies: {figures['anomalies']} — "
@@ -580,6 +619,7 @@ def main(argv):
         return 130
     campaign.tear_down()
     h = history.load(folder)
+    h["skipped"] = campaign.nemesis.skipped if campaign.nemesis else 0
     code, figures, last = report(h, campaign.errors)
     summary = {
         "seed": args.seed,
@@ -589,6 +629,7 @@ def main(argv):
         "commit": commit(),
         "version": version,
         "errors": campaign.errors,
+        "skipped_faults": h["skipped"],
         **figures,
     }
     with open(os.path.join(folder, "summary.json"), "w", encoding="utf-8") as f:

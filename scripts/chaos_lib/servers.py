@@ -39,13 +39,17 @@ class Server:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerError(f"{self.name} exited {self.proc.returncode} at start (see {self.log})")
+                raise ServerError(
+                    f"{self.name} exited {self.proc.returncode} at start (see {self.log})"
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.05)
-        raise ServerError(f"{self.name} did not listen on port {self.port} within {START_TIMEOUT} s")
+        raise ServerError(
+            f"{self.name} did not listen on port {self.port} within {START_TIMEOUT} s"
+        )
 
     def signal(self, signum):
         if self.proc is not None and self.proc.poll() is None:

@@ -75,8 +75,9 @@ class History:
         self.event(start - 0.01, resource, owner, fence, "acquired", mode)
         for at in renewals:
             self.event(at, resource, owner, fence, "renewed", mode)
+        op = "write" if mode == "exclusive" else "read"
         for at in writes:
-            self.write(at, resource, fence, owner, client, op="write" if mode == "exclusive" else "read")
+            self.write(at, resource, fence, owner, client, op=op)
         if release:
             self.event(end + 0.01, resource, owner, fence, "released", mode)
 
@@ -127,10 +128,10 @@ class CleanHistory(unittest.TestCase):
     def test_a_clean_history_has_no_anomaly(self):
         self.assertEqual(checker.check(clean()), [])
 
-    def test_without_its_pause_the_late_holder_is_two_holders_and_unguarded(self):
+    def test_without_its_pause_the_late_holder_is_an_anomaly_of_three_kinds(self):
         h = clean()
         h["faults"] = [f for f in h["faults"] if f["kind"] != "client-pause"]
-        self.assertEqual(kinds(h), {"two-holders", "unguarded"})
+        self.assertEqual(kinds(h), {"two-holders", "unguarded", "lease-lost"})
 
     def test_without_its_outage_the_waiter_is_lost(self):
         h = clean()
@@ -320,6 +321,29 @@ class PlantedAnomalies(unittest.TestCase):
             b.fault("client-pause", 60.5, 64.5, clients=["a"])
 
         self.assertEqual(self.planted(plant), {"unguarded"})
+
+    def test_lease_lost(self):
+        def plant(b):
+            b.run("a", "a.9", "excl", 20, 60.0, 61.0, exit_code=124)
+
+        self.assertEqual(self.planted(plant), {"lease-lost"})
+
+    def test_lease_lost_by_a_renewal(self):
+        def plant(b):
+            b.h["calls"].append({"client": "w", "op": "renew", "owner": "w.9", "store": "sqlite",
+                                 "resources": ["excl"], "ttl": 4, "wait": 0, "start": T0 + 60.0,
+                                 "end": T0 + 60.1, "exit": 1, "timed_out": False, "granted": {}})
+
+        self.assertEqual(self.planted(plant), {"lease-lost"})
+
+    def test_lease_lost_allows_a_fault_on_its_way_or_on_it(self):
+        def plant(b):
+            b.run("a", "a.9", "excl", 20, 60.0, 61.0, exit_code=124)
+            b.fault("server-pause", 57.0, 59.0, ways=["sqlite"])
+            b.run("b", "b.9", "excl", 21, 70.0, 71.0, exit_code=124)
+            b.fault("client-pause", 69.0, 70.5, clients=["b"])
+
+        self.assertEqual(self.planted(plant), set())
 
     def test_unexpected_exit(self):
         def plant(b):
