@@ -25,6 +25,7 @@ The modules:
 - `register`: the protected resource, a fenced register per lock resource;
 - `nemesis`: the fault schedule (drawn from the seed before the campaign starts) and the faults;
 - `history`: reads a campaign's folder back into one history;
+- `reaper`: stops everything the campaign started if the runner dies without tearing down;
 - `timeline`: intervals (outages, pauses) and how much of a span they cover;
 - `checker`: the anomalies, and the figures of a history.
 
