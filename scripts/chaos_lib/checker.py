@@ -540,7 +540,8 @@ def check(history):
 def recoveries(history):
     """For each fault that made a store unreachable on some ways, how long after it was back
     (this fault and every other on those ways over) the first grant on those ways came: a list
-    of (seconds, fault)."""
+    of (seconds, fault). A recovery that another fault on those ways interrupted before the
+    first grant is not measured (that fault's own recovery is)."""
     grants = []
     way_of = {c: info.get("way") for c, info in history.get("clients", {}).items()}
     for call in history.get("calls", []):
@@ -566,8 +567,11 @@ def recoveries(history):
                     back = other["end"]
                     moved = True
         first = next((t for t, way in grants if t >= back and way in ways), None)
-        if first is not None:
-            found.append((first - back, fault))
+        if first is None:
+            continue
+        if any(ways & set(other["ways"]) and back < other["start"] < first for other in faults):
+            continue
+        found.append((first - back, fault))
     return found
 
 
@@ -588,6 +592,9 @@ def figures(history, anomalies):
     )
     found = recoveries(history)
     longest = max(found, key=lambda r: r[0]) if found else None
+    by_kind = defaultdict(list)
+    for seconds, fault in found:
+        by_kind[fault["kind"]].append(seconds)
     return {
         "operations": len(calls),
         "by_op": dict(ops),
@@ -607,4 +614,12 @@ def figures(history, anomalies):
             "at": longest[1]["end"] - history.get("started", 0.0),
         },
         "recoveries": len(found),
+        "recoveries_by_kind": {
+            kind: {
+                "count": len(times),
+                "longest": max(times),
+                "median": sorted(times)[len(times) // 2],
+            }
+            for kind, times in sorted(by_kind.items())
+        },
     }

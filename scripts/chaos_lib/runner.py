@@ -541,6 +541,13 @@ def report(h, errors):
             f"{longest['target']} (store back at +{longest['at']:.1f} s -> first grant; "
             f"{figures['recoveries']} recoveries measured)"
         )
+        say(
+            "recovery by fault, longest (median): "
+            + ", ".join(
+                f"{kind} {r['longest']:.2f} s ({r['median']:.2f} s)"
+                for kind, r in figures["recoveries_by_kind"].items()
+            )
+        )
     else:
         say("longest recovery: none measured")
     if h.get("unreadable"):

@@ -404,6 +404,15 @@ class Recovery(unittest.TestCase):
         found = sorted(round(seconds, 3) for seconds, _ in checker.recoveries(b.h))
         self.assertEqual(found, [1.5, 1.5])
 
+    def test_a_recovery_cut_short_by_the_next_fault_is_not_measured(self):
+        b = History()
+        b.client("a", way="pg")
+        b.fault("server-kill", 10.0, 11.0, ways=["pg"])
+        b.fault("pg-stop", 11.2, 15.0, ways=["pg"])
+        b.run("a", "a.1", "excl", 1, 15.5, 16.0)
+        found = [(round(seconds, 3), f["kind"]) for seconds, f in checker.recoveries(b.h)]
+        self.assertEqual(found, [(0.5, "pg-stop")])
+
 
 if __name__ == "__main__":
     unittest.main()
