@@ -60,7 +60,11 @@ from .timeline import parse_store_time
 
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(SCRIPTS)
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# Debian's faketime package, for whichever architecture this is.
+LIBFAKETIME = next(
+    iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))),
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+)
 RESOURCES = ["excl", "rw", "sem", "set-a", "set-b", "raw"]
 # The kinds of the clients of a store, in the order they are added.
 KIND_CYCLE = ["run", "run", "raw", "run", "waiter", "run", "run", "raw", "waiter", "run"]
