@@ -122,12 +122,16 @@ def parse_args(argv):
                         "folder again, and run nothing")
     args = parser.parse_args(argv)
     if args.check:
+        if not os.path.exists(os.path.join(args.check, "config.json")):
+            raise UsageError(f"{args.check} is not a campaign's folder (no config.json)")
         return args
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = [s for s in stores if s not in ("sqlite", "postgres", "server")]
     if unknown or not stores:
         raise UsageError(f"--stores takes sqlite, postgres and server; not {args.stores!r}")
     args.stores = stores
+    if args.dir and os.path.isdir(args.dir) and os.listdir(args.dir):
+        raise UsageError(f"--dir {args.dir} is not empty (a campaign needs a folder of its own)")
     if not 10 <= args.duration <= 86400:
         raise UsageError("--duration is 10 to 86400 seconds")
     if not 1 <= args.clients <= 40:
@@ -620,14 +624,15 @@ def main(argv):
         campaign.tear_down()
         print(f"chaos: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClusterError, ServerError, OSError) as err:
-        campaign.tear_down()
-        print(f"chaos: the campaign could not run: {err} (folder {folder})", file=sys.stderr)
-        return EXIT_BROKEN
     except KeyboardInterrupt:
         campaign.tear_down()
         print(f"chaos: interrupted (folder {folder})", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 - whatever broke, everything started is stopped
+        campaign.tear_down()
+        what = err if isinstance(err, (ClusterError, ServerError)) else repr(err)
+        print(f"chaos: the campaign could not run: {what} (folder {folder})", file=sys.stderr)
+        return EXIT_BROKEN
     campaign.tear_down()
     h = history.load(folder)
     h["skipped"] = campaign.nemesis.skipped if campaign.nemesis else 0
