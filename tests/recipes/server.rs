@@ -14,7 +14,8 @@
 //! server at once (`lease_rule_*`): each holds a short lease while its job sits in a critical
 //! section ([`critical`]), over SQLite and over PostgreSQL ([`Scratch::postgres`]), and the
 //! server goes away (SIGSTOP; SIGKILL, then a start on the same port), breaks the lock, or
-//! forgets the token.
+//! forgets the token. The other ways a user could get two holders from the Python client (one
+//! owner twice, signals) are in `one_holder.rs`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -845,6 +846,7 @@ fn python_client_is_a_standard_library_module_and_an_executable() {
     imports.sort_unstable();
     let stdlib = [
         "argparse",
+        "ctypes",
         "json",
         "math",
         "os",
@@ -1846,3 +1848,6 @@ fn lease_rule_every_client_stops_its_job_at_once_when_its_lock_is_broken_or_its_
     served_reread(&served, served.stderr().lines().count());
     assert_stopped_at_once(holders, "401", &taken);
 }
+
+#[path = "one_holder.rs"]
+mod one_holder;

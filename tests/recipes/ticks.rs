@@ -106,6 +106,11 @@ impl Ticking {
         s.spawn(&mut cmd)
     }
 
+    /// Whether the next holder behind the job logging to `log` got in.
+    pub(crate) fn next_is_in(log: &Path) -> bool {
+        !read_or_empty(&suffixed(log, ".next")).is_empty()
+    }
+
     /// Fails unless the job logging to `log` ticked, the next holder got in, and every tick came
     /// before it did: the two never ran at once. `what` names the holder.
     pub(crate) fn assert_gone_before_the_next(log: &Path, what: &str) {
