@@ -19,14 +19,16 @@
 //!
 //! Processes, deadlines and waits come from the integration suite's `common::process`, the
 //! guarded resource from its `common::fenced_write`, the HTTPS certificates from its
-//! `common::certs`, the jobs that note two holders at once from its `common::critical`, and a
-//! PostgreSQL database from its `common::pg_database`: the same files, compiled into this crate
-//! too. The jobs that cannot be trusted to leave a critical section (killed, stopped, ignoring
-//! SIGTERM) log the time instead, compared with when the next holder got in
-//! (`recipes/ticks.rs`).
+//! `common::certs`, the jobs that note two holders at once from its `common::critical`, a
+//! PostgreSQL database from its `common::pg_database`, and a private PostgreSQL server to stop
+//! and start from its `common::cluster`: the same files, compiled into this crate too. The jobs
+//! that cannot be trusted to leave a critical section (killed, stopped, ignoring SIGTERM) log
+//! the time instead, compared with when the next holder got in (`recipes/ticks.rs`).
 
 #[path = "cli/common/certs.rs"]
 mod certs;
+#[path = "cli/common/cluster.rs"]
+mod cluster;
 #[path = "cli/common/critical.rs"]
 mod critical;
 #[path = "cli/common/fenced_write.rs"]
