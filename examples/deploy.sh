@@ -34,9 +34,9 @@ fence=$(printf '%s\n' "$out" | sed -n 's/.*"fence":\([0-9][0-9]*\).*/\1/p')
 distlock run --resource "$resource" --owner "$owner" --ttl "$ttl" -- ./migrate.sh "$fence"
 
 # A short step may run directly, once a renew has given it a full lease, but it must be gone
-# before that lease can end (README, "The lease rule, for every client"): timeout(1) stops it,
-# and what it started, 7/10 of the lease after the renew was sent (SIGTERM) and 8/10 (SIGKILL),
-# counted on a clock nobody sets (/proc/uptime, in hundredths of a second).
+# before that lease can end (distlock's book, "The lease rule, for every client"): timeout(1)
+# stops it, and what it started, 7/10 of the lease after the renew was sent (SIGTERM) and 8/10
+# (SIGKILL), counted on a clock nobody sets (/proc/uptime, in hundredths of a second).
 now() { read -r up _ </proc/uptime; echo $((${up%.*} * 100 + 1${up#*.} - 100)); }
 secs() { printf '%d.%02d' $(($1 / 100)) $(($1 % 100)); }
 renewed=$(now)

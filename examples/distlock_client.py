@@ -21,18 +21,17 @@ job) waits in line or is Busy as another owner's would be. Only a tenure that a 
 took for the owner (`distlock acquire --owner deployer@web-1` in a deploy script) is joined:
 the block then leaves it held for its taker to release.
 
-The lease rule (README, "The lease rule, for every client"), as `Held` keeps it. The deadline
-is when the last renewal that succeeded (or the request that got the lock) was sent, on the
-monotonic clock, + ttl - margin(ttl); the server counts the lease from when that request
-reached it, a little later. The lease is lost when a renewal is answered 404 or 403 (it
-expired, was broken, or is another's) or 401 (the token was taken away), or when none has
-succeeded by the deadline - grace(ttl): no renewal is sent with a timeout past that point.
-Then `held.lost` is set, `on_lost` is called, `held.check()` raises Lost, and so does leaving
-the block. Python cannot stop the body from outside: a long body stops itself by the deadline
-(`held.deadline`), calling `held.check()` between its steps, waiting on `held.lost`, or
-stopping what it started in `on_lost`. `run(held, command)` runs a command that way. The
-release is sent again while it is answered 503 (the server's store is away) or not at all,
-until the lease's end.
+The lease rule (distlock's book, "The lease rule, for every client"), as `Held` keeps it. The
+deadline is when the last renewal that succeeded (or the request that got the lock) was sent, on
+the monotonic clock, + ttl - margin(ttl); the server counts the lease from when that request
+reached it, a little later. The lease is lost when a renewal is answered 404 or 403 (it expired,
+was broken, or is another's) or 401 (the token was taken away), or when none has succeeded by
+the deadline - grace(ttl): no renewal is sent with a timeout past that point. Then `held.lost`
+is set, `on_lost` is called, `held.check()` raises Lost, and so does leaving the block. Python
+cannot stop the body from outside: a long body stops itself by the deadline (`held.deadline`),
+calling `held.check()` between its steps, waiting on `held.lost`, or stopping what it started in
+`on_lost`. `run(held, command)` runs a command that way. The release is sent again while it is
+answered 503 (the server's store is away) or not at all, until the lease's end.
 
 As a command, which runs CMD under the lock with the fence in DISTLOCK_FENCE and exits with
 its status (75: still busy; 77: refused; 74: unreachable; 124: the lease was lost, CMD stopped):
