@@ -1515,10 +1515,11 @@ fn deploy_kills_a_stubborn_step_in_time(s: &Scratch, ttl: &str, bin: Option<&Pat
     let done = deploy.finish(Duration::from_secs(30));
     assert_eq!(next.code(), Some(0), "{}", next.describe());
     Ticking::assert_gone_before_the_next(&log, "switch-traffic");
-    assert_eq!(
-        Ticking::signals(&log),
-        ["TERM"],
-        "SIGTERM first, then SIGKILL: {}",
+    // (timeout(1) sends SIGTERM to its command and to its own process group: one or two.)
+    let signals = Ticking::signals(&log);
+    assert!(
+        !signals.is_empty() && signals.iter().all(|signal| signal == "TERM"),
+        "SIGTERM first, then SIGKILL: {signals:?}: {}",
         done.describe()
     );
     assert_eq!(done.code(), Some(124), "{}", done.describe());

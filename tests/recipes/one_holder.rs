@@ -447,8 +447,8 @@ fn ci_server_step_waits_on_in_line_while_the_server_is_away() {
         "deploy.sh",
         &format!("echo \"$DISTLOCK_FENCE\" >'{}'\n", s.p("deployed")),
     );
-    // Another deploy holds the lock for 4 s more; the step waits in line behind it.
-    let before = s.hold("deploy/production", "previous-deploy", "4s");
+    // Another deploy holds the lock; the step waits in line behind it.
+    let before = s.hold("deploy/production", "previous-deploy", "60s");
     let step = server_step(&s, &served, &secret, &deploy, &[], 1);
     wait_until(REQUEST, "the step waits in line", || {
         in_line(&s, "deploy/production").len() == 1
@@ -463,6 +463,7 @@ fn ci_server_step_waits_on_in_line_while_the_server_is_away() {
     std::thread::sleep(Duration::from_secs(1));
     let again = serve_on(&s, &format!("127.0.0.1:{port}"));
     assert_eq!(again.url, served.url, "started again where it was");
+    s.release("deploy/production", "previous-deploy");
 
     let done = step.finish(REQUEST);
     assert_eq!(done.code(), Some(0), "{}", done.describe());
