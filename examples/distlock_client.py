@@ -41,8 +41,8 @@ its status (75: still busy; 77: refused; 74: unreachable; 124: the lease was los
 The owner is HOST:PID unless --owner names one; either way two commands never hold the lock
 at once. The command keeps the rule as `distlock run` does: CMD runs in a session of its own,
 which gets SIGTERM when the lease is lost and SIGKILL grace(ttl) later, by the deadline at the
-latest. Every signal the client can catch is passed on to CMD's session (INT, TERM, HUP, QUIT,
-USR1, ALRM, ...), and the client renews until CMD exits. ^Z (TSTP, TTIN, TTOU) stops CMD, then
+latest. Every signal the client can catch is passed on to CMD's process group (INT, TERM, HUP,
+QUIT, USR1, ALRM, ...), and the client renews until CMD exits. ^Z (TSTP, TTIN, TTOU) stops CMD, then
 the client; continued (SIGCONT), the client continues CMD while its lease surely lasts, or else
 stops it (124), SIGKILLed before it runs again if the lease may be another's already. A client
 killed with SIGKILL takes CMD with it (Linux: the parent-death signal). Stopping the client
