@@ -20,12 +20,16 @@
 //!
 //! Processes, deadlines and waits come from the integration suite's `common::process`, the
 //! guarded resource from its `common::fenced_write`, the HTTPS certificates from its
-//! `common::certs`, the jobs that note two holders at once from its `common::critical`, and a
-//! PostgreSQL database from its `common::pg_database`: the same files, compiled into this crate
-//! too.
+//! `common::certs`, the jobs that note two holders at once from its `common::critical`, a
+//! PostgreSQL database from its `common::pg_database`, and a private PostgreSQL server to stop
+//! and start from its `common::cluster`: the same files, compiled into this crate too. The jobs
+//! that cannot be trusted to leave a critical section (killed, stopped, ignoring SIGTERM) log
+//! the time instead, compared with when the next holder got in (`recipes/ticks.rs`).
 
 #[path = "cli/common/certs.rs"]
 mod certs;
+#[path = "cli/common/cluster.rs"]
+mod cluster;
 #[path = "cli/common/critical.rs"]
 mod critical;
 #[path = "cli/common/fenced_write.rs"]
@@ -36,6 +40,8 @@ mod pg_database;
 mod process;
 #[path = "recipes/server.rs"]
 mod server;
+#[path = "recipes/ticks.rs"]
+mod ticks;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
@@ -52,6 +58,7 @@ use tempfile::TempDir;
 
 use fenced_write::{fenced_write, ledger};
 use process::{BIN, Proc, describe, spawn_lock, wait_for_file, wait_until};
+use ticks::Ticking;
 
 /// The book's command for the fenced-write recipe, run by [`fenced_write_book_command`].
 const FENCED_USAGE: &str =
@@ -1422,6 +1429,25 @@ fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
     }
 }
 
+/// Starts the deploy script with its 5-minute lease made `ttl` (`ttl=10`) in `work`, in a
+/// process group of its own, `distlock` found first in `bin` when given.
+fn deploy_with(s: &Scratch, work: &Path, ttl: &str, bin: Option<&Path>) -> Proc {
+    let script = s.path("deploy-short.sh");
+    std::fs::write(
+        &script,
+        replace_each(&example("deploy.sh"), &[("ttl=300", ttl)]),
+    )
+    .expect("write the script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut cmd = s.cmd(&script);
+    cmd.current_dir(work).process_group(0);
+    if let Some(bin) = bin {
+        let path = path_with_bin(&std::env::var("PATH").unwrap_or_default());
+        cmd.env("PATH", format!("{}:{path}", bin.display()));
+    }
+    s.spawn(&mut cmd)
+}
+
 #[test]
 fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
     on_the_store_and_through_a_server(|s| {
@@ -1429,16 +1455,7 @@ fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
         std::fs::write(s.path("block-switch-traffic"), "").expect("flag");
         // The script with a 10 s lease: switch-traffic, which never ends, must be gone 8 s after
         // the renew before it.
-        let script = s.path("deploy-10s.sh");
-        std::fs::write(
-            &script,
-            replace_each(&example("deploy.sh"), &[("ttl=300", "ttl=10")]),
-        )
-        .expect("write the script");
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let mut cmd = s.cmd(&script);
-        cmd.current_dir(&work).process_group(0);
-        let deploy = s.spawn(&mut cmd);
+        let deploy = deploy_with(s, &work, "ttl=10", None);
         wait_for_file(&s.path("switch-traffic.started"), Duration::from_secs(20));
         let step = read(&s.path("switch-traffic.started")).trim().to_owned();
         let group = deploy.pid();
@@ -1477,6 +1494,92 @@ fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
             done.describe()
         );
         assert_eq!(s.holder("deploy-production"), None, "released");
+    });
+}
+
+/// The deploy script with a lease of `ttl` in a working folder whose `migrate.sh` ends at once
+/// and whose `switch-traffic.sh` never ends by itself and ignores SIGTERM (a [`Ticking`] job);
+/// `distlock` found first in `bin` when given. Behind it, the next deploy (`distlock run
+/// --wait` on the store itself) must find switch-traffic gone, and the script must exit 124.
+fn deploy_kills_a_stubborn_step_in_time(s: &Scratch, ttl: &str, bin: Option<&Path>) {
+    let work = s.path("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    s.script("work/migrate.sh", "exit 0\n");
+    let mut ticking = Ticking::new(s);
+    let (log, _) = ticking.script(s, "work/switch-traffic.sh", "switch-traffic");
+    let deploy = deploy_with(s, &work, ttl, bin);
+    Ticking::wait_running(&log, "switch-traffic");
+    let next = Ticking::next_holder(s, "deploy-production", &log).finish(Duration::from_secs(60));
+    // A step left running by the script ends now, before any check can fail.
+    Ticking::done(&log);
+    let done = deploy.finish(Duration::from_secs(30));
+    assert_eq!(next.code(), Some(0), "{}", next.describe());
+    Ticking::assert_gone_before_the_next(&log, "switch-traffic");
+    // (timeout(1) sends SIGTERM to its command and to its own process group: one or two.)
+    let signals = Ticking::signals(&log);
+    assert!(
+        !signals.is_empty() && signals.iter().all(|signal| signal == "TERM"),
+        "SIGTERM first, then SIGKILL: {signals:?}: {}",
+        done.describe()
+    );
+    assert_eq!(done.code(), Some(124), "{}", done.describe());
+    assert!(
+        done.stderr()
+            .contains("deploy: switch-traffic was stopped before its lease could end"),
+        "{}",
+        done.describe()
+    );
+}
+
+#[test]
+fn deploy_script_kills_a_direct_step_that_ignores_sigterm_before_a_short_lease_can_end() {
+    // A 5 s lease: SIGTERM 3.5 s after the renew was sent, SIGKILL at 4 s (a tenth of the
+    // lease after SIGTERM: timeout's --kill-after is never 0, which would send none).
+    on_the_store_and_through_a_server(|s| deploy_kills_a_stubborn_step_in_time(s, "ttl=5", None));
+}
+
+#[test]
+fn deploy_script_counts_a_direct_steps_time_from_when_its_renew_was_sent() {
+    // The renew's answer comes 3 s after the store renewed the lease (a slow network, a proxy
+    // holding the answer): `distlock` on the script's PATH runs the real one, then waits. The
+    // step's 7/10 and 8/10 of the 10 s lease count from before the renew was sent, not after
+    // it came back.
+    let s = Scratch::new();
+    let bin = s.path("late-answers");
+    std::fs::create_dir(&bin).expect("mkdir");
+    s.script(
+        "late-answers/distlock",
+        &format!("'{BIN}' \"$@\"\nrc=$?\n[ \"$1\" != renew ] || sleep 3\nexit $rc\n"),
+    );
+    deploy_kills_a_stubborn_step_in_time(&s, "ttl=10", Some(&bin));
+}
+
+#[test]
+fn deploy_script_exits_124_when_its_run_step_loses_the_lease() {
+    on_the_store_and_through_a_server(|s| {
+        let work = deploy_steps(s);
+        std::fs::write(s.path("block-migrate"), "").expect("flag");
+        // A 3 s lease, renewed every second while migrate runs; an operator breaks the lock.
+        let deploy = deploy_with(s, &work, "ttl=3", None);
+        wait_for_file(&s.path("migrate.started"), Duration::from_secs(20));
+        s.json(
+            &[
+                "break",
+                "deploy-production",
+                "--reason",
+                "the deploy script's test",
+            ],
+            0,
+        );
+        let done = deploy.finish(Duration::from_secs(30));
+        assert_eq!(
+            done.code(),
+            Some(124),
+            "the lease lost, as the header says, not the release's status: {}",
+            done.describe()
+        );
+        assert!(!s.path("switch-traffic.seen").exists(), "no step after it");
+        assert_eq!(s.holder("deploy-production"), None);
     });
 }
 

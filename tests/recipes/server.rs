@@ -14,9 +14,12 @@
 //! server at once (`lease_rule_*`): each holds a short lease while its job sits in a critical
 //! section ([`critical`]), over SQLite and over PostgreSQL ([`Scratch::postgres`]), and the
 //! server goes away (SIGSTOP; SIGKILL, then a start on the same port), breaks the lock, or
-//! forgets the token.
+//! forgets the token. The other ways a user could get two holders from the Python client and
+//! the curl step (one owner twice, signals, a release answered 503 or 404) are in
+//! `one_holder.rs`.
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
@@ -415,6 +418,31 @@ fn server_step(
     settings: &[(&str, &str)],
     run: u32,
 ) -> Proc {
+    server_job(
+        s,
+        served,
+        secret,
+        deploy,
+        settings,
+        run,
+        &format!("step-{run}"),
+    )
+}
+
+/// [`server_step`] as one job of pipeline run `run`, its script and its output named `name`
+/// (`NAME.sh`, `NAME.stdout`, `NAME.stderr`): the jobs of one run (a matrix's legs, two deploy
+/// jobs) differ in their names alone, and here not even in their job's id nor their runner's
+/// name. Each is a process group of its own, as a runner's step is, so that a test may signal
+/// the whole step.
+fn server_job(
+    s: &Scratch,
+    served: &Served,
+    secret: &str,
+    deploy: &Path,
+    settings: &[(&str, &str)],
+    run: u32,
+    name: &str,
+) -> Proc {
     let yml = example("ci-deploy-server.yml");
     for name in ["DISTLOCK_URL", "DISTLOCK_TOKEN"] {
         assert!(
@@ -424,7 +452,7 @@ fn server_step(
     }
     let mut pairs = vec![("./deploy.sh", deploy.to_str().expect("utf-8 path"))];
     pairs.extend(settings);
-    let script = s.path(&format!("step-{run}.sh"));
+    let script = s.path(&format!("{name}.sh"));
     std::fs::write(
         &script,
         replace_each(&ci_run_script("ci-deploy-server.yml"), &pairs),
@@ -449,9 +477,21 @@ fn server_step(
         .env("GITHUB_REPOSITORY", "acme/shop")
         .env("GITHUB_RUN_ID", run.to_string())
         .env("GITHUB_RUN_ATTEMPT", "1")
-        .current_dir(s.dir.path());
+        .env("GITHUB_JOB", "deploy")
+        .env("RUNNER_NAME", "GitHub Actions 1")
+        .current_dir(s.dir.path())
+        .process_group(0);
     served.trusted(&mut cmd, "CURL_CA_BUNDLE");
-    Proc::spawn(&mut cmd, s.dir.path(), &format!("step-{run}"))
+    Proc::spawn(&mut cmd, s.dir.path(), name)
+}
+
+/// The owner the step of pipeline run `run` (see [`server_job`]) holds the lock as: its run,
+/// job, runner and shell's pid.
+fn step_owner(run: u32, step: &Proc) -> String {
+    format!(
+        "acme/shop run {run}.1 deploy GitHub Actions 1 {}",
+        step.pid()
+    )
 }
 
 /// Fails if the step ran `distlock`: it must need curl alone.
@@ -496,6 +536,7 @@ fn ci_server_step_serialises_deploys_and_renews_the_lease_with_curl_alone() {
     // The 5-minute lease made 3 s, so that it is renewed every second while each deploy runs.
     let shorter = [("ttl=300", "ttl=3")];
     let steps = [1, 2].map(|run| server_step(&s, &served, &secret, &deploy, &shorter, run));
+    let mut expected = vec![step_owner(1, &steps[0]), step_owner(2, &steps[1])];
     for step in steps {
         let done = step.finish(Duration::from_secs(60));
         assert_eq!(done.code(), Some(0), "{}", done.describe());
@@ -535,7 +576,8 @@ fn ci_server_step_serialises_deploys_and_renews_the_lease_with_curl_alone() {
         assert_one_tenure(&log, fence.parse().expect("a number"), 1, "ci-deploy");
     }
     owners.sort();
-    assert_eq!(owners, ["acme/shop run 1.1", "acme/shop run 2.1"]);
+    expected.sort();
+    assert_eq!(owners, expected);
     assert_eq!(s.holder("deploy/production"), None, "both released");
 }
 
@@ -700,7 +742,8 @@ fn ci_server_step_keeps_its_place_in_line_across_long_polls() {
     );
     s.hold("deploy/production", "previous-deploy", "120s");
     let step = server_step(&s, &served, &secret, &deploy, &[], 1);
-    let step_owner = "acme/shop run 1.1";
+    let owner = step_owner(1, &step);
+    let step_owner = owner.as_str();
     wait_until(REQUEST, "the step waits in line", || {
         in_line(&s, "deploy/production") == [step_owner]
     });
@@ -845,6 +888,7 @@ fn python_client_is_a_standard_library_module_and_an_executable() {
     imports.sort_unstable();
     let stdlib = [
         "argparse",
+        "ctypes",
         "json",
         "math",
         "os",
@@ -1846,3 +1890,6 @@ fn lease_rule_every_client_stops_its_job_at_once_when_its_lock_is_broken_or_its_
     served_reread(&served, served.stderr().lines().count());
     assert_stopped_at_once(holders, "401", &taken);
 }
+
+#[path = "one_holder.rs"]
+mod one_holder;

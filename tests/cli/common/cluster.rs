@@ -9,6 +9,10 @@
 //! restarts), with `trust` authentication and `fsync=off`. Dropping the cluster stops the server
 //! (`-m immediate`) and removes its folder. A test killed before that leaves the server
 //! running: `pg_ctl -D /tmp/.tmpXXXX/data stop` ends it.
+//!
+//! Compiled into both `tests/cli` (as `common::cluster`) and `tests/recipes.rs` (by `#[path]`,
+//! for the recipes' clients of a server whose PostgreSQL goes away): everything here is used by
+//! both.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

@@ -18,8 +18,8 @@
 //! | [`certs`] | certificates made by the test for the HTTPS server: a CA of its own and server certificates it signs for 127.0.0.1, ::1 and localhost, as PEM files |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
 //!
-//! `process`, `fenced_write`, `certs`, `critical` and `pg_database` are also compiled into
-//! `tests/recipes.rs` (`#[path]`), so each of their items is used by both test crates; what
+//! `process`, `fenced_write`, `certs`, `critical`, `pg_database` and `cluster` are also compiled
+//! into `tests/recipes.rs` (`#[path]`), so each of their items is used by both test crates; what
 //! only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
