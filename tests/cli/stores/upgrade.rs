@@ -29,7 +29,7 @@ use crate::common::process::{Proc, describe};
 use crate::common::server::{Server, lock_path};
 use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd, sh_script};
 use crate::common::tenure::{Mode, Tenure};
-use crate::serve_tokens::{call, make_token};
+use crate::server::tokens::{call, make_token};
 
 /// The schema distlock 0.1.0 created on PostgreSQL (schema version 1): the `SCHEMA` constant
 /// of `src/store/postgres.rs` at commit 2eedc64, verbatim.

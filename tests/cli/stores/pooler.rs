@@ -30,10 +30,10 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-use super::common::output::timestamp_millis;
-use super::common::pg_url::PgUrl;
-use super::common::process::{Finished, Proc, describe, wait_for, wait_until};
-use super::common::store::{Db, assert_free, distlock_at};
+use crate::common::output::timestamp_millis;
+use crate::common::pg_url::PgUrl;
+use crate::common::process::{Finished, Proc, describe, wait_for, wait_until};
+use crate::common::store::{Db, assert_free, distlock_at};
 
 const REQUIRE: &str = "DISTLOCK_TEST_REQUIRE_PGBOUNCER";
 

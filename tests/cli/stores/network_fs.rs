@@ -10,10 +10,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::common::files::names_in;
-use super::common::output::{assert_store_error, assert_usage_error, parse_line};
-use super::common::process::describe;
-use super::common::store::distlock_at;
+use crate::common::files::names_in;
+use crate::common::output::{assert_store_error, assert_usage_error, parse_line};
+use crate::common::process::describe;
+use crate::common::store::distlock_at;
 
 const REQUIRE: &str = "DISTLOCK_TEST_REQUIRE_FUSE";
 const ALLOW: &str = "DISTLOCK_ALLOW_NETWORK_FS";

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::common::files::names_in;
-use super::common::output::{assert_store_error, assert_usage_error, now_millis, parse_line};
-use super::common::process::{BIN, describe, wait_until};
-use super::common::store::{Db, distlock_at, each_store};
+use crate::common::files::names_in;
+use crate::common::output::{assert_store_error, assert_usage_error, now_millis, parse_line};
+use crate::common::process::{BIN, describe, wait_until};
+use crate::common::store::{Db, distlock_at, each_store};
 
 /// `distlock ARGS…` with `DISTLOCK_DB`/`DISTLOCK_OWNER` as given (or removed) and no stdin.
 fn distlock(env: &[(&str, &str)], args: &[&str]) -> std::process::Command {
