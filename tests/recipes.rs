@@ -220,20 +220,23 @@ impl Scratch {
         self.path(name).to_str().expect("utf-8 path").to_owned()
     }
 
-    /// `program` with this store (through its server, when it has one), the binary first in
-    /// `PATH`, nothing of distlock's inherited from the test's environment, and no terminal.
+    /// `program` (a recipe's script, a shell) with this store (through its server, when it has
+    /// one) and the binary first in `PATH`; nothing else of distlock's is inherited from the
+    /// test's environment ([`process::isolated`]), and there is no terminal.
     fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
-        let mut cmd = Command::new(program);
+        self.with_store(process::isolated(program))
+    }
+
+    /// `distlock` itself, as [`Scratch::cmd`] starts a program.
+    fn distlock_cmd(&self) -> Command {
+        self.with_store(process::distlock())
+    }
+
+    fn with_store(&self, mut cmd: Command) -> Command {
         cmd.env(
             "PATH",
             path_with_bin(&std::env::var("PATH").unwrap_or_default()),
-        )
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("DISTLOCK_FENCE")
-        .env_remove("DISTLOCK_RESOURCE")
-        .env_remove("DISTLOCK_FENCES")
-        .env_remove("DISTLOCK_RESOURCES")
-        .stdin(Stdio::null());
+        );
         self.store_env(&mut cmd);
         cmd
     }
@@ -254,8 +257,8 @@ impl Scratch {
     }
 
     /// Runs `distlock ARGS…` to completion.
-    fn distlock(&self, args: &[&str]) -> Output {
-        let out = output(self.cmd(BIN).args(args)).expect("run distlock");
+    fn run(&self, args: &[&str]) -> Output {
+        let out = output(self.distlock_cmd().args(args)).expect("run distlock");
         if let Some(front) = &self.front {
             front.assert_secret_kept(&[&out.stdout, &out.stderr], &format!("distlock {args:?}"));
         }
@@ -264,7 +267,7 @@ impl Scratch {
 
     /// Runs `distlock ARGS…`, checks its exit code, and parses its one JSON line.
     fn json(&self, args: &[&str], code: i32) -> Value {
-        let out = self.distlock(args);
+        let out = self.run(args);
         assert_eq!(
             out.status.code(),
             Some(code),
@@ -284,7 +287,7 @@ impl Scratch {
 
     /// The live lock on `resource`, or `None` when nobody holds it.
     fn holder(&self, resource: &str) -> Option<Value> {
-        let out = self.distlock(&["status", resource]);
+        let out = self.run(&["status", resource]);
         let value: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
         match out.status.code() {
             Some(0) => Some(value["lock"].clone()),
@@ -298,7 +301,7 @@ impl Scratch {
 
     /// How many wait in line for `resource` (`status`'s `"waiting"`, there only when some do).
     fn waiting(&self, resource: &str) -> u64 {
-        let out = self.distlock(&["status", resource]);
+        let out = self.run(&["status", resource]);
         let value: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
         value.get("waiting").map_or(0, |n| {
             n.as_u64()
@@ -317,7 +320,7 @@ impl Scratch {
 
     /// The history of `resource`, oldest first.
     fn log(&self, resource: &str) -> Vec<Value> {
-        let out = self.distlock(&["log", resource]);
+        let out = self.run(&["log", resource]);
         assert!(out.status.success(), "log {resource}");
         String::from_utf8(out.stdout)
             .expect("utf-8")
@@ -1405,7 +1408,7 @@ fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
         let group = deploy.pid();
 
         // Behind it, another deploy: once it holds the lock, the step must be gone.
-        let next = s.spawn(s.cmd(BIN).args([
+        let next = s.spawn(s.distlock_cmd().args([
             "run",
             "--resource",
             "deploy-production",
@@ -1612,7 +1615,7 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
             ),
         );
         let a = s.spawn(
-            s.cmd(BIN)
+            s.distlock_cmd()
                 .args(["run", "--resource", "ledger", "--ttl", "2", "--"])
                 .arg(&step),
         );
@@ -2469,7 +2472,7 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
             ),
         );
         let run = s.spawn(
-            s.cmd(BIN)
+            s.distlock_cmd()
                 .args([
                     "run",
                     "--resource",

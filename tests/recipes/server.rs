@@ -218,7 +218,7 @@ impl Scratch {
 
     /// `distlock serve --listen 127.0.0.1:0 --tokens FILE` over the scratch store.
     fn serve(&self, tokens: &Path) -> Served {
-        let mut cmd = self.cmd(BIN);
+        let mut cmd = self.distlock_cmd();
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
             .arg(tokens);
         Served::start(self, &mut cmd, None)
@@ -318,7 +318,7 @@ impl Scratch {
     /// `distlock serve --listen LISTEN ARGS…` over the store itself, HTTPS with a certificate
     /// of `ca`.
     fn serve_at(&self, listen: &str, args: &[String], ca: &Ca) -> Served {
-        let mut cmd = self.cmd(BIN);
+        let mut cmd = self.distlock_cmd();
         self.own_store_env(&mut cmd)
             .args(["serve", "--listen", listen])
             .args(args);
@@ -704,7 +704,7 @@ fn ci_server_step_keeps_its_place_in_line_across_long_polls() {
     wait_until(REQUEST, "the step waits in line", || {
         in_line(&s, "deploy/production") == [step_owner]
     });
-    let other = s.spawn(s.cmd(BIN).args([
+    let other = s.spawn(s.distlock_cmd().args([
         "acquire",
         "deploy/production",
         "--owner",
@@ -1541,7 +1541,7 @@ fn every_client_stops_its_job_before_its_lease_can_end(s: Scratch, outage: Outag
     let waiters: Vec<Proc> = holders
         .iter()
         .map(|holder| {
-            let mut cmd = s.cmd(BIN);
+            let mut cmd = s.distlock_cmd();
             s.own_store_env(&mut cmd)
                 .args(["run", "--resource", holder.resource, "--wait", "60s"])
                 .args(critical::command(&holder.dir, "0.2"));

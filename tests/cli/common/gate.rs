@@ -41,15 +41,12 @@ impl Gate {
 
     /// `distlock ARGS…` against `db` that starts only when the gate opens.
     pub fn distlock(&self, db: &Db, args: &[&str]) -> Command {
-        let mut cmd = Command::new("sh");
+        let mut cmd = db.env_cmd("sh");
         cmd.args(["-c", r#": > "$1/$$"; read go < "$0"; shift; exec "$@""#])
             .arg(&self.fifo)
             .arg(&self.ready)
             .arg(BIN)
-            .args(args)
-            .env("DISTLOCK_DB", &db.url)
-            .env_remove("DISTLOCK_OWNER")
-            .env_remove("PGPASSWORD");
+            .args(args);
         cmd
     }
 

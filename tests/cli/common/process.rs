@@ -1,5 +1,5 @@
-//! Processes under test: the binary, spawning with a deadline, describing how a process ended,
-//! and waiting for a condition or a file.
+//! Processes under test: the binary and how every test starts it ([`distlock`]), spawning with a
+//! deadline, describing how a process ended, and waiting for a condition or a file.
 //!
 //! Every wait has a deadline and a process still running when its [`Proc`] is dropped (a
 //! failing test) is killed, so a hang fails its test instead of blocking the suite. A [`Proc`]
@@ -9,6 +9,7 @@
 //! Compiled into both `tests/cli` (as `common::process`) and `tests/recipes.rs` (by `#[path]`):
 //! everything here is used by both, so that neither needs to allow dead code.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -21,6 +22,27 @@ use nix::unistd::Pid;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// `distlock`, the binary under test, started as [`isolated`] starts a program: the one way
+/// the tests start it. A test adds the store, owner and arguments it means to give.
+pub fn distlock() -> Command {
+    isolated(BIN)
+}
+
+/// `program` with none of distlock's settings inherited from the test's environment (no
+/// `DISTLOCK_*` variable: store, owner, token, CA, the fences `run` exports; and no
+/// `PGPASSWORD`) and no stdin: [`distlock`] itself, or a program that ends up running it (`sh`,
+/// `setpriv`, `strace`, a recipe's script). A developer's own `DISTLOCK_DB` never reaches a test.
+pub fn isolated(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"DISTLOCK_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env_remove("PGPASSWORD").stdin(Stdio::null());
+    cmd
+}
 
 /// How often the waits here look again.
 const POLL: Duration = Duration::from_millis(5);

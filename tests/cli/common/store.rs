@@ -15,7 +15,7 @@ use tempfile::TempDir;
 
 use super::output::{parse_line, parse_lines};
 use super::pg_database::{PgDatabase, pg_admin_url};
-use super::process::{BIN, Proc, describe};
+use super::process::{BIN, Proc, describe, distlock, isolated};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -129,26 +129,23 @@ impl Db {
             .expect("connect to the test database")
     }
 
-    /// `distlock` with this store in `DISTLOCK_DB` and no owner inherited from the test's
-    /// environment.
+    /// [`distlock`] with this store in `DISTLOCK_DB`, as an `assert_cmd` command.
     pub fn cmd(&self) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.env("DISTLOCK_DB", &self.url)
-            .env_remove("DISTLOCK_OWNER");
-        cmd
+        Command::from_std(self.std_cmd())
     }
 
     /// The same, as a `std::process::Command` for tests that spawn and signal processes.
     pub fn std_cmd(&self) -> std::process::Command {
-        self.env_cmd(BIN)
+        let mut cmd = distlock();
+        cmd.env("DISTLOCK_DB", &self.url);
+        cmd
     }
 
     /// `program` (a wrapper that ends up running distlock) with this store in `DISTLOCK_DB` and
-    /// no owner inherited.
+    /// nothing else of distlock's inherited ([`isolated`]).
     pub fn env_cmd(&self, program: impl AsRef<OsStr>) -> std::process::Command {
-        let mut cmd = std::process::Command::new(program);
-        cmd.env("DISTLOCK_DB", &self.url)
-            .env_remove("DISTLOCK_OWNER");
+        let mut cmd = isolated(program);
+        cmd.env("DISTLOCK_DB", &self.url);
         cmd
     }
 
@@ -308,29 +305,21 @@ impl Db {
     }
 }
 
-/// `distlock --db DB`, for a store given by path or URL rather than by a [`Db`]: no store,
-/// owner or PostgreSQL password inherited from the test's environment, and no stdin.
+/// [`distlock`]` --db DB`, for a store given by path or URL rather than by a [`Db`].
 pub fn distlock_at(db: impl AsRef<OsStr>) -> std::process::Command {
-    let mut cmd = std::process::Command::new(BIN);
-    cmd.arg("--db")
-        .arg(db)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("PGPASSWORD")
-        .stdin(std::process::Stdio::null());
+    let mut cmd = distlock();
+    cmd.arg("--db").arg(db);
     cmd
 }
 
-/// `distlock run ARGS…` against `db`, with no stdin, the scratch folder in `$D` (for the
-/// command's marker files) and the binary under test in `$DL` (for commands that look at the
-/// lock from inside).
+/// `distlock run ARGS…` against `db`, with the scratch folder in `$D` (for the command's marker
+/// files) and the binary under test in `$DL` (for commands that look at the lock from inside).
 pub fn run_cmd(db: &Db, args: &[&str]) -> std::process::Command {
     let mut cmd = db.std_cmd();
     cmd.arg("run")
         .args(args)
         .env("D", db.dir.path())
-        .env("DL", BIN)
-        .stdin(std::process::Stdio::null());
+        .env("DL", BIN);
     cmd
 }
 

@@ -41,7 +41,7 @@ use crate::common::output::{
     assert_store_error, assert_usage_error, keys, now_millis, parse_line, rfc3339_millis,
     timestamp_millis,
 };
-use crate::common::process::{BIN, describe, wait_until};
+use crate::common::process::{describe, distlock, wait_until};
 use crate::common::store::{Db, Kind, distlock_at, each_store_and_server};
 
 /// Long enough after a 1 s lease for it to have run out.
@@ -1782,11 +1782,8 @@ fn sqlite_file_of_another_application_is_refused_and_unchanged() {
 // The default store location
 
 fn without_db(env: &[(&str, &std::path::Path)], args: &[&str]) -> Output {
-    let mut cmd = assert_cmd::Command::new(BIN);
-    cmd.env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("XDG_STATE_HOME")
-        .env_remove("HOME");
+    let mut cmd = assert_cmd::Command::from_std(distlock());
+    cmd.env_remove("XDG_STATE_HOME").env_remove("HOME");
     for (key, value) in env {
         cmd.env(key, value);
     }

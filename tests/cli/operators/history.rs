@@ -747,11 +747,11 @@ struct Terminal {
 impl Terminal {
     fn spawn(db: &Db, shell_command: &str) -> Terminal {
         let mut cmd = if Command::new("script").arg("--version").output().is_ok() {
-            let mut cmd = Command::new("script");
+            let mut cmd = db.env_cmd("script");
             cmd.args(["-qec", shell_command, "/dev/null"]);
             cmd
         } else if Command::new("python3").arg("--version").output().is_ok() {
-            let mut cmd = Command::new("python3");
+            let mut cmd = db.env_cmd("python3");
             cmd.args([
                 "-c",
                 "import os, pty, sys; sys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))",
@@ -764,8 +764,6 @@ impl Terminal {
             panic!("the terminal tests need script(1) (util-linux) or python3");
         };
         let mut child = cmd
-            .env("DISTLOCK_DB", &db.url)
-            .env_remove("DISTLOCK_OWNER")
             .env("TERM", "xterm")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -23,7 +23,7 @@ use serde_json::json;
 use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
-use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file, wait_until};
+use crate::common::process::{BIN, Proc, describe, distlock, wait_for, wait_for_file, wait_until};
 use crate::common::store::{
     Db, Kind, assert_free, assert_held_by, each_store_and_server, output_exiting, run_cmd,
     sh_script,
@@ -216,10 +216,8 @@ fn a_relative_db_is_exported_as_an_absolute_path_so_a_command_that_cds_reaches_t
     std::os::unix::fs::symlink("real", folder.join("link")).expect("symlink link -> real");
     let script = r#"printf '%s\n' "$DISTLOCK_DB" > "$D/db"
         cd / && "$DL" status r > "$D/status""#;
-    let out = Command::new(BIN)
+    let out = distlock()
         .current_dir(&folder)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
         .env("D", &folder)
         .env("DL", BIN)
         .args(["--db", "./link/rel.db", "run", "--resource", "r"])
@@ -884,7 +882,7 @@ impl PidsCgroup {
 
     /// `distlock ARGS…` (with `db`'s store) started inside the cgroup: a shell joins it, then
     /// execs distlock. Exit 99 means the shell could not join.
-    fn distlock(&self, db: &Db, args: &[&str]) -> Command {
+    fn distlock_inside(&self, db: &Db, args: &[&str]) -> Command {
         let mut cmd = db.env_cmd("sh");
         cmd.args(["-c", r#"echo $$ > "$0" || exit 99; exec "$@""#])
             .arg(self.path.join("cgroup.procs"))
@@ -933,7 +931,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
             let pid_file = db.file(&format!("command-{max}.pid"));
             let pid_path = pid_file.to_str().expect("utf-8 path");
             // Builtins and exec only: the command needs no task of its own beyond its process.
-            let mut cmd = cgroup.distlock(
+            let mut cmd = cgroup.distlock_inside(
                 db,
                 &[
                     "run",
@@ -1019,14 +1017,15 @@ fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_
         let fewest = (1..=MOST_TASKS)
             .find(|&max| {
                 let cgroup = PidsCgroup::create(max).expect("a pids cgroup, as a moment ago");
-                let mut cmd = cgroup.distlock(db, &["run", "--resource", "probe", "--", "true"]);
+                let mut cmd =
+                    cgroup.distlock_inside(db, &["run", "--resource", "probe", "--", "true"]);
                 let done = Proc::spawn(&mut cmd, db.dir.path(), "probe").finish(LONG);
                 done.code() == Some(0)
             })
             .expect("run succeeds with some task limit");
         let cgroup = PidsCgroup::create(fewest).expect("a pids cgroup, as a moment ago");
         let pid_file = db.file("command.pid");
-        let mut cmd = cgroup.distlock(
+        let mut cmd = cgroup.distlock_inside(
             db,
             &[
                 "run",

@@ -2394,7 +2394,7 @@ fn a_body_that_stalls_is_answered_408_within_10_s_and_the_others_are_served_mean
 #[test]
 fn the_server_raises_its_open_files_limit_to_hold_its_connections() {
     let db = Db::sqlite();
-    let mut cmd = std::process::Command::new("sh");
+    let mut cmd = crate::common::process::isolated("sh");
     cmd.args([
         "-c",
         r#"ulimit -Sn 256 && exec "$0" --db "$1" serve --listen 127.0.0.1:0"#,

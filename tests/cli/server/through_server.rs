@@ -10,20 +10,15 @@ use serde_json::Value;
 
 use crate::common::certs::{Ca, CertFiles};
 use crate::common::output::{parse_line, rfc3339_millis, timestamp_millis};
-use crate::common::process::{BIN, Proc, describe, wait_until};
+use crate::common::process::{BIN, Proc, describe, distlock, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::server::Server;
 use crate::common::store::{Db, each_store};
 
-/// distlock with `DISTLOCK_DB` naming `url`, and no owner, token or password inherited.
+/// [`distlock`] with `DISTLOCK_DB` naming `url`, in the scratch folder.
 fn via(db: &Db, url: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("DISTLOCK_DB", url)
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("DISTLOCK_TOKEN")
-        .env_remove("DISTLOCK_CA_CERT")
-        .env_remove("PGPASSWORD")
-        .current_dir(db.dir.path());
+    let mut cmd = distlock();
+    cmd.env("DISTLOCK_DB", url).current_dir(db.dir.path());
     cmd
 }
 

@@ -524,7 +524,7 @@ fn token_add_at_once_keeps_every_token_and_writes_through_a_link_keeping_the_mod
     // Twenty at once, through the link (dangling until the first writes the file).
     let made: Vec<std::process::Child> = (0..20)
         .map(|n| {
-            let mut cmd = std::process::Command::new(crate::common::process::BIN);
+            let mut cmd = crate::common::process::distlock();
             cmd.args(["token", "add", &format!("t{n}"), "--tokens", &link_text])
                 .args(["--prefix", &format!("p{n}/")])
                 .stdout(std::process::Stdio::piped())
@@ -831,7 +831,7 @@ fn a_break_records_the_operators_token_that_the_server_let_in_beside_the_by_it_w
         .problem(422, "invalid-request");
         // Through distlock's own client too, with the by it makes up (`<user>@<hostname>`).
         let out = db
-            .env_cmd(crate::common::process::BIN)
+            .std_cmd()
             .args([
                 "--db",
                 &server.url(""),
@@ -1095,7 +1095,7 @@ fn token_add_never_leaves_a_token_in_the_file_whose_secret_nobody_saw() {
         ("> /dev/null", "stdout thrown away"),
     ];
     let add = |name: &str, redirection: &str| {
-        std::process::Command::new("sh")
+        crate::common::process::isolated("sh")
             .arg("-c")
             .arg(format!(
                 "exec \"$0\" token add {name} --tokens \"$1\" --all-resources --operator {redirection}"

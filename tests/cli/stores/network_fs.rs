@@ -69,10 +69,10 @@ impl Drop for Bindfs {
     }
 }
 
-/// `distlock --db DB ARGS…`, with `DISTLOCK_ALLOW_NETWORK_FS` set to `allow` (or removed).
-fn distlock(db: &Path, allow: Option<&str>, args: &[&str]) -> std::process::Output {
+/// Runs `distlock --db DB ARGS…`, with `DISTLOCK_ALLOW_NETWORK_FS` set to `allow` (or unset).
+fn run_allowing(db: &Path, allow: Option<&str>, args: &[&str]) -> std::process::Output {
     let mut cmd = distlock_at(db);
-    cmd.args(args).env_remove(ALLOW);
+    cmd.args(args);
     if let Some(allow) = allow {
         cmd.env(ALLOW, allow);
     }
@@ -105,7 +105,7 @@ fn a_sqlite_store_on_a_fuse_mount_is_refused_by_every_command_unless_allowed() {
         &["gc"],
     ];
     let refused = |db: &Path, allow: Option<&str>, args: &[&str]| {
-        let out = distlock(db, allow, args);
+        let out = run_allowing(db, allow, args);
         let line = assert_store_error(&out, &(db, allow, args));
         for said in [
             &format!("cannot use {} as a store", db.display()),
@@ -152,7 +152,7 @@ fn a_sqlite_store_on_a_fuse_mount_is_refused_by_every_command_unless_allowed() {
     // Allowed, the store is made there and works.
     let db = mount.join("locks.db");
     let allowed = |args: &[&str]| {
-        let out = distlock(&db, Some("1"), args);
+        let out = run_allowing(&db, Some("1"), args);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", describe(&out));
         out
     };
@@ -197,7 +197,7 @@ fn an_allowance_that_is_neither_1_nor_0_is_a_usage_error_and_makes_nothing() {
             &["status", "r"],
             &["run", "--resource", "r", "--", "true"],
         ] {
-            let out = distlock(&db, Some(value), args);
+            let out = run_allowing(&db, Some(value), args);
             assert_usage_error(&out, &(value, args));
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -215,9 +215,9 @@ fn an_allowance_that_is_neither_1_nor_0_is_a_usage_error_and_makes_nothing() {
     );
     // On a local filesystem the allowance changes nothing.
     for allow in [None, Some("1"), Some("0")] {
-        let out = distlock(&db, allow, &["acquire", "r", "--owner", "o", "--ttl", "30"]);
+        let out = run_allowing(&db, allow, &["acquire", "r", "--owner", "o", "--ttl", "30"]);
         assert_eq!(out.status.code(), Some(0), "{allow:?}: {}", describe(&out));
-        let out = distlock(&db, allow, &["release", "r", "--owner", "o"]);
+        let out = run_allowing(&db, allow, &["release", "r", "--owner", "o"]);
         assert_eq!(out.status.code(), Some(0), "{allow:?}: {}", describe(&out));
     }
 }

@@ -200,13 +200,6 @@ impl Pgbouncer {
     }
 }
 
-/// `distlock --db URL ARGS…`, with nothing inherited from the test's environment.
-fn distlock(url: &str, args: &[&str]) -> Command {
-    let mut cmd = distlock_at(url);
-    cmd.args(args);
-    cmd
-}
-
 /// Whether `owner` has a place in R's queue. (Read from the table: a `status` process per look
 /// would take longer than a waiter takes to start.)
 fn queued(server: &mut postgres::Client, owner: &str) -> bool {
@@ -225,31 +218,18 @@ fn queued(server: &mut postgres::Client, owner: &str) -> bool {
 /// is free at the end. Returns how each waiter ended, and each hand-over's time by the
 /// server's clock, from a release to the next waiter's acquire (the log's `at`).
 fn hand_overs(db: &Db, bouncer: &Pgbouncer, n: usize) -> (Vec<Finished>, Vec<Duration>) {
-    let took = distlock(
-        &bouncer.url,
-        &["acquire", "R", "--owner", "holder", "--ttl", "60"],
-    )
-    .output()
-    .expect("distlock");
+    let took = distlock_at(&bouncer.url)
+        .args(["acquire", "R", "--owner", "holder", "--ttl", "60"])
+        .output()
+        .expect("distlock");
     assert_eq!(took.status.code(), Some(0), "holder: {}", describe(&took));
     let mut server = db.pg_client();
     let waiters: Vec<Proc> = (1..=n)
         .map(|i| {
             let owner = format!("w{i}");
-            let mut cmd = distlock(
-                &bouncer.url,
-                &[
-                    "run",
-                    "--resource",
-                    "R",
-                    "--owner",
-                    &owner,
-                    "--wait",
-                    "20s",
-                    "--",
-                    "true",
-                ],
-            );
+            let mut cmd = distlock_at(&bouncer.url);
+            cmd.args(["run", "--resource", "R", "--owner", &owner])
+                .args(["--wait", "20s", "--", "true"]);
             let waiter = Proc::spawn(&mut cmd, db.dir.path(), &owner);
             wait_until(LONG, &format!("{owner} queues for R"), || {
                 sleep(Duration::from_millis(5));
@@ -260,7 +240,8 @@ fn hand_overs(db: &Db, bouncer: &Pgbouncer, n: usize) -> (Vec<Finished>, Vec<Dur
         .collect();
     // Long enough for every waiter to reach its slowest pace, a look every 250 ms.
     sleep(Duration::from_millis(600));
-    let released = distlock(&bouncer.url, &["release", "R", "--owner", "holder"])
+    let released = distlock_at(&bouncer.url)
+        .args(["release", "R", "--owner", "holder"])
         .output()
         .expect("distlock");
     assert_eq!(

@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
 use crate::common::pg_url::PgUrl;
-use crate::common::process::{BIN, Finished, Proc, describe, wait_for, wait_until};
+use crate::common::process::{BIN, Finished, Proc, describe, isolated, wait_for, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::store::{Db, assert_free, distlock_at, sh_script};
 
@@ -208,13 +208,11 @@ fn skewed(db: &Db, offset: &str, args: &[&str]) -> Command {
 }
 
 fn skewed_at(url: &str, offset: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new("faketime");
+    let mut cmd = isolated("faketime");
     cmd.args(["-f", offset, BIN])
         .args(args)
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env("DISTLOCK_DB", url)
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("PGPASSWORD");
+        .env("DISTLOCK_DB", url);
     cmd
 }
 
@@ -524,7 +522,6 @@ fn unreachable_server_makes_run_exit_74_without_starting_the_command() {
     );
     let mut cmd = db.std_cmd();
     cmd.env("DISTLOCK_DB", &url)
-        .env_remove("PGPASSWORD")
         .current_dir(db.dir.path())
         .args(sh_script(
             &["run", "--resource", "r"],
@@ -595,7 +592,6 @@ fn server_fault_mid_run(fault: fn(&Proxy)) {
         .to_string();
     let mut cmd = db.std_cmd();
     cmd.env("DISTLOCK_DB", &via_proxy)
-        .env_remove("PGPASSWORD")
         .current_dir(db.dir.path())
         .args([
             "run",
@@ -741,7 +737,6 @@ fn the_password_never_appears_in_any_message() {
             ("DISTLOCK_DB", {
                 let mut cmd = db.std_cmd();
                 cmd.env("DISTLOCK_DB", &url)
-                    .env_remove("PGPASSWORD")
                     .args(["acquire", "r", "--owner", "a", "--ttl", "10"]);
                 cmd
             }),

@@ -41,7 +41,7 @@ use crate::common::fenced_write::{fenced_write, ledger};
 use crate::common::output::{assert_store_error, assert_usage_error, parse_line, parse_lines};
 use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
 use crate::common::process::{
-    BIN, Proc, describe, pid_of, wait_for_file, wait_or_kill, wait_until,
+    BIN, Proc, describe, distlock, isolated, pid_of, wait_for_file, wait_or_kill, wait_until,
 };
 use crate::common::store::{Db, Kind, distlock_at, each_store, each_store_and_server, sh_script};
 
@@ -634,12 +634,11 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         );
         let new_fence = taken["lock"]["fence"].as_i64().unwrap();
         assert!(new_fence > stale_fence, "{taken} after fence {stale_fence}");
-        let wrote = Command::new(fenced_write())
+        let wrote = isolated(fenced_write())
             .arg("--fence")
             .arg(new_fence.to_string())
             .arg(&data)
             .arg("intruder")
-            .env_remove("DISTLOCK_FENCE")
             .output()
             .unwrap();
         assert!(
@@ -1529,7 +1528,7 @@ fn non_utf8_database_paths_are_usage_errors_and_create_nothing() {
             .output()
             .unwrap();
         assert_usage_error(&out, &path);
-        let out = Command::new(BIN)
+        let out = distlock()
             .env("DISTLOCK_DB", &path)
             .args(["acquire", "r", "--owner", "w", "--ttl", "5"])
             .output()
@@ -1567,7 +1566,7 @@ fn non_utf8_command_arguments_reach_the_command_unchanged() {
 fn arguments_over_128_kib_cannot_be_passed_at_all() {
     // Why the properties stop at ~100 KiB: Linux caps one argument at MAX_ARG_STRLEN (32 pages,
     // 128 KiB); exec fails with E2BIG before distlock could see a 10 MB resource name.
-    let err = Command::new(BIN)
+    let err = distlock()
         .args(["status", &"x".repeat(10 * 1024 * 1024)])
         .output()
         .expect_err("a 10 MB argument cannot be passed");
@@ -1966,13 +1965,12 @@ fn file_size_limit_is_a_store_error_not_a_signal() {
         .max()
         .unwrap();
     let limited = |args: &[&str]| {
-        Command::new("prlimit")
+        isolated("prlimit")
             .arg(format!("--fsize={largest}:{largest}"))
             .arg("--")
             .arg(BIN)
             .args(["--db", &db.url])
             .args(args)
-            .env_remove("DISTLOCK_OWNER")
             .output()
             .unwrap()
     };
@@ -2208,13 +2206,11 @@ fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
     let path = scratch.path().join("state").join("locks.db");
     let started = scratch.path().join("started");
     let under_umask = || {
-        let mut command = Command::new("sh");
+        let mut command = isolated("sh");
         command
             .args(["-c", &format!(r#"umask {umask}; exec "$0" "$@""#), BIN])
             .arg("--db")
             .arg(&path)
-            .env_remove("DISTLOCK_DB")
-            .stdin(Stdio::null())
             .stdout(Stdio::null());
         command
     };
