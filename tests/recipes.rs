@@ -19,9 +19,9 @@
 //!
 //! Processes, deadlines and waits come from the integration suite's `common::process`, the
 //! guarded resource from its `common::fenced_write`, the HTTPS certificates from its
-//! `common::certs`, the jobs that note two holders at once from its `common::critical`, and a
-//! PostgreSQL database from its `common::pg_database`: the same files, compiled into this crate
-//! too.
+//! `common::certs`, the jobs that note two holders at once from its `common::critical`, a
+//! PostgreSQL database from its `common::pg_database`, and the gate for a tool this machine may
+//! lack from its `common::require`: the same files, compiled into this crate too.
 
 #[path = "cli/common/certs.rs"]
 mod certs;
@@ -33,6 +33,8 @@ mod fenced_write;
 mod pg_database;
 #[path = "cli/common/process.rs"]
 mod process;
+#[path = "cli/common/require.rs"]
+mod require;
 #[path = "recipes/server.rs"]
 mod server;
 
@@ -1001,8 +1003,8 @@ fn systemd_exec_start_runs_the_backup_under_the_lock() {
 /// Where systemd-analyze exists, it accepts the unit `examples/NAME` without a warning, with its
 /// ExecStart line `exec_start` made `real` (paths that exist here).
 fn verify_unit(s: &Scratch, name: &str, exec_start: &str, real: &str) {
-    if output(Command::new("systemd-analyze").arg("--version")).is_err() {
-        eprintln!("note: systemd-analyze not installed; {name} not verified");
+    let analyze = require::runs("systemd-analyze", &["--version"]);
+    if require::require("SYSTEMD_ANALYZE", &format!("{name} verified"), analyze).is_none() {
         return;
     }
     let text = example(name).replace(exec_start, real);
@@ -1242,8 +1244,13 @@ fn deploy_steps(s: &Scratch) -> PathBuf {
     work
 }
 
+/// The deploy script in `work`, in a process group of its own, with SIGINT and SIGTERM at their
+/// default actions as a terminal's foreground job and a CI job get them (a test run started in
+/// the background by a non-interactive shell ignores SIGINT, and a shell cannot trap a signal
+/// it was started ignoring).
 fn deploy(s: &Scratch, work: &Path) -> Proc {
-    let mut cmd = s.cmd(root().join("examples/deploy.sh"));
+    let script = s.cmd(root().join("examples/deploy.sh"));
+    let mut cmd = process::wrapped(&["env", "--default-signal=INT,TERM"], &script);
     cmd.current_dir(work).process_group(0);
     s.spawn(&mut cmd)
 }
@@ -1345,27 +1352,11 @@ fn deploy_script_releases_the_lock_when_a_step_fails() {
     });
 }
 
-/// True if `signal` is ignored in this process, and so (POSIX) cannot be trapped by the shells
-/// it starts: a test run started in the background by a non-interactive shell ignores SIGINT.
-fn ignored(signal: Signal) -> bool {
-    let status = read(Path::new("/proc/self/status"));
-    let mask = status
-        .lines()
-        .find_map(|line| line.strip_prefix("SigIgn:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
-    mask & (1 << (signal as i32 - 1)) != 0
-}
-
 #[test]
 fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
     // ^C in a terminal sends SIGINT to the foreground job, a cancelled CI job SIGTERM to its
     // processes: the script and `distlock run`, which forwards it to the step's own group.
     for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
-        if ignored(signal) {
-            eprintln!("note: {signal} is ignored in this test run; not tested");
-            continue;
-        }
         on_the_store_and_through_a_server(|s| {
             let work = deploy_steps(s);
             std::fs::write(s.path("block-migrate"), "").expect("flag");

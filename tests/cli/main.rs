@@ -10,6 +10,7 @@
 //! | [`operators`] | `list`, `log`, `gc`; `--note`, `--hold-at-least`, `--max-runtime`, `break` |
 //! | [`stores`] | what the stores must survive: PostgreSQL (races, clocks, TLS), poolers, network filesystems, schema upgrades, a failing server, crashes and hostile files |
 //! | [`server`] | `distlock serve`: the HTTP API (and its sets), tokens, TLS, and every command through a server |
+//! | [`suite`] | the suite's own rules: CI requires every tool a test may skip without |
 //!
 //! The recipes in `examples/` have a test binary of their own, `tests/recipes.rs`.
 
@@ -19,4 +20,5 @@ mod operators;
 mod run_guard;
 mod server;
 mod stores;
+mod suite;
 mod waiting;

@@ -4,6 +4,7 @@
 //! Processes wait on a FIFO, each for one byte; writing N newlines releases N of them at once.
 //! The test holds the FIFO open for reading and writing, so no `open` ever blocks.
 
+use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,8 +12,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::process::BIN;
-use super::store::Db;
+use super::process::wrapped;
 
 pub struct Gate {
     fifo: PathBuf,
@@ -39,15 +39,18 @@ impl Gate {
         }
     }
 
-    /// `distlock ARGS…` against `db` that starts only when the gate opens.
-    pub fn distlock(&self, db: &Db, args: &[&str]) -> Command {
-        let mut cmd = db.env_cmd("sh");
-        cmd.args(["-c", r#": > "$1/$$"; read go < "$0"; shift; exec "$@""#])
-            .arg(&self.fifo)
-            .arg(&self.ready)
-            .arg(BIN)
-            .args(args);
-        cmd
+    /// `cmd`, held at the gate: a shell checks in, waits for the gate to open, then execs
+    /// `cmd`'s program (the same process).
+    pub fn hold(&self, cmd: &Command) -> Command {
+        let script = r#": > "$1/$$"; read go < "$0"; shift; exec "$@""#;
+        let wrapper = [
+            OsStr::new("sh"),
+            OsStr::new("-c"),
+            OsStr::new(script),
+            self.fifo.as_os_str(),
+            self.ready.as_os_str(),
+        ];
+        wrapped(&wrapper, cmd)
     }
 
     /// Waits until `n` processes sit at the gate (at most a few seconds), then lets them all go.

@@ -16,11 +16,12 @@
 //! | [`gate`] | a starting gate that releases many waiting processes at the same instant |
 //! | [`server`] | `distlock serve` over a test's store on a free loopback port (its address from its first stderr line, its log, SIGTERM then SIGKILL when dropped), a real HTTP client for it (`ureq`) and raw TCP requests, and the checks of its answers: JSON, problem documents, NDJSON |
 //! | [`certs`] | certificates made by the test for the HTTPS server: a CA of its own and server certificates it signs for 127.0.0.1, ::1 and localhost, as PEM files |
+//! | [`require`] | the one gate for a tool, service or privilege the machine may lack: skipped with a note, or a failure under CI's `DISTLOCK_TEST_REQUIRE_<TOOL>` |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
 //!
-//! `process`, `fenced_write`, `certs`, `critical` and `pg_database` are also compiled into
-//! `tests/recipes.rs` (`#[path]`), so each of their items is used by both test crates; what
-//! only this suite needs lives elsewhere.
+//! `process`, `require`, `fenced_write`, `certs`, `critical` and `pg_database` are also
+//! compiled into `tests/recipes.rs` (`#[path]`), so each of their items is used by both test
+//! crates; what only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
 pub mod certs;
@@ -35,6 +36,7 @@ pub mod pg_url;
 pub mod pids;
 pub mod process;
 pub mod proxy;
+pub mod require;
 pub mod server;
 pub mod store;
 pub mod tenure;

@@ -44,6 +44,28 @@ pub fn isolated(program: impl AsRef<OsStr>) -> Command {
     cmd
 }
 
+/// `cmd` started through `wrapper` (a program and its first arguments, which runs what follows
+/// them): the wrapper gets `cmd`'s program and arguments after its own, and `cmd`'s changes to
+/// the environment and its folder. (An `env_clear` is not carried over.)
+pub fn wrapped<S: AsRef<OsStr>>(wrapper: &[S], cmd: &Command) -> Command {
+    let (program, first) = wrapper.split_first().expect("a wrapper program");
+    let mut outer = isolated(program);
+    outer
+        .args(first)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(value) => outer.env(name, value),
+            None => outer.env_remove(name),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        outer.current_dir(dir);
+    }
+    outer
+}
+
 /// How often the waits here look again.
 const POLL: Duration = Duration::from_millis(5);
 

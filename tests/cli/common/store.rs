@@ -16,6 +16,7 @@ use tempfile::TempDir;
 use super::output::{parse_line, parse_lines};
 use super::pg_database::{PgDatabase, pg_admin_url};
 use super::process::{BIN, Proc, describe, distlock, isolated};
+use super::require::require;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -68,17 +69,13 @@ impl Db {
     }
 
     /// A fresh PostgreSQL database made by `CREATE DATABASE <name> <OPTIONS>` (a template, a
-    /// locale, …). `None`, with a note naming `what` is skipped, without a server (as for
-    /// [`Db::postgres`]) or when the server refuses the options.
+    /// locale, …). `None`, `what` skipped by the gate ([`require`], tool `PG`), without a server
+    /// (as for [`Db::postgres`]) or when the server refuses the options.
     pub fn postgres_with(options: &str, what: &str) -> Option<Db> {
         let admin = pg_admin_url(what)?;
-        match PgDatabase::create(&admin, options) {
-            Ok(pg) => Some(Db::on(pg)),
-            Err(err) => {
-                eprintln!("note: {what} skipped: the server refused {options:?}: {err}");
-                None
-            }
-        }
+        let made = PgDatabase::create(&admin, options)
+            .map_err(|err| format!("the server refused {options:?}: {err}"));
+        require("PG", what, made).map(Db::on)
     }
 
     /// A fresh PostgreSQL database on the server behind `admin` (a test's own server, such as
@@ -177,9 +174,9 @@ impl Db {
     }
 
     /// Runs `distlock ARGS…` under `strace -f -y -e trace=SYSCALLS`, which must succeed, and
-    /// returns the trace. `None` when strace cannot run here, unless the suite requires it
-    /// (`DISTLOCK_TEST_REQUIRE_STRACE`, set in CI).
-    pub fn strace(&self, syscalls: &str, args: &[&str]) -> Option<String> {
+    /// returns the trace. `None` when strace cannot run here: `what` skipped by the gate
+    /// ([`require`], tool `STRACE`).
+    pub fn strace(&self, what: &str, syscalls: &str, args: &[&str]) -> Option<String> {
         let trace = self.file("distlock.strace");
         let traced = self
             .env_cmd("strace")
@@ -187,18 +184,9 @@ impl Db {
             .arg(&trace)
             .arg(BIN)
             .args(args)
-            .output();
-        let out = match traced {
-            Ok(out) => out,
-            Err(err) => {
-                assert!(
-                    std::env::var_os("DISTLOCK_TEST_REQUIRE_STRACE").is_none(),
-                    "DISTLOCK_TEST_REQUIRE_STRACE is set but strace cannot run: {err}"
-                );
-                eprintln!("note: system calls not traced: strace cannot run ({err})");
-                return None;
-            }
-        };
+            .output()
+            .map_err(|err| format!("strace cannot run ({err})"));
+        let out = require("STRACE", what, traced)?;
         assert!(out.status.success(), "{args:?}: {}", describe(&out));
         Some(std::fs::read_to_string(&trace).expect("strace output"))
     }

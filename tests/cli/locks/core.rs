@@ -1357,10 +1357,9 @@ fn store_uses_wal_mode() {
 }
 
 /// The fsync calls of one `distlock ARGS…` on `db`, as `strace -y` prints them (each with the
-/// path of the file it syncs). `None`, with a note, without strace — unless
-/// `DISTLOCK_TEST_REQUIRE_STRACE` is set (CI): then a missing strace fails the test.
+/// path of the file it syncs). `None` without strace, through the gate ([`Db::strace`]).
 fn fsyncs_of(db: &Db, args: &[&str]) -> Option<Vec<String>> {
-    let trace = db.strace("fsync,fdatasync", args)?;
+    let trace = db.strace("the fsyncs of a commit", "fsync,fdatasync", args)?;
     Some(
         trace
             .lines()

@@ -16,6 +16,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::common::files::names_in;
 use crate::common::output::{assert_store_error, assert_usage_error, now_millis, parse_line};
 use crate::common::process::{BIN, describe, distlock, isolated, wait_until};
+use crate::common::require::{require, runs};
 use crate::common::store::{Db, distlock_at, each_store};
 
 #[test]
@@ -401,23 +402,19 @@ fn reads(path: &Path, user: Option<&Nobody>) -> Vec<String> {
 }
 
 /// distlock run as another user (`nobody`, uid 65534) with no supplementary groups, by
-/// `setpriv` (util-linux). `None`, with a note, where the test cannot switch users: not root,
-/// or no `setpriv`.
+/// `setpriv` (util-linux).
 struct Nobody;
 
 impl Nobody {
+    /// `None` where the test cannot switch users (not root, or no `setpriv`): skipped by the
+    /// gate (tool `ROOT`).
     fn here(what: &str) -> Option<Nobody> {
-        let root = nix::unistd::Uid::effective().is_root();
-        let setpriv = Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_ok_and(|out| out.status.success());
-        if root && setpriv {
-            Some(Nobody)
+        let can = if nix::unistd::Uid::effective().is_root() {
+            runs("setpriv", &["--version"])
         } else {
-            eprintln!("note: {what} skipped: it needs root and setpriv(1) to run as another user");
-            None
-        }
+            Err("switching to another user needs root".to_owned())
+        };
+        require("ROOT", what, can).map(|()| Nobody)
     }
 
     /// [`distlock_at`]` PATH`, as nobody.

@@ -24,6 +24,7 @@ use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
 use crate::common::process::{BIN, Proc, describe, distlock, wait_for, wait_for_file, wait_until};
+use crate::common::require::require;
 use crate::common::store::{
     Db, Kind, assert_free, assert_held_by, each_store_and_server, output_exiting, run_cmd,
     sh_script,
@@ -413,14 +414,14 @@ fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
     each_store_and_server(|db| {
         let threads = |trace: &str| trace.matches("CLONE_THREAD").count();
         // The store's own threads (PostgreSQL's connection has one), as a plain call starts them.
-        let Some(listed) = db.strace("clone,clone3", &["list"]) else {
+        let Some(listed) = db.strace("the heartbeat's thread", "clone,clone3", &["list"]) else {
             return;
         };
         let store = threads(&listed);
         // Done long before a third of its TTL: nothing to renew, so no thread is started.
         let args = ["run", "--resource", "short", "--ttl", "60", "--", "true"];
         let short = db
-            .strace("clone,clone3", &args)
+            .strace("the heartbeat's thread", "clone,clone3", &args)
             .expect("strace ran a moment ago");
         assert_eq!(threads(&short), store, "{short}");
         assert_free(db, "short");
@@ -436,7 +437,7 @@ fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
             "1.5",
         ];
         let long = db
-            .strace("clone,clone3", &args)
+            .strace("the heartbeat's thread", "clone,clone3", &args)
             .expect("strace ran a moment ago");
         // The heartbeat thread, and the store's threads again for its own connection.
         assert_eq!(threads(&long), 2 * store + 1, "{long}");
@@ -845,10 +846,10 @@ struct PidsCgroup {
 }
 
 impl PidsCgroup {
-    /// A fresh cgroup allowing `max` tasks, or `None` when this machine has no `pids` hierarchy
-    /// the test can write (cgroup v1 at `/sys/fs/cgroup/pids`, or v2 with `pids` enabled for
-    /// the root's children; normally root only).
-    fn create(max: u32) -> Option<PidsCgroup> {
+    /// A fresh cgroup allowing `max` tasks, or why this machine has no `pids` hierarchy the
+    /// test can write (cgroup v1 at `/sys/fs/cgroup/pids`, or v2 with `pids` enabled for the
+    /// root's children; normally root only).
+    fn create(max: u32) -> Result<PidsCgroup, String> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let v1 = Path::new("/sys/fs/cgroup/pids");
         let v2 = Path::new("/sys/fs/cgroup");
@@ -859,25 +860,21 @@ impl PidsCgroup {
         {
             v2
         } else {
-            return None;
+            return Err("no cgroup `pids` controller here".to_owned());
         };
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let path = parent.join(format!("distlock-test-{}-{n}", std::process::id()));
-        fs::create_dir(&path).ok()?;
+        let unwritable = |err| format!("cannot make a `pids` cgroup (needs root): {err}");
+        fs::create_dir(&path).map_err(unwritable)?;
         let cgroup = PidsCgroup { path };
-        fs::write(cgroup.path.join("pids.max"), max.to_string()).ok()?;
-        Some(cgroup)
+        fs::write(cgroup.path.join("pids.max"), max.to_string()).map_err(unwritable)?;
+        Ok(cgroup)
     }
 
-    /// Whether this machine lets the tests make `pids` cgroups; if not, a note says so.
-    fn available() -> bool {
-        let available = PidsCgroup::create(1).is_some();
-        if !available {
-            eprintln!(
-                "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
-            );
-        }
-        available
+    /// Whether this machine lets the tests make `pids` cgroups; through the gate (tool
+    /// `CGROUPS`).
+    fn available(what: &str) -> bool {
+        require("CGROUPS", what, PidsCgroup::create(1)).is_some()
     }
 
     /// `distlock ARGS…` (with `db`'s store) started inside the cgroup: a shell joins it, then
@@ -919,7 +916,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
     // free, nothing it started left running. 126 is accepted only when the lock was taken but
     // the command never ran (a fork that failed: "the command cannot be executed"). At least
     // one round must take the lock and then fail: the path under test.
-    if !PidsCgroup::available() {
+    if !PidsCgroup::available("a task limit") {
         return;
     }
     each_store_and_server(|db| {
@@ -1008,7 +1005,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
 
 #[test]
 fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_time() {
-    if !PidsCgroup::available() {
+    if !PidsCgroup::available("a task limit") {
         return;
     }
     each_store_and_server(|db| {

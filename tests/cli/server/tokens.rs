@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::process::{wait_for, wait_until};
+use crate::common::require::require;
 use crate::common::server::{Server, lock_path};
 use crate::common::store::{Db, each_store};
 
@@ -950,13 +951,16 @@ fn a_tokens_file_or_a_folder_above_it_that_others_may_write_is_refused_at_start_
     chmod(folder, 0o770);
     refused_start(&db, &tokens, "its group (mode 0770)");
     chmod(folder, 0o700);
-    if nix::unistd::Uid::effective().is_root() {
+    let root = if nix::unistd::Uid::effective().is_root() {
+        Ok(())
+    } else {
+        Err("giving a file to another user needs root".to_owned())
+    };
+    if require("ROOT", "a tokens file of another user", root).is_some() {
         // Neither the server's user's nor root's.
         nix::unistd::chown(&tokens, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
         refused_start(&db, &tokens, "belongs to uid 65534");
         nix::unistd::chown(&tokens, Some(nix::unistd::Uid::from_raw(0)), None).expect("chown");
-    } else {
-        eprintln!("note: a tokens file of another user is not tried: that needs root");
     }
     // At SIGHUP, such a file keeps the tokens served, and one line says why.
     let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);

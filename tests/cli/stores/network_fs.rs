@@ -4,8 +4,9 @@
 //! (bindfs over a scratch folder), which distlock refuses as it refuses NFS or SMB; the other
 //! filesystems are told by the magic numbers of the unit table (`store::network_fs`).
 //!
-//! Without a FUSE mount (no `/dev/fuse`, no bindfs, a container that may not mount) the test
-//! says so on stderr and checks nothing; `DISTLOCK_TEST_REQUIRE_FUSE` makes that a failure.
+//! Without a FUSE mount (no `/dev/fuse`, no bindfs, a container that may not mount) the test is
+//! skipped by the gate (`common::require`, tool `FUSE`); `DISTLOCK_TEST_REQUIRE_FUSE` makes that
+//! a failure.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,9 +14,9 @@ use std::process::Command;
 use crate::common::files::names_in;
 use crate::common::output::{assert_store_error, assert_usage_error, parse_line};
 use crate::common::process::describe;
+use crate::common::require::require;
 use crate::common::store::distlock_at;
 
-const REQUIRE: &str = "DISTLOCK_TEST_REQUIRE_FUSE";
 const ALLOW: &str = "DISTLOCK_ALLOW_NETWORK_FS";
 
 /// A bindfs mount of one folder over another, unmounted when dropped.
@@ -24,28 +25,23 @@ struct Bindfs {
 }
 
 impl Bindfs {
-    /// Mounts `source` at `mount` with bindfs. `None`, with a note on stderr, when FUSE cannot
-    /// mount here, unless the suite requires it ([`REQUIRE`]).
+    /// Mounts `source` at `mount` with bindfs. `None` when FUSE cannot mount here: skipped by
+    /// the gate.
     fn mount(source: &Path, mount: &Path) -> Option<Bindfs> {
-        let why = if Path::new("/dev/fuse").exists() {
+        let mounted = if Path::new("/dev/fuse").exists() {
             match Command::new("bindfs").arg(source).arg(mount).output() {
-                Ok(out) if out.status.success() => {
-                    return Some(Bindfs {
-                        mount: mount.to_owned(),
-                    });
-                }
-                Ok(out) => format!("bindfs failed: {}", describe(&out)),
-                Err(err) => format!("bindfs cannot run ({err}); apt-get install bindfs fuse3"),
+                Ok(out) if out.status.success() => Ok(Bindfs {
+                    mount: mount.to_owned(),
+                }),
+                Ok(out) => Err(format!("bindfs failed: {}", describe(&out))),
+                Err(err) => Err(format!(
+                    "bindfs cannot run ({err}); apt-get install bindfs fuse3"
+                )),
             }
         } else {
-            "there is no /dev/fuse".to_owned()
+            Err("there is no /dev/fuse".to_owned())
         };
-        assert!(
-            std::env::var_os(REQUIRE).is_none(),
-            "{REQUIRE} is set but no FUSE filesystem can be mounted: {why}"
-        );
-        eprintln!("note: SQLite on a network filesystem not tested: {why}");
-        None
+        require("FUSE", "SQLite on a network filesystem", mounted)
     }
 }
 

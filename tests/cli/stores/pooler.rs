@@ -18,7 +18,7 @@
 //! test's own reads (the queue, `status`, `log`) go to the server directly, so as not to change
 //! which server connection the waiters get.
 //!
-//! Without pgbouncer the tests say so on stderr and check nothing;
+//! Without pgbouncer the tests are skipped by the gate (`common::require`, tool `PGBOUNCER`);
 //! `DISTLOCK_TEST_REQUIRE_PGBOUNCER` (set in CI) makes that a failure. Without a PostgreSQL
 //! server they are skipped like every PostgreSQL test (`Db::postgres`).
 
@@ -33,9 +33,8 @@ use tempfile::TempDir;
 use crate::common::output::timestamp_millis;
 use crate::common::pg_url::PgUrl;
 use crate::common::process::{Finished, Proc, describe, wait_for, wait_until};
+use crate::common::require::{require, runs};
 use crate::common::store::{Db, assert_free, distlock_at};
-
-const REQUIRE: &str = "DISTLOCK_TEST_REQUIRE_PGBOUNCER";
 
 /// What a waiter says, once, when its connection does not keep its `LISTEN`.
 const NOTE: &str = "distlock: the PostgreSQL connection does not keep its LISTEN between \
@@ -73,25 +72,14 @@ impl PoolMode {
     }
 }
 
-/// The pgbouncer program, if it can run here. Without it: fails the test when the suite
-/// requires it ([`REQUIRE`]), else says on stderr that nothing is checked.
+/// The pgbouncer program, if it can run here; else `None`, skipped by the gate.
 fn pgbouncer_program() -> Option<&'static str> {
     // Debian installs it in /usr/sbin, which an unprivileged user's PATH may leave out.
-    for program in ["pgbouncer", "/usr/sbin/pgbouncer"] {
-        let runs = Command::new(program)
-            .arg("--version")
-            .output()
-            .is_ok_and(|out| out.status.success());
-        if runs {
-            return Some(program);
-        }
-    }
-    assert!(
-        std::env::var_os(REQUIRE).is_none(),
-        "{REQUIRE} is set but pgbouncer cannot run (apt-get install pgbouncer)"
-    );
-    eprintln!("note: distlock behind PgBouncer not tested: pgbouncer is not installed");
-    None
+    let found = ["pgbouncer", "/usr/sbin/pgbouncer"]
+        .into_iter()
+        .find(|program| runs(program, &["--version"]).is_ok())
+        .ok_or_else(|| "pgbouncer cannot run (apt-get install pgbouncer)".to_owned());
+    require("PGBOUNCER", "distlock behind PgBouncer", found)
 }
 
 /// A private pgbouncer on a free port of 127.0.0.1, in front of the server of a test's

@@ -27,6 +27,7 @@ use crate::common::output::{assert_store_error, now_millis, parse_line, timestam
 use crate::common::pg_url::PgUrl;
 use crate::common::process::{BIN, Finished, Proc, describe, isolated, wait_for, wait_until};
 use crate::common::proxy::Proxy;
+use crate::common::require::require;
 use crate::common::store::{Db, assert_free, distlock_at, sh_script};
 
 /// A distinctive password that must never show up in anything distlock prints.
@@ -102,8 +103,10 @@ fn race(db: &Db, resource: &str, n: usize, round: &str) -> Vec<(String, Finished
     let racers: Vec<(String, Proc)> = (0..n)
         .map(|i| {
             let owner = format!("w{i}");
-            let mut cmd =
-                gate.distlock(db, &["acquire", resource, "--owner", &owner, "--ttl", "60"]);
+            let mut cmd = gate.hold(
+                db.std_cmd()
+                    .args(["acquire", resource, "--owner", &owner, "--ttl", "60"]),
+            );
             let spawned = Proc::spawn(&mut cmd, db.dir.path(), &format!("{round}-{owner}"));
             (owner, spawned)
         })
@@ -172,8 +175,7 @@ fn sixteen_processes_on_a_brand_new_database_create_the_schema_once_and_one_wins
 // ---------------------------------------------------------------------------------------------
 // Clock skew: the server's clock decides.
 
-/// Whether `faketime` works here. Missing, it fails the test when the PostgreSQL variants are
-/// required (CI), and skips it with a note otherwise.
+/// Whether `faketime` works here; through the gate (tool `FAKETIME`).
 fn faketime_works() -> bool {
     let shifted = Command::new("faketime")
         .args(["-f", "+1h", "date", "+%s"])
@@ -187,18 +189,15 @@ fn faketime_works() -> bool {
                 .parse::<i64>()
                 .ok()
         });
-    let works = shifted.is_some_and(|secs| (secs - now_millis() / 1000 - 3600).abs() < 60);
-    if works {
-        return true;
-    }
-    assert!(
-        std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-        "the clock-skew tests need `faketime` (Debian package faketime), and \
-         `faketime -f +1h date +%s` did not print a time an hour ahead; \
-         DISTLOCK_TEST_REQUIRE_PG is set, so this fails instead of skipping"
-    );
-    eprintln!("note: clock-skew test skipped: faketime is missing (apt-get install faketime)");
-    false
+    let works = shifted
+        .filter(|secs| (secs - now_millis() / 1000 - 3600).abs() < 60)
+        .map(|_| ())
+        .ok_or_else(|| {
+            "`faketime -f +1h date +%s` did not print a time an hour ahead \
+             (apt-get install faketime)"
+                .to_owned()
+        });
+    require("FAKETIME", "a client's clock skewed", works).is_some()
 }
 
 /// `distlock ARGS…` against `db` with the client's wall clock shifted by `offset` (`+1h`).
@@ -859,22 +858,17 @@ fn fences_keep_increasing_after_gc_drops_every_row() {
 // (`scripts/pg-test-server` gives it a certificate for localhost and 127.0.0.1, signed by a
 // throwaway CA whose certificate is `DISTLOCK_TEST_PG_CA`).
 
-/// The CA that signed the test server's certificate. Unset, the test says it was skipped, or
-/// fails when the PostgreSQL variants are required (CI).
+/// The CA that signed the test server's certificate; through the gate (tool `PG`) when
+/// `DISTLOCK_TEST_PG_CA` is unset.
 fn test_ca() -> Option<PathBuf> {
-    if let Some(ca) = std::env::var_os("DISTLOCK_TEST_PG_CA") {
-        return Some(PathBuf::from(ca));
-    }
-    assert!(
-        std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-        "DISTLOCK_TEST_REQUIRE_PG is set but DISTLOCK_TEST_PG_CA is not \
-         (scripts/pg-test-server start prints both variables)"
-    );
-    eprintln!(
-        "note: TLS test skipped: DISTLOCK_TEST_PG_CA is not set (the CA of a TLS test server, \
-         as scripts/pg-test-server start prints it)"
-    );
-    None
+    let ca = std::env::var_os("DISTLOCK_TEST_PG_CA")
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            "DISTLOCK_TEST_PG_CA is not set (the CA of a TLS test server, as \
+             scripts/pg-test-server start prints it)"
+                .to_owned()
+        });
+    require("PG", "PostgreSQL over TLS", ca)
 }
 
 /// `host:port` of the test server, with the host written as `host`.

@@ -43,6 +43,7 @@ use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
 use crate::common::process::{
     BIN, Proc, describe, distlock, isolated, pid_of, wait_for_file, wait_or_kill, wait_until,
 };
+use crate::common::require::{require, runs};
 use crate::common::store::{Db, Kind, distlock_at, each_store, each_store_and_server, sh_script};
 
 // ---------------------------------------------------------------------------------------------
@@ -1710,8 +1711,18 @@ enum ReadOnly {
 }
 
 impl ReadOnly {
-    /// `files` and then their `folder`, read-only by the first means that works here.
+    /// `files` and then their `folder`, read-only by the first means that works here; `None`
+    /// where none does (root, without `chattr +i` or a read-only bind mount): skipped by the
+    /// gate (tool `READ_ONLY`).
     fn apply(files: &[PathBuf], folder: &Path) -> Option<ReadOnly> {
+        let made = ReadOnly::make(files, folder).ok_or_else(|| {
+            "running as root, and neither chattr +i nor a read-only bind mount works here"
+                .to_owned()
+        });
+        require("READ_ONLY", "a read-only store", made)
+    }
+
+    fn make(files: &[PathBuf], folder: &Path) -> Option<ReadOnly> {
         let mut paths = files.to_vec();
         paths.push(folder.to_owned());
         let quiet = |cmd: &mut Command| {
@@ -1787,10 +1798,6 @@ fn read_only_database_serves_reads_and_refuses_writes_unchanged() {
         .collect();
     let snapshot: Vec<Vec<u8>> = files.iter().map(|p| fs::read(p).unwrap()).collect();
     let Some(read_only) = ReadOnly::apply(&files, db.dir.path()) else {
-        eprintln!(
-            "note: read-only store test skipped: running as root, and neither chattr +i nor a \
-             read-only bind mount works here"
-        );
         return;
     };
     let marker = std::env::temp_dir().join(format!("distlock-ro-started-{}", std::process::id()));
@@ -1826,16 +1833,22 @@ fn read_only_database_serves_reads_and_refuses_writes_unchanged() {
 struct TinyFs(PathBuf);
 
 impl TinyFs {
-    fn mount(at: &Path, size: &str) -> Option<TinyFs> {
+    /// `None` where no tmpfs can be mounted here (not root, a container): skipped by the gate
+    /// (tool `TMPFS`), as `what`.
+    fn mount(at: &Path, size: &str, what: &str) -> Option<TinyFs> {
         fs::create_dir_all(at).unwrap();
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(at)
-            .stderr(Stdio::null())
-            .status();
-        mounted
-            .is_ok_and(|s| s.success())
-            .then(|| TinyFs(at.to_owned()))
+            .output()
+            .map_err(|err| format!("mount cannot run: {err}"))
+            .and_then(|out| {
+                out.status
+                    .success()
+                    .then(|| TinyFs(at.to_owned()))
+                    .ok_or_else(|| format!("cannot mount a tmpfs here: {}", describe(&out)))
+            });
+        require("TMPFS", what, mounted)
     }
 
     /// Fills the filesystem to the last byte.
@@ -1864,11 +1877,9 @@ fn full_filesystem_is_a_store_error_and_loses_nothing() {
     // 64 KiB cannot even hold one store (the WAL index alone is 32 KiB, and the WAL holds the
     // new store's schema, made and upgraded in one transaction, ~190 KiB after the commits
     // below): 320 KiB holds a small one, then gets filled up.
-    let Some(tiny) = TinyFs::mount(&scratch.path().join("tiny"), "320k") else {
-        eprintln!(
-            "note: full-filesystem test skipped: cannot mount a tmpfs here (the file-size \
-             limit test covers running out of room)"
-        );
+    // Without a tmpfs, the file-size limit test still covers running out of room.
+    let Some(tiny) = TinyFs::mount(&scratch.path().join("tiny"), "320k", "a full filesystem")
+    else {
         return;
     };
     let path = tiny.0.join("locks.db");
@@ -1952,8 +1963,13 @@ fn full_filesystem_is_a_store_error_and_loses_nothing() {
 fn file_size_limit_is_a_store_error_not_a_signal() {
     // RLIMIT_FSIZE ("ulimit -f"): a write past it raises SIGXFSZ, whose default action kills the
     // process; ignored, the write fails with EFBIG instead. The store cannot be written: 74.
-    if Command::new("prlimit").arg("--version").output().is_err() {
-        eprintln!("note: file-size limit test skipped: prlimit(1) is not installed");
+    if require(
+        "PRLIMIT",
+        "a file-size limit",
+        runs("prlimit", &["--version"]),
+    )
+    .is_none()
+    {
         return;
     }
     let db = Db::sqlite();

@@ -469,8 +469,10 @@ fn acquire_all_at_once(db: &Db, last_fence: i64) -> usize {
         .iter()
         .map(|owner| {
             let resource = format!("new-{owner}");
-            let mut cmd =
-                gate.distlock(db, &["acquire", &resource, "--owner", owner, "--ttl", "60"]);
+            let mut cmd = gate.hold(
+                db.std_cmd()
+                    .args(["acquire", &resource, "--owner", owner, "--ttl", "60"]),
+            );
             Proc::spawn(&mut cmd, db.dir.path(), owner)
         })
         .collect();
