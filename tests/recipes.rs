@@ -2512,6 +2512,12 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
             broke.describe()
         );
         let by = format!("alice@{}", host_name());
+        // Through a server, the operator's token is recorded beside the user and host.
+        let token = s.front.as_ref().map(|_| "recipes");
+        let breaker = match token {
+            Some(token) => format!("{by} (token {token})"),
+            None => by.clone(),
+        };
 
         // The evicted run stops its command at its next renewal (ttl/3 = 2 s) and says why.
         let done = run.finish(Duration::from_secs(20));
@@ -2523,7 +2529,7 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
         assert_eq!(done.code(), Some(124), "{}", done.describe());
         assert!(
             done.stderr()
-                .contains(&format!("broken by {by} (report hung since 03:00)")),
+                .contains(&format!("broken by {breaker} (report hung since 03:00)")),
             "{}",
             done.describe()
         );
@@ -2539,6 +2545,11 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
         assert_eq!(last["event"], "broken", "{events:?}");
         assert_eq!(last["owner"], holder["owner"]);
         assert_eq!(last["by"], by.as_str());
+        assert_eq!(
+            last.get("by_token"),
+            token.map(Value::from).as_ref(),
+            "{last}"
+        );
         assert_eq!(last["reason"], "report hung since 03:00");
         let next = s.hold("hourly-report", "web-1", "60s");
         assert!(fence_of(&next) > fence_of(&holder), "{next} after {holder}");
