@@ -37,6 +37,7 @@ use nix::sys::signal::Signal;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
+use crate::common::contention::Contention;
 use crate::common::output::{
     assert_store_error, assert_usage_error, keys, now_millis, parse_line, rfc3339_millis,
     timestamp_millis,
@@ -861,18 +862,26 @@ fn the_seed_attacks_and_every_exit_code_of_the_four_commands() {
     );
 }
 
-/// Starts `n` acquirers of `resource` with different owners at once, waits for all, and checks
-/// that exactly one won and all others were told who did.
+/// Starts `n` acquirers of `resource` with different owners at the same instant, waits for
+/// all, and checks that exactly one won and all others were told who did.
 fn race(db: &Db, resource: &str, n: usize) {
-    let children: Vec<Child> = (0..n)
-        .map(|i| {
-            let owner = format!("racer-{i}");
-            spawn(db, &["acquire", resource, "--owner", &owner, "--ttl", "60"])
-        })
-        .collect();
-    let outputs: Vec<Output> = children
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: resource,
+        workers: n,
+        rounds: 1,
+        bound: Duration::from_secs(60),
+    };
+    let contended = contention.run(|i, _| {
+        let mut cmd = db.std_cmd();
+        cmd.args(["acquire", resource, "--owner", &format!("racer-{i}")])
+            .args(["--ttl", "60"]);
+        cmd
+    });
+    let outputs: Vec<Output> = contended
+        .ends
         .into_iter()
-        .map(|child| child.wait_with_output().expect("wait"))
+        .map(|end| end.finished.output)
         .collect();
     let all = || {
         outputs

@@ -22,13 +22,13 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::sync::Mutex;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
+use crate::common::contention::Contention;
+use crate::common::critical;
 use crate::common::files::read_trimmed;
 use crate::common::output::{
     assert_usage_error, event_names, fence, keys, parse_line, timestamp_millis,
@@ -179,7 +179,8 @@ fn text_line(db: &Db, args: &[&str], code: i32) -> String {
 const SHAPES: [&[&str]; 4] = [&["a", "b"], &["b", "a"], &["a"], &["b"]];
 
 /// The command under `run` in the contention test, its resources as `$@`: it enters each
-/// resource's critical section (`mkdir` is atomic and fails if another holder is inside),
+/// resource's critical section (`mkdir` is atomic and fails if another holder is inside; then
+/// it writes to `overlaps`, as [`critical`]'s section does, for [`critical::violations`]),
 /// notes its owner and what `run` exported (`DISTLOCK_FENCE`, `DISTLOCK_FENCES`, `-` when
 /// unset) in the resource's `entered-R` in the order holders got in, stays briefly, and leaves.
 const CONTENDER: &str = r#"for r; do
@@ -231,34 +232,21 @@ fn entered(line: &str, resource: &str) -> Result<(String, i64), String> {
 /// not one per round.
 fn contend(db: &Db, workers: usize, rounds: usize, bound: Duration) {
     let started = Instant::now();
-    let failures = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for worker in 0..workers {
-            let failures = &failures;
-            scope.spawn(move || {
-                for round in 0..rounds {
-                    if !failures.lock().unwrap().is_empty() {
-                        break;
-                    }
-                    let shape = SHAPES[(worker + round) % SHAPES.len()];
-                    let mut flags = Vec::new();
-                    for resource in shape {
-                        flags.extend(["--resource", resource]);
-                    }
-                    flags.extend(["--wait", "60s", "--ttl", "10"]);
-                    let proc = Proc::spawn(
-                        &mut run_cmd(db, &sh_script(&flags, CONTENDER, shape)),
-                        db.dir.path(),
-                        &format!("contender-{worker}-{round}"),
-                    );
-                    let done = proc.finish(bound);
-                    if done.code() != Some(0) {
-                        failures.lock().unwrap().push(done.describe());
-                        break;
-                    }
-                }
-            });
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: "contender",
+        workers,
+        rounds,
+        bound,
+    };
+    let contended = contention.run(|worker, round| {
+        let shape = SHAPES[(worker + round) % SHAPES.len()];
+        let mut flags = Vec::new();
+        for resource in shape {
+            flags.extend(["--resource", resource]);
         }
+        flags.extend(["--wait", "60s", "--ttl", "10"]);
+        run_cmd(db, &sh_script(&flags, CONTENDER, shape))
     });
     eprintln!(
         "{:?}: {workers} x {rounds} contending runs over {{a,b}}, {{b,a}}, {{a}}, {{b}} in {:?}",
@@ -266,20 +254,17 @@ fn contend(db: &Db, workers: usize, rounds: usize, bound: Duration) {
         started.elapsed()
     );
 
-    let overlaps = fs::read_to_string(db.file("overlaps")).unwrap_or_default();
+    let overlaps = critical::violations(db.dir.path());
     assert!(
         overlaps.is_empty(),
-        "{:?}: two holders of one resource at once:\n{overlaps}",
-        db.kind
-    );
-    let failures = failures.into_inner().unwrap();
-    assert!(
-        failures.is_empty(),
-        "{:?}: every run must get its locks and exit 0 within {bound:?} (no 74, no 75, no \
-         deadlock):\n{}",
+        "{:?}: two holders of one resource at once:\n{}",
         db.kind,
-        failures.join("\n")
+        overlaps.join("\n")
     );
+    contended.assert_all_exited_0(&format!(
+        "{:?} runs (each must get its locks within {bound:?}: no 74, no 75, no deadlock)",
+        db.kind
+    ));
     for resource in ["a", "b"] {
         let runs = (0..workers)
             .flat_map(|w| (0..rounds).map(move |r| SHAPES[(w + r) % SHAPES.len()]))
@@ -296,11 +281,13 @@ fn contend(db: &Db, workers: usize, rounds: usize, bound: Duration) {
             "{resource}: one tenure per run that took it"
         );
         let fences: Vec<i64> = tenures.iter().map(|(_, f)| *f).collect();
+        let not_rising = critical::not_rising(&fences);
         assert!(
-            fences.windows(2).all(|w| w[0] < w[1]),
-            "{:?}: {resource}'s fences must strictly increase in the order its holders got in: \
-             {fences:?}",
-            db.kind
+            not_rising.is_empty(),
+            "{:?}: {resource}'s fences must strictly increase in the order its holders got \
+             in:\n{}",
+            db.kind,
+            not_rising.join("\n")
         );
         // The history is the ground truth: one tenure after the other, each acquired and
         // released before the next, fences strictly increasing, in the order the commands saw.

@@ -22,7 +22,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::common::gate::Gate;
+use crate::common::contention::Contention;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
 use crate::common::pg_url::PgUrl;
 use crate::common::process::{BIN, Finished, Proc, describe, isolated, wait_for, wait_until};
@@ -97,24 +97,33 @@ fn lock_times(lock: &Value) -> (i64, i64) {
     )
 }
 
-/// `n` processes acquiring `resource` at the same instant; returns each one's result.
+/// `n` processes acquiring `resource` at the same instant (owners `w0`, `w1`, …); returns each
+/// one's owner and result.
 fn race(db: &Db, resource: &str, n: usize, round: &str) -> Vec<(String, Finished)> {
-    let gate = Gate::new(db.dir.path(), &format!("gate-{round}"));
-    let racers: Vec<(String, Proc)> = (0..n)
-        .map(|i| {
-            let owner = format!("w{i}");
-            let mut cmd = gate.hold(
-                db.std_cmd()
-                    .args(["acquire", resource, "--owner", &owner, "--ttl", "60"]),
-            );
-            let spawned = Proc::spawn(&mut cmd, db.dir.path(), &format!("{round}-{owner}"));
-            (owner, spawned)
-        })
-        .collect();
-    gate.open(n);
-    racers
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: round,
+        workers: n,
+        rounds: 1,
+        bound: Duration::from_secs(30),
+    };
+    let owner = |worker: usize| format!("w{worker}");
+    let contended = contention.run(|worker, _| {
+        let mut cmd = db.std_cmd();
+        cmd.args([
+            "acquire",
+            resource,
+            "--owner",
+            &owner(worker),
+            "--ttl",
+            "60",
+        ]);
+        cmd
+    });
+    contended
+        .ends
         .into_iter()
-        .map(|(owner, spawned)| (owner, spawned.finish(Duration::from_secs(30))))
+        .map(|end| (owner(end.worker), end.finished))
         .collect()
 }
 

@@ -36,6 +36,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rusqlite::Connection;
 
+use crate::common::contention::Contention;
 use crate::common::critical;
 use crate::common::fenced_write::{fenced_write, ledger};
 use crate::common::output::{assert_store_error, assert_usage_error, parse_line, parse_lines};
@@ -66,48 +67,29 @@ fn running_as_root() -> bool {
 // ---------------------------------------------------------------------------------------------
 
 /// `workers` processes at a time, each running `cycles` rounds of `run --wait 60s --ttl 10`
-/// around the [`critical`] section.
+/// around the [`critical`] section, the first round of each released at once.
 fn contend(db: &Db, workers: usize, cycles: usize) {
     let started = Instant::now();
-    let failures = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for worker in 0..workers {
-            let failures = &failures;
-            scope.spawn(move || {
-                let stderr_path = db.file(&format!("contender-{worker}.stderr"));
-                for cycle in 0..cycles {
-                    let stderr = fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&stderr_path)
-                        .expect("stderr file");
-                    let mut child = db
-                        .std_cmd()
-                        .args([
-                            "run",
-                            "--resource",
-                            "contended",
-                            "--wait",
-                            "60s",
-                            "--ttl",
-                            "10",
-                        ])
-                        .args(critical::command(db.dir.path(), "0.005"))
-                        .stdin(Stdio::null())
-                        .stdout(Stdio::null())
-                        .stderr(stderr)
-                        .spawn()
-                        .expect("spawn distlock run");
-                    let status = wait_within(&mut child, Duration::from_secs(120), "contender");
-                    if status.code() != Some(0) {
-                        failures.lock().unwrap().push(format!(
-                            "contender {worker}, cycle {cycle}: {status:?}; stderr: {}",
-                            fs::read_to_string(&stderr_path).unwrap_or_default()
-                        ));
-                    }
-                }
-            });
-        }
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: "contender",
+        workers,
+        rounds: cycles,
+        bound: Duration::from_secs(120),
+    };
+    let contended = contention.run(|_, _| {
+        let mut cmd = db.std_cmd();
+        cmd.args([
+            "run",
+            "--resource",
+            "contended",
+            "--wait",
+            "60s",
+            "--ttl",
+            "10",
+        ])
+        .args(critical::command(db.dir.path(), "0.005"));
+        cmd
     });
     eprintln!(
         "{:?}: {workers} x {cycles} contended runs in {:?}",
@@ -122,13 +104,10 @@ fn contend(db: &Db, workers: usize, cycles: usize) {
         db.kind,
         violations.join("\n")
     );
-    let failures = failures.into_inner().unwrap();
-    assert!(
-        failures.is_empty(),
-        "{:?}: every contender must get the lock and exit 0:\n{}",
-        db.kind,
-        failures.join("\n")
-    );
+    contended.assert_all_exited_0(&format!(
+        "{:?} contenders (every one must get the lock)",
+        db.kind
+    ));
     assert_eq!(
         critical::fences(db.dir.path()).len(),
         workers * cycles,
