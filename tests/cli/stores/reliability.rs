@@ -627,11 +627,17 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
             describe(&wrote)
         );
 
-        // Wake the command first, so that it writes before its guard can stop it, then the
-        // guard: its next renewal fails (or its deadline has passed), it stops the command
-        // (which tries one more, late write) and exits 124.
+        // Wake the command first, and let it write (an attempt after the first one that may
+        // have finished before the freeze) before its guard can stop it; then the guard: its
+        // next renewal fails (or its deadline has passed), it stops the command (which tries
+        // one more, late write, unless the lease is so long gone that it kills at once) and
+        // exits 124.
         killpg(writers, Signal::SIGCONT).unwrap();
-        thread::sleep(Duration::from_millis(350));
+        wait_until(
+            Duration::from_secs(20),
+            "the woken holder attempts a write",
+            || attempt_lines(d).len() > frozen_at + 1,
+        );
         kill(guard_pid, Signal::SIGCONT).unwrap();
         // From here on the guard is reaped (by this wait, or by its timeout).
         thaw.guard = None;
