@@ -737,10 +737,12 @@ fn the_password_never_appears_in_any_message() {
             64,
         ),
     ];
-    for (what, url, code) in cases {
+    // All at once: the refused port is sought for the connect timeout (5 s) by each command.
+    let mut running = Vec::new();
+    for (n, (what, url, code)) in cases.into_iter().enumerate() {
         let url = url.to_string();
         assert!(url.contains("hunter2"), "{what}: {url}");
-        for (how, cmd) in [
+        for (how, mut cmd) in [
             ("--db", pg_at(&url, &["status", "r"])),
             ("DISTLOCK_DB", {
                 let mut cmd = db.std_cmd();
@@ -754,21 +756,26 @@ fn the_password_never_appears_in_any_message() {
                 cmd
             }),
         ] {
-            let out = finish(cmd, db.dir.path(), "secret", Duration::from_secs(30));
-            let shown = format!("{}{}", out.stdout(), out.stderr());
-            // Every password here contains `hunter2`, percent-encoded or not.
-            assert!(
-                !shown.contains("hunter2"),
-                "{what} ({how}): the password leaked: {}",
-                out.describe()
-            );
-            assert_eq!(out.code(), Some(code), "{what} ({how}): {}", out.describe());
-            if code == 74 {
-                assert_store_error(&out.output, &format!("{what} ({how})"));
-            } else {
-                assert!(out.output.stdout.is_empty(), "{what} ({how})");
-                assert!(!out.stderr().trim().is_empty(), "{what} ({how})");
-            }
+            let name = format!("secret-{n}-{how}");
+            let proc = Proc::spawn(&mut cmd, db.dir.path(), &name);
+            running.push((what, how, code, proc));
+        }
+    }
+    for (what, how, code, proc) in running {
+        let out = proc.finish(Duration::from_secs(30));
+        let shown = format!("{}{}", out.stdout(), out.stderr());
+        // Every password here contains `hunter2`, percent-encoded or not.
+        assert!(
+            !shown.contains("hunter2"),
+            "{what} ({how}): the password leaked: {}",
+            out.describe()
+        );
+        assert_eq!(out.code(), Some(code), "{what} ({how}): {}", out.describe());
+        if code == 74 {
+            assert_store_error(&out.output, &format!("{what} ({how})"));
+        } else {
+            assert!(out.output.stdout.is_empty(), "{what} ({how})");
+            assert!(!out.stderr().trim().is_empty(), "{what} ({how})");
         }
     }
 }
