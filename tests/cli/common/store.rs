@@ -389,3 +389,19 @@ pub fn each_store_and_server(test: impl Fn(&Db)) {
         test(&db.through_server());
     }
 }
+
+/// The stores of [`each_store_and_server`], all at once: for a test whose steps wait for the
+/// clock, each step taken on every store before the wait, so that they wait once together.
+pub fn every_store_and_server() -> Vec<Db> {
+    let mut dbs = every_store();
+    dbs.push(Db::sqlite().through_server());
+    dbs.extend(Db::postgres().map(Db::through_server));
+    dbs
+}
+
+/// The stores of [`each_store`], all at once (see [`every_store_and_server`]).
+pub fn every_store() -> Vec<Db> {
+    let mut dbs = vec![Db::sqlite()];
+    dbs.extend(Db::postgres());
+    dbs
+}

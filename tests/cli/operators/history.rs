@@ -25,7 +25,9 @@ use crate::common::output::{
     assert_store_error, fence, keys, now_millis, parse_line, parse_lines, timestamp_millis,
 };
 use crate::common::process::{BIN, describe, wait_for, wait_or_kill};
-use crate::common::store::{Db, Kind, each_store, each_store_and_server, sh_script};
+use crate::common::store::{
+    Db, Kind, each_store, each_store_and_server, every_store, every_store_and_server, sh_script,
+};
 
 /// How far past a lock's `expires_at` (by the test's clock) a test sleeps before it relies on
 /// the lock having expired.
@@ -396,12 +398,16 @@ fn log_limit_keeps_the_newest_n_oldest_first() {
 
 #[test]
 fn log_since_excludes_older_events() {
-    each_store_and_server(|db| {
+    // Each store's old events, then one wait for them all.
+    let dbs = every_store_and_server();
+    for db in &dbs {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
-        // Old events are at least 5 s old when the log is read; the new ones are younger than
-        // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
-        sleep(Duration::from_secs(5));
+    }
+    // Old events are at least 5 s old when the log is read; the new ones are younger than
+    // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
+    sleep(Duration::from_secs(5));
+    for db in &dbs {
         acquire(db, "new", "w2", "60");
         db.json(&["renew", "new", "--owner", "w2", "--ttl", "60"], 0);
         let all = log(db, &[]);
@@ -428,7 +434,7 @@ fn log_since_excludes_older_events() {
         assert_eq!(log(db, &["new", "--since", "3s"]), all[2..]);
         assert_eq!(log(db, &["--since", "3s", "--limit", "1"]), all[3..]);
         assert_eq!(log(db, &["--since", "1h", "--limit", "3"]), all[1..]);
-    });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -500,14 +506,18 @@ fn gc_removes_expired_rows_and_old_history_but_not_live_locks() {
 
 #[test]
 fn gc_keeps_history_younger_than_keep_history() {
-    // gc runs where the store is: on the stores only.
-    each_store(|db| {
+    // gc runs where the store is: on the stores only. Each store's old events, then one wait
+    // for them all.
+    let dbs = every_store();
+    for db in &dbs {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
         acquire(db, "held", "w1", "60");
-        // Old events are at least 5 s old when the log is read; the new ones are younger than
-        // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
-        sleep(Duration::from_secs(5));
+    }
+    // Old events are at least 5 s old when the log is read; the new ones are younger than
+    // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
+    sleep(Duration::from_secs(5));
+    for db in &dbs {
         let renewed = db.json(&["renew", "held", "--owner", "w1", "--ttl", "60"], 0);
         acquire(db, "new", "w2", "60");
         let all = log(db, &[]);
@@ -522,7 +532,7 @@ fn gc_keeps_history_younger_than_keep_history() {
         // Pruning history does not touch the locks it describes.
         assert_eq!(db.json(&["status", "held"], 0)["lock"], renewed["lock"]);
         assert_eq!(listed(&db.json(&["list"], 0)), ["held", "new"]);
-    });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
