@@ -540,6 +540,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         let d = db.dir.path();
         let data = db.file("resource");
         let stderr_path = db.file("guard.stderr");
+        // A lease long enough that a guard on a loaded machine keeps it until the freeze.
         let mut guard = db
             .std_cmd()
             .args([
@@ -547,7 +548,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
                 "--resource",
                 "paused",
                 "--ttl",
-                "2",
+                "4",
                 "--kill-after",
                 "3",
             ])
@@ -604,7 +605,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         while db.status("paused").0 == 0 {
             assert!(
                 start.elapsed() < Duration::from_secs(15),
-                "the frozen holder's 2 s lease never ran out"
+                "the frozen holder's 4 s lease never ran out"
             );
             thread::sleep(Duration::from_millis(100));
         }
