@@ -404,10 +404,14 @@ fn log_since_excludes_older_events() {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
     }
-    // Old events are at least 5 s old when the log is read; the new ones are younger than
-    // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
+    // Old events are at least 5 s older than the new ones. Each `--since` window below is as
+    // old as the new events plus 2 s (whole seconds, as the flag takes them), reckoned just
+    // before its command: it holds the new events and, unless that one command takes 3 s, none
+    // of the old.
     sleep(Duration::from_secs(5));
     for db in &dbs {
+        let new_at = Instant::now();
+        let window = |unit: &str| format!("{}{unit}", new_at.elapsed().as_secs() + 2);
         acquire(db, "new", "w2", "60");
         db.json(&["renew", "new", "--owner", "w2", "--ttl", "60"], 0);
         let all = log(db, &[]);
@@ -423,16 +427,19 @@ fn log_since_excludes_older_events() {
                 "new renewed w2"
             ]
         );
-        assert_eq!(log(db, &["--since", "3s"]), all[2..]);
+        assert_eq!(log(db, &["--since", &window("s")]), all[2..]);
         assert_eq!(
-            log(db, &["--since", "3"]),
+            log(db, &["--since", &window("")]),
             all[2..],
             "a bare integer is seconds"
         );
         assert_eq!(log(db, &["--since", "1h"]), all);
-        assert!(log(db, &["old", "--since", "3s"]).is_empty());
-        assert_eq!(log(db, &["new", "--since", "3s"]), all[2..]);
-        assert_eq!(log(db, &["--since", "3s", "--limit", "1"]), all[3..]);
+        assert!(log(db, &["old", "--since", &window("s")]).is_empty());
+        assert_eq!(log(db, &["new", "--since", &window("s")]), all[2..]);
+        assert_eq!(
+            log(db, &["--since", &window("s"), "--limit", "1"]),
+            all[3..]
+        );
         assert_eq!(log(db, &["--since", "1h", "--limit", "3"]), all[1..]);
     }
 }
@@ -514,20 +521,23 @@ fn gc_keeps_history_younger_than_keep_history() {
         release(db, "old", "w1");
         acquire(db, "held", "w1", "60");
     }
-    // Old events are at least 5 s old when the log is read; the new ones are younger than
-    // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
+    // Old events are at least 5 s older than the new ones. The history kept is as old as the
+    // new events plus 2 s (whole seconds), reckoned just before `gc`: it holds the new events
+    // and, unless `gc` takes 3 s, none of the old.
     sleep(Duration::from_secs(5));
     for db in &dbs {
+        let new_at = Instant::now();
         let renewed = db.json(&["renew", "held", "--owner", "w1", "--ttl", "60"], 0);
         acquire(db, "new", "w2", "60");
         let all = log(db, &[]);
         assert_eq!(all.len(), 5, "{:?}", brief(&all));
-        let report = db.json(&["gc", "--keep-history", "2s"], 0);
+        let keep = format!("{}s", new_at.elapsed().as_secs() + 2);
+        let report = db.json(&["gc", "--keep-history", &keep], 0);
         assert_eq!(report, json!({"expired_locks": 0, "history_events": 3}));
         assert_eq!(
             log(db, &[]),
             all[3..],
-            "the events of the last 2 s are kept"
+            "the events of the last {keep} are kept"
         );
         // Pruning history does not touch the locks it describes.
         assert_eq!(db.json(&["status", "held"], 0)["lock"], renewed["lock"]);
