@@ -225,6 +225,8 @@ fn every_catchable_signal_reaches_the_command_and_none_ends_the_guard() {
             numbers.join(" ")
         );
         let script = beating("cmd", &setup);
+        // A lease renewed every 2 s while the signals come, long enough that a guard on a
+        // loaded machine keeps it.
         let proc = Proc::spawn(
             &mut run_in(
                 db,
@@ -232,7 +234,7 @@ fn every_catchable_signal_reaches_the_command_and_none_ends_the_guard() {
                     "--resource",
                     "signals",
                     "--ttl",
-                    "2",
+                    "6",
                     "--",
                     "bash",
                     "-c",

@@ -1107,13 +1107,15 @@ fn sigterm_sigint_sighup_and_sigquit_are_forwarded_to_the_command() {
 #[test]
 fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
     each_store_and_server(|db| {
-        let script = r#"trap 'echo got > "$D/got"; sleep 3; exit 5' TERM
+        // A 4 s lease, renewed every 1.3 s: a guard on a loaded machine keeps it while it
+        // renews, and the command's trap outlasts it.
+        let script = r#"trap 'echo got > "$D/got"; sleep 6; exit 5' TERM
             echo "$DISTLOCK_OWNER" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"
             for i in $(seq 600); do sleep 0.1; done"#;
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
-                &["--resource", "slow", "--ttl", "2", "--", "sh", "-c", script],
+                &["--resource", "slow", "--ttl", "4", "--", "sh", "-c", script],
             ),
             db.dir.path(),
             "run",
@@ -1123,8 +1125,8 @@ fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
         proc.signal(Signal::SIGTERM);
         wait_for_file(&db.file("got"), LONG);
         let got = Instant::now();
-        // Without renewals after the signal the 2 s lease would be over by now.
-        thread::sleep(Duration::from_millis(2500).saturating_sub(got.elapsed()));
+        // Without renewals after the signal the 4 s lease would be over by now.
+        thread::sleep(Duration::from_millis(4500).saturating_sub(got.elapsed()));
         assert_held_by(db, "slow", &owner);
         let proc = proc.finish(LONG);
         assert_eq!(proc.code(), Some(5), "{}", proc.describe());
