@@ -270,12 +270,7 @@ impl Scratch {
     /// Runs `distlock ARGS…`, checks its exit code, and parses its one JSON line.
     fn json(&self, args: &[&str], code: i32) -> Value {
         let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "distlock {args:?}: {}",
-            describe(&out)
-        );
+        process::assert_exited(&out, code, &format!("distlock {args:?}"));
         serde_json::from_slice(&out.stdout).expect("one JSON object")
     }
 

@@ -100,6 +100,11 @@ pub fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// Fails the test unless `out` exited `code`, naming `what` and showing the output.
+pub fn assert_exited(out: &Output, code: i32, what: &str) {
+    assert_eq!(out.status.code(), Some(code), "{what}: {}", describe(out));
+}
+
 /// A finished process's exit status, stdout and stderr, as a failed assertion shows them.
 pub fn describe(out: &Output) -> String {
     format!(

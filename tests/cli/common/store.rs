@@ -13,9 +13,11 @@ use assert_cmd::Command;
 use serde_json::Value;
 use tempfile::TempDir;
 
+use super::files::read_trimmed;
 use super::output::{parse_line, parse_lines};
 use super::pg_database::{PgDatabase, pg_admin_url};
-use super::process::{BIN, Proc, describe, distlock, isolated};
+use super::pids::{KillOnDrop, pid_in};
+use super::process::{BIN, Proc, assert_exited, describe, distlock, isolated, wait_for_file};
 use super::require::require;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,12 +229,7 @@ impl Db {
     /// Runs `distlock ARGS…`, checks the exit code, and parses the one JSON line on stdout.
     pub fn json(&self, args: &[&str], code: i32) -> Value {
         let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "distlock {args:?}: {}",
-            describe(&out)
-        );
+        assert_exited(&out, code, &format!("distlock {args:?}"));
         parse_line(&out.stdout)
     }
 
@@ -311,6 +308,39 @@ pub fn run_cmd(db: &Db, args: &[&str]) -> std::process::Command {
     cmd
 }
 
+/// A `run` whose command started a `sleep 60` child and waits for it ([`held_run`]).
+pub struct HeldRun {
+    pub guard: Proc,
+    /// The command's child; killed, if it still runs, when this is dropped.
+    pub child: i32,
+    /// The run's owner, as its command saw it.
+    pub owner: String,
+    _cleanup: KillOnDrop,
+}
+
+/// `run FLAGS…` (with a `--resource` or more) over a command that starts a `sleep 60` child and
+/// waits for it, once the command runs: for a test that ends the tenure from outside (a
+/// break) and checks that the command and its child are stopped.
+pub fn held_run(db: &Db, flags: &[&str]) -> HeldRun {
+    let script = r#"sleep 60 & echo $! > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"
+        echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
+        wait"#;
+    let guard = Proc::spawn(
+        &mut run_cmd(db, &sh_script(flags, script, &[])),
+        db.dir.path(),
+        "run",
+    );
+    let child = pid_in(&db.file("child.pid"), LONG);
+    let cleanup = KillOnDrop(vec![child]);
+    wait_for_file(&db.file("owner"), LONG);
+    HeldRun {
+        guard,
+        child,
+        owner: read_trimmed(&db.file("owner")),
+        _cleanup: cleanup,
+    }
+}
+
 /// `FLAGS… -- sh -c SCRIPT sh ARGS…`: distlock's own arguments (a command and its flags, or
 /// `run`'s flags for [`run_cmd`]), then a shell script for `run` to start, with `ARGS` as its
 /// `$1`….
@@ -346,6 +376,9 @@ pub fn assert_held_by(db: &Db, resource: &str, owner: &str) -> Value {
     assert_eq!(json["lock"]["owner"], owner, "{json}");
     json["lock"].clone()
 }
+
+/// How long a [`held_run`]'s command may take to start.
+const LONG: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How long a waiter may take to show up in `status`'s count.
 const QUEUED: std::time::Duration = std::time::Duration::from_secs(15);

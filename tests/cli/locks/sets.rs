@@ -31,12 +31,13 @@ use crate::common::contention::Contention;
 use crate::common::critical;
 use crate::common::files::read_trimmed;
 use crate::common::output::{
-    assert_usage_error, event_names, fence, keys, parse_line, timestamp_millis,
+    answer, assert_usage_error, event_names, fence, keys, parse_line, timestamp_millis,
 };
-use crate::common::pids::{KillOnDrop, all_gone_within, pid_in};
-use crate::common::process::{Finished, Proc, describe, wait_for_file};
+use crate::common::pids::all_gone_within;
+use crate::common::process::{Proc, describe};
 use crate::common::store::{
-    Db, Kind, assert_free, assert_held_by, output_exiting, run_cmd, sh_script, until_waiting,
+    Db, Kind, assert_free, assert_held_by, held_run, output_exiting, run_cmd, sh_script,
+    until_waiting,
 };
 use crate::common::tenure::{Mode, Tenure, mismatch};
 
@@ -82,17 +83,6 @@ fn hold_as(db: &Db, resource: &str, owner: &str, mode: Mode) -> Tenure {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let got = acquire(db, &[resource], owner, &flags, 0);
     Tenure::read(&got["lock"], mode)
-}
-
-/// A finished lock command's one JSON line, after checking its exit code.
-fn answer(finished: &Finished, code: i32, what: &str) -> Value {
-    assert_eq!(
-        finished.code(),
-        Some(code),
-        "{what}: {}",
-        finished.describe()
-    );
-    parse_line(&finished.output.stdout)
 }
 
 /// The `"locks"` of a set's answer, which must be exclusive tenures of `owner` on exactly
@@ -919,30 +909,13 @@ fn run_over_a_set_exports_its_names_and_fences_passes_the_status_through_and_rel
 #[test]
 fn a_broken_member_stops_the_run_with_124_and_the_other_member_is_released() {
     on_each_store(|db| {
-        let script = r#"sleep 60 & echo $! > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"
-            printf '%s' "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
-            wait"#;
-        let proc = Proc::spawn(
-            &mut run_cmd(
-                db,
-                &sh_script(
-                    &["--resource", "a", "--resource", "b", "--ttl", "3"],
-                    script,
-                    &[],
-                ),
-            ),
-            db.dir.path(),
-            "run",
-        );
-        let child = pid_in(&db.file("child.pid"), LONG);
-        let _cleanup = KillOnDrop(vec![child]);
-        wait_for_file(&db.file("owner"), LONG);
-        let owner = read_trimmed(&db.file("owner"));
-        let a = assert_held_by(db, "a", &owner);
+        // Kept whole until the end: dropped, it kills the command's child.
+        let held = held_run(db, &["--resource", "a", "--resource", "b", "--ttl", "3"]);
+        let a = assert_held_by(db, "a", &held.owner);
 
         let broken_at = Instant::now();
         db.json(&["break", "b", "--reason", "stuck", "--by", "alice"], 0);
-        let done = proc.finish(LONG);
+        let done = held.guard.finish(LONG);
         let took = broken_at.elapsed();
         assert_eq!(done.code(), Some(124), "{}", done.describe());
         // It renews every ttl/3 = 1 s; allow 2 s more for a loaded machine.
@@ -957,7 +930,7 @@ fn a_broken_member_stops_the_run_with_124_and_the_other_member_is_released() {
             done.describe()
         );
         assert!(
-            all_gone_within(&[child], Duration::from_secs(5)),
+            all_gone_within(&[held.child], Duration::from_secs(5)),
             "the command's child outlived the break"
         );
         // a was let go by the run (its lease had up to 2 s left), not left to expire.
@@ -965,8 +938,8 @@ fn a_broken_member_stops_the_run_with_124_and_the_other_member_is_released() {
         assert_eq!(
             history_but_renewals(db, "a"),
             [
-                event("acquired", &owner, fence(&a)),
-                event("released", &owner, fence(&a)),
+                event("acquired", &held.owner, fence(&a)),
+                event("released", &held.owner, fence(&a)),
             ]
         );
         let b: Vec<String> = history_but_renewals(db, "b")
