@@ -701,8 +701,9 @@ fn clients_partitioned_mid_operation_never_cost_the_holder_its_lease() {
 
 /// The chunks (first byte, size) a try-once `acquire` on a free resource sends through a
 /// proxy on one connection, once the schema exists: the startup message, its batches of
-/// queries, goodbye. Their offsets in the client's stream are where cuts can land.
-fn acquire_chunks(server: &Server, proxy: &Proxy) -> Vec<(u8, usize)> {
+/// queries, goodbye. Their offsets in the client's stream are where cuts can land. With them,
+/// the index of the last batch of queries: the one with COMMIT.
+fn acquire_chunks(server: &Server, proxy: &Proxy) -> (Vec<(u8, usize)>, usize) {
     let db = &server.db;
     db.json(&["acquire", R, "--owner", "seed", "--ttl", "30"], 0);
     db.json(&["release", R, "--owner", "seed"], 0);
@@ -719,11 +720,11 @@ fn acquire_chunks(server: &Server, proxy: &Proxy) -> Vec<(u8, usize)> {
         "one connection through the proxy: {chunks:?}"
     );
     let chunks = chunks.into_iter().next().expect("a connection");
-    assert!(
-        chunks.iter().any(|&(first, _)| first == b'Q'),
-        "the acquire sent queries: {chunks:?}"
-    );
-    chunks
+    let commit = chunks
+        .iter()
+        .rposition(|&(first, _)| first == b'Q')
+        .unwrap_or_else(|| panic!("the acquire sent no queries: {chunks:?}"));
+    (chunks, commit)
 }
 
 /// Offsets into the client's stream of each chunk's start, with the chunk.
@@ -793,11 +794,7 @@ fn a_connection_cut_before_the_commit_is_retried_by_a_try_once_acquire() {
         return;
     };
     let proxy = Proxy::start(server.cluster.addr());
-    let chunks = acquire_chunks(&server, &proxy);
-    let commit = chunks
-        .iter()
-        .rposition(|&(first, _)| first == b'Q')
-        .expect("a query");
+    let (chunks, commit) = acquire_chunks(&server, &proxy);
     // Cuts where nothing can have committed yet: at the start and in the middle of every
     // chunk before the last batch of queries (the one with COMMIT).
     let mut verdict = Verdict::default();
@@ -829,11 +826,7 @@ fn a_connection_cut_at_the_commit_is_a_retry_or_a_one_line_74_and_never_two_hold
         return;
     };
     let proxy = Proxy::start(server.cluster.addr());
-    let chunks = acquire_chunks(&server, &proxy);
-    let commit = chunks
-        .iter()
-        .rposition(|&(first, _)| first == b'Q')
-        .expect("a query");
+    let (chunks, commit) = acquire_chunks(&server, &proxy);
     let (start, _, len) = offsets(&chunks)[commit];
     let mut verdict = Verdict::default();
     let mut tenures = Vec::new();

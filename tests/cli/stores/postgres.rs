@@ -554,11 +554,8 @@ fn unreachable_server_makes_run_exit_74_without_starting_the_command() {
 fn server_that_accepts_but_never_answers_is_a_store_error_in_bounded_time() {
     let Some(db) = Db::postgres() else { return };
     // A hung server: the connection is accepted, and nothing ever comes back.
-    let proxy = Proxy::start(server_addr());
+    let (proxy, url) = Proxy::in_front_of(&db);
     proxy.black_hole();
-    let url = PgUrl::parse(db.pg_url())
-        .with_server(&proxy.addr.to_string())
-        .to_string();
     let status = Proc::spawn(&mut pg_at(&url, &["status", "r"]), db.dir.path(), "status");
     let mut run = pg_at(&url, &["run", "--resource", "r", "--", "sh", "-c"]);
     run.arg("echo ran > started").current_dir(db.dir.path());
@@ -594,10 +591,7 @@ while :; do sleep 0.1; done";
 fn server_fault_mid_run(fault: fn(&Proxy)) {
     let Some(db) = Db::postgres() else { return };
     let ttl = Duration::from_secs(3);
-    let proxy = Proxy::start(server_addr());
-    let via_proxy = PgUrl::parse(db.pg_url())
-        .with_server(&proxy.addr.to_string())
-        .to_string();
+    let (proxy, via_proxy) = Proxy::in_front_of(&db);
     let mut cmd = db.std_cmd();
     cmd.env("DISTLOCK_DB", &via_proxy)
         .current_dir(db.dir.path())
