@@ -1087,19 +1087,7 @@ fn ci_step_serialises_concurrent_deploys() {
             example("ci-deploy.yml").contains("DISTLOCK_DB:"),
             "the step names its store"
         );
-        let events = s.p("events");
-        let deploy = s.script(
-            "deploy.sh",
-            &format!(
-                "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
-                 echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
-                 sleep 1\n\
-                 echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
-                 rmdir '{critical}'\n",
-                critical = s.p("critical"),
-                overlaps = s.p("overlaps"),
-            ),
-        );
+        let deploy = turn_job(s, "deploy.sh", "sleep 1\n");
         let line = substitute(&ci_run_line("ci-deploy.yml"), &[("./deploy.sh", &deploy)]);
         // The deploys race for the lock, not to create the file: that race has a test of its own
         // (`core::race_on_a_brand_new_database_file_has_one_winner`).
@@ -1114,27 +1102,57 @@ fn ci_step_serialises_concurrent_deploys() {
             let done = pipeline.finish(Duration::from_secs(40));
             assert_eq!(done.code(), Some(0), "{}", done.describe());
         }
-        assert!(
-            !s.path("overlaps").exists(),
-            "two deploys overlapped: {}",
-            read(&s.path("overlaps"))
-        );
-        let log = read(&s.path("events"));
-        let lines: Vec<&str> = log.lines().collect();
-        assert_eq!(lines.len(), 4, "{log}");
-        let fence = |line: &str| line.split(' ').nth(1).expect("a fence").to_owned();
-        assert!(
-            lines[0].starts_with("start ")
-                && lines[1].starts_with("end ")
-                && lines[2].starts_with("start ")
-                && lines[3].starts_with("end "),
-            "one deploy after the other: {log}"
-        );
-        assert_eq!(fence(lines[0]), fence(lines[1]));
-        assert_eq!(fence(lines[2]), fence(lines[3]));
-        assert_ne!(fence(lines[0]), fence(lines[2]), "two tenures");
+        // One deploy after the other, each a tenure of its own.
+        turns_taken(s, 2);
         assert_eq!(s.holder("deploy-production"), None);
     });
+}
+
+/// A job that takes its turn in the scratch folder's critical section, doing `work` (shell
+/// lines) inside: a holder that finds another inside notes its fence in `overlaps`; each
+/// writes `start FENCE` and `end FENCE` to `events` around its work ([`turns_taken`] reads
+/// both).
+fn turn_job(s: &Scratch, name: &str, work: &str) -> PathBuf {
+    s.script(
+        name,
+        &format!(
+            "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+             {work}\
+             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+             rmdir '{critical}'\n",
+            critical = s.p("critical"),
+            overlaps = s.p("overlaps"),
+            events = s.p("events"),
+        ),
+    )
+}
+
+/// The fences of the `count` holders of [`turn_job`]s, checked: never two inside at once, one
+/// after the other, each with a higher fence than the one before.
+fn turns_taken(s: &Scratch, count: usize) -> Vec<i64> {
+    assert!(
+        !s.path("overlaps").exists(),
+        "two holders were inside at once: {}",
+        read(&s.path("overlaps"))
+    );
+    let events = read(&s.path("events"));
+    let mut fences = Vec::new();
+    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
+        assert!(
+            start.is_some() && start == end,
+            "one holder after the other: {events}"
+        );
+        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
+    }
+    assert_eq!(fences.len(), count, "{count} holders: {events}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "each a tenure of its own, with a higher fence: {fences:?}"
+    );
+    fences
 }
 
 /// A job for a host that is lost while it runs: the first time, it says which `distlock run`

@@ -895,32 +895,39 @@ fn check_waiting_line(shown: &str, after: &str, ttl_secs: u64) -> usize {
     done
 }
 
-#[test]
-fn acquire_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
-    let db = Db::sqlite();
-    let held = acquire(&db, "R", "w1", "30");
-    let start = Instant::now();
-    let mut term = Terminal::spawn(
-        &db,
-        &command_line(&[
-            "acquire", "R", "--owner", "w2", "--ttl", "5", "--wait", "10s",
-        ]),
-    );
+/// The waiter on `term` (started at `start`, waiting for R, which w1 holds): its waiting line
+/// appears, it still waits about 1.5 s after it started, then w1 releases R and it exits 0.
+/// Returns what the terminal showed.
+fn served_after_waiting(db: &Db, mut term: Terminal, start: Instant) -> String {
     let seen = term.wait_for("waiting for R", Duration::from_secs(10));
-    // w1 holds R until about 1.5 s after the waiter started.
     sleep(Duration::from_millis(1_500).saturating_sub(start.elapsed()));
     assert!(
         term.running(),
         "the waiter waits while R is held: {:?}",
         term.shown()
     );
-    release(&db, "R", "w1");
+    release(db, "R", "w1");
     let (code, shown) = term.finish(Duration::from_secs(20));
     assert!(
         seen,
         "the waiting line appeared while R was held: {shown:?}"
     );
     assert_eq!(code, Some(0), "{shown:?}");
+    shown
+}
+
+#[test]
+fn acquire_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
+    let db = Db::sqlite();
+    let held = acquire(&db, "R", "w1", "30");
+    let start = Instant::now();
+    let term = Terminal::spawn(
+        &db,
+        &command_line(&[
+            "acquire", "R", "--owner", "w2", "--ttl", "5", "--wait", "10s",
+        ]),
+    );
+    let shown = served_after_waiting(&db, term, start);
     let done = check_waiting_line(&shown, r#"{"acquired":true"#, 30);
     let result: Value = serde_json::from_str(line_at(&shown, done)).expect("the JSON result");
     assert_eq!(result["lock"]["owner"], json!("w2"), "{result}");
@@ -950,7 +957,7 @@ fn run_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
     let db = Db::sqlite();
     acquire(&db, "R", "w1", "30");
     let start = Instant::now();
-    let mut term = Terminal::spawn(
+    let term = Terminal::spawn(
         &db,
         &command_line(&sh_script(
             &[
@@ -968,20 +975,7 @@ fn run_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
             &[],
         )),
     );
-    let seen = term.wait_for("waiting for R", Duration::from_secs(10));
-    sleep(Duration::from_millis(1_500).saturating_sub(start.elapsed()));
-    assert!(
-        term.running(),
-        "run waits while R is held: {:?}",
-        term.shown()
-    );
-    release(&db, "R", "w1");
-    let (code, shown) = term.finish(Duration::from_secs(20));
-    assert!(
-        seen,
-        "the waiting line appeared while R was held: {shown:?}"
-    );
-    assert_eq!(code, Some(0), "{shown:?}");
+    let shown = served_after_waiting(&db, term, start);
     check_waiting_line(&shown, "child-ran-with-fence-", 30);
     db.json(&["status", "R"], 1);
     assert_eq!(
