@@ -3,9 +3,8 @@
 //! loops of `run --wait` around a critical section.
 //!
 //! [`Contention::run`] starts `workers` threads that each run `rounds` processes one after the
-//! other.
-//! The first process of every worker waits at a [`Gate`] until all have checked in, so that
-//! they start at the same instant. A process that outlives its bound is killed; after the
+//! other. The first process of every worker waits at a [`Gate`] until all have checked in, so
+//! that they start at the same instant. A process that outlives its bound is killed; after the
 //! first process that does not exit 0, no worker starts another round, so that a deadlock
 //! costs one bound, not one per round. [`Contended`] holds how each process ended.
 //!
