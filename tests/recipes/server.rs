@@ -458,14 +458,15 @@ fn status_line(s: &Scratch, file: &str) -> String {
 fn ci_server_step_serialises_deploys_and_renews_the_lease_with_curl_alone() {
     let (s, served, secret) = served("ci-deploy");
     // The deploy stand-in: notes an overlap if another deploy is inside, says when it starts
-    // and ends, and runs for 4 s, past the lease (3 s here): only renewals keep the lock.
+    // and ends, and runs for 6 s, past the lease (5 s here): only renewals keep the lock.
     let deploy = turn_job(
         &s,
         "deploy.sh",
-        &format!("sleep 4\n{}", status_line(&s, "status")),
+        &format!("sleep 6\n{}", status_line(&s, "status")),
     );
-    // The 5-minute lease made 3 s, so that it is renewed every second while each deploy runs.
-    let shorter = [("ttl=300", "ttl=3")];
+    // The 5-minute lease made 5 s, so that it is renewed several times while each deploy runs
+    // (and, renewed every 1.7 s, kept on a loaded machine).
+    let shorter = [("ttl=300", "ttl=5")];
     let steps = [1, 2].map(|run| server_step(&s, &served, &secret, &deploy, &shorter, run));
     for step in steps {
         let done = step.finish(Duration::from_secs(60));
@@ -476,13 +477,13 @@ fn ci_server_step_serialises_deploys_and_renews_the_lease_with_curl_alone() {
     // One deploy after the other, each with a tenure of its own.
     let fences = turns_taken(&s, 2);
 
-    // At its end, 4 s in, each deploy still held the lock, with its own fence and owner.
+    // At its end, 6 s in, each deploy still held the lock, with its own fence and owner.
     let log = s.log("deploy/production");
     let mut owners = Vec::new();
     for fence in fences {
         let status: Value =
             serde_json::from_str(&read(&s.path(&format!("status-{fence}")))).expect("JSON");
-        assert_eq!(status["held"], true, "renewed past its 3 s lease: {status}");
+        assert_eq!(status["held"], true, "renewed past its 5 s lease: {status}");
         assert_eq!(status["lock"]["fence"], fence, "{status}");
         owners.push(status["lock"]["owner"].as_str().expect("owner").to_owned());
         assert_one_tenure(&log, fence, 1, "ci-deploy");

@@ -789,7 +789,7 @@ fn an_evicted_run_says_who_broke_it_even_when_others_hold_the_resource_by_then()
             &mut run_cmd(
                 db,
                 &sh_script(
-                    &["--resource", "index", "--shared", "--ttl", "3"],
+                    &["--resource", "index", "--shared", "--ttl", "6"],
                     HOLD_AND_SLEEP,
                     &[],
                 ),
@@ -816,7 +816,7 @@ fn an_evicted_run_says_who_broke_it_even_when_others_hold_the_resource_by_then()
         let exclusive = Proc::spawn(
             &mut run_cmd(
                 db,
-                &["--resource", "deploy", "--ttl", "3", "--", "sleep", "60"],
+                &["--resource", "deploy", "--ttl", "6", "--", "sleep", "60"],
             ),
             db.dir.path(),
             "exclusive",
