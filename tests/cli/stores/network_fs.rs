@@ -4,18 +4,19 @@
 //! (bindfs over a scratch folder), which distlock refuses as it refuses NFS or SMB; the other
 //! filesystems are told by the magic numbers of the unit table (`store::network_fs`).
 //!
-//! Without a FUSE mount (no `/dev/fuse`, no bindfs, a container that may not mount) the test
-//! says so on stderr and checks nothing; `DISTLOCK_TEST_REQUIRE_FUSE` makes that a failure.
+//! Without a FUSE mount (no `/dev/fuse`, no bindfs, a container that may not mount) the test is
+//! skipped by the gate (`common::require`, tool `FUSE`); `DISTLOCK_TEST_REQUIRE_FUSE` makes that
+//! a failure.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::common::files::names_in;
-use super::common::output::{assert_store_error, assert_usage_error, parse_line};
-use super::common::process::describe;
-use super::common::store::distlock_at;
+use crate::common::files::names_in;
+use crate::common::output::{assert_store_error, assert_usage_error, parse_line};
+use crate::common::process::describe;
+use crate::common::require::require;
+use crate::common::store::distlock_at;
 
-const REQUIRE: &str = "DISTLOCK_TEST_REQUIRE_FUSE";
 const ALLOW: &str = "DISTLOCK_ALLOW_NETWORK_FS";
 
 /// A bindfs mount of one folder over another, unmounted when dropped.
@@ -24,28 +25,23 @@ struct Bindfs {
 }
 
 impl Bindfs {
-    /// Mounts `source` at `mount` with bindfs. `None`, with a note on stderr, when FUSE cannot
-    /// mount here, unless the suite requires it ([`REQUIRE`]).
+    /// Mounts `source` at `mount` with bindfs. `None` when FUSE cannot mount here: skipped by
+    /// the gate.
     fn mount(source: &Path, mount: &Path) -> Option<Bindfs> {
-        let why = if Path::new("/dev/fuse").exists() {
+        let mounted = if Path::new("/dev/fuse").exists() {
             match Command::new("bindfs").arg(source).arg(mount).output() {
-                Ok(out) if out.status.success() => {
-                    return Some(Bindfs {
-                        mount: mount.to_owned(),
-                    });
-                }
-                Ok(out) => format!("bindfs failed: {}", describe(&out)),
-                Err(err) => format!("bindfs cannot run ({err}); apt-get install bindfs fuse3"),
+                Ok(out) if out.status.success() => Ok(Bindfs {
+                    mount: mount.to_owned(),
+                }),
+                Ok(out) => Err(format!("bindfs failed: {}", describe(&out))),
+                Err(err) => Err(format!(
+                    "bindfs cannot run ({err}); apt-get install bindfs fuse3"
+                )),
             }
         } else {
-            "there is no /dev/fuse".to_owned()
+            Err("there is no /dev/fuse".to_owned())
         };
-        assert!(
-            std::env::var_os(REQUIRE).is_none(),
-            "{REQUIRE} is set but no FUSE filesystem can be mounted: {why}"
-        );
-        eprintln!("note: SQLite on a network filesystem not tested: {why}");
-        None
+        require("FUSE", "SQLite on a network filesystem", mounted)
     }
 }
 
@@ -69,10 +65,10 @@ impl Drop for Bindfs {
     }
 }
 
-/// `distlock --db DB ARGS…`, with `DISTLOCK_ALLOW_NETWORK_FS` set to `allow` (or removed).
-fn distlock(db: &Path, allow: Option<&str>, args: &[&str]) -> std::process::Output {
+/// Runs `distlock --db DB ARGS…`, with `DISTLOCK_ALLOW_NETWORK_FS` set to `allow` (or unset).
+fn run_allowing(db: &Path, allow: Option<&str>, args: &[&str]) -> std::process::Output {
     let mut cmd = distlock_at(db);
-    cmd.args(args).env_remove(ALLOW);
+    cmd.args(args);
     if let Some(allow) = allow {
         cmd.env(ALLOW, allow);
     }
@@ -105,7 +101,7 @@ fn a_sqlite_store_on_a_fuse_mount_is_refused_by_every_command_unless_allowed() {
         &["gc"],
     ];
     let refused = |db: &Path, allow: Option<&str>, args: &[&str]| {
-        let out = distlock(db, allow, args);
+        let out = run_allowing(db, allow, args);
         let line = assert_store_error(&out, &(db, allow, args));
         for said in [
             &format!("cannot use {} as a store", db.display()),
@@ -152,7 +148,7 @@ fn a_sqlite_store_on_a_fuse_mount_is_refused_by_every_command_unless_allowed() {
     // Allowed, the store is made there and works.
     let db = mount.join("locks.db");
     let allowed = |args: &[&str]| {
-        let out = distlock(&db, Some("1"), args);
+        let out = run_allowing(&db, Some("1"), args);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", describe(&out));
         out
     };
@@ -197,7 +193,7 @@ fn an_allowance_that_is_neither_1_nor_0_is_a_usage_error_and_makes_nothing() {
             &["status", "r"],
             &["run", "--resource", "r", "--", "true"],
         ] {
-            let out = distlock(&db, Some(value), args);
+            let out = run_allowing(&db, Some(value), args);
             assert_usage_error(&out, &(value, args));
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -215,9 +211,9 @@ fn an_allowance_that_is_neither_1_nor_0_is_a_usage_error_and_makes_nothing() {
     );
     // On a local filesystem the allowance changes nothing.
     for allow in [None, Some("1"), Some("0")] {
-        let out = distlock(&db, allow, &["acquire", "r", "--owner", "o", "--ttl", "30"]);
+        let out = run_allowing(&db, allow, &["acquire", "r", "--owner", "o", "--ttl", "30"]);
         assert_eq!(out.status.code(), Some(0), "{allow:?}: {}", describe(&out));
-        let out = distlock(&db, allow, &["release", "r", "--owner", "o"]);
+        let out = run_allowing(&db, allow, &["release", "r", "--owner", "o"]);
         assert_eq!(out.status.code(), Some(0), "{allow:?}: {}", describe(&out));
     }
 }

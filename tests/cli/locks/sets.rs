@@ -22,21 +22,22 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::sync::Mutex;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
+use crate::common::contention::Contention;
+use crate::common::critical;
 use crate::common::files::read_trimmed;
 use crate::common::output::{
-    assert_usage_error, event_names, fence, keys, parse_line, timestamp_millis,
+    answer, assert_usage_error, event_names, fence, keys, parse_line, timestamp_millis,
 };
-use crate::common::pids::{KillOnDrop, all_gone_within, pid_in};
-use crate::common::process::{Finished, Proc, describe, wait_for_file};
+use crate::common::pids::all_gone_within;
+use crate::common::process::{Proc, describe};
 use crate::common::store::{
-    Db, Kind, assert_free, assert_held_by, output_exiting, run_cmd, sh_script, until_waiting,
+    Db, Kind, assert_free, assert_held_by, held_run, output_exiting, run_cmd, sh_script,
+    until_waiting,
 };
 use crate::common::tenure::{Mode, Tenure, mismatch};
 
@@ -82,17 +83,6 @@ fn hold_as(db: &Db, resource: &str, owner: &str, mode: Mode) -> Tenure {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let got = acquire(db, &[resource], owner, &flags, 0);
     Tenure::read(&got["lock"], mode)
-}
-
-/// A finished lock command's one JSON line, after checking its exit code.
-fn answer(finished: &Finished, code: i32, what: &str) -> Value {
-    assert_eq!(
-        finished.code(),
-        Some(code),
-        "{what}: {}",
-        finished.describe()
-    );
-    parse_line(&finished.output.stdout)
 }
 
 /// The `"locks"` of a set's answer, which must be exclusive tenures of `owner` on exactly
@@ -179,7 +169,8 @@ fn text_line(db: &Db, args: &[&str], code: i32) -> String {
 const SHAPES: [&[&str]; 4] = [&["a", "b"], &["b", "a"], &["a"], &["b"]];
 
 /// The command under `run` in the contention test, its resources as `$@`: it enters each
-/// resource's critical section (`mkdir` is atomic and fails if another holder is inside),
+/// resource's critical section (`mkdir` is atomic and fails if another holder is inside; then
+/// it writes to `overlaps`, as [`critical`]'s section does, for [`critical::violations`]),
 /// notes its owner and what `run` exported (`DISTLOCK_FENCE`, `DISTLOCK_FENCES`, `-` when
 /// unset) in the resource's `entered-R` in the order holders got in, stays briefly, and leaves.
 const CONTENDER: &str = r#"for r; do
@@ -231,34 +222,21 @@ fn entered(line: &str, resource: &str) -> Result<(String, i64), String> {
 /// not one per round.
 fn contend(db: &Db, workers: usize, rounds: usize, bound: Duration) {
     let started = Instant::now();
-    let failures = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for worker in 0..workers {
-            let failures = &failures;
-            scope.spawn(move || {
-                for round in 0..rounds {
-                    if !failures.lock().unwrap().is_empty() {
-                        break;
-                    }
-                    let shape = SHAPES[(worker + round) % SHAPES.len()];
-                    let mut flags = Vec::new();
-                    for resource in shape {
-                        flags.extend(["--resource", resource]);
-                    }
-                    flags.extend(["--wait", "60s", "--ttl", "10"]);
-                    let proc = Proc::spawn(
-                        &mut run_cmd(db, &sh_script(&flags, CONTENDER, shape)),
-                        db.dir.path(),
-                        &format!("contender-{worker}-{round}"),
-                    );
-                    let done = proc.finish(bound);
-                    if done.code() != Some(0) {
-                        failures.lock().unwrap().push(done.describe());
-                        break;
-                    }
-                }
-            });
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: "contender",
+        workers,
+        rounds,
+        bound,
+    };
+    let contended = contention.run(|worker, round| {
+        let shape = SHAPES[(worker + round) % SHAPES.len()];
+        let mut flags = Vec::new();
+        for resource in shape {
+            flags.extend(["--resource", resource]);
         }
+        flags.extend(["--wait", "60s", "--ttl", "10"]);
+        run_cmd(db, &sh_script(&flags, CONTENDER, shape))
     });
     eprintln!(
         "{:?}: {workers} x {rounds} contending runs over {{a,b}}, {{b,a}}, {{a}}, {{b}} in {:?}",
@@ -266,20 +244,17 @@ fn contend(db: &Db, workers: usize, rounds: usize, bound: Duration) {
         started.elapsed()
     );
 
-    let overlaps = fs::read_to_string(db.file("overlaps")).unwrap_or_default();
+    let overlaps = critical::violations(db.dir.path());
     assert!(
         overlaps.is_empty(),
-        "{:?}: two holders of one resource at once:\n{overlaps}",
-        db.kind
-    );
-    let failures = failures.into_inner().unwrap();
-    assert!(
-        failures.is_empty(),
-        "{:?}: every run must get its locks and exit 0 within {bound:?} (no 74, no 75, no \
-         deadlock):\n{}",
+        "{:?}: two holders of one resource at once:\n{}",
         db.kind,
-        failures.join("\n")
+        overlaps.join("\n")
     );
+    contended.assert_all_exited_0(&format!(
+        "{:?} runs (each must get its locks within {bound:?}: no 74, no 75, no deadlock)",
+        db.kind
+    ));
     for resource in ["a", "b"] {
         let runs = (0..workers)
             .flat_map(|w| (0..rounds).map(move |r| SHAPES[(w + r) % SHAPES.len()]))
@@ -296,11 +271,13 @@ fn contend(db: &Db, workers: usize, rounds: usize, bound: Duration) {
             "{resource}: one tenure per run that took it"
         );
         let fences: Vec<i64> = tenures.iter().map(|(_, f)| *f).collect();
+        let not_rising = critical::not_rising(&fences);
         assert!(
-            fences.windows(2).all(|w| w[0] < w[1]),
-            "{:?}: {resource}'s fences must strictly increase in the order its holders got in: \
-             {fences:?}",
-            db.kind
+            not_rising.is_empty(),
+            "{:?}: {resource}'s fences must strictly increase in the order its holders got \
+             in:\n{}",
+            db.kind,
+            not_rising.join("\n")
         );
         // The history is the ground truth: one tenure after the other, each acquired and
         // released before the next, fences strictly increasing, in the order the commands saw.
@@ -932,30 +909,13 @@ fn run_over_a_set_exports_its_names_and_fences_passes_the_status_through_and_rel
 #[test]
 fn a_broken_member_stops_the_run_with_124_and_the_other_member_is_released() {
     on_each_store(|db| {
-        let script = r#"sleep 60 & echo $! > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"
-            printf '%s' "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
-            wait"#;
-        let proc = Proc::spawn(
-            &mut run_cmd(
-                db,
-                &sh_script(
-                    &["--resource", "a", "--resource", "b", "--ttl", "3"],
-                    script,
-                    &[],
-                ),
-            ),
-            db.dir.path(),
-            "run",
-        );
-        let child = pid_in(&db.file("child.pid"), LONG);
-        let _cleanup = KillOnDrop(vec![child]);
-        wait_for_file(&db.file("owner"), LONG);
-        let owner = read_trimmed(&db.file("owner"));
-        let a = assert_held_by(db, "a", &owner);
+        // Kept whole until the end: dropped, it kills the command's child.
+        let held = held_run(db, &["--resource", "a", "--resource", "b", "--ttl", "3"]);
+        let a = assert_held_by(db, "a", &held.owner);
 
         let broken_at = Instant::now();
         db.json(&["break", "b", "--reason", "stuck", "--by", "alice"], 0);
-        let done = proc.finish(LONG);
+        let done = held.guard.finish(LONG);
         let took = broken_at.elapsed();
         assert_eq!(done.code(), Some(124), "{}", done.describe());
         // It renews every ttl/3 = 1 s; allow 2 s more for a loaded machine.
@@ -970,7 +930,7 @@ fn a_broken_member_stops_the_run_with_124_and_the_other_member_is_released() {
             done.describe()
         );
         assert!(
-            all_gone_within(&[child], Duration::from_secs(5)),
+            all_gone_within(&[held.child], Duration::from_secs(5)),
             "the command's child outlived the break"
         );
         // a was let go by the run (its lease had up to 2 s left), not left to expire.
@@ -978,8 +938,8 @@ fn a_broken_member_stops_the_run_with_124_and_the_other_member_is_released() {
         assert_eq!(
             history_but_renewals(db, "a"),
             [
-                event("acquired", &owner, fence(&a)),
-                event("released", &owner, fence(&a)),
+                event("acquired", &held.owner, fence(&a)),
+                event("released", &held.owner, fence(&a)),
             ]
         );
         let b: Vec<String> = history_but_renewals(db, "b")

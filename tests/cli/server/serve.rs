@@ -43,7 +43,7 @@
 //! [`sets`], with these helpers.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::sync::Barrier;
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
@@ -52,7 +52,6 @@ use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use crate::common::output::{event_names, keys, now_millis};
-use crate::common::pg_url::PgUrl;
 use crate::common::process::{wait_for, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::server::{Reply, Server, lock_path, segment};
@@ -1599,15 +1598,7 @@ fn list_and_log_answer_what_the_cli_prints() {
 #[test]
 fn health_is_503_while_postgresql_does_not_answer_and_200_once_it_does() {
     let Some(db) = Db::postgres() else { return };
-    let url = PgUrl::parse(db.pg_url());
-    let upstream = url
-        .server
-        .to_socket_addrs()
-        .expect("the test server's address")
-        .next()
-        .expect("an address");
-    let proxy = Proxy::start(upstream);
-    let via_proxy = url.with_server(&proxy.addr.to_string()).to_string();
+    let (proxy, via_proxy) = Proxy::in_front_of(&db);
     let server = Server::start_at(&db, &via_proxy);
     assert_eq!(server.get("/health").status, 200);
     take(&server, "r", "w1", 60);
@@ -2394,7 +2385,7 @@ fn a_body_that_stalls_is_answered_408_within_10_s_and_the_others_are_served_mean
 #[test]
 fn the_server_raises_its_open_files_limit_to_hold_its_connections() {
     let db = Db::sqlite();
-    let mut cmd = std::process::Command::new("sh");
+    let mut cmd = crate::common::process::isolated("sh");
     cmd.args([
         "-c",
         r#"ulimit -Sn 256 && exec "$0" --db "$1" serve --listen 127.0.0.1:0"#,

@@ -19,7 +19,7 @@ use crate::common::output::{
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
 use crate::common::process::{Proc, describe, wait_for_file, wait_until};
 use crate::common::store::{
-    Kind, assert_free, assert_held_by, each_store_and_server, run_cmd, sh_script,
+    Kind, assert_free, assert_held_by, each_store_and_server, held_run, run_cmd, sh_script,
 };
 
 /// The deadline for anything that should take a few seconds at most.
@@ -710,25 +710,11 @@ fn break_by_defaults_to_user_at_hostname() {
 #[test]
 fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
     each_store_and_server(|db| {
-        let script = r#"sleep 60 & echo $! > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"
-            echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
-            wait"#;
-        let proc = Proc::spawn(
-            &mut run_cmd(
-                db,
-                &sh_script(
-                    &["--resource", "report", "--ttl", "6", "--note", "web-3"],
-                    script,
-                    &[],
-                ),
-            ),
-            db.dir.path(),
-            "run",
+        // Kept whole until the end: dropped, it kills the command's child.
+        let held = held_run(
+            db,
+            &["--resource", "report", "--ttl", "6", "--note", "web-3"],
         );
-        let child = pid_in(&db.file("child.pid"), LONG);
-        let _cleanup = KillOnDrop(vec![child]);
-        wait_for_file(&db.file("owner"), LONG);
-        let owner = read_trimmed(&db.file("owner"));
 
         let broken_at = Instant::now();
         let broke = db.json(
@@ -745,9 +731,9 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
         let lock = &broke["locks"][0];
         assert_eq!(
             (&lock["owner"], &lock["note"]),
-            (&json!(owner), &json!("web-3"))
+            (&json!(held.owner), &json!("web-3"))
         );
-        let done = proc.finish(LONG);
+        let done = held.guard.finish(LONG);
         let took = broken_at.elapsed();
         assert_eq!(done.code(), Some(124), "{}", done.describe());
         // It renews every ttl/3 = 2 s; allow 2 s more for a loaded machine.
@@ -766,7 +752,7 @@ fn break_stops_a_held_run_at_its_next_renewal_and_it_says_who_and_why() {
             done.describe()
         );
         assert!(
-            all_gone_within(&[child], Duration::from_secs(5)),
+            all_gone_within(&[held.child], Duration::from_secs(5)),
             "the command's child outlived the break"
         );
 
@@ -803,7 +789,7 @@ fn an_evicted_run_says_who_broke_it_even_when_others_hold_the_resource_by_then()
             &mut run_cmd(
                 db,
                 &sh_script(
-                    &["--resource", "index", "--shared", "--ttl", "3"],
+                    &["--resource", "index", "--shared", "--ttl", "6"],
                     HOLD_AND_SLEEP,
                     &[],
                 ),
@@ -830,7 +816,7 @@ fn an_evicted_run_says_who_broke_it_even_when_others_hold_the_resource_by_then()
         let exclusive = Proc::spawn(
             &mut run_cmd(
                 db,
-                &["--resource", "deploy", "--ttl", "3", "--", "sleep", "60"],
+                &["--resource", "deploy", "--ttl", "6", "--", "sleep", "60"],
             ),
             db.dir.path(),
             "exclusive",

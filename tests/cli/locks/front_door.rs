@@ -13,23 +13,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::common::files::names_in;
-use super::common::output::{assert_store_error, assert_usage_error, now_millis, parse_line};
-use super::common::process::{BIN, describe, wait_until};
-use super::common::store::{Db, distlock_at, each_store};
-
-/// `distlock ARGS…` with `DISTLOCK_DB`/`DISTLOCK_OWNER` as given (or removed) and no stdin.
-fn distlock(env: &[(&str, &str)], args: &[&str]) -> std::process::Command {
-    let mut cmd = std::process::Command::new(BIN);
-    cmd.args(args)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .stdin(Stdio::null());
-    for (name, value) in env {
-        cmd.env(name, value);
-    }
-    cmd
-}
+use crate::common::files::names_in;
+use crate::common::output::{assert_store_error, assert_usage_error, now_millis, parse_line};
+use crate::common::process::{BIN, describe, distlock, isolated, wait_until};
+use crate::common::require::{require, runs};
+use crate::common::store::{Db, distlock_at, each_store};
 
 #[test]
 fn help_never_shows_the_value_of_an_environment_variable() {
@@ -53,7 +41,11 @@ fn help_never_shows_the_value_of_an_environment_variable() {
         &["help", "acquire"],
     ];
     for args in pages {
-        let out = distlock(&env, args).output().expect("distlock --help");
+        let out = distlock()
+            .envs(env)
+            .args(args)
+            .output()
+            .expect("distlock --help");
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         let text = String::from_utf8_lossy(&out.stdout);
         for secret in ["S3cret", "db.example", "owner-T0ken"] {
@@ -61,7 +53,9 @@ fn help_never_shows_the_value_of_an_environment_variable() {
         }
     }
     // A usage error's usage line neither shows it nor makes --db look required.
-    let out = distlock(&env, &["status"])
+    let out = distlock()
+        .envs(env)
+        .arg("status")
         .output()
         .expect("distlock status");
     assert_usage_error(&out, &"status without a resource");
@@ -71,7 +65,8 @@ fn help_never_shows_the_value_of_an_environment_variable() {
         "{text}"
     );
     // The variables are named, so a user knows they exist.
-    let out = distlock(&[], &["acquire", "--help"])
+    let out = distlock()
+        .args(["acquire", "--help"])
         .output()
         .expect("help");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -169,13 +164,16 @@ fn an_empty_distlock_db_counts_as_unset_and_a_blank_db_is_refused() {
         ("HOME", home_path),
         ("XDG_STATE_HOME", ""),
     ];
-    let out = distlock(&env, &["acquire", "r", "--owner", "o", "--ttl", "30"])
+    let out = distlock()
+        .envs(env)
+        .args(["acquire", "r", "--owner", "o", "--ttl", "30"])
         .output()
         .expect("distlock");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(home.path().join(".local/state/distlock/locks.db").exists());
     for blank in [" ", "\t"] {
-        let out = distlock(&[], &["--db", blank, "release", "r", "--owner", "o"])
+        let out = distlock()
+            .args(["--db", blank, "release", "r", "--owner", "o"])
             .current_dir(home.path())
             .output()
             .expect("distlock");
@@ -183,12 +181,11 @@ fn an_empty_distlock_db_counts_as_unset_and_a_blank_db_is_refused() {
         assert!(!home.path().join(blank).exists());
     }
     // A relative HOME is said to be one, not "not set".
-    let out = distlock(
-        &[("HOME", "relative/home"), ("XDG_STATE_HOME", "")],
-        &["status", "r"],
-    )
-    .output()
-    .expect("distlock");
+    let out = distlock()
+        .envs([("HOME", "relative/home"), ("XDG_STATE_HOME", "")])
+        .args(["status", "r"])
+        .output()
+        .expect("distlock");
     assert_usage_error(&out, &"relative HOME");
     assert!(String::from_utf8_lossy(&out.stderr).contains("HOME is not an absolute path"));
 }
@@ -229,11 +226,12 @@ fn an_answer_that_cannot_be_written_is_a_store_error() {
 
 #[test]
 fn version_with_arguments_and_negative_durations_are_usage_errors_naming_the_rule() {
-    let out = distlock(&[], &["--version", "extra"])
+    let out = distlock()
+        .args(["--version", "extra"])
         .output()
         .expect("distlock");
     assert_usage_error(&out, &"--version extra");
-    let out = distlock(&[], &["--version"]).output().expect("distlock");
+    let out = distlock().arg("--version").output().expect("distlock");
     assert_eq!(out.status.code(), Some(0));
     for (flag, value) in [
         ("--ttl", "-1"),
@@ -243,7 +241,9 @@ fn version_with_arguments_and_negative_durations_are_usage_errors_naming_the_rul
     ] {
         let mut args = vec!["run", "--resource", "r", flag, value];
         args.extend(["--", "true"]);
-        let out = distlock(&[("DISTLOCK_DB", "/nonexistent/x.db")], &args)
+        let out = distlock()
+            .env("DISTLOCK_DB", "/nonexistent/x.db")
+            .args(args)
             .output()
             .expect("distlock");
         assert_usage_error(&out, &(flag, value));
@@ -260,12 +260,11 @@ fn echoed_values_are_short_and_escaped() {
     let long = "x".repeat(100_000);
     let hostile = "evil\u{1b}]0;pwned\u{7}\u{1b}[2J";
     for value in [long.as_str(), hostile, "c1\u{9b}31m"] {
-        let out = distlock(
-            &[("DISTLOCK_DB", "/nonexistent/x.db")],
-            &["acquire", value, "--owner", "o", "--ttl", "30"],
-        )
-        .output()
-        .expect("distlock");
+        let out = distlock()
+            .env("DISTLOCK_DB", "/nonexistent/x.db")
+            .args(["acquire", value, "--owner", "o", "--ttl", "30"])
+            .output()
+            .expect("distlock");
         assert_usage_error(&out, &"a hostile resource");
         let text = String::from_utf8_lossy(&out.stderr);
         assert!(text.len() < 1000, "{} bytes of error", text.len());
@@ -321,7 +320,9 @@ fn c1_control_characters_are_refused_in_names_and_notes() {
                 name.as_str(),
             ],
         ] {
-            let out = distlock(&[("DISTLOCK_DB", "/nonexistent/x.db")], &args)
+            let out = distlock()
+                .env("DISTLOCK_DB", "/nonexistent/x.db")
+                .args(&args)
                 .output()
                 .expect("distlock");
             assert_usage_error(&out, &args);
@@ -385,7 +386,7 @@ fn reads(path: &Path, user: Option<&Nobody>) -> Vec<String> {
         .iter()
         .map(|args| {
             let mut cmd = match user {
-                Some(nobody) => nobody.distlock(path),
+                Some(nobody) => nobody.distlock_at(path),
                 None => distlock_at(path),
             };
             let out = cmd.args(*args).output().expect("distlock");
@@ -401,35 +402,28 @@ fn reads(path: &Path, user: Option<&Nobody>) -> Vec<String> {
 }
 
 /// distlock run as another user (`nobody`, uid 65534) with no supplementary groups, by
-/// `setpriv` (util-linux). `None`, with a note, where the test cannot switch users: not root,
-/// or no `setpriv`.
+/// `setpriv` (util-linux).
 struct Nobody;
 
 impl Nobody {
+    /// `None` where the test cannot switch users (not root, or no `setpriv`): skipped by the
+    /// gate (tool `ROOT`).
     fn here(what: &str) -> Option<Nobody> {
-        let root = nix::unistd::Uid::effective().is_root();
-        let setpriv = Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_ok_and(|out| out.status.success());
-        if root && setpriv {
-            Some(Nobody)
+        let can = if nix::unistd::Uid::effective().is_root() {
+            runs("setpriv", &["--version"])
         } else {
-            eprintln!("note: {what} skipped: it needs root and setpriv(1) to run as another user");
-            None
-        }
+            Err("switching to another user needs root".to_owned())
+        };
+        require("ROOT", what, can).map(|()| Nobody)
     }
 
-    /// `distlock --db PATH` as nobody.
-    fn distlock(&self, path: &Path) -> Command {
-        let mut cmd = Command::new("setpriv");
+    /// [`distlock_at`]` PATH`, as nobody.
+    fn distlock_at(&self, path: &Path) -> Command {
+        let mut cmd = isolated("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(BIN)
             .arg("--db")
-            .arg(path)
-            .env_remove("DISTLOCK_DB")
-            .env_remove("DISTLOCK_OWNER")
-            .stdin(Stdio::null());
+            .arg(path);
         cmd
     }
 }
@@ -667,7 +661,7 @@ fn a_user_who_may_only_read_the_store_reads_it_also_once_its_wal_is_gone() {
     };
     let status_as_nobody = |resource: &str| {
         let out = nobody
-            .distlock(&path)
+            .distlock_at(&path)
             .args(["status", resource])
             .output()
             .expect("status");
@@ -713,7 +707,7 @@ fn a_user_who_may_only_read_the_store_reads_it_also_once_its_wal_is_gone() {
     // Commits in a WAL whose index is gone cannot be read by this user: 74, saying why.
     std::fs::remove_file(dir.path().join("locks.db-shm")).expect("remove -shm");
     let out = nobody
-        .distlock(&path)
+        .distlock_at(&path)
         .args(["status", "second"])
         .output()
         .expect("status");
@@ -776,7 +770,7 @@ fn store_errors_name_the_path_and_the_cause_in_words() {
     ];
     for args in writes {
         let out = nobody
-            .distlock(&path)
+            .distlock_at(&path)
             .args(args)
             .output()
             .expect("distlock");
@@ -789,7 +783,7 @@ fn store_errors_name_the_path_and_the_cause_in_words() {
     }
     for args in EVERY_COMMAND {
         let out = nobody
-            .distlock(&path)
+            .distlock_at(&path)
             .args(args)
             .output()
             .expect("distlock");
@@ -854,13 +848,10 @@ fn the_default_stores_folders_are_private_and_a_named_paths_follow_the_umask() {
     std::fs::create_dir(&home).expect("mkdir");
     let state = scratch.path().join("state");
     let under_022 = |env: &[(&str, &Path)], args: &[&str]| {
-        let mut cmd = Command::new("sh");
+        let mut cmd = isolated("sh");
         cmd.args(["-c", r#"umask 022; exec "$0" "$@""#, BIN])
             .args(args)
-            .env_remove("DISTLOCK_DB")
-            .env_remove("DISTLOCK_OWNER")
-            .env_remove("XDG_STATE_HOME")
-            .stdin(Stdio::null());
+            .env_remove("XDG_STATE_HOME");
         for (name, value) in env {
             cmd.env(name, value);
         }
@@ -958,7 +949,11 @@ fn help_and_version_that_cannot_be_written_are_store_errors() {
             .write(true)
             .open("/dev/full")
             .expect("/dev/full");
-        let out = distlock(&[], args).stdout(full).output().expect("distlock");
+        let out = distlock()
+            .args(args)
+            .stdout(full)
+            .output()
+            .expect("distlock");
         assert_store_error(&out, &args);
     }
 }

@@ -25,7 +25,7 @@ use crate::common::output::keys;
 use crate::common::server::{Server, lock_path};
 use crate::common::store::each_store;
 use crate::common::tenure::{Mode, Tenure, busy, held, mismatch};
-use crate::serve_tokens::{call, make_token};
+use crate::server::tokens::{call, make_token};
 
 /// The body of a set's acquire of `resources` by `owner` for `ttl` seconds.
 fn set_by(resources: &[&str], owner: &str, ttl: u64) -> Value {

@@ -23,7 +23,8 @@ use serde_json::json;
 use crate::common::files::{read_number, read_trimmed};
 use crate::common::output::{event_names, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::{KillOnDrop, all_gone_within, ids_of, is_gone, pid_in};
-use crate::common::process::{BIN, Proc, describe, wait_for, wait_for_file, wait_until};
+use crate::common::process::{BIN, Proc, describe, distlock, wait_for, wait_for_file, wait_until};
+use crate::common::require::require;
 use crate::common::store::{
     Db, Kind, assert_free, assert_held_by, each_store_and_server, output_exiting, run_cmd,
     sh_script,
@@ -216,10 +217,8 @@ fn a_relative_db_is_exported_as_an_absolute_path_so_a_command_that_cds_reaches_t
     std::os::unix::fs::symlink("real", folder.join("link")).expect("symlink link -> real");
     let script = r#"printf '%s\n' "$DISTLOCK_DB" > "$D/db"
         cd / && "$DL" status r > "$D/status""#;
-    let out = Command::new(BIN)
+    let out = distlock()
         .current_dir(&folder)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
         .env("D", &folder)
         .env("DL", BIN)
         .args(["--db", "./link/rel.db", "run", "--resource", "r"])
@@ -415,14 +414,14 @@ fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
     each_store_and_server(|db| {
         let threads = |trace: &str| trace.matches("CLONE_THREAD").count();
         // The store's own threads (PostgreSQL's connection has one), as a plain call starts them.
-        let Some(listed) = db.strace("clone,clone3", &["list"]) else {
+        let Some(listed) = db.strace("the heartbeat's thread", "clone,clone3", &["list"]) else {
             return;
         };
         let store = threads(&listed);
         // Done long before a third of its TTL: nothing to renew, so no thread is started.
         let args = ["run", "--resource", "short", "--ttl", "60", "--", "true"];
         let short = db
-            .strace("clone,clone3", &args)
+            .strace("the heartbeat's thread", "clone,clone3", &args)
             .expect("strace ran a moment ago");
         assert_eq!(threads(&short), store, "{short}");
         assert_free(db, "short");
@@ -438,7 +437,7 @@ fn the_heartbeat_thread_starts_only_when_the_first_renewal_is_due() {
             "1.5",
         ];
         let long = db
-            .strace("clone,clone3", &args)
+            .strace("the heartbeat's thread", "clone,clone3", &args)
             .expect("strace ran a moment ago");
         // The heartbeat thread, and the store's threads again for its own connection.
         assert_eq!(threads(&long), 2 * store + 1, "{long}");
@@ -847,10 +846,10 @@ struct PidsCgroup {
 }
 
 impl PidsCgroup {
-    /// A fresh cgroup allowing `max` tasks, or `None` when this machine has no `pids` hierarchy
-    /// the test can write (cgroup v1 at `/sys/fs/cgroup/pids`, or v2 with `pids` enabled for
-    /// the root's children; normally root only).
-    fn create(max: u32) -> Option<PidsCgroup> {
+    /// A fresh cgroup allowing `max` tasks, or why this machine has no `pids` hierarchy the
+    /// test can write (cgroup v1 at `/sys/fs/cgroup/pids`, or v2 with `pids` enabled for the
+    /// root's children; normally root only).
+    fn create(max: u32) -> Result<PidsCgroup, String> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let v1 = Path::new("/sys/fs/cgroup/pids");
         let v2 = Path::new("/sys/fs/cgroup");
@@ -861,30 +860,26 @@ impl PidsCgroup {
         {
             v2
         } else {
-            return None;
+            return Err("no cgroup `pids` controller here".to_owned());
         };
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let path = parent.join(format!("distlock-test-{}-{n}", std::process::id()));
-        fs::create_dir(&path).ok()?;
+        let unwritable = |err| format!("cannot make a `pids` cgroup (needs root): {err}");
+        fs::create_dir(&path).map_err(unwritable)?;
         let cgroup = PidsCgroup { path };
-        fs::write(cgroup.path.join("pids.max"), max.to_string()).ok()?;
-        Some(cgroup)
+        fs::write(cgroup.path.join("pids.max"), max.to_string()).map_err(unwritable)?;
+        Ok(cgroup)
     }
 
-    /// Whether this machine lets the tests make `pids` cgroups; if not, a note says so.
-    fn available() -> bool {
-        let available = PidsCgroup::create(1).is_some();
-        if !available {
-            eprintln!(
-                "note: not tested: no writable cgroup `pids` controller (needs root and cgroups)"
-            );
-        }
-        available
+    /// Whether this machine lets the tests make `pids` cgroups; through the gate (tool
+    /// `CGROUPS`).
+    fn available(what: &str) -> bool {
+        require("CGROUPS", what, PidsCgroup::create(1)).is_some()
     }
 
     /// `distlock ARGS…` (with `db`'s store) started inside the cgroup: a shell joins it, then
     /// execs distlock. Exit 99 means the shell could not join.
-    fn distlock(&self, db: &Db, args: &[&str]) -> Command {
+    fn distlock_inside(&self, db: &Db, args: &[&str]) -> Command {
         let mut cmd = db.env_cmd("sh");
         cmd.args(["-c", r#"echo $$ > "$0" || exit 99; exec "$@""#])
             .arg(self.path.join("cgroup.procs"))
@@ -921,7 +916,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
     // free, nothing it started left running. 126 is accepted only when the lock was taken but
     // the command never ran (a fork that failed: "the command cannot be executed"). At least
     // one round must take the lock and then fail: the path under test.
-    if !PidsCgroup::available() {
+    if !PidsCgroup::available("a task limit") {
         return;
     }
     each_store_and_server(|db| {
@@ -933,7 +928,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
             let pid_file = db.file(&format!("command-{max}.pid"));
             let pid_path = pid_file.to_str().expect("utf-8 path");
             // Builtins and exec only: the command needs no task of its own beyond its process.
-            let mut cmd = cgroup.distlock(
+            let mut cmd = cgroup.distlock_inside(
                 db,
                 &[
                     "run",
@@ -1010,7 +1005,7 @@ fn run_releases_the_lock_when_it_cannot_start_guarding() {
 
 #[test]
 fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_time() {
-    if !PidsCgroup::available() {
+    if !PidsCgroup::available("a task limit") {
         return;
     }
     each_store_and_server(|db| {
@@ -1019,14 +1014,15 @@ fn a_refused_heartbeat_thread_is_a_failed_renewal_and_the_command_is_stopped_in_
         let fewest = (1..=MOST_TASKS)
             .find(|&max| {
                 let cgroup = PidsCgroup::create(max).expect("a pids cgroup, as a moment ago");
-                let mut cmd = cgroup.distlock(db, &["run", "--resource", "probe", "--", "true"]);
+                let mut cmd =
+                    cgroup.distlock_inside(db, &["run", "--resource", "probe", "--", "true"]);
                 let done = Proc::spawn(&mut cmd, db.dir.path(), "probe").finish(LONG);
                 done.code() == Some(0)
             })
             .expect("run succeeds with some task limit");
         let cgroup = PidsCgroup::create(fewest).expect("a pids cgroup, as a moment ago");
         let pid_file = db.file("command.pid");
-        let mut cmd = cgroup.distlock(
+        let mut cmd = cgroup.distlock_inside(
             db,
             &[
                 "run",
@@ -1111,13 +1107,15 @@ fn sigterm_sigint_sighup_and_sigquit_are_forwarded_to_the_command() {
 #[test]
 fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
     each_store_and_server(|db| {
-        let script = r#"trap 'echo got > "$D/got"; sleep 3; exit 5' TERM
+        // A 4 s lease, renewed every 1.3 s: a guard on a loaded machine keeps it while it
+        // renews, and the command's trap outlasts it.
+        let script = r#"trap 'echo got > "$D/got"; sleep 6; exit 5' TERM
             echo "$DISTLOCK_OWNER" > "$D/ready.tmp"; mv "$D/ready.tmp" "$D/ready"
             for i in $(seq 600); do sleep 0.1; done"#;
         let proc = Proc::spawn(
             &mut run_cmd(
                 db,
-                &["--resource", "slow", "--ttl", "2", "--", "sh", "-c", script],
+                &["--resource", "slow", "--ttl", "4", "--", "sh", "-c", script],
             ),
             db.dir.path(),
             "run",
@@ -1127,8 +1125,8 @@ fn guard_keeps_renewing_after_forwarding_until_the_command_exits() {
         proc.signal(Signal::SIGTERM);
         wait_for_file(&db.file("got"), LONG);
         let got = Instant::now();
-        // Without renewals after the signal the 2 s lease would be over by now.
-        thread::sleep(Duration::from_millis(2500).saturating_sub(got.elapsed()));
+        // Without renewals after the signal the 4 s lease would be over by now.
+        thread::sleep(Duration::from_millis(4500).saturating_sub(got.elapsed()));
         assert_held_by(db, "slow", &owner);
         let proc = proc.finish(LONG);
         assert_eq!(proc.code(), Some(5), "{}", proc.describe());

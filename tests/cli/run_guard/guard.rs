@@ -31,7 +31,7 @@ use crate::common::pids::{
     KillOnDrop, all_gone_within, children_of, ids_of, is_gone, pid_in, state_of,
 };
 use crate::common::process::{
-    BIN, Proc, describe, spawn_lock, wait_for, wait_for_file, wait_until,
+    BIN, Proc, describe, isolated, spawn_lock, wait_for, wait_for_file, wait_until,
 };
 use crate::common::store::{
     Db, assert_free, assert_held_by, each_store, each_store_and_server, run_cmd, sh_script,
@@ -225,6 +225,8 @@ fn every_catchable_signal_reaches_the_command_and_none_ends_the_guard() {
             numbers.join(" ")
         );
         let script = beating("cmd", &setup);
+        // A lease renewed every 2 s while the signals come, long enough that a guard on a
+        // loaded machine keeps it.
         let proc = Proc::spawn(
             &mut run_in(
                 db,
@@ -232,7 +234,7 @@ fn every_catchable_signal_reaches_the_command_and_none_ends_the_guard() {
                     "--resource",
                     "signals",
                     "--ttl",
-                    "2",
+                    "6",
                     "--",
                     "bash",
                     "-c",
@@ -577,7 +579,7 @@ impl Shell {
     /// Starts the shell in `db`'s scratch folder with `$D`, `$DL` (the binary) and `$DB` (the
     /// store), and waits for its first prompt.
     fn start(db: &Db) -> Shell {
-        let mut cmd = Command::new("script");
+        let mut cmd = isolated("script");
         cmd.args(["-qfec", "bash --norc --noprofile -i", "/dev/null"])
             .current_dir(db.dir.path())
             .env("D", db.dir.path())
@@ -586,8 +588,6 @@ impl Shell {
             .env("TERM", "dumb")
             .env("HISTFILE", "/dev/null")
             .env("LC_ALL", "C")
-            .env_remove("DISTLOCK_DB")
-            .env_remove("DISTLOCK_OWNER")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -976,7 +976,6 @@ fn a_relative_distlock_db_from_the_environment_is_exported_absolute() {
         .env("DISTLOCK_DB", "./locks.db")
         .env("D", db.dir.path())
         .env("DL", BIN)
-        .stdin(Stdio::null())
         .args(["run", "--resource", "abs", "--", "sh", "-c", script])
         .output()
         .expect("run distlock");

@@ -22,14 +22,14 @@ use std::time::Duration;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
+use crate::common::contention::Contention;
 use crate::common::files::read_trimmed;
-use crate::common::gate::Gate;
 use crate::common::output::{assert_store_error, now_millis, parse_line, rfc3339_millis};
 use crate::common::process::{Proc, describe};
 use crate::common::server::{Server, lock_path};
 use crate::common::store::{Db, Kind, assert_free, assert_held_by, each_store, run_cmd, sh_script};
 use crate::common::tenure::{Mode, Tenure};
-use crate::serve_tokens::{call, make_token};
+use crate::server::tokens::{call, make_token};
 
 /// The schema distlock 0.1.0 created on PostgreSQL (schema version 1): the `SCHEMA` constant
 /// of `src/store/postgres.rs` at commit 2eedc64, verbatim.
@@ -463,21 +463,24 @@ fn v1_store_is_upgraded_in_place_keeping_locks_fences_and_history() {
 /// Eight processes that each acquire a resource of their own, let go at one instant: each must
 /// be granted, with a fence of its own after `last_fence`. Returns how many there were.
 fn acquire_all_at_once(db: &Db, last_fence: i64) -> usize {
-    let gate = Gate::new(db.dir.path(), "gate");
     let owners: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
-    let procs: Vec<Proc> = owners
-        .iter()
-        .map(|owner| {
-            let resource = format!("new-{owner}");
-            let mut cmd =
-                gate.distlock(db, &["acquire", &resource, "--owner", owner, "--ttl", "60"]);
-            Proc::spawn(&mut cmd, db.dir.path(), owner)
-        })
-        .collect();
-    gate.open(owners.len());
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: "opener",
+        workers: owners.len(),
+        rounds: 1,
+        bound: Duration::from_secs(60),
+    };
+    let contended = contention.run(|worker, _| {
+        let owner = &owners[worker];
+        let mut cmd = db.std_cmd();
+        cmd.args(["acquire", &format!("new-{owner}"), "--owner", owner])
+            .args(["--ttl", "60"]);
+        cmd
+    });
     let mut fences = Vec::new();
-    for (owner, proc) in owners.iter().zip(procs) {
-        let finished = proc.finish(Duration::from_secs(60));
+    for end in contended.ends {
+        let (owner, finished) = (&owners[end.worker], end.finished);
         assert_eq!(finished.code(), Some(0), "{owner}: {}", finished.describe());
         let lock = parse_line(&finished.output.stdout)["lock"].clone();
         let tenure = Tenure::read(&lock, Mode::Exclusive);

@@ -521,15 +521,8 @@ fn health_answers_within_1s_and_names_nothing_of_the_store_while_postgresql_is_a
     /// 1 s by the contract, with slack for a loaded machine: the store's own timeouts are 5 s.
     const PROMPT: Duration = Duration::from_secs(3);
     let Some(db) = Db::postgres() else { return };
+    let (proxy, via_proxy) = Proxy::in_front_of(&db);
     let url = PgUrl::parse(db.pg_url());
-    let upstream = url
-        .server
-        .to_socket_addrs()
-        .expect("the test server's address")
-        .next()
-        .expect("an address");
-    let proxy = Proxy::start(upstream);
-    let via_proxy = url.with_server(&proxy.addr.to_string()).to_string();
     let password = url.password.clone().unwrap_or_default();
     let server = Server::start_at(&db, &via_proxy);
     assert_eq!(server.get("/health").status, 200);

@@ -18,14 +18,14 @@
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::thread::sleep;
+use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
-use crate::common::output::{keys, now_millis, parse_line};
-use crate::common::process::{Finished, Proc, describe, wait_for_file, wait_until};
+use crate::common::output::{answer, keys, now_millis, parse_line};
+use crate::common::process::{Proc, describe, wait_for_file, wait_until};
 use crate::common::store::{Db, each_store, each_store_and_server, sh_script, until_waiting};
 
 /// How long a process may take to finish once it has what it waits for.
@@ -47,17 +47,6 @@ fn stop_between_looks(db: &Db, w: &Proc) {
     panic!("the waiter was inside a transaction at each of 100 tries");
 }
 
-/// A finished lock command's one JSON line, after checking its exit code.
-fn answer(finished: &Finished, code: i32, what: &str) -> Value {
-    assert_eq!(
-        finished.code(),
-        Some(code),
-        "{what}: {}",
-        finished.describe()
-    );
-    parse_line(&finished.output.stdout)
-}
-
 /// `acquire RESOURCE --owner OWNER --ttl 60 --wait 60s` with `extra` flags, in the background.
 fn waiter(db: &Db, resource: &str, owner: &str, extra: &[&str]) -> Proc {
     let mut args = vec![
@@ -65,6 +54,26 @@ fn waiter(db: &Db, resource: &str, owner: &str, extra: &[&str]) -> Proc {
     ];
     args.extend_from_slice(extra);
     db.spawn(&args, owner)
+}
+
+/// A try-once `acquire` of R by `x` while `h` holds it and `waiting` wait: busy (75), naming the
+/// holder and counting the waiters.
+fn assert_busy_with_waiters(db: &Db, waiting: u64) {
+    let busy = db.json(&["acquire", "R", "--owner", "x", "--ttl", "60"], 75);
+    assert_eq!(
+        keys(&busy),
+        ["acquired", "holder", "resource", "waiting"],
+        "{busy}"
+    );
+    assert_eq!(busy["holder"]["owner"], "h", "{busy}");
+    assert_eq!(busy["waiting"], waiting, "{busy}");
+}
+
+/// A [`waiter`], once `status` counts it as the `place`-th in line.
+fn queued(db: &Db, resource: &str, owner: &str, extra: &[&str], place: u64) -> Proc {
+    let proc = waiter(db, resource, owner, extra);
+    until_waiting(db, resource, place);
+    proc
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -111,34 +120,36 @@ fn a_free_resource_is_reserved_for_a_queued_waiter() {
     // grants it the lock as it would a running one.
     each_store(|db| {
         db.json(&["acquire", "R", "--owner", "h", "--ttl", "60"], 0);
-        let w = waiter(db, "R", "w", &[]);
-        until_waiting(db, "R", 1);
+        let w = queued(db, "R", "w", &[], 1);
         // While h holds R, a try-once request is busy as ever, and sees the queue.
-        let busy = db.json(&["acquire", "R", "--owner", "x", "--ttl", "60"], 75);
-        assert_eq!(
-            keys(&busy),
-            ["acquired", "holder", "resource", "waiting"],
-            "{busy}"
-        );
-        assert_eq!(busy["holder"]["owner"], "h", "{busy}");
-        assert_eq!(busy["waiting"], 1, "{busy}");
+        assert_busy_with_waiters(db, 1);
 
         // A stopped waiter is still a live one (for at least its 5 s liveness lease): once h
         // releases, R has no tenure but is reserved for w.
         stop_between_looks(db, &w);
         let stopped = Instant::now();
         db.json(&["release", "R", "--owner", "h"], 0);
-        let try_once = db.run(&["acquire", "R", "--owner", "x", "--ttl", "60"]);
-        let status = db.status("R");
+        // The three looks at once, to be done well within the stopped waiter's 5 s.
         let ran = db.file("ran");
-        let run_once = db.run(&[
-            "run",
-            "--resource",
-            "R",
-            "--",
-            "touch",
-            ran.to_str().unwrap(),
-        ]);
+        let (try_once, status, run_once) = thread::scope(|looks| {
+            let try_once = looks.spawn(|| db.run(&["acquire", "R", "--owner", "x", "--ttl", "60"]));
+            let status = looks.spawn(|| db.status("R"));
+            let run_once = looks.spawn(|| {
+                db.run(&[
+                    "run",
+                    "--resource",
+                    "R",
+                    "--",
+                    "touch",
+                    ran.to_str().unwrap(),
+                ])
+            });
+            (
+                try_once.join().expect("the try-once acquire"),
+                status.join().expect("status"),
+                run_once.join().expect("the try-once run"),
+            )
+        });
         let within = stopped.elapsed();
         assert!(
             within < Duration::from_secs(4),
@@ -184,10 +195,8 @@ const PROMPTLY: Duration = Duration::from_secs(3);
 fn a_sigkilled_waiter_stops_blocking_within_5_seconds() {
     each_store_and_server(|db| {
         db.json(&["acquire", "R", "--owner", "h", "--ttl", "60"], 0);
-        let a = waiter(db, "R", "a", &[]);
-        until_waiting(db, "R", 1);
-        let b = waiter(db, "R", "b", &[]);
-        until_waiting(db, "R", 2);
+        let a = queued(db, "R", "a", &[], 1);
+        let b = queued(db, "R", "b", &[], 2);
         a.signal(Signal::SIGKILL);
         let a = a.finish(LONG);
         assert_eq!(
@@ -229,8 +238,7 @@ fn a_waiter_whose_wait_ran_out_leaves_the_queue_at_once() {
             "a",
         );
         until_waiting(db, "R", 1);
-        let b = waiter(db, "R", "b", &[]);
-        until_waiting(db, "R", 2);
+        let b = queued(db, "R", "b", &[], 2);
 
         let busy = answer(&a.finish(LONG), 75, "a, whose wait ran out");
         assert_eq!(
@@ -294,8 +302,7 @@ fn an_interrupted_waiter_leaves_the_queue_at_once() {
                     ),
                 };
                 until_waiting(db, r, 1);
-                let b = waiter(db, r, "b", &[]);
-                until_waiting(db, r, 2);
+                let b = queued(db, r, "b", &[], 2);
 
                 a.signal(signal);
                 let a = a.finish(LONG);
@@ -307,8 +314,7 @@ fn an_interrupted_waiter_leaves_the_queue_at_once() {
                     a.describe()
                 );
                 assert!(!ran.exists(), "{what}: the command ran");
-                // Through a server too: the client tells the server it leaves, before it
-                // exits, and the next waiter is not held back.
+                // Through a server too: the waiter tells the server it leaves before it exits.
                 assert!(
                     a.stderr().contains("left the queue"),
                     "{what}: {}",
@@ -353,11 +359,9 @@ fn a_shared_request_does_not_overtake_a_queued_writer() {
                 0,
             );
         }
-        let w = waiter(db, "R", "w", &[]);
-        until_waiting(db, "R", 1);
+        let w = queued(db, "R", "w", &[], 1);
         // r3 could share R with r1 and r2, but w started waiting first.
-        let r3 = waiter(db, "R", "r3", &["--shared"]);
-        until_waiting(db, "R", 2);
+        let r3 = queued(db, "R", "r3", &["--shared"], 2);
         let (code, status) = db.status("R");
         assert_eq!(code, 0, "{status}");
         assert_eq!(owners(&status), ["r1", "r2"], "r3 was not let in: {status}");
@@ -413,11 +417,7 @@ fn status_and_busy_answers_count_the_live_waiters() {
 
         let waiters: Vec<_> = (1..)
             .zip(["a", "b"])
-            .map(|(n, owner)| {
-                let proc = waiter(db, "R", owner, &[]);
-                until_waiting(db, "R", n);
-                proc
-            })
+            .map(|(n, owner)| queued(db, "R", owner, &[], n))
             .collect();
         let (code, status) = db.status("R");
         assert_eq!(code, 0, "{status}");
@@ -425,14 +425,7 @@ fn status_and_busy_answers_count_the_live_waiters() {
         assert_eq!(status["lock"]["owner"], "h", "{status}");
         assert_eq!(status["waiting"], 2, "{status}");
 
-        let busy = db.json(&["acquire", "R", "--owner", "x", "--ttl", "60"], 75);
-        assert_eq!(
-            keys(&busy),
-            ["acquired", "holder", "resource", "waiting"],
-            "{busy}"
-        );
-        assert_eq!(busy["holder"]["owner"], "h", "{busy}");
-        assert_eq!(busy["waiting"], 2, "{busy}");
+        assert_busy_with_waiters(db, 2);
 
         let text = db.run(&["--format", "text", "status", "R"]);
         assert_eq!(text.status.code(), Some(0), "{}", describe(&text));

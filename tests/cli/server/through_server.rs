@@ -10,20 +10,15 @@ use serde_json::Value;
 
 use crate::common::certs::{Ca, CertFiles};
 use crate::common::output::{parse_line, rfc3339_millis, timestamp_millis};
-use crate::common::process::{BIN, Proc, describe, wait_until};
+use crate::common::process::{BIN, Proc, describe, distlock, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::server::Server;
 use crate::common::store::{Db, each_store};
 
-/// distlock with `DISTLOCK_DB` naming `url`, and no owner, token or password inherited.
+/// [`distlock`] with `DISTLOCK_DB` naming `url`, in the scratch folder.
 fn via(db: &Db, url: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("DISTLOCK_DB", url)
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("DISTLOCK_TOKEN")
-        .env_remove("DISTLOCK_CA_CERT")
-        .env_remove("PGPASSWORD")
-        .current_dir(db.dir.path());
+    let mut cmd = distlock();
+    cmd.env("DISTLOCK_DB", url).current_dir(db.dir.path());
     cmd
 }
 
@@ -35,6 +30,20 @@ fn run(cmd: &mut Command, args: &[&str]) -> Output {
 fn answer(out: &Output, code: i32) -> Value {
     assert_eq!(out.status.code(), Some(code), "{}", describe(out));
     parse_line(&out.stdout)
+}
+
+/// `distlock ARGS…` through the server at `url` ([`via`]): its one JSON line, once it exited
+/// `code`.
+fn answered(db: &Db, url: &str, args: &[&str], code: i32) -> Value {
+    answer(&run(&mut via(db, url), args), code)
+}
+
+/// A SQLite store behind a server of its own, and the server's URL ([`base`]).
+fn served_sqlite() -> (Db, Server, String) {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    let url = base(&server);
+    (db, server, url)
 }
 
 /// The first server URL of a test's server, without a trailing slash.
@@ -155,11 +164,10 @@ fn run_through_a_server_guards_its_tenure_and_passes_the_exit_status_through() {
         );
         db.json(&["status", "job"], 1);
         // A tenure its owner took with acquire is joined, and stays held after the run.
-        answer(
-            &run(
-                &mut via(db, &url),
-                &["acquire", "joint", "--owner", "me", "--ttl", "30"],
-            ),
+        answered(
+            db,
+            &url,
+            &["acquire", "joint", "--owner", "me", "--ttl", "30"],
             0,
         );
         let out = run(
@@ -188,14 +196,11 @@ fn run_through_a_server_guards_its_tenure_and_passes_the_exit_status_through() {
 
 #[test]
 fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
-    let db = Db::sqlite();
-    let server = Server::start(&db);
-    let url = base(&server);
-    answer(
-        &run(
-            &mut via(&db, &url),
-            &["acquire", "q", "--owner", "h", "--ttl", "60"],
-        ),
+    let (db, _server, url) = served_sqlite();
+    answered(
+        &db,
+        &url,
+        &["acquire", "q", "--owner", "h", "--ttl", "60"],
         0,
     );
     let mut waiters = Vec::new();
@@ -221,10 +226,7 @@ fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
         );
     }
     let released = Instant::now();
-    answer(
-        &run(&mut via(&db, &url), &["release", "q", "--owner", "h"]),
-        0,
-    );
+    answered(&db, &url, &["release", "q", "--owner", "h"], 0);
     for waiter in waiters {
         let out = waiter.finish(Duration::from_secs(60));
         assert_eq!(out.code(), Some(0), "{}", out.describe());
@@ -239,11 +241,10 @@ fn waiters_through_a_server_are_served_in_order_and_woken_at_once() {
     );
     // A wait that runs out is busy (75); an interrupted one exits 130 at once and its place
     // is gone within 5 s.
-    answer(
-        &run(
-            &mut via(&db, &url),
-            &["acquire", "q", "--owner", "h", "--ttl", "60"],
-        ),
+    answered(
+        &db,
+        &url,
+        &["acquire", "q", "--owner", "h", "--ttl", "60"],
         0,
     );
     let started = Instant::now();
@@ -362,7 +363,7 @@ fn a_grant_that_arrives_after_its_lease_has_ended_starts_nothing() {
         "{stderr}"
     );
     proxy.restore();
-    answer(&run(&mut via(&db, &base(&server)), &["status", "late"]), 1);
+    answered(&db, &base(&server), &["status", "late"], 1);
 }
 
 /// `run` over a set ends every member in one request (`POST /sets/release`, each member on its
@@ -421,14 +422,11 @@ fn run_over_a_set_through_a_server_ends_the_set_in_one_request() {
 /// that waited longer than its TTL keeps its lease and its command runs on.
 #[test]
 fn a_run_that_waited_longer_than_its_ttl_through_a_server_keeps_its_lease() {
-    let db = Db::sqlite();
-    let server = Server::start(&db);
-    let url = base(&server);
-    answer(
-        &run(
-            &mut via(&db, &url),
-            &["acquire", "w", "--owner", "h", "--ttl", "60"],
-        ),
+    let (db, _server, url) = served_sqlite();
+    answered(
+        &db,
+        &url,
+        &["acquire", "w", "--owner", "h", "--ttl", "60"],
         0,
     );
     let mut cmd = via(&db, &url);
@@ -451,10 +449,7 @@ fn a_run_that_waited_longer_than_its_ttl_through_a_server_keeps_its_lease() {
     });
     // Twice the waiter's TTL in line: the point of the test is the time it spends waiting.
     std::thread::sleep(Duration::from_secs(4));
-    answer(
-        &run(&mut via(&db, &url), &["release", "w", "--owner", "h"]),
-        0,
-    );
+    answered(&db, &url, &["release", "w", "--owner", "h"], 0);
     let out = waiter.finish(Duration::from_secs(30));
     assert_eq!(out.code(), Some(0), "{}", out.describe());
     assert!(db.dir.path().join("done").exists(), "{}", out.describe());
@@ -463,9 +458,7 @@ fn a_run_that_waited_longer_than_its_ttl_through_a_server_keeps_its_lease() {
 
 #[test]
 fn a_run_whose_server_is_gone_stops_its_command_before_the_lease_can_end() {
-    let db = Db::sqlite();
-    let server = Server::start(&db);
-    let url = base(&server);
+    let (db, server, url) = served_sqlite();
     let mut cmd = via(&db, &url);
     // The command notes, by the wall clock, when it is told to stop.
     let command = r"trap 'date +%s%3N > stopped; exit 143' TERM; sleep 30 & wait";

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::process::{wait_for, wait_until};
+use crate::common::require::require;
 use crate::common::server::{Server, lock_path};
 use crate::common::store::{Db, each_store};
 
@@ -524,7 +525,7 @@ fn token_add_at_once_keeps_every_token_and_writes_through_a_link_keeping_the_mod
     // Twenty at once, through the link (dangling until the first writes the file).
     let made: Vec<std::process::Child> = (0..20)
         .map(|n| {
-            let mut cmd = std::process::Command::new(crate::common::process::BIN);
+            let mut cmd = crate::common::process::distlock();
             cmd.args(["token", "add", &format!("t{n}"), "--tokens", &link_text])
                 .args(["--prefix", &format!("p{n}/")])
                 .stdout(std::process::Stdio::piped())
@@ -831,7 +832,7 @@ fn a_break_records_the_operators_token_that_the_server_let_in_beside_the_by_it_w
         .problem(422, "invalid-request");
         // Through distlock's own client too, with the by it makes up (`<user>@<hostname>`).
         let out = db
-            .env_cmd(crate::common::process::BIN)
+            .std_cmd()
             .args([
                 "--db",
                 &server.url(""),
@@ -973,13 +974,16 @@ fn a_tokens_file_or_a_folder_above_it_that_others_may_write_is_refused_at_start_
     chmod(folder, 0o770);
     refused_start(&db, &tokens, "its group (mode 0770)");
     chmod(folder, 0o700);
-    if nix::unistd::Uid::effective().is_root() {
+    let root = if nix::unistd::Uid::effective().is_root() {
+        Ok(())
+    } else {
+        Err("giving a file to another user needs root".to_owned())
+    };
+    if require("ROOT", "a tokens file of another user", root).is_some() {
         // Neither the server's user's nor root's.
         nix::unistd::chown(&tokens, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
         refused_start(&db, &tokens, "belongs to uid 65534");
         nix::unistd::chown(&tokens, Some(nix::unistd::Uid::from_raw(0)), None).expect("chown");
-    } else {
-        eprintln!("note: a tokens file of another user is not tried: that needs root");
     }
     // At SIGHUP, such a file keeps the tokens served, and one line says why.
     let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);
@@ -1118,7 +1122,7 @@ fn token_add_never_leaves_a_token_in_the_file_whose_secret_nobody_saw() {
         ("> /dev/null", "stdout thrown away"),
     ];
     let add = |name: &str, redirection: &str| {
-        std::process::Command::new("sh")
+        crate::common::process::isolated("sh")
             .arg("-c")
             .arg(format!(
                 "exec \"$0\" token add {name} --tokens \"$1\" --all-resources --operator {redirection}"

@@ -22,11 +22,12 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::common::gate::Gate;
+use crate::common::contention::Contention;
 use crate::common::output::{assert_store_error, now_millis, parse_line, timestamp_millis};
 use crate::common::pg_url::PgUrl;
-use crate::common::process::{BIN, Finished, Proc, describe, wait_for, wait_until};
+use crate::common::process::{BIN, Finished, Proc, describe, isolated, wait_for, wait_until};
 use crate::common::proxy::Proxy;
+use crate::common::require::require;
 use crate::common::store::{Db, assert_free, distlock_at, sh_script};
 
 /// A distinctive password that must never show up in anything distlock prints.
@@ -96,22 +97,33 @@ fn lock_times(lock: &Value) -> (i64, i64) {
     )
 }
 
-/// `n` processes acquiring `resource` at the same instant; returns each one's result.
+/// `n` processes acquiring `resource` at the same instant (owners `w0`, `w1`, …); returns each
+/// one's owner and result.
 fn race(db: &Db, resource: &str, n: usize, round: &str) -> Vec<(String, Finished)> {
-    let gate = Gate::new(db.dir.path(), &format!("gate-{round}"));
-    let racers: Vec<(String, Proc)> = (0..n)
-        .map(|i| {
-            let owner = format!("w{i}");
-            let mut cmd =
-                gate.distlock(db, &["acquire", resource, "--owner", &owner, "--ttl", "60"]);
-            let spawned = Proc::spawn(&mut cmd, db.dir.path(), &format!("{round}-{owner}"));
-            (owner, spawned)
-        })
-        .collect();
-    gate.open(n);
-    racers
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: round,
+        workers: n,
+        rounds: 1,
+        bound: Duration::from_secs(30),
+    };
+    let owner = |worker: usize| format!("w{worker}");
+    let contended = contention.run(|worker, _| {
+        let mut cmd = db.std_cmd();
+        cmd.args([
+            "acquire",
+            resource,
+            "--owner",
+            &owner(worker),
+            "--ttl",
+            "60",
+        ]);
+        cmd
+    });
+    contended
+        .ends
         .into_iter()
-        .map(|(owner, spawned)| (owner, spawned.finish(Duration::from_secs(30))))
+        .map(|end| (owner(end.worker), end.finished))
         .collect()
 }
 
@@ -172,8 +184,7 @@ fn sixteen_processes_on_a_brand_new_database_create_the_schema_once_and_one_wins
 // ---------------------------------------------------------------------------------------------
 // Clock skew: the server's clock decides.
 
-/// Whether `faketime` works here. Missing, it fails the test when the PostgreSQL variants are
-/// required (CI), and skips it with a note otherwise.
+/// Whether `faketime` works here; through the gate (tool `FAKETIME`).
 fn faketime_works() -> bool {
     let shifted = Command::new("faketime")
         .args(["-f", "+1h", "date", "+%s"])
@@ -187,18 +198,15 @@ fn faketime_works() -> bool {
                 .parse::<i64>()
                 .ok()
         });
-    let works = shifted.is_some_and(|secs| (secs - now_millis() / 1000 - 3600).abs() < 60);
-    if works {
-        return true;
-    }
-    assert!(
-        std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-        "the clock-skew tests need `faketime` (Debian package faketime), and \
-         `faketime -f +1h date +%s` did not print a time an hour ahead; \
-         DISTLOCK_TEST_REQUIRE_PG is set, so this fails instead of skipping"
-    );
-    eprintln!("note: clock-skew test skipped: faketime is missing (apt-get install faketime)");
-    false
+    let works = shifted
+        .filter(|secs| (secs - now_millis() / 1000 - 3600).abs() < 60)
+        .map(|_| ())
+        .ok_or_else(|| {
+            "`faketime -f +1h date +%s` did not print a time an hour ahead \
+             (apt-get install faketime)"
+                .to_owned()
+        });
+    require("FAKETIME", "a client's clock skewed", works).is_some()
 }
 
 /// `distlock ARGS…` against `db` with the client's wall clock shifted by `offset` (`+1h`).
@@ -208,13 +216,11 @@ fn skewed(db: &Db, offset: &str, args: &[&str]) -> Command {
 }
 
 fn skewed_at(url: &str, offset: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new("faketime");
+    let mut cmd = isolated("faketime");
     cmd.args(["-f", offset, BIN])
         .args(args)
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env("DISTLOCK_DB", url)
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("PGPASSWORD");
+        .env("DISTLOCK_DB", url);
     cmd
 }
 
@@ -524,7 +530,6 @@ fn unreachable_server_makes_run_exit_74_without_starting_the_command() {
     );
     let mut cmd = db.std_cmd();
     cmd.env("DISTLOCK_DB", &url)
-        .env_remove("PGPASSWORD")
         .current_dir(db.dir.path())
         .args(sh_script(
             &["run", "--resource", "r"],
@@ -549,11 +554,8 @@ fn unreachable_server_makes_run_exit_74_without_starting_the_command() {
 fn server_that_accepts_but_never_answers_is_a_store_error_in_bounded_time() {
     let Some(db) = Db::postgres() else { return };
     // A hung server: the connection is accepted, and nothing ever comes back.
-    let proxy = Proxy::start(server_addr());
+    let (proxy, url) = Proxy::in_front_of(&db);
     proxy.black_hole();
-    let url = PgUrl::parse(db.pg_url())
-        .with_server(&proxy.addr.to_string())
-        .to_string();
     let status = Proc::spawn(&mut pg_at(&url, &["status", "r"]), db.dir.path(), "status");
     let mut run = pg_at(&url, &["run", "--resource", "r", "--", "sh", "-c"]);
     run.arg("echo ran > started").current_dir(db.dir.path());
@@ -589,13 +591,9 @@ while :; do sleep 0.1; done";
 fn server_fault_mid_run(fault: fn(&Proxy)) {
     let Some(db) = Db::postgres() else { return };
     let ttl = Duration::from_secs(3);
-    let proxy = Proxy::start(server_addr());
-    let via_proxy = PgUrl::parse(db.pg_url())
-        .with_server(&proxy.addr.to_string())
-        .to_string();
+    let (proxy, via_proxy) = Proxy::in_front_of(&db);
     let mut cmd = db.std_cmd();
     cmd.env("DISTLOCK_DB", &via_proxy)
-        .env_remove("PGPASSWORD")
         .current_dir(db.dir.path())
         .args([
             "run",
@@ -733,15 +731,16 @@ fn the_password_never_appears_in_any_message() {
             64,
         ),
     ];
-    for (what, url, code) in cases {
+    // All at once: the refused port is sought for the connect timeout (5 s) by each command.
+    let mut running = Vec::new();
+    for (n, (what, url, code)) in cases.into_iter().enumerate() {
         let url = url.to_string();
         assert!(url.contains("hunter2"), "{what}: {url}");
-        for (how, cmd) in [
+        for (how, mut cmd) in [
             ("--db", pg_at(&url, &["status", "r"])),
             ("DISTLOCK_DB", {
                 let mut cmd = db.std_cmd();
                 cmd.env("DISTLOCK_DB", &url)
-                    .env_remove("PGPASSWORD")
                     .args(["acquire", "r", "--owner", "a", "--ttl", "10"]);
                 cmd
             }),
@@ -751,21 +750,26 @@ fn the_password_never_appears_in_any_message() {
                 cmd
             }),
         ] {
-            let out = finish(cmd, db.dir.path(), "secret", Duration::from_secs(30));
-            let shown = format!("{}{}", out.stdout(), out.stderr());
-            // Every password here contains `hunter2`, percent-encoded or not.
-            assert!(
-                !shown.contains("hunter2"),
-                "{what} ({how}): the password leaked: {}",
-                out.describe()
-            );
-            assert_eq!(out.code(), Some(code), "{what} ({how}): {}", out.describe());
-            if code == 74 {
-                assert_store_error(&out.output, &format!("{what} ({how})"));
-            } else {
-                assert!(out.output.stdout.is_empty(), "{what} ({how})");
-                assert!(!out.stderr().trim().is_empty(), "{what} ({how})");
-            }
+            let name = format!("secret-{n}-{how}");
+            let proc = Proc::spawn(&mut cmd, db.dir.path(), &name);
+            running.push((what, how, code, proc));
+        }
+    }
+    for (what, how, code, proc) in running {
+        let out = proc.finish(Duration::from_secs(30));
+        let shown = format!("{}{}", out.stdout(), out.stderr());
+        // Every password here contains `hunter2`, percent-encoded or not.
+        assert!(
+            !shown.contains("hunter2"),
+            "{what} ({how}): the password leaked: {}",
+            out.describe()
+        );
+        assert_eq!(out.code(), Some(code), "{what} ({how}): {}", out.describe());
+        if code == 74 {
+            assert_store_error(&out.output, &format!("{what} ({how})"));
+        } else {
+            assert!(out.output.stdout.is_empty(), "{what} ({how})");
+            assert!(!out.stderr().trim().is_empty(), "{what} ({how})");
         }
     }
 }
@@ -864,22 +868,17 @@ fn fences_keep_increasing_after_gc_drops_every_row() {
 // (`scripts/pg-test-server` gives it a certificate for localhost and 127.0.0.1, signed by a
 // throwaway CA whose certificate is `DISTLOCK_TEST_PG_CA`).
 
-/// The CA that signed the test server's certificate. Unset, the test says it was skipped, or
-/// fails when the PostgreSQL variants are required (CI).
+/// The CA that signed the test server's certificate; through the gate (tool `PG`) when
+/// `DISTLOCK_TEST_PG_CA` is unset.
 fn test_ca() -> Option<PathBuf> {
-    if let Some(ca) = std::env::var_os("DISTLOCK_TEST_PG_CA") {
-        return Some(PathBuf::from(ca));
-    }
-    assert!(
-        std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-        "DISTLOCK_TEST_REQUIRE_PG is set but DISTLOCK_TEST_PG_CA is not \
-         (scripts/pg-test-server start prints both variables)"
-    );
-    eprintln!(
-        "note: TLS test skipped: DISTLOCK_TEST_PG_CA is not set (the CA of a TLS test server, \
-         as scripts/pg-test-server start prints it)"
-    );
-    None
+    let ca = std::env::var_os("DISTLOCK_TEST_PG_CA")
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            "DISTLOCK_TEST_PG_CA is not set (the CA of a TLS test server, as \
+             scripts/pg-test-server start prints it)"
+                .to_owned()
+        });
+    require("PG", "PostgreSQL over TLS", ca)
 }
 
 /// `host:port` of the test server, with the host written as `host`.

@@ -36,13 +36,15 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rusqlite::Connection;
 
+use crate::common::contention::Contention;
 use crate::common::critical;
 use crate::common::fenced_write::{fenced_write, ledger};
 use crate::common::output::{assert_store_error, assert_usage_error, parse_line, parse_lines};
 use crate::common::pids::{all_gone_within, children_of, ids_of, is_gone};
 use crate::common::process::{
-    BIN, Proc, describe, pid_of, wait_for_file, wait_or_kill, wait_until,
+    BIN, Proc, describe, distlock, isolated, pid_of, wait_for_file, wait_or_kill, wait_until,
 };
+use crate::common::require::{require, runs};
 use crate::common::store::{Db, Kind, distlock_at, each_store, each_store_and_server, sh_script};
 
 // ---------------------------------------------------------------------------------------------
@@ -65,48 +67,29 @@ fn running_as_root() -> bool {
 // ---------------------------------------------------------------------------------------------
 
 /// `workers` processes at a time, each running `cycles` rounds of `run --wait 60s --ttl 10`
-/// around the [`critical`] section.
+/// around the [`critical`] section, the first round of each released at once.
 fn contend(db: &Db, workers: usize, cycles: usize) {
     let started = Instant::now();
-    let failures = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for worker in 0..workers {
-            let failures = &failures;
-            scope.spawn(move || {
-                let stderr_path = db.file(&format!("contender-{worker}.stderr"));
-                for cycle in 0..cycles {
-                    let stderr = fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&stderr_path)
-                        .expect("stderr file");
-                    let mut child = db
-                        .std_cmd()
-                        .args([
-                            "run",
-                            "--resource",
-                            "contended",
-                            "--wait",
-                            "60s",
-                            "--ttl",
-                            "10",
-                        ])
-                        .args(critical::command(db.dir.path(), "0.005"))
-                        .stdin(Stdio::null())
-                        .stdout(Stdio::null())
-                        .stderr(stderr)
-                        .spawn()
-                        .expect("spawn distlock run");
-                    let status = wait_within(&mut child, Duration::from_secs(120), "contender");
-                    if status.code() != Some(0) {
-                        failures.lock().unwrap().push(format!(
-                            "contender {worker}, cycle {cycle}: {status:?}; stderr: {}",
-                            fs::read_to_string(&stderr_path).unwrap_or_default()
-                        ));
-                    }
-                }
-            });
-        }
+    let contention = Contention {
+        dir: db.dir.path(),
+        name: "contender",
+        workers,
+        rounds: cycles,
+        bound: Duration::from_secs(120),
+    };
+    let contended = contention.run(|_, _| {
+        let mut cmd = db.std_cmd();
+        cmd.args([
+            "run",
+            "--resource",
+            "contended",
+            "--wait",
+            "60s",
+            "--ttl",
+            "10",
+        ])
+        .args(critical::command(db.dir.path(), "0.005"));
+        cmd
     });
     eprintln!(
         "{:?}: {workers} x {cycles} contended runs in {:?}",
@@ -121,13 +104,10 @@ fn contend(db: &Db, workers: usize, cycles: usize) {
         db.kind,
         violations.join("\n")
     );
-    let failures = failures.into_inner().unwrap();
-    assert!(
-        failures.is_empty(),
-        "{:?}: every contender must get the lock and exit 0:\n{}",
-        db.kind,
-        failures.join("\n")
-    );
+    contended.assert_all_exited_0(&format!(
+        "{:?} contenders (every one must get the lock)",
+        db.kind
+    ));
     assert_eq!(
         critical::fences(db.dir.path()).len(),
         workers * cycles,
@@ -560,6 +540,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         let d = db.dir.path();
         let data = db.file("resource");
         let stderr_path = db.file("guard.stderr");
+        // A lease long enough that a guard on a loaded machine keeps it until the freeze.
         let mut guard = db
             .std_cmd()
             .args([
@@ -567,7 +548,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
                 "--resource",
                 "paused",
                 "--ttl",
-                "2",
+                "4",
                 "--kill-after",
                 "3",
             ])
@@ -624,7 +605,7 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         while db.status("paused").0 == 0 {
             assert!(
                 start.elapsed() < Duration::from_secs(15),
-                "the frozen holder's 2 s lease never ran out"
+                "the frozen holder's 4 s lease never ran out"
             );
             thread::sleep(Duration::from_millis(100));
         }
@@ -634,12 +615,11 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
         );
         let new_fence = taken["lock"]["fence"].as_i64().unwrap();
         assert!(new_fence > stale_fence, "{taken} after fence {stale_fence}");
-        let wrote = Command::new(fenced_write())
+        let wrote = isolated(fenced_write())
             .arg("--fence")
             .arg(new_fence.to_string())
             .arg(&data)
             .arg("intruder")
-            .env_remove("DISTLOCK_FENCE")
             .output()
             .unwrap();
         assert!(
@@ -648,11 +628,17 @@ fn paused_holder_is_stopped_and_its_late_writes_are_fenced_off() {
             describe(&wrote)
         );
 
-        // Wake the command first, so that it writes before its guard can stop it, then the
-        // guard: its next renewal fails (or its deadline has passed), it stops the command
-        // (which tries one more, late write) and exits 124.
+        // Wake the command first, and let it write (an attempt after the first one that may
+        // have finished before the freeze) before its guard can stop it; then the guard: its
+        // next renewal fails (or its deadline has passed), it stops the command (which tries
+        // one more, late write, unless the lease is so long gone that it kills at once) and
+        // exits 124.
         killpg(writers, Signal::SIGCONT).unwrap();
-        thread::sleep(Duration::from_millis(350));
+        wait_until(
+            Duration::from_secs(20),
+            "the woken holder attempts a write",
+            || attempt_lines(d).len() > frozen_at + 1,
+        );
         kill(guard_pid, Signal::SIGCONT).unwrap();
         // From here on the guard is reaped (by this wait, or by its timeout).
         thaw.guard = None;
@@ -1529,7 +1515,7 @@ fn non_utf8_database_paths_are_usage_errors_and_create_nothing() {
             .output()
             .unwrap();
         assert_usage_error(&out, &path);
-        let out = Command::new(BIN)
+        let out = distlock()
             .env("DISTLOCK_DB", &path)
             .args(["acquire", "r", "--owner", "w", "--ttl", "5"])
             .output()
@@ -1567,7 +1553,7 @@ fn non_utf8_command_arguments_reach_the_command_unchanged() {
 fn arguments_over_128_kib_cannot_be_passed_at_all() {
     // Why the properties stop at ~100 KiB: Linux caps one argument at MAX_ARG_STRLEN (32 pages,
     // 128 KiB); exec fails with E2BIG before distlock could see a 10 MB resource name.
-    let err = Command::new(BIN)
+    let err = distlock()
         .args(["status", &"x".repeat(10 * 1024 * 1024)])
         .output()
         .expect_err("a 10 MB argument cannot be passed");
@@ -1711,8 +1697,18 @@ enum ReadOnly {
 }
 
 impl ReadOnly {
-    /// `files` and then their `folder`, read-only by the first means that works here.
+    /// `files` and then their `folder`, read-only by the first means that works here; `None`
+    /// where none does (root, without `chattr +i` or a read-only bind mount): skipped by the
+    /// gate (tool `READ_ONLY`).
     fn apply(files: &[PathBuf], folder: &Path) -> Option<ReadOnly> {
+        let made = ReadOnly::make(files, folder).ok_or_else(|| {
+            "running as root, and neither chattr +i nor a read-only bind mount works here"
+                .to_owned()
+        });
+        require("READ_ONLY", "a read-only store", made)
+    }
+
+    fn make(files: &[PathBuf], folder: &Path) -> Option<ReadOnly> {
         let mut paths = files.to_vec();
         paths.push(folder.to_owned());
         let quiet = |cmd: &mut Command| {
@@ -1788,10 +1784,6 @@ fn read_only_database_serves_reads_and_refuses_writes_unchanged() {
         .collect();
     let snapshot: Vec<Vec<u8>> = files.iter().map(|p| fs::read(p).unwrap()).collect();
     let Some(read_only) = ReadOnly::apply(&files, db.dir.path()) else {
-        eprintln!(
-            "note: read-only store test skipped: running as root, and neither chattr +i nor a \
-             read-only bind mount works here"
-        );
         return;
     };
     let marker = std::env::temp_dir().join(format!("distlock-ro-started-{}", std::process::id()));
@@ -1827,16 +1819,22 @@ fn read_only_database_serves_reads_and_refuses_writes_unchanged() {
 struct TinyFs(PathBuf);
 
 impl TinyFs {
-    fn mount(at: &Path, size: &str) -> Option<TinyFs> {
+    /// `None` where no tmpfs can be mounted here (not root, a container): skipped by the gate
+    /// (tool `TMPFS`), as `what`.
+    fn mount(at: &Path, size: &str, what: &str) -> Option<TinyFs> {
         fs::create_dir_all(at).unwrap();
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(at)
-            .stderr(Stdio::null())
-            .status();
-        mounted
-            .is_ok_and(|s| s.success())
-            .then(|| TinyFs(at.to_owned()))
+            .output()
+            .map_err(|err| format!("mount cannot run: {err}"))
+            .and_then(|out| {
+                out.status
+                    .success()
+                    .then(|| TinyFs(at.to_owned()))
+                    .ok_or_else(|| format!("cannot mount a tmpfs here: {}", describe(&out)))
+            });
+        require("TMPFS", what, mounted)
     }
 
     /// Fills the filesystem to the last byte.
@@ -1865,11 +1863,9 @@ fn full_filesystem_is_a_store_error_and_loses_nothing() {
     // 64 KiB cannot even hold one store (the WAL index alone is 32 KiB, and the WAL holds the
     // new store's schema, made and upgraded in one transaction, ~190 KiB after the commits
     // below): 320 KiB holds a small one, then gets filled up.
-    let Some(tiny) = TinyFs::mount(&scratch.path().join("tiny"), "320k") else {
-        eprintln!(
-            "note: full-filesystem test skipped: cannot mount a tmpfs here (the file-size \
-             limit test covers running out of room)"
-        );
+    // Without a tmpfs, the file-size limit test still covers running out of room.
+    let Some(tiny) = TinyFs::mount(&scratch.path().join("tiny"), "320k", "a full filesystem")
+    else {
         return;
     };
     let path = tiny.0.join("locks.db");
@@ -1953,8 +1949,13 @@ fn full_filesystem_is_a_store_error_and_loses_nothing() {
 fn file_size_limit_is_a_store_error_not_a_signal() {
     // RLIMIT_FSIZE ("ulimit -f"): a write past it raises SIGXFSZ, whose default action kills the
     // process; ignored, the write fails with EFBIG instead. The store cannot be written: 74.
-    if Command::new("prlimit").arg("--version").output().is_err() {
-        eprintln!("note: file-size limit test skipped: prlimit(1) is not installed");
+    if require(
+        "PRLIMIT",
+        "a file-size limit",
+        runs("prlimit", &["--version"]),
+    )
+    .is_none()
+    {
         return;
     }
     let db = Db::sqlite();
@@ -1966,13 +1967,12 @@ fn file_size_limit_is_a_store_error_not_a_signal() {
         .max()
         .unwrap();
     let limited = |args: &[&str]| {
-        Command::new("prlimit")
+        isolated("prlimit")
             .arg(format!("--fsize={largest}:{largest}"))
             .arg("--")
             .arg(BIN)
             .args(["--db", &db.url])
             .args(args)
-            .env_remove("DISTLOCK_OWNER")
             .output()
             .unwrap()
     };
@@ -2208,13 +2208,11 @@ fn modes_under_umask(umask: &str) -> Vec<(String, u32)> {
     let path = scratch.path().join("state").join("locks.db");
     let started = scratch.path().join("started");
     let under_umask = || {
-        let mut command = Command::new("sh");
+        let mut command = isolated("sh");
         command
             .args(["-c", &format!(r#"umask {umask}; exec "$0" "$@""#), BIN])
             .arg("--db")
             .arg(&path)
-            .env_remove("DISTLOCK_DB")
-            .stdin(Stdio::null())
             .stdout(Stdio::null());
         command
     };

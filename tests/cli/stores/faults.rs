@@ -35,6 +35,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::common::cluster::Cluster;
+use crate::common::contention::{Contended, Contention, ended_as};
 use crate::common::critical;
 use crate::common::output::{fence, now_millis, parse_line, rfc3339_millis};
 use crate::common::process::{Finished, Proc, wait_for_file, wait_until};
@@ -78,24 +79,24 @@ fn distlock_via(db: &Db, url: &str, args: &[&str]) -> Command {
     cmd
 }
 
-/// `run --resource r FLAGS…` with the critical section as its command, inside for `seconds`,
-/// started in the background as `name`.
+/// `run --resource r FLAGS…` with the critical section as its command, inside for `seconds`.
+fn run_section(db: &Db, flags: &[&str], seconds: &str) -> Command {
+    let mut cmd = db.std_cmd();
+    cmd.args(["run", "--resource", R])
+        .args(flags)
+        .args(critical::command(db.dir.path(), seconds))
+        .env("D", db.dir.path());
+    cmd
+}
+
+/// [`run_section`], started in the background as `name`.
 fn spawn_run(db: &Db, flags: &[&str], seconds: &str, name: &str) -> Proc {
-    let section = critical::command(db.dir.path(), seconds);
-    let mut args = vec!["run", "--resource", R];
-    args.extend_from_slice(flags);
-    args.extend(section.iter().map(String::as_str));
-    db.spawn(&args, name)
+    Proc::spawn(&mut run_section(db, flags, seconds), db.dir.path(), name)
 }
 
 /// Sends `signal` to `pid`; a process that has just exited is no error.
 fn signal(pid: Pid, signal: Signal) {
     let _ = kill(pid, signal);
-}
-
-/// Whether `out` exited in time with one of the `allowed` codes.
-fn ended_as(out: &Finished, allowed: &[i32]) -> bool {
-    !out.timed_out && out.code().is_some_and(|code| allowed.contains(&code))
 }
 
 /// What a case found wrong, gathered so that a failure lists every violation at once.
@@ -119,42 +120,11 @@ impl Verdict {
         }
     }
 
-    /// Every one of `runs` (named) must have exited in time with one of the `allowed` codes.
-    /// The ones that did not are counted by how they ended, and the first few shown whole.
-    fn all_exited(&mut self, what: &str, runs: &[(String, Finished)], allowed: &[i32]) {
-        let failed: Vec<_> = runs
-            .iter()
-            .filter(|(_, out)| !ended_as(out, allowed))
-            .collect();
-        if failed.is_empty() {
-            return;
+    /// Every one of `runs` must have exited 0 in time ([`Contended::problem`]).
+    fn all_exited(&mut self, what: &str, runs: &Contended) {
+        if let Some(problem) = runs.problem(what, &[0]) {
+            self.problem(problem);
         }
-        let mut how: Vec<(String, usize)> = Vec::new();
-        for (_, out) in &failed {
-            let ended = if out.timed_out {
-                "still running at its limit".to_owned()
-            } else {
-                out.output.status.to_string()
-            };
-            match how.iter_mut().find(|(seen, _)| *seen == ended) {
-                Some((_, n)) => *n += 1,
-                None => how.push((ended, 1)),
-            }
-        }
-        let how: Vec<String> = how
-            .iter()
-            .map(|(ended, n)| format!("{n} × {ended}"))
-            .collect();
-        let mut problem = format!(
-            "{} of {} {what} must exit with one of {allowed:?}; they ended: {}",
-            failed.len(),
-            runs.len(),
-            how.join(", ")
-        );
-        for (name, out) in failed.iter().take(3) {
-            problem.push_str(&format!("\n- {name}: {}", out.describe()));
-        }
-        self.problem(problem);
     }
 
     /// The checks every case ends with, once every process it started has exited: the
@@ -337,23 +307,9 @@ fn restart_among_8_by_20_waiting_runs_loses_none_and_overlaps_none() {
     const WORKERS: usize = 8;
     const ROUNDS: usize = 20;
     let started = Instant::now();
-    let outcomes = Mutex::new(Vec::new());
     let all_done = AtomicBool::new(false);
     let restarted_after = Mutex::new(None);
-    thread::scope(|scope| {
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|w| {
-                let outcomes = &outcomes;
-                scope.spawn(move || {
-                    for round in 0..ROUNDS {
-                        let name = format!("w{w}-{round}");
-                        let run = spawn_run(db, &["--wait", "60s", "--ttl", "10s"], "0.02", &name);
-                        let out = run.finish(Duration::from_secs(90));
-                        outcomes.lock().expect("outcomes").push((name, out));
-                    }
-                })
-            })
-            .collect();
+    let runs = thread::scope(|scope| {
         scope.spawn(|| {
             // The restart comes once a third of the runs have been inside.
             let third = WORKERS * ROUNDS / 3;
@@ -366,10 +322,17 @@ fn restart_among_8_by_20_waiting_runs_loses_none_and_overlaps_none() {
             *restarted_after.lock().expect("restart") = Some(started.elapsed());
             server.cluster.restart(DOWN);
         });
-        for worker in workers {
-            worker.join().expect("a worker");
-        }
+        let contention = Contention {
+            dir: db.dir.path(),
+            name: "run",
+            workers: WORKERS,
+            rounds: ROUNDS,
+            bound: Duration::from_secs(90),
+        };
+        let runs =
+            contention.run(|_, _| run_section(db, &["--wait", "60s", "--ttl", "10s"], "0.02"));
         all_done.store(true, Ordering::SeqCst);
+        runs
     });
     let restarted_after = restarted_after.into_inner().expect("restart");
     eprintln!(
@@ -381,8 +344,7 @@ fn restart_among_8_by_20_waiting_runs_loses_none_and_overlaps_none() {
     if restarted_after.is_none() {
         verdict.problem("the runs ended before a third of them got in: no restart".to_owned());
     }
-    let runs = outcomes.into_inner().expect("outcomes");
-    verdict.all_exited("runs (--wait 60s), their server restarted", &runs, &[0]);
+    verdict.all_exited("runs (--wait 60s), their server restarted", &runs);
     verdict.finish(db, WORKERS * ROUNDS);
 }
 
@@ -398,25 +360,9 @@ fn terminating_every_distlock_session_loses_no_holder_and_no_waiter() {
     let db = &server.db;
     const WORKERS: usize = 3;
     const ROUNDS: usize = 3;
-    let outcomes = Mutex::new(Vec::new());
     let done = AtomicBool::new(false);
     let terminated = AtomicUsize::new(0);
-    thread::scope(|scope| {
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|w| {
-                let outcomes = &outcomes;
-                scope.spawn(move || {
-                    for round in 0..ROUNDS {
-                        let name = format!("w{w}-{round}");
-                        // Inside for longer than a renewal interval (2 s), so the holder renews
-                        // and has a heartbeat connection to lose.
-                        let run = spawn_run(db, &["--wait", "40s", "--ttl", "6s"], "2.2", &name);
-                        let out = run.finish(Duration::from_secs(60));
-                        outcomes.lock().expect("outcomes").push((name, out));
-                    }
-                })
-            })
-            .collect();
+    let runs = thread::scope(|scope| {
         scope.spawn(|| {
             let mut admin = server.cluster.admin();
             while !done.load(Ordering::SeqCst) {
@@ -438,10 +384,18 @@ fn terminating_every_distlock_session_loses_no_holder_and_no_waiter() {
                 terminated.fetch_add(usize::try_from(ended).expect("a count"), Ordering::SeqCst);
             }
         });
-        for worker in workers {
-            worker.join().expect("a worker");
-        }
+        let contention = Contention {
+            dir: db.dir.path(),
+            name: "run",
+            workers: WORKERS,
+            rounds: ROUNDS,
+            bound: Duration::from_secs(60),
+        };
+        // Inside for longer than a renewal interval (2 s), so the holder renews and has a
+        // heartbeat connection to lose.
+        let runs = contention.run(|_, _| run_section(db, &["--wait", "40s", "--ttl", "6s"], "2.2"));
         done.store(true, Ordering::SeqCst);
+        runs
     });
     let terminated = terminated.into_inner();
     eprintln!("{terminated} distlock sessions terminated");
@@ -451,8 +405,7 @@ fn terminating_every_distlock_session_loses_no_holder_and_no_waiter() {
             "only {terminated} sessions were terminated: the fault hardly happened"
         ));
     }
-    let runs = outcomes.into_inner().expect("outcomes");
-    verdict.all_exited("runs (--wait 40s), their sessions terminated", &runs, &[0]);
+    verdict.all_exited("runs (--wait 40s), their sessions terminated", &runs);
     verdict.finish(db, WORKERS * ROUNDS);
 }
 
@@ -748,8 +701,9 @@ fn clients_partitioned_mid_operation_never_cost_the_holder_its_lease() {
 
 /// The chunks (first byte, size) a try-once `acquire` on a free resource sends through a
 /// proxy on one connection, once the schema exists: the startup message, its batches of
-/// queries, goodbye. Their offsets in the client's stream are where cuts can land.
-fn acquire_chunks(server: &Server, proxy: &Proxy) -> Vec<(u8, usize)> {
+/// queries, goodbye. Their offsets in the client's stream are where cuts can land. With them,
+/// the index of the last batch of queries: the one with COMMIT.
+fn acquire_chunks(server: &Server, proxy: &Proxy) -> (Vec<(u8, usize)>, usize) {
     let db = &server.db;
     db.json(&["acquire", R, "--owner", "seed", "--ttl", "30"], 0);
     db.json(&["release", R, "--owner", "seed"], 0);
@@ -766,11 +720,11 @@ fn acquire_chunks(server: &Server, proxy: &Proxy) -> Vec<(u8, usize)> {
         "one connection through the proxy: {chunks:?}"
     );
     let chunks = chunks.into_iter().next().expect("a connection");
-    assert!(
-        chunks.iter().any(|&(first, _)| first == b'Q'),
-        "the acquire sent queries: {chunks:?}"
-    );
-    chunks
+    let commit = chunks
+        .iter()
+        .rposition(|&(first, _)| first == b'Q')
+        .unwrap_or_else(|| panic!("the acquire sent no queries: {chunks:?}"));
+    (chunks, commit)
 }
 
 /// Offsets into the client's stream of each chunk's start, with the chunk.
@@ -840,11 +794,7 @@ fn a_connection_cut_before_the_commit_is_retried_by_a_try_once_acquire() {
         return;
     };
     let proxy = Proxy::start(server.cluster.addr());
-    let chunks = acquire_chunks(&server, &proxy);
-    let commit = chunks
-        .iter()
-        .rposition(|&(first, _)| first == b'Q')
-        .expect("a query");
+    let (chunks, commit) = acquire_chunks(&server, &proxy);
     // Cuts where nothing can have committed yet: at the start and in the middle of every
     // chunk before the last batch of queries (the one with COMMIT).
     let mut verdict = Verdict::default();
@@ -876,11 +826,7 @@ fn a_connection_cut_at_the_commit_is_a_retry_or_a_one_line_74_and_never_two_hold
         return;
     };
     let proxy = Proxy::start(server.cluster.addr());
-    let chunks = acquire_chunks(&server, &proxy);
-    let commit = chunks
-        .iter()
-        .rposition(|&(first, _)| first == b'Q')
-        .expect("a query");
+    let (chunks, commit) = acquire_chunks(&server, &proxy);
     let (start, _, len) = offsets(&chunks)[commit];
     let mut verdict = Verdict::default();
     let mut tenures = Vec::new();

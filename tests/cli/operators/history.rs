@@ -25,7 +25,9 @@ use crate::common::output::{
     assert_store_error, fence, keys, now_millis, parse_line, parse_lines, timestamp_millis,
 };
 use crate::common::process::{BIN, describe, wait_for, wait_or_kill};
-use crate::common::store::{Db, Kind, each_store, each_store_and_server, sh_script};
+use crate::common::store::{
+    Db, Kind, each_store, each_store_and_server, every_store, every_store_and_server, sh_script,
+};
 
 /// How far past a lock's `expires_at` (by the test's clock) a test sleeps before it relies on
 /// the lock having expired.
@@ -396,12 +398,20 @@ fn log_limit_keeps_the_newest_n_oldest_first() {
 
 #[test]
 fn log_since_excludes_older_events() {
-    each_store_and_server(|db| {
+    // Each store's old events, then one wait for them all.
+    let dbs = every_store_and_server();
+    for db in &dbs {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
-        // Old events are at least 5 s old when the log is read; the new ones are younger than
-        // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
-        sleep(Duration::from_secs(5));
+    }
+    // Old events are at least 5 s older than the new ones. Each `--since` window below is as
+    // old as the new events plus 2 s (whole seconds, as the flag takes them), reckoned just
+    // before its command: it holds the new events and, unless that one command takes 3 s, none
+    // of the old.
+    sleep(Duration::from_secs(5));
+    for db in &dbs {
+        let new_at = Instant::now();
+        let window = |unit: &str| format!("{}{unit}", new_at.elapsed().as_secs() + 2);
         acquire(db, "new", "w2", "60");
         db.json(&["renew", "new", "--owner", "w2", "--ttl", "60"], 0);
         let all = log(db, &[]);
@@ -417,18 +427,21 @@ fn log_since_excludes_older_events() {
                 "new renewed w2"
             ]
         );
-        assert_eq!(log(db, &["--since", "3s"]), all[2..]);
+        assert_eq!(log(db, &["--since", &window("s")]), all[2..]);
         assert_eq!(
-            log(db, &["--since", "3"]),
+            log(db, &["--since", &window("")]),
             all[2..],
             "a bare integer is seconds"
         );
         assert_eq!(log(db, &["--since", "1h"]), all);
-        assert!(log(db, &["old", "--since", "3s"]).is_empty());
-        assert_eq!(log(db, &["new", "--since", "3s"]), all[2..]);
-        assert_eq!(log(db, &["--since", "3s", "--limit", "1"]), all[3..]);
+        assert!(log(db, &["old", "--since", &window("s")]).is_empty());
+        assert_eq!(log(db, &["new", "--since", &window("s")]), all[2..]);
+        assert_eq!(
+            log(db, &["--since", &window("s"), "--limit", "1"]),
+            all[3..]
+        );
         assert_eq!(log(db, &["--since", "1h", "--limit", "3"]), all[1..]);
-    });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -500,29 +513,36 @@ fn gc_removes_expired_rows_and_old_history_but_not_live_locks() {
 
 #[test]
 fn gc_keeps_history_younger_than_keep_history() {
-    // gc runs where the store is: on the stores only.
-    each_store(|db| {
+    // gc runs where the store is: on the stores only. Each store's old events, then one wait
+    // for them all.
+    let dbs = every_store();
+    for db in &dbs {
         acquire(db, "old", "w1", "60");
         release(db, "old", "w1");
         acquire(db, "held", "w1", "60");
-        // Old events are at least 5 s old when the log is read; the new ones are younger than
-        // `--since 3s` as long as the commands below take less than 3 s on a loaded machine.
-        sleep(Duration::from_secs(5));
+    }
+    // Old events are at least 5 s older than the new ones. The history kept is as old as the
+    // new events plus 2 s (whole seconds), reckoned just before `gc`: it holds the new events
+    // and, unless `gc` takes 3 s, none of the old.
+    sleep(Duration::from_secs(5));
+    for db in &dbs {
+        let new_at = Instant::now();
         let renewed = db.json(&["renew", "held", "--owner", "w1", "--ttl", "60"], 0);
         acquire(db, "new", "w2", "60");
         let all = log(db, &[]);
         assert_eq!(all.len(), 5, "{:?}", brief(&all));
-        let report = db.json(&["gc", "--keep-history", "2s"], 0);
+        let keep = format!("{}s", new_at.elapsed().as_secs() + 2);
+        let report = db.json(&["gc", "--keep-history", &keep], 0);
         assert_eq!(report, json!({"expired_locks": 0, "history_events": 3}));
         assert_eq!(
             log(db, &[]),
             all[3..],
-            "the events of the last 2 s are kept"
+            "the events of the last {keep} are kept"
         );
         // Pruning history does not touch the locks it describes.
         assert_eq!(db.json(&["status", "held"], 0)["lock"], renewed["lock"]);
         assert_eq!(listed(&db.json(&["list"], 0)), ["held", "new"]);
-    });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -747,11 +767,11 @@ struct Terminal {
 impl Terminal {
     fn spawn(db: &Db, shell_command: &str) -> Terminal {
         let mut cmd = if Command::new("script").arg("--version").output().is_ok() {
-            let mut cmd = Command::new("script");
+            let mut cmd = db.env_cmd("script");
             cmd.args(["-qec", shell_command, "/dev/null"]);
             cmd
         } else if Command::new("python3").arg("--version").output().is_ok() {
-            let mut cmd = Command::new("python3");
+            let mut cmd = db.env_cmd("python3");
             cmd.args([
                 "-c",
                 "import os, pty, sys; sys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))",
@@ -764,8 +784,6 @@ impl Terminal {
             panic!("the terminal tests need script(1) (util-linux) or python3");
         };
         let mut child = cmd
-            .env("DISTLOCK_DB", &db.url)
-            .env_remove("DISTLOCK_OWNER")
             .env("TERM", "xterm")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -877,32 +895,39 @@ fn check_waiting_line(shown: &str, after: &str, ttl_secs: u64) -> usize {
     done
 }
 
-#[test]
-fn acquire_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
-    let db = Db::sqlite();
-    let held = acquire(&db, "R", "w1", "30");
-    let start = Instant::now();
-    let mut term = Terminal::spawn(
-        &db,
-        &command_line(&[
-            "acquire", "R", "--owner", "w2", "--ttl", "5", "--wait", "10s",
-        ]),
-    );
+/// The waiter on `term` (started at `start`, waiting for R, which w1 holds): its waiting line
+/// appears, it still waits about 1.5 s after it started, then w1 releases R and it exits 0.
+/// Returns what the terminal showed.
+fn served_after_waiting(db: &Db, mut term: Terminal, start: Instant) -> String {
     let seen = term.wait_for("waiting for R", Duration::from_secs(10));
-    // w1 holds R until about 1.5 s after the waiter started.
     sleep(Duration::from_millis(1_500).saturating_sub(start.elapsed()));
     assert!(
         term.running(),
         "the waiter waits while R is held: {:?}",
         term.shown()
     );
-    release(&db, "R", "w1");
+    release(db, "R", "w1");
     let (code, shown) = term.finish(Duration::from_secs(20));
     assert!(
         seen,
         "the waiting line appeared while R was held: {shown:?}"
     );
     assert_eq!(code, Some(0), "{shown:?}");
+    shown
+}
+
+#[test]
+fn acquire_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
+    let db = Db::sqlite();
+    let held = acquire(&db, "R", "w1", "30");
+    let start = Instant::now();
+    let term = Terminal::spawn(
+        &db,
+        &command_line(&[
+            "acquire", "R", "--owner", "w2", "--ttl", "5", "--wait", "10s",
+        ]),
+    );
+    let shown = served_after_waiting(&db, term, start);
     let done = check_waiting_line(&shown, r#"{"acquired":true"#, 30);
     let result: Value = serde_json::from_str(line_at(&shown, done)).expect("the JSON result");
     assert_eq!(result["lock"]["owner"], json!("w2"), "{result}");
@@ -932,7 +957,7 @@ fn run_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
     let db = Db::sqlite();
     acquire(&db, "R", "w1", "30");
     let start = Instant::now();
-    let mut term = Terminal::spawn(
+    let term = Terminal::spawn(
         &db,
         &command_line(&sh_script(
             &[
@@ -950,20 +975,7 @@ fn run_wait_draws_and_clears_the_waiting_line_on_a_terminal() {
             &[],
         )),
     );
-    let seen = term.wait_for("waiting for R", Duration::from_secs(10));
-    sleep(Duration::from_millis(1_500).saturating_sub(start.elapsed()));
-    assert!(
-        term.running(),
-        "run waits while R is held: {:?}",
-        term.shown()
-    );
-    release(&db, "R", "w1");
-    let (code, shown) = term.finish(Duration::from_secs(20));
-    assert!(
-        seen,
-        "the waiting line appeared while R was held: {shown:?}"
-    );
-    assert_eq!(code, Some(0), "{shown:?}");
+    let shown = served_after_waiting(&db, term, start);
     check_waiting_line(&shown, "child-ran-with-fence-", 30);
     db.json(&["status", "R"], 1);
     assert_eq!(

@@ -24,15 +24,15 @@
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::common::contention::{Contended, Contention};
 use crate::common::output::{assert_usage_error, keys, now_millis, parse_line, timestamp_millis};
 use crate::common::pids::is_gone;
-use crate::common::process::{Proc, describe, wait_or_kill, wait_until};
+use crate::common::process::{Proc, describe, wait_until};
 use crate::common::store::{Db, each_store_and_server, output_exiting};
 use crate::common::tenure::{Mode, Tenure, busy, held, mismatch};
 
@@ -1139,38 +1139,23 @@ printf '%s\n' "$DISTLOCK_FENCE" >> "$d/fences"
 sleep 0.2
 step -1"#;
 
-/// Runs `workers` threads, each running `cycles` commands one after the other; `spawn` starts
-/// one (worker, cycle). Every command must exit 0 within [`LONG`].
-fn workers(
+/// `workers` processes at once, each worker running `cycles` commands one after the other
+/// ([`Contention`]); `start` makes one (worker, cycle). Every command has [`LONG`] to exit.
+fn contend(
     db: &Db,
+    name: &str,
     workers: usize,
     cycles: usize,
-    spawn: &(dyn Fn(usize, usize) -> Command + Sync),
-) -> Vec<String> {
-    let failures = Mutex::new(Vec::new());
-    thread::scope(|scope| {
-        for worker in 0..workers {
-            let failures = &failures;
-            scope.spawn(move || {
-                for cycle in 0..cycles {
-                    let stderr = db.file(&format!("worker-{worker}-{cycle}.stderr"));
-                    let mut child = spawn(worker, cycle)
-                        .stdout(Stdio::null())
-                        .stderr(fs::File::create(&stderr).expect("stderr file"))
-                        .spawn()
-                        .expect("spawn distlock run");
-                    let status = wait_or_kill(&mut child, LONG);
-                    if status.and_then(|s| s.code()) != Some(0) {
-                        failures.lock().unwrap().push(format!(
-                            "worker {worker}, cycle {cycle}: {status:?}; stderr: {}",
-                            fs::read_to_string(&stderr).unwrap_or_default()
-                        ));
-                    }
-                }
-            });
-        }
-    });
-    failures.into_inner().unwrap()
+    start: impl Fn(usize, usize) -> Command + Sync,
+) -> Contended {
+    let contention = Contention {
+        dir: db.dir.path(),
+        name,
+        workers,
+        rounds: cycles,
+        bound: LONG,
+    };
+    contention.run(start)
 }
 
 /// Creates the store before the processes start, so that what they race for is the lock:
@@ -1194,7 +1179,7 @@ fn semaphore_of_3_runs_never_more_than_3_at_once_and_they_overlap() {
         make_store(db);
         fs::write(db.file("count"), "0\n").expect("counter");
         let started = Instant::now();
-        let failures = workers(db, 8, 3, &|_, _| {
+        let contended = contend(db, "sem", 8, 3, |_, _| {
             let flags = run_flags("sem", Mode::Limit(3), &["--wait", "60s", "--ttl", "30s"]);
             guarded(db, &flags, COUNTED, &[dir.to_str().expect("utf-8 path")])
         });
@@ -1203,12 +1188,7 @@ fn semaphore_of_3_runs_never_more_than_3_at_once_and_they_overlap() {
             db.kind,
             started.elapsed()
         );
-        assert!(
-            failures.is_empty(),
-            "{:?}: every run exits 0:\n{}",
-            db.kind,
-            failures.join("\n")
-        );
+        contended.assert_all_exited_0(&format!("{:?} runs of the semaphore", db.kind));
         let levels = numbers(&db.file("levels"));
         assert_eq!(levels.len(), 2 * 24, "two steps per run");
         let most = levels.iter().copied().max().expect("levels");
@@ -1259,9 +1239,9 @@ fn shared_readers_overlap_and_an_exclusive_writer_overlaps_nobody() {
         fs::write(db.file("state"), "0 0\n").expect("state");
         let trace = db.file("trace");
         let flags = |mode| run_flags("rw", mode, &["--wait", "60s", "--ttl", "30s"]);
-        let failures = thread::scope(|scope| {
+        let (readers, writer) = thread::scope(|scope| {
             let readers = scope.spawn(|| {
-                workers(db, 6, 3, &|_, _| {
+                contend(db, "reader", 6, 3, |_, _| {
                     guarded(db, &flags(Mode::Shared), READ_WRITE, &[&dir, "reader"])
                 })
             });
@@ -1271,20 +1251,17 @@ fn shared_readers_overlap_and_an_exclusive_writer_overlaps_nobody() {
                     || fs::read_to_string(&trace).is_ok_and(|t| t.contains("reader 1"))
             });
             let writer = scope.spawn(|| {
-                workers(db, 1, 2, &|_, _| {
+                contend(db, "writer", 1, 2, |_, _| {
                     guarded(db, &flags(Mode::Exclusive), READ_WRITE, &[&dir, "writer"])
                 })
             });
-            let mut failures = readers.join().expect("readers");
-            failures.extend(writer.join().expect("writer"));
-            failures
+            (
+                readers.join().expect("readers"),
+                writer.join().expect("writer"),
+            )
         });
-        assert!(
-            failures.is_empty(),
-            "{:?}: every run exits 0:\n{}",
-            db.kind,
-            failures.join("\n")
-        );
+        readers.assert_all_exited_0(&format!("{:?} readers", db.kind));
+        writer.assert_all_exited_0(&format!("{:?} writer's runs", db.kind));
         let trace = fs::read_to_string(&trace).expect("trace");
         let mut most_readers = 0;
         let (mut readers_in, mut writers_in) = (0, 0);

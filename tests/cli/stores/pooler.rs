@@ -18,7 +18,7 @@
 //! test's own reads (the queue, `status`, `log`) go to the server directly, so as not to change
 //! which server connection the waiters get.
 //!
-//! Without pgbouncer the tests say so on stderr and check nothing;
+//! Without pgbouncer the tests are skipped by the gate (`common::require`, tool `PGBOUNCER`);
 //! `DISTLOCK_TEST_REQUIRE_PGBOUNCER` (set in CI) makes that a failure. Without a PostgreSQL
 //! server they are skipped like every PostgreSQL test (`Db::postgres`).
 
@@ -30,12 +30,11 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-use super::common::output::timestamp_millis;
-use super::common::pg_url::PgUrl;
-use super::common::process::{Finished, Proc, describe, wait_for, wait_until};
-use super::common::store::{Db, assert_free, distlock_at};
-
-const REQUIRE: &str = "DISTLOCK_TEST_REQUIRE_PGBOUNCER";
+use crate::common::output::timestamp_millis;
+use crate::common::pg_url::PgUrl;
+use crate::common::process::{Finished, Proc, describe, wait_for, wait_until};
+use crate::common::require::{require, runs};
+use crate::common::store::{Db, assert_free, distlock_at};
 
 /// What a waiter says, once, when its connection does not keep its `LISTEN`.
 const NOTE: &str = "distlock: the PostgreSQL connection does not keep its LISTEN between \
@@ -73,25 +72,14 @@ impl PoolMode {
     }
 }
 
-/// The pgbouncer program, if it can run here. Without it: fails the test when the suite
-/// requires it ([`REQUIRE`]), else says on stderr that nothing is checked.
+/// The pgbouncer program, if it can run here; else `None`, skipped by the gate.
 fn pgbouncer_program() -> Option<&'static str> {
     // Debian installs it in /usr/sbin, which an unprivileged user's PATH may leave out.
-    for program in ["pgbouncer", "/usr/sbin/pgbouncer"] {
-        let runs = Command::new(program)
-            .arg("--version")
-            .output()
-            .is_ok_and(|out| out.status.success());
-        if runs {
-            return Some(program);
-        }
-    }
-    assert!(
-        std::env::var_os(REQUIRE).is_none(),
-        "{REQUIRE} is set but pgbouncer cannot run (apt-get install pgbouncer)"
-    );
-    eprintln!("note: distlock behind PgBouncer not tested: pgbouncer is not installed");
-    None
+    let found = ["pgbouncer", "/usr/sbin/pgbouncer"]
+        .into_iter()
+        .find(|program| runs(program, &["--version"]).is_ok())
+        .ok_or_else(|| "pgbouncer cannot run (apt-get install pgbouncer)".to_owned());
+    require("PGBOUNCER", "distlock behind PgBouncer", found)
 }
 
 /// A private pgbouncer on a free port of 127.0.0.1, in front of the server of a test's
@@ -200,13 +188,6 @@ impl Pgbouncer {
     }
 }
 
-/// `distlock --db URL ARGS…`, with nothing inherited from the test's environment.
-fn distlock(url: &str, args: &[&str]) -> Command {
-    let mut cmd = distlock_at(url);
-    cmd.args(args);
-    cmd
-}
-
 /// Whether `owner` has a place in R's queue. (Read from the table: a `status` process per look
 /// would take longer than a waiter takes to start.)
 fn queued(server: &mut postgres::Client, owner: &str) -> bool {
@@ -225,31 +206,18 @@ fn queued(server: &mut postgres::Client, owner: &str) -> bool {
 /// is free at the end. Returns how each waiter ended, and each hand-over's time by the
 /// server's clock, from a release to the next waiter's acquire (the log's `at`).
 fn hand_overs(db: &Db, bouncer: &Pgbouncer, n: usize) -> (Vec<Finished>, Vec<Duration>) {
-    let took = distlock(
-        &bouncer.url,
-        &["acquire", "R", "--owner", "holder", "--ttl", "60"],
-    )
-    .output()
-    .expect("distlock");
+    let took = distlock_at(&bouncer.url)
+        .args(["acquire", "R", "--owner", "holder", "--ttl", "60"])
+        .output()
+        .expect("distlock");
     assert_eq!(took.status.code(), Some(0), "holder: {}", describe(&took));
     let mut server = db.pg_client();
     let waiters: Vec<Proc> = (1..=n)
         .map(|i| {
             let owner = format!("w{i}");
-            let mut cmd = distlock(
-                &bouncer.url,
-                &[
-                    "run",
-                    "--resource",
-                    "R",
-                    "--owner",
-                    &owner,
-                    "--wait",
-                    "20s",
-                    "--",
-                    "true",
-                ],
-            );
+            let mut cmd = distlock_at(&bouncer.url);
+            cmd.args(["run", "--resource", "R", "--owner", &owner])
+                .args(["--wait", "20s", "--", "true"]);
             let waiter = Proc::spawn(&mut cmd, db.dir.path(), &owner);
             wait_until(LONG, &format!("{owner} queues for R"), || {
                 sleep(Duration::from_millis(5));
@@ -260,7 +228,8 @@ fn hand_overs(db: &Db, bouncer: &Pgbouncer, n: usize) -> (Vec<Finished>, Vec<Dur
         .collect();
     // Long enough for every waiter to reach its slowest pace, a look every 250 ms.
     sleep(Duration::from_millis(600));
-    let released = distlock(&bouncer.url, &["release", "R", "--owner", "holder"])
+    let released = distlock_at(&bouncer.url)
+        .args(["release", "R", "--owner", "holder"])
         .output()
         .expect("distlock");
     assert_eq!(
