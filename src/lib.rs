@@ -13,6 +13,7 @@ pub mod exit;
 mod guard;
 pub mod lock;
 pub mod output;
+pub mod protocol;
 mod serve;
 pub mod store;
 mod wait;

@@ -16,7 +16,7 @@ mod text;
 mod time;
 
 pub use mode::{Family, MAX_LIMIT, Mode};
-pub use set::{Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew};
+pub use set::{Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew, Shape};
 pub use text::{MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource, TokenName};
 pub use time::{MAX_DURATION, MAX_TTL_SECS, Timestamp, Ttl, parse_duration, parse_span};
 

@@ -35,7 +35,6 @@ mod access;
 mod api;
 mod exposure;
 mod health;
-mod input;
 mod metrics;
 mod operations;
 mod problem;
@@ -45,7 +44,6 @@ mod tls;
 pub mod tokens;
 mod waits;
 
-pub use api::{API as API_HEADER, GRANT as GRANT_HEADER, WAITED as WAITED_HEADER};
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
@@ -65,6 +63,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::output::warn;
+use crate::protocol::{LONGEST_POLL, MAX_HEAD};
 use crate::store::{self, Location, LockStore};
 
 use exposure::exposure;
@@ -85,10 +84,10 @@ const WRITE_TIMEOUT: Duration = HEADER_TIMEOUT;
 /// before there are headers to read.
 const HANDSHAKE_TIMEOUT: Duration = HEADER_TIMEOUT;
 
-/// The most bytes the HTTP layer reads of a request line and headers; past [`api::MAX_HEAD`]
+/// The most bytes the HTTP layer reads of a request line and headers; past [`MAX_HEAD`]
 /// of them distlock answers 414 or 431 itself, with a problem document, and past this the HTTP
 /// layer does (with an empty body).
-const HEAD_BUFFER: usize = 4 * api::MAX_HEAD;
+const HEAD_BUFFER: usize = 4 * MAX_HEAD;
 
 /// The most headers the HTTP layer reads: as many as [`HEAD_BUFFER`] can hold, the shortest
 /// header line being 4 bytes (`a:` and CRLF), so that a head is only ever refused by the HTTP
@@ -506,11 +505,7 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
     state.stopping.store(true, Ordering::SeqCst);
     let _ = stop.send(());
     // Waiting requests notice within a pause (250 ms) and answer; the others finish.
-    let _ = tokio::time::timeout(
-        api::LONGEST_POLL + Duration::from_secs(5),
-        graceful.shutdown(),
-    )
-    .await;
+    let _ = tokio::time::timeout(LONGEST_POLL + Duration::from_secs(5), graceful.shutdown()).await;
     Ok(())
 }
 

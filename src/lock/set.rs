@@ -30,9 +30,40 @@ impl Members {
         }
     }
 
+    /// The set of one `resource`: a single resource, as every layer below the commands and
+    /// the server's routes sees it.
+    pub fn one(resource: Resource) -> Members {
+        Members(vec![resource])
+    }
+
     /// The members, by resource.
     pub fn as_slice(&self) -> &[Resource] {
         &self.0
+    }
+
+    /// The first member, by resource (a set has at least one).
+    pub fn first(&self) -> &Resource {
+        &self.0[0]
+    }
+
+    /// How the set is written when nothing else says: a set of one as its resource, with a
+    /// single resource's shapes (`acquire r`, `acquire r r`), a larger one as a set.
+    pub fn shape(&self) -> Shape {
+        if self.0.len() == 1 {
+            Shape::One
+        } else {
+            Shape::Set
+        }
+    }
+
+    /// The members `keep` keeps, by their place in the set (`None` when it keeps none): still
+    /// sorted and distinct, so nothing is checked again.
+    pub fn only(&self, keep: impl Fn(usize) -> bool) -> Option<Members> {
+        let kept: Vec<Resource> = (self.0.iter().enumerate())
+            .filter(|(at, _)| keep(*at))
+            .map(|(_, resource)| resource.clone())
+            .collect();
+        (!kept.is_empty()).then_some(Members(kept))
     }
 
     /// The one member of a set of one: a single resource, with its own shapes.
@@ -48,6 +79,17 @@ impl Members {
         let names: Vec<&str> = self.0.iter().map(Resource::as_str).collect();
         names.join(", ")
     }
+}
+
+/// How a request and its answer are written: as one resource's (`acquire r`, `/locks/{r}`:
+/// `{"acquired":true,"lock":{…}}`) or as a lock set's (`acquire a b`, `/sets`:
+/// `{"acquired":true,"locks":[…]}`). Only the edges choose it — the commands as they print, the
+/// server by its route, a server's client by the route it sends to; below them a single resource
+/// is a set of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    One,
+    Set,
 }
 
 /// What an `acquire` of a set finds.

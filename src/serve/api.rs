@@ -11,152 +11,35 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{
     ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE,
 };
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 
 use super::State;
 use super::access::{self, Caller};
-use super::input::{self, Bad};
 use super::operations;
 use super::problem::Problem;
 use crate::answer::{Answer, StatusAnswer};
 use crate::exit::Exit;
-use crate::lock::Resource;
+use crate::protocol::{
+    API_HEADER, Bad, GRANT_HEADER, MAX_BODY, MAX_HEAD, Route, Target, Unrouted, WAITED_HEADER,
+    grant_header,
+};
 use crate::store::Locks;
-
-/// The header of every answer of a distlock server, so that its clients can tell it from
-/// another HTTP server at a mistyped address (whose bare 404 must not read as "not held").
-pub const API: &str = "distlock-api";
-
-/// The header of a grant that says whether it is a new tenure or the owner's own, extended:
-/// `new` or `extended`, and for a lock set one of them per member, in the members' order,
-/// separated by commas (`new,extended,new`).
-pub const GRANT: &str = "distlock-grant";
-
-/// The header of a grant that says how long, in whole milliseconds rounded down, the request
-/// waited on the server before the transaction that granted it began: a client's lease
-/// began no earlier than its sending of the request plus this.
-pub const WAITED: &str = "distlock-waited-ms";
 
 /// How long a client may take to send a request's body, once its headers are in: a body that
 /// stalls is answered 408 and its connection closed, so that it holds no connection's place.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The largest request body.
-pub const MAX_BODY: usize = 64 * 1024;
-
-/// The most bytes of a request line, and of a request line and its headers.
-pub const MAX_HEAD: usize = 16 * 1024;
-
-/// The longest one request waits in a queue; a longer `wait_seconds` is waited out over
-/// several requests, each from the place the one before kept.
-pub const LONGEST_POLL: Duration = Duration::from_secs(30);
-
-/// What a request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Route {
-    Acquire(Resource),
-    Status(Resource),
-    Release(Resource),
-    Renew(Resource),
-    Break(Resource),
-    /// A waiter gives up its place in the queue.
-    Leave(Resource),
-    /// A lock set's `acquire`, `renew`, `release` and leave: the members are in the body.
-    AcquireSet,
-    RenewSet,
-    ReleaseSet,
-    LeaveSet,
-    List,
-    Log,
-    Health,
-    Metrics,
-}
-
-impl Route {
-    /// The route's name in metrics and logs, without the resource.
-    fn name(&self) -> &'static str {
-        match self {
-            Route::Acquire(_) => "POST /locks/{r}",
-            Route::Status(_) => "GET /locks/{r}",
-            Route::Release(_) => "DELETE /locks/{r}",
-            Route::Renew(_) => "POST /locks/{r}/renew",
-            Route::Break(_) => "POST /locks/{r}/break",
-            Route::Leave(_) => "POST /locks/{r}/leave",
-            Route::AcquireSet => "POST /sets",
-            Route::RenewSet => "POST /sets/renew",
-            Route::ReleaseSet => "POST /sets/release",
-            Route::LeaveSet => "POST /sets/leave",
-            Route::List => "GET /locks",
-            Route::Log => "GET /log",
-            Route::Health => "GET /health",
-            Route::Metrics => "GET /metrics",
+/// The problem of a method on a path that is no route.
+fn unrouted(unrouted: Unrouted) -> Problem {
+    match unrouted {
+        Unrouted::Bad(bad) => problem(&bad),
+        Unrouted::NoSuchRoute(detail) => {
+            Problem::new(StatusCode::NOT_FOUND, "no-such-route", detail)
         }
-    }
-
-    /// Whether the request carries a JSON body.
-    fn takes_body(&self) -> bool {
-        matches!(
-            self,
-            Route::Acquire(_)
-                | Route::Release(_)
-                | Route::Renew(_)
-                | Route::Break(_)
-                | Route::Leave(_)
-                | Route::AcquireSet
-                | Route::RenewSet
-                | Route::ReleaseSet
-                | Route::LeaveSet
-        )
-    }
-}
-
-/// The route of `method` on `path`. `HEAD` is routed as `GET` (RFC 9110: the same answer,
-/// whose body the HTTP layer leaves out); a path that exists but does not take the method is
-/// 405 with `Allow` listing the methods it takes.
-fn route(method: &Method, path: &str) -> Result<Route, Problem> {
-    input::path(path).map_err(|bad| problem(&bad))?;
-    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
-    let allowed = match segments.as_slice() {
-        ["locks" | "log" | "health" | "metrics"] => "GET, HEAD",
-        ["locks", _] => "GET, HEAD, POST, DELETE",
-        ["locks", _, "renew" | "break" | "leave"]
-        | ["sets"]
-        | ["sets", "renew" | "release" | "leave"] => "POST",
-        _ => {
-            return Err(Problem::new(
-                StatusCode::NOT_FOUND,
-                "no-such-route",
-                format!("no route {path}"),
-            ));
+        Unrouted::MethodNotAllowed { detail, allow } => {
+            Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", detail)
+                .allowing(allow)
         }
-    };
-    let asked = if method == Method::HEAD {
-        &Method::GET
-    } else {
-        method
-    };
-    let resource = |segment: &str| input::resource(segment).map_err(|bad| problem(&bad));
-    match (asked, segments.as_slice()) {
-        (&Method::GET, ["locks"]) => Ok(Route::List),
-        (&Method::POST, ["locks", r]) => Ok(Route::Acquire(resource(r)?)),
-        (&Method::GET, ["locks", r]) => Ok(Route::Status(resource(r)?)),
-        (&Method::DELETE, ["locks", r]) => Ok(Route::Release(resource(r)?)),
-        (&Method::POST, ["locks", r, "renew"]) => Ok(Route::Renew(resource(r)?)),
-        (&Method::POST, ["locks", r, "break"]) => Ok(Route::Break(resource(r)?)),
-        (&Method::POST, ["locks", r, "leave"]) => Ok(Route::Leave(resource(r)?)),
-        (&Method::POST, ["sets"]) => Ok(Route::AcquireSet),
-        (&Method::POST, ["sets", "renew"]) => Ok(Route::RenewSet),
-        (&Method::POST, ["sets", "release"]) => Ok(Route::ReleaseSet),
-        (&Method::POST, ["sets", "leave"]) => Ok(Route::LeaveSet),
-        (&Method::GET, ["log"]) => Ok(Route::Log),
-        (&Method::GET, ["health"]) => Ok(Route::Health),
-        (&Method::GET, ["metrics"]) => Ok(Route::Metrics),
-        _ => Err(Problem::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            format!("{path} does not take {method}; it takes {allowed}"),
-        )
-        .allowing(allowed)),
     }
 }
 
@@ -183,7 +66,7 @@ pub struct Reply {
     status: StatusCode,
     body: Vec<u8>,
     kind: &'static str,
-    /// A grant's `Distlock-Grant` ([`GRANT`]) and its `Distlock-Waited-Ms`, for a distlock
+    /// A grant's `Distlock-Grant` ([`GRANT_HEADER`]) and its `Distlock-Waited-Ms`, for a distlock
     /// client (`--db http://…`): the body is the command's own, which does not say.
     grant: Option<(String, Duration)>,
     /// A 405's `Allow`: the methods the path takes.
@@ -215,15 +98,8 @@ impl Reply {
     /// in the members' order), and how long the request `waited` before the transaction that
     /// granted it began.
     pub(super) fn granted(self, tenures: &[crate::lock::Grant], waited: Duration) -> Reply {
-        let how: Vec<&str> = tenures
-            .iter()
-            .map(|tenure| match tenure {
-                crate::lock::Grant::New => "new",
-                crate::lock::Grant::Extended => "extended",
-            })
-            .collect();
         Reply {
-            grant: Some((how.join(","), waited)),
+            grant: Some((grant_header(tenures), waited)),
             ..self
         }
     }
@@ -286,7 +162,7 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     } else {
         access::caller(state.tokens().as_deref(), request.headers())
     };
-    let routed = route(&method, &path);
+    let routed = Route::parse(method.as_str(), &path).map_err(unrouted);
     let query = request.uri().query().map(str::to_owned);
     let json = is_json(&request);
     // The body is read whatever the answer (within its time), so that the connection can
@@ -330,7 +206,7 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     *response.status_mut() = reply.status;
     response
         .headers_mut()
-        .insert(API, HeaderValue::from_static("1"));
+        .insert(API_HEADER, HeaderValue::from_static("1"));
     if reply.status != StatusCode::NO_CONTENT {
         response
             .headers_mut()
@@ -344,10 +220,10 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     if let Some((how, waited)) = reply.grant {
         let headers = response.headers_mut();
         if let Ok(how) = HeaderValue::from_str(&how) {
-            headers.insert(GRANT, how);
+            headers.insert(GRANT_HEADER, how);
         }
         let millis = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-        headers.insert(WAITED, HeaderValue::from(millis));
+        headers.insert(WAITED_HEADER, HeaderValue::from(millis));
     }
     if let Some(allow) = reply.allow {
         response
@@ -367,14 +243,17 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
 /// token may see (see [`operations`]).
 fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
     match route {
-        Route::Acquire(resource)
-        | Route::Release(resource)
-        | Route::Renew(resource)
-        | Route::Leave(resource) => caller.check(resource),
+        Route::Acquire(Target::One(resource))
+        | Route::Release(Target::One(resource))
+        | Route::Renew(Target::One(resource))
+        | Route::Leave(Target::One(resource)) => caller.check(resource),
         Route::Status(resource) => caller.check_see(resource),
         Route::Break(_) => caller.check_operator(),
         // A set's members are in its body: checked once it is read (see [`operations`]).
-        Route::AcquireSet | Route::RenewSet | Route::ReleaseSet | Route::LeaveSet => Ok(()),
+        Route::Acquire(Target::Set)
+        | Route::Renew(Target::Set)
+        | Route::Release(Target::Set)
+        | Route::Leave(Target::Set) => Ok(()),
         Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
     }
 }
@@ -546,20 +425,20 @@ fn checked_body(route: &Route, body: Vec<u8>, json: bool) -> Result<Vec<u8>, Pro
 fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Reply {
     let state = call.state;
     let result = match route {
-        Route::Acquire(resource) => operations::acquire(call, &resource, gone),
+        Route::Acquire(Target::One(resource)) => operations::acquire(call, &resource, gone),
         Route::Status(resource) => state.stores.with(|store| {
             let status = store.status(&resource)?;
             let answer = StatusAnswer::new(&resource, &status);
             Ok(Ok(answered(&answer, || format!("{resource} is not held"))))
         }),
-        Route::Release(resource) => operations::release(call, &resource),
-        Route::Renew(resource) => operations::renew(call, &resource),
+        Route::Release(Target::One(resource)) => operations::release(call, &resource),
+        Route::Renew(Target::One(resource)) => operations::renew(call, &resource),
         Route::Break(resource) => operations::evict(call, &resource),
-        Route::Leave(resource) => operations::leave(call, &resource),
-        Route::AcquireSet => operations::acquire_set(call, gone),
-        Route::RenewSet => operations::renew_set(call),
-        Route::ReleaseSet => operations::release_set(call),
-        Route::LeaveSet => operations::leave_set(call),
+        Route::Leave(Target::One(resource)) => operations::leave(call, &resource),
+        Route::Acquire(Target::Set) => operations::acquire_set(call, gone),
+        Route::Renew(Target::Set) => operations::renew_set(call),
+        Route::Release(Target::Set) => operations::release_set(call),
+        Route::Leave(Target::Set) => operations::leave_set(call),
         Route::List => operations::list(call),
         Route::Log => operations::log(call),
         // Answered without a blocking thread of their own (see [`answer`]).
@@ -579,96 +458,5 @@ fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Re
             format!("{err:#}"),
         )
         .into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_route_of_the_api_and_the_wrong_methods_and_paths() {
-        let r = |name: &str| Resource::parse(name).unwrap();
-        let cases: Vec<(Method, &str, Result<Route, u16>)> = vec![
-            (Method::POST, "/locks/a", Ok(Route::Acquire(r("a")))),
-            (Method::GET, "/locks/a", Ok(Route::Status(r("a")))),
-            (Method::DELETE, "/locks/a", Ok(Route::Release(r("a")))),
-            (Method::POST, "/locks/a/renew", Ok(Route::Renew(r("a")))),
-            (Method::POST, "/locks/a/break", Ok(Route::Break(r("a")))),
-            (Method::POST, "/locks/a/leave", Ok(Route::Leave(r("a")))),
-            (Method::DELETE, "/locks/a/leave", Err(405)),
-            (
-                Method::POST,
-                "/locks/deploy%2Fprod",
-                Ok(Route::Acquire(r("deploy/prod"))),
-            ),
-            (Method::GET, "/locks", Ok(Route::List)),
-            (Method::GET, "/log", Ok(Route::Log)),
-            (Method::GET, "/health", Ok(Route::Health)),
-            (Method::GET, "/metrics", Ok(Route::Metrics)),
-            (Method::POST, "/sets", Ok(Route::AcquireSet)),
-            (Method::POST, "/sets/renew", Ok(Route::RenewSet)),
-            (Method::POST, "/sets/release", Ok(Route::ReleaseSet)),
-            (Method::POST, "/sets/leave", Ok(Route::LeaveSet)),
-            (Method::GET, "/sets/leave", Err(405)),
-            (Method::GET, "/sets", Err(405)),
-            (Method::DELETE, "/sets", Err(405)),
-            (Method::GET, "/sets/renew", Err(405)),
-            (Method::PUT, "/sets/release", Err(405)),
-            (Method::POST, "/sets/a", Err(404)),
-            (Method::POST, "/sets/renew/a", Err(404)),
-            (Method::PUT, "/locks/a", Err(405)),
-            (Method::GET, "/locks/a/renew", Err(405)),
-            (Method::POST, "/locks", Err(405)),
-            (Method::DELETE, "/health", Err(405)),
-            (Method::GET, "/", Err(404)),
-            (Method::GET, "/locks/a/b", Err(404)),
-            (Method::GET, "/lockss", Err(404)),
-            (Method::GET, "/locks/", Err(422)),
-            (Method::GET, "/locks/%ZZ", Err(400)),
-            (Method::GET, "/nope%ZZ", Err(400)),
-            (Method::PUT, "/locks/a%", Err(400)),
-            (Method::HEAD, "/health", Ok(Route::Health)),
-            (Method::HEAD, "/metrics", Ok(Route::Metrics)),
-            (Method::HEAD, "/locks", Ok(Route::List)),
-            (Method::HEAD, "/log", Ok(Route::Log)),
-            (Method::HEAD, "/locks/a", Ok(Route::Status(r("a")))),
-            (Method::HEAD, "/locks/a/renew", Err(405)),
-            (Method::HEAD, "/sets", Err(405)),
-        ];
-        for (method, path, expected) in cases {
-            let got = route(&method, path).map_err(|problem| problem.status.as_u16());
-            assert_eq!(got, expected, "{method} {path}");
-        }
-        // (method, path, the 405's Allow)
-        let allows = [
-            (Method::PUT, "/locks/a", "GET, HEAD, POST, DELETE"),
-            (Method::POST, "/locks", "GET, HEAD"),
-            (Method::DELETE, "/health", "GET, HEAD"),
-            (Method::POST, "/metrics", "GET, HEAD"),
-            (Method::PUT, "/log", "GET, HEAD"),
-            (Method::GET, "/locks/a/renew", "POST"),
-            (Method::HEAD, "/locks/a/break", "POST"),
-            (Method::GET, "/sets", "POST"),
-            (Method::DELETE, "/sets/renew", "POST"),
-            (Method::OPTIONS, "/sets/release", "POST"),
-        ];
-        for (method, path, allow) in allows {
-            let problem = route(&method, path).expect_err("a 405");
-            assert_eq!(
-                problem.status,
-                StatusCode::METHOD_NOT_ALLOWED,
-                "{method} {path}"
-            );
-            assert_eq!(problem.allow, Some(allow), "{method} {path}");
-        }
-        for (method, path) in [(Method::GET, "/nope"), (Method::POST, "/locks/a/b")] {
-            assert_eq!(route(&method, path).expect_err("a 404").allow, None);
-        }
-        let long = format!("/locks/{}", "a".repeat(256));
-        assert_eq!(
-            route(&Method::POST, &long).map_err(|p| p.status.as_u16()),
-            Err(422)
-        );
     }
 }

@@ -8,15 +8,16 @@ use hyper::StatusCode;
 
 use super::State;
 use super::access::Caller;
-use super::api::{LONGEST_POLL, Reply, answered, problem};
-use super::input::{Bad, Fields, Params};
+use super::api::{Reply, answered, problem};
 use crate::answer::{
     AcquireAnswer, Answer, BreakAnswer, KeptAnswer, ListAnswer, ReleaseAnswer, RenewAnswer,
     SetAcquireAnswer, SetFinishAnswer, SetReleaseAnswer, SetRenewAnswer,
 };
 use crate::engine::{Finish, Request};
-use crate::lock::{
-    Acquire, Eviction, Fence, LogQuery, Members, Owner, Remark, Resource, SetAcquire,
+use crate::lock::{Acquire, Eviction, Fence, Members, Owner, Remark, Resource, SetAcquire, Shape};
+use crate::protocol::{
+    AcquireRequest, Bad, BreakRequest, End, Fields, LONGEST_POLL, LeaveRequest, ReleaseRequest,
+    RenewRequest, read_list, read_log,
 };
 use crate::store::{LockStore, Locks};
 use crate::wait;
@@ -37,7 +38,9 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
     // Before the request was read it was sent: what it waited from here is what a client may
     // add to the moment it sent it.
     let received = Instant::now();
-    let (request, wait) = match body(call, |fields| acquire_request(call, fields)) {
+    let one = Members::one(resource.clone());
+    let read = body(call, |fields| AcquireRequest::read(one, Shape::One, fields));
+    let (request, wait) = match read.map(|read| acquire_request(call, read)) {
         Ok(read) => read,
         Err(bad) => return Ok(Err(bad)),
     };
@@ -72,8 +75,11 @@ pub(super) fn acquire(call: &Call<'_>, resource: &Resource, gone: &AtomicBool) -
 pub(super) fn acquire_set(call: &Call<'_>, gone: &AtomicBool) -> Outcome {
     // As for one resource: a client may add what it waited from here to its sending.
     let received = Instant::now();
-    let (members, (request, wait)) = match set_body(call, |fields, _| acquire_request(call, fields))
-    {
+    let read = set_body(call, |fields, members| {
+        AcquireRequest::read(members.clone(), Shape::Set, fields)
+            .map(|read| acquire_request(call, read))
+    });
+    let (members, (request, wait)) = match read {
         Ok(read) => read,
         Err(refused) => return Ok(Ok(refused)),
     };
@@ -105,10 +111,13 @@ pub(super) fn acquire_set(call: &Call<'_>, gone: &AtomicBool) -> Outcome {
 
 /// The request of an acquire, one resource's or a set's, and its `wait_seconds`; the owner it
 /// names is proved by the caller's token.
-fn acquire_request(call: &Call<'_>, fields: &mut Fields) -> Result<(Request, Duration), Bad> {
-    let (mut request, wait) = fields.acquire()?;
+fn acquire_request(call: &Call<'_>, read: AcquireRequest) -> (Request, Duration) {
+    let mut request = read.request;
     request.owner = call.caller.owner(request.owner);
-    Ok((request, wait))
+    (
+        request,
+        Duration::from_secs(read.wait_seconds.unwrap_or_default()),
+    )
 }
 
 /// The deciding attempt of an acquire, one resource's or a set's: the only one for a request
@@ -174,16 +183,16 @@ fn set_body<T>(
 pub(super) fn release(call: &Call<'_>, resource: &Resource) -> Outcome {
     let state = call.state;
     let read = (|| {
-        let mut params = Params::parse(call.query)?;
-        let owner_param = params.take("owner");
-        params.finish()?;
+        let owner = ReleaseRequest::owner_param(call.query)?;
         let mut fields = Fields::parse(call.body)?;
-        let owner = call.caller.owner(fields.owner_or(owner_param.as_deref())?);
-        let fence = fields.fence()?;
-        // As `run --hold-at-least`: 1 s to 365 days.
-        let hold = fields.seconds("hold_at_least_seconds", 1, crate::lock::MAX_TTL_SECS)?;
+        let read = ReleaseRequest::read_one(resource.clone(), owner.as_deref(), &mut fields)?;
         fields.finish()?;
-        Ok((owner, fence, hold))
+        let hold = match read.end {
+            End::Finish { hold } => hold,
+            End::Release => None,
+        };
+        let fence = read.fences.and_then(|fences| fences.first().copied());
+        Ok((call.caller.owner(read.owner), fence, hold))
     })();
     let (owner, fence, hold) = match read {
         Ok(read) => read,
@@ -235,14 +244,11 @@ fn released(
 
 pub(super) fn renew(call: &Call<'_>, resource: &Resource) -> Outcome {
     let state = call.state;
-    let read = (|| {
-        let mut fields = Fields::parse(call.body)?;
-        let owner = call.caller.owner(fields.owner()?);
-        let ttl = fields.ttl()?;
-        let fence = fields.fence()?;
-        fields.finish()?;
-        Ok((owner, ttl, fence))
-    })();
+    let one = Members::one(resource.clone());
+    let read = body(call, |fields| RenewRequest::read(one, Shape::One, fields)).map(|read| {
+        let fence = read.fences.and_then(|fences| fences.first().copied());
+        (call.caller.owner(read.owner), read.ttl, fence)
+    });
     let (owner, ttl, fence) = match read {
         Ok(read) => read,
         Err(bad) => return Ok(Err(bad)),
@@ -258,10 +264,8 @@ pub(super) fn renew(call: &Call<'_>, resource: &Resource) -> Outcome {
 /// them live — nothing changed and the first such member named (404, 403).
 pub(super) fn renew_set(call: &Call<'_>) -> Outcome {
     let read = set_body(call, |fields, members| {
-        let owner = call.caller.owner(fields.owner()?);
-        let ttl = fields.ttl()?;
-        let fences = fields.fences(members)?;
-        Ok((owner, ttl, fences))
+        let read = RenewRequest::read(members.clone(), Shape::Set, fields)?;
+        Ok((call.caller.owner(read.owner), read.ttl, read.fences))
     });
     let (members, (owner, ttl, fences)) = match read {
         Ok(read) => read,
@@ -285,20 +289,12 @@ pub(super) fn renew_set(call: &Call<'_>) -> Outcome {
 /// member's end ([`SetFinishAnswer`]).
 pub(super) fn release_set(call: &Call<'_>) -> Outcome {
     let read = set_body(call, |fields, members| {
-        let owner = call.caller.owner(fields.owner()?);
-        let fences = fields.fences(members)?;
-        let each = fields.flag("each")?;
-        // As `run --hold-at-least`: 1 s to 365 days.
-        let hold = fields.seconds("hold_at_least_seconds", 1, crate::lock::MAX_TTL_SECS)?;
-        match (each, &fences, hold) {
-            (false, _, Some(_)) => Err(Bad::Invalid(
-                "hold_at_least_seconds goes with \"each\":true".into(),
-            )),
-            (true, None, _) => Err(Bad::Invalid(
-                "\"each\":true ends the tenures that fences names: fences is required".into(),
-            )),
-            _ => Ok((owner, fences, each.then_some(hold))),
-        }
+        let read = ReleaseRequest::read_set(members.clone(), fields)?;
+        let each = match read.end {
+            End::Finish { hold } => Some(hold),
+            End::Release => None,
+        };
+        Ok((call.caller.owner(read.owner), read.fences, each))
     });
     let (members, (owner, fences, each)) = match read {
         Ok(read) => read,
@@ -320,8 +316,9 @@ pub(super) fn release_set(call: &Call<'_>) -> Outcome {
 /// waiter does. Its requests still waiting here end first (answered busy), so that none takes
 /// the place back; then the place is taken out. 204, whether it had one or not.
 pub(super) fn leave(call: &Call<'_>, resource: &Resource) -> Outcome {
-    let owner = match body(call, Fields::owner) {
-        Ok(owner) => call.caller.owner(owner),
+    let one = Members::one(resource.clone());
+    let owner = match body(call, |fields| LeaveRequest::read(one, Shape::One, fields)) {
+        Ok(read) => call.caller.owner(read.owner),
         Err(bad) => return Ok(Err(bad)),
     };
     let resources = std::slice::from_ref(resource);
@@ -334,7 +331,10 @@ pub(super) fn leave(call: &Call<'_>, resource: &Resource) -> Outcome {
 
 /// `POST /sets/leave`: [`leave`] of every member's queue at once, as a set waiter leaves.
 pub(super) fn leave_set(call: &Call<'_>) -> Outcome {
-    let read = set_body(call, |fields, _| Ok(call.caller.owner(fields.owner()?)));
+    let read = set_body(call, |fields, members| {
+        let read = LeaveRequest::read(members.clone(), Shape::Set, fields)?;
+        Ok(call.caller.owner(read.owner))
+    });
     let (members, owner) = match read {
         Ok(read) => read,
         Err(refused) => return Ok(Ok(refused)),
@@ -348,16 +348,8 @@ pub(super) fn leave_set(call: &Call<'_>) -> Outcome {
 
 pub(super) fn evict(call: &Call<'_>, resource: &Resource) -> Outcome {
     let state = call.state;
-    let read = (|| {
-        let mut fields = Fields::parse(call.body)?;
-        let reason = fields
-            .remark("reason")?
-            .ok_or_else(|| Bad::Invalid("reason is required".into()))?;
-        let owner = fields.optional_owner()?;
-        let by = fields.remark("by")?;
-        fields.finish()?;
-        Ok((reason, owner, by))
-    })();
+    let read = body(call, |fields| BreakRequest::read(resource.clone(), fields))
+        .map(|read| (read.reason, read.owner, read.by));
     let (reason, owner, by) = match read {
         Ok(read) => read,
         Err(bad) => return Ok(Err(bad)),
@@ -378,13 +370,7 @@ pub(super) fn evict(call: &Call<'_>, resource: &Resource) -> Outcome {
 /// The live locks under `?prefix=`, of the resources the caller's token may see.
 pub(super) fn list(call: &Call<'_>) -> Outcome {
     let state = call.state;
-    let prefix = (|| {
-        let mut params = Params::parse(call.query)?;
-        let prefix = params.take("prefix").unwrap_or_default();
-        params.finish()?;
-        Ok(prefix)
-    })();
-    let prefix = match prefix {
+    let prefix = match read_list(call.query) {
         Ok(prefix) => prefix,
         Err(bad) => return Ok(Err(bad)),
     };
@@ -400,21 +386,7 @@ pub(super) fn list(call: &Call<'_>) -> Outcome {
 /// token may not see are left out.
 pub(super) fn log(call: &Call<'_>) -> Outcome {
     let state = call.state;
-    let read = (|| {
-        let mut params = Params::parse(call.query)?;
-        let resource = params
-            .take("resource")
-            .map(|r| Resource::parse(&r).map_err(Bad::Invalid))
-            .transpose()?;
-        let since = params.duration("since")?;
-        let limit = params.count("limit")?;
-        params.finish()?;
-        Ok(LogQuery {
-            resource,
-            since,
-            limit,
-        })
-    })();
+    let read = read_log(call.query);
     let query = match read {
         Ok(query) => query,
         Err(bad) => return Ok(Err(bad)),

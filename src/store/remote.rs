@@ -28,8 +28,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
-use serde_json::{Map, Value, json};
 
 use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Call, Client, Reply};
 use super::LockStore;
@@ -37,12 +35,13 @@ use super::op::{Op, Outcome};
 use crate::answer::{AcquireAnswer, BreakAnswer, KeptAnswer, ListAnswer, StatusAnswer};
 use crate::engine::{Finish, Request};
 use crate::lock::{
-    Acquire, Event, Eviction, Fence, Grant, Holder, Lock, LogQuery, Mode, Owner, Release, Renew,
-    Resource, SetAcquire, Status, Ttl,
+    Acquire, Event, Eviction, Fence, Holder, Lock, LogQuery, Members, Owner, Release, Renew,
+    Resource, SetAcquire, Shape, Status, Ttl,
 };
-
-/// The longest wait one request asks for: the contract's bound on `wait_seconds`.
-const MAX_WAIT_SECS: u64 = 86_400;
+use crate::protocol::{
+    AcquireRequest, BreakRequest, End, LONGEST_POLL, LeaveRequest, MAX_WAIT_SECS, ReleaseRequest,
+    RenewRequest, Route, list_path, log_path, read_grant_header, whole_seconds,
+};
 
 mod http;
 mod sets;
@@ -242,22 +241,14 @@ impl RemoteStore {
             .is_ok_and(|reply| reply.status == 204);
     }
 
-    /// `POST /locks/{r}/leave` for `owner`.
-    fn leave_call(resource: &Resource, owner: &Owner) -> Call {
-        let body = json!({"owner": owner.as_str()});
-        Call::new(
-            "POST",
-            Self::lock_path(resource, "/leave"),
-            Some(body),
-            LEAVE_BUDGET,
-        )
-    }
-
-    fn lock_path(resource: &Resource, tail: &str) -> String {
-        format!(
-            "/locks/{}{tail}",
-            utf8_percent_encode(resource.as_str(), NON_ALPHANUMERIC)
-        )
+    /// `POST /locks/{r}/leave` or `POST /sets/leave` for `owner`.
+    fn leave_call(members: &Members, shape: Shape, owner: &Owner) -> Call {
+        let leave = LeaveRequest {
+            members: members.clone(),
+            shape,
+            owner: owner.clone(),
+        };
+        Call::with_body(&leave.route(), &leave, LEAVE_BUDGET)
     }
 
     /// `POST /locks/{r}`.
@@ -268,14 +259,14 @@ impl RemoteStore {
             waiting: 0,
             position: Some(1),
         });
-        let path = Self::lock_path(resource, "");
-        let leave = Self::leave_call(resource, &request.owner);
-        self.post_acquire(path, Map::new(), request, &leave, unread, |reply| {
+        let one = Members::one(resource.clone());
+        let leave = Self::leave_call(&one, Shape::One, &request.owner);
+        self.post_acquire(&one, Shape::One, request, &leave, unread, |reply| {
             Ok(Some(Outcome::Acquire(match reply.status {
                 200 => match reply.json::<AcquireAnswer>()? {
                     AcquireAnswer::Acquired(acquired) => Acquire::Acquired {
                         lock: acquired.lock,
-                        tenure: grant(reply.grant.as_deref().unwrap_or_default()),
+                        tenure: read_grant_header(reply.grant.as_deref(), 1)[0],
                     },
                     AcquireAnswer::Busy(busy) => Acquire::Busy {
                         holder: busy.holder,
@@ -295,64 +286,45 @@ impl RemoteStore {
         })
     }
 
-    /// An acquire's `POST` to `path`, one resource's or a set's, its body `body` (a set's
-    /// `resources`) with the request's fields (owner, TTL, mode, note, guarded). A waiting one
-    /// is the server's long poll for the rest of the wait, which an interrupt ends with
-    /// `leave` ([`Client::poll`]). `read` reads the answer (`None`: not one an acquire has); a
-    /// poll given up at an interrupt without an answer answers as the last poll did, or else
-    /// as `unread`.
+    /// An acquire's `POST`, one resource's or a set's (`shape`), with the request's fields
+    /// (owner, TTL, mode, note, guarded). A waiting one is the server's long poll for the rest
+    /// of the wait, which an interrupt ends with `leave` ([`Client::poll`]). `read` reads the
+    /// answer (`None`: not one an acquire has); a poll given up at an interrupt without an
+    /// answer answers as the last poll did, or else as `unread`.
     fn post_acquire(
         &mut self,
-        path: String,
-        mut body: Map<String, Value>,
+        members: &Members,
+        shape: Shape,
         request: &Request,
         leave: &Call,
         unread: Outcome,
         read: impl FnOnce(&Reply) -> Result<Option<Outcome>>,
     ) -> Result<Outcome> {
-        body.insert("owner".into(), json!(request.owner.as_str()));
-        body.insert(
-            "ttl_seconds".into(),
-            json!(whole_seconds(request.ttl.as_duration())),
-        );
-        match request.mode {
-            Mode::Exclusive => {}
-            Mode::Shared => {
-                body.insert("shared".into(), json!(true));
-            }
-            Mode::Semaphore(n) => {
-                body.insert("limit".into(), json!(n));
-            }
-        }
-        if let Some(note) = &request.note {
-            body.insert("note".into(), json!(note.as_str()));
-        }
-        if request.guarded {
-            body.insert("guarded".into(), json!(true));
-        }
-        let reply = if request.waits {
-            // The rest of the wait (a waiter's last look asks for a second, to keep its
-            // place to the end and learn its position).
+        // The rest of the wait (a waiter's last look asks for a second, to keep its place to
+        // the end and learn its position).
+        let wait = request.waits.then(|| {
             let left = self.deadline.map_or(Duration::ZERO, |end| {
                 end.saturating_duration_since(Instant::now())
             });
-            let wait = whole_seconds(left).clamp(1, MAX_WAIT_SECS);
-            body.insert("wait_seconds".into(), json!(wait));
-            let timeout = Duration::from_secs(wait).min(Duration::from_secs(30)) + CALL_TIMEOUT;
+            whole_seconds(left).clamp(1, MAX_WAIT_SECS)
+        });
+        let acquire = AcquireRequest {
+            members: members.clone(),
+            shape,
+            request: request.clone(),
+            wait_seconds: wait,
+        };
+        let reply = if let Some(wait) = wait {
+            let timeout = Duration::from_secs(wait).min(LONGEST_POLL) + CALL_TIMEOUT;
             let (reply, left) = self.client.poll(
-                Call::new("POST", path, Some(Value::Object(body)), timeout),
+                Call::with_body(&acquire.route(), &acquire, timeout),
                 self.until(),
                 leave,
             )?;
             self.left = left;
             reply
         } else {
-            self.call(&Call::new(
-                "POST",
-                path,
-                Some(Value::Object(body)),
-                CALL_TIMEOUT,
-            ))?
+            self.call(&Call::with_body(&acquire.route(), &acquire, CALL_TIMEOUT))?
         };
         self.decided = Some(reply.decided);
         let outcome = if reply.interrupted {
@@ -377,12 +349,8 @@ impl RemoteStore {
     }
 
     fn status(&self, resource: &Resource) -> Result<Status> {
-        let reply = self.call(&Call::new(
-            "GET",
-            Self::lock_path(resource, ""),
-            None,
-            CALL_TIMEOUT,
-        ))?;
+        let route = Route::Status(resource.clone());
+        let reply = self.call(&Call::new(&route, route.path(), CALL_TIMEOUT))?;
         match reply.status {
             200 => match reply.json::<StatusAnswer>()? {
                 StatusAnswer::Held(held) => Ok(Status {
@@ -413,13 +381,14 @@ impl RemoteStore {
         ttl: Ttl,
         fence: Option<Fence>,
     ) -> Result<Renew> {
-        let mut body =
-            json!({"owner": owner.as_str(), "ttl_seconds": whole_seconds(ttl.as_duration())});
-        if let Some(fence) = fence {
-            body["fence"] = json!(fence.0);
-        }
-        let path = Self::lock_path(resource, "/renew");
-        let reply = self.call(&Call::new("POST", path, Some(body), CALL_TIMEOUT))?;
+        let renew = RenewRequest {
+            members: Members::one(resource.clone()),
+            shape: Shape::One,
+            owner: owner.clone(),
+            ttl,
+            fences: fence.map(|fence| vec![fence]),
+        };
+        let reply = self.call(&Call::with_body(&renew.route(), &renew, CALL_TIMEOUT))?;
         match reply.status {
             200 => match reply.json::<crate::answer::RenewAnswer>()? {
                 crate::answer::RenewAnswer::Renewed(renewed) => {
@@ -433,26 +402,20 @@ impl RemoteStore {
         }
     }
 
-    /// `DELETE /locks/{r}`: a release (`hold` none) or `run`'s finish.
-    fn delete(
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-        hold: Option<Duration>,
-    ) -> Call {
-        let mut body = json!({"owner": owner.as_str()});
-        if let Some(fence) = fence {
-            body["fence"] = json!(fence.0);
-        }
-        if let Some(hold) = hold {
-            body["hold_at_least_seconds"] = json!(whole_seconds(hold).max(1));
-        }
-        let path = Self::lock_path(resource, "");
-        Call::new("DELETE", path, Some(body), CALL_TIMEOUT)
+    /// `DELETE /locks/{r}`: a release (`end`) or `run`'s finish.
+    fn delete(resource: &Resource, owner: &Owner, fence: Option<Fence>, end: End) -> Call {
+        let release = ReleaseRequest {
+            members: Members::one(resource.clone()),
+            shape: Shape::One,
+            owner: owner.clone(),
+            fences: fence.map(|fence| vec![fence]),
+            end,
+        };
+        Call::with_body(&release.route(), &release, CALL_TIMEOUT)
     }
 
     fn release(&self, resource: &Resource, owner: &Owner, fence: Option<Fence>) -> Result<Release> {
-        let reply = self.call(&Self::delete(resource, owner, fence, None))?;
+        let reply = self.call(&Self::delete(resource, owner, fence, End::Release))?;
         match reply.status {
             204 => Ok(Release::Released),
             404 => Ok(Release::NotFound),
@@ -469,7 +432,8 @@ impl RemoteStore {
         hold: Option<Duration>,
     ) -> Result<Finish> {
         // Named by its fence, the end of this one tenure is harmless twice.
-        let reply = self.call_again(&Self::delete(resource, owner, Some(fence), hold))?;
+        let end = End::Finish { hold };
+        let reply = self.call_again(&Self::delete(resource, owner, Some(fence), end))?;
         match reply.status {
             204 => Ok(Finish::Released),
             200 => Ok(Finish::Kept {
@@ -486,12 +450,13 @@ impl RemoteStore {
         owner: Option<&Owner>,
         eviction: &Eviction,
     ) -> Result<Vec<Lock>> {
-        let mut body = json!({"reason": eviction.reason.as_str(), "by": eviction.by.as_str()});
-        if let Some(owner) = owner {
-            body["owner"] = json!(owner.as_str());
-        }
-        let path = Self::lock_path(resource, "/break");
-        let reply = self.call(&Call::new("POST", path, Some(body), CALL_TIMEOUT))?;
+        let broken = BreakRequest {
+            resource: resource.clone(),
+            reason: eviction.reason.clone(),
+            owner: owner.cloned(),
+            by: Some(eviction.by.clone()),
+        };
+        let reply = self.call(&Call::with_body(&broken.route(), &broken, CALL_TIMEOUT))?;
         match reply.status {
             200 => match reply.json::<BreakAnswer>()? {
                 BreakAnswer::Broken(broken) => Ok(broken.locks),
@@ -503,11 +468,7 @@ impl RemoteStore {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<Lock>> {
-        let path = format!(
-            "/locks?prefix={}",
-            utf8_percent_encode(prefix, NON_ALPHANUMERIC)
-        );
-        let reply = self.call(&Call::new("GET", path, None, CALL_TIMEOUT))?;
+        let reply = self.call(&Call::new(&Route::List, list_path(prefix), CALL_TIMEOUT))?;
         match reply.status {
             200 => Ok(reply.json::<ListAnswer>()?.locks),
             _ => Err(reply.unexpected(self.client.url())),
@@ -515,25 +476,7 @@ impl RemoteStore {
     }
 
     fn log(&self, query: &LogQuery) -> Result<Vec<Event>> {
-        let mut params = Vec::new();
-        if let Some(resource) = &query.resource {
-            params.push(format!(
-                "resource={}",
-                utf8_percent_encode(resource.as_str(), NON_ALPHANUMERIC)
-            ));
-        }
-        if let Some(since) = query.since {
-            params.push(format!("since={}ms", since.as_millis()));
-        }
-        if let Some(limit) = query.limit {
-            params.push(format!("limit={limit}"));
-        }
-        let path = if params.is_empty() {
-            "/log".to_owned()
-        } else {
-            format!("/log?{}", params.join("&"))
-        };
-        let reply = self.call(&Call::new("GET", path, None, CALL_TIMEOUT))?;
+        let reply = self.call(&Call::new(&Route::Log, log_path(query), CALL_TIMEOUT))?;
         if reply.status != 200 {
             return Err(reply.unexpected(self.client.url()));
         }
@@ -578,11 +521,12 @@ impl LockStore for RemoteStore {
                 eviction,
             } => Outcome::Break(self.evict(&resource, owner.as_ref(), &eviction)?),
             Op::Leave { resource, owner } => {
-                self.leave(&Self::leave_call(&resource, &owner));
+                let one = Members::one(resource);
+                self.leave(&Self::leave_call(&one, Shape::One, &owner));
                 Outcome::Left
             }
             Op::LeaveSet { members, owner } => {
-                self.leave(&Self::leave_set_call(&members, &owner));
+                self.leave(&Self::leave_call(&members, Shape::Set, &owner));
                 Outcome::Left
             }
             Op::FinishSet {
@@ -644,21 +588,6 @@ impl std::fmt::Debug for RemoteStore {
     }
 }
 
-/// What a grant's `Distlock-Grant` (or one entry of a set's) says: `extended` for the owner's
-/// own tenure, joined; anything else, or nothing, a new tenure.
-fn grant(told: &str) -> Grant {
-    if told.trim() == "extended" {
-        Grant::Extended
-    } else {
-        Grant::New
-    }
-}
-
-/// Whole seconds, rounded up: the API counts in seconds.
-fn whole_seconds(duration: Duration) -> u64 {
-    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -699,13 +628,6 @@ mod tests {
                 (Err(why), Err(words)) => assert!(why.contains(words), "{url}: {why}"),
                 (got, want) => panic!("{url}: got {got:?}, want {want:?}"),
             }
-        }
-    }
-
-    #[test]
-    fn durations_are_whole_seconds_rounded_up() {
-        for (ms, secs) in [(0, 0), (1, 1), (999, 1), (1000, 1), (1001, 2), (30_000, 30)] {
-            assert_eq!(whole_seconds(Duration::from_millis(ms)), secs, "{ms} ms");
         }
     }
 }

@@ -12,6 +12,7 @@ use rustls::pki_types::CertificateDer;
 use serde_json::{Map, Value};
 
 use super::{NotAllowed, ServerUrl, tls};
+use crate::protocol::{API_HEADER, GRANT_HEADER, Route, WAITED_HEADER};
 
 /// How long a server that refuses connections is sought again, at least.
 pub(super) const CONNECT_BUDGET: Duration = Duration::from_secs(5);
@@ -207,10 +208,7 @@ impl Client {
         let mut left = false;
         loop {
             let now = Instant::now();
-            let attempt = Call {
-                timeout: until.saturating_duration_since(now).max(INTERRUPT_CHECK),
-                ..leave.clone()
-            };
+            let attempt = leave.within(until.saturating_duration_since(now).max(INTERRUPT_CHECK));
             match send(
                 &self.agent,
                 &self.url,
@@ -345,22 +343,42 @@ fn roots() -> Result<(Vec<CertificateDer<'static>>, Vec<CertificateDer<'static>>
 pub(super) struct Call {
     method: &'static str,
     path: String,
-    body: Option<Value>,
+    /// The JSON body, serialized.
+    body: Option<Vec<u8>>,
     timeout: Duration,
 }
 
 impl Call {
-    pub(super) fn new(
-        method: &'static str,
-        path: String,
-        body: Option<Value>,
+    /// A request without a body: `path` (with its query, if any) on `route`'s method.
+    pub(super) fn new(route: &Route, path: String, timeout: Duration) -> Call {
+        Call {
+            method: route.method(),
+            path,
+            body: None,
+            timeout,
+        }
+    }
+
+    /// `body` sent on `route`.
+    pub(super) fn with_body(
+        route: &Route,
+        body: &impl serde::Serialize,
         timeout: Duration,
     ) -> Call {
         Call {
-            method,
-            path,
-            body,
+            method: route.method(),
+            path: route.path(),
+            // A request body serializes to an object of strings and numbers: it cannot fail.
+            body: Some(serde_json::to_vec(body).unwrap_or_default()),
             timeout,
+        }
+    }
+
+    /// The same request, given `timeout`.
+    pub(super) fn within(&self, timeout: Duration) -> Call {
+        Call {
+            timeout,
+            ..self.clone()
         }
     }
 }
@@ -385,11 +403,10 @@ fn send(
     if let Some(authorization) = authorization {
         request = request.header("authorization", authorization);
     }
-    let body = call.body.as_ref().map(Value::to_string);
-    let built = match body {
+    let built = match &call.body {
         Some(body) => request
             .header("content-type", "application/json")
-            .body(body.into_bytes()),
+            .body(body.clone()),
         None => request.body(Vec::new()),
     }
     .map_err(|err| Failure::NotConnected(err.to_string()))?;
@@ -413,9 +430,9 @@ fn send(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    let distlock = response.headers().contains_key(crate::serve::API_HEADER);
-    let grant = header(crate::serve::GRANT_HEADER);
-    let waited = header(crate::serve::WAITED_HEADER)
+    let distlock = response.headers().contains_key(API_HEADER);
+    let grant = header(GRANT_HEADER);
+    let waited = header(WAITED_HEADER)
         .and_then(|millis| millis.parse().ok())
         .map_or(Duration::ZERO, Duration::from_millis);
     let status = response.status().as_u16();

@@ -6,18 +6,18 @@
 //! goes away cannot leave some members ended and the rest held.
 
 use anyhow::{Result, anyhow};
-use serde_json::{Map, Value, json};
 
+use super::RemoteStore;
 use super::http::{CALL_TIMEOUT, Call, Reply};
-use super::{LEAVE_BUDGET, RemoteStore, grant, whole_seconds};
 use crate::answer::{
     MemberEnd, SetAcquireAnswer, SetFinishAnswer, SetReleaseAnswer, SetRenewAnswer,
 };
 use crate::engine::{Finish, Request};
 use crate::lock::{
     Blocked, Fence, Holder, Members, Owner, Resource, SetAcquire, SetRefusal, SetRelease, SetRenew,
-    Ttl,
+    Shape, Ttl,
 };
+use crate::protocol::{End, ReleaseRequest, RenewRequest, read_grant_header};
 use crate::store::op::Outcome;
 
 impl RemoteStore {
@@ -36,21 +36,14 @@ impl RemoteStore {
                 })
                 .collect(),
         });
-        let mut body = Map::new();
-        body.insert("resources".into(), json!(members.as_slice()));
-        let leave = Self::leave_set_call(members, &request.owner);
-        self.post_acquire("/sets".to_owned(), body, request, &leave, unread, |reply| {
+        let leave = Self::leave_call(members, Shape::Set, &request.owner);
+        self.post_acquire(members, Shape::Set, request, &leave, unread, |reply| {
             Ok(Some(Outcome::AcquireSet(match reply.status {
                 200 => match reply.json::<SetAcquireAnswer>()? {
                     SetAcquireAnswer::Acquired(acquired) => {
                         // One `new` or `extended` per member, in the members' order.
-                        let told = reply.grant.as_deref().unwrap_or_default();
-                        let mut told = told.split(',');
-                        let tenures = acquired
-                            .locks
-                            .iter()
-                            .map(|_| grant(told.next().unwrap_or_default()))
-                            .collect();
+                        let tenures =
+                            read_grant_header(reply.grant.as_deref(), acquired.locks.len());
                         SetAcquire::Acquired {
                             locks: acquired.locks,
                             tenures,
@@ -85,20 +78,16 @@ impl RemoteStore {
         })
     }
 
-    /// The body of a lock set's `renew` or `release`: its members, the owner and, when given,
-    /// each member's fence.
-    fn set_change(members: &Members, owner: &Owner, fences: Option<&[Fence]>) -> Value {
-        let mut body = json!({"resources": members.as_slice(), "owner": owner.as_str()});
-        if let Some(fences) = fences {
-            let named: Map<String, Value> = members
-                .as_slice()
-                .iter()
-                .zip(fences)
-                .map(|(member, fence)| (member.as_str().to_owned(), json!(fence.0)))
-                .collect();
-            body["fences"] = Value::Object(named);
-        }
-        body
+    /// A set's `release` of `fences` (none: the owner's), ended as `end` says.
+    fn set_release(members: &Members, owner: &Owner, fences: Option<&[Fence]>, end: End) -> Call {
+        let release = ReleaseRequest {
+            members: members.clone(),
+            shape: Shape::Set,
+            owner: owner.clone(),
+            fences: fences.map(<[Fence]>::to_vec),
+            end,
+        };
+        Call::with_body(&release.route(), &release, CALL_TIMEOUT)
     }
 
     /// The first member a set's `renew` or `release` found not held live by the owner, from
@@ -126,10 +115,14 @@ impl RemoteStore {
         ttl: Ttl,
         fences: Option<&[Fence]>,
     ) -> Result<SetRenew> {
-        let mut body = Self::set_change(members, owner, fences);
-        body["ttl_seconds"] = json!(whole_seconds(ttl.as_duration()));
-        let call = Call::new("POST", "/sets/renew".to_owned(), Some(body), CALL_TIMEOUT);
-        let reply = self.call(&call)?;
+        let renew = RenewRequest {
+            members: members.clone(),
+            shape: Shape::Set,
+            owner: owner.clone(),
+            ttl,
+            fences: fences.map(<[Fence]>::to_vec),
+        };
+        let reply = self.call(&Call::with_body(&renew.route(), &renew, CALL_TIMEOUT))?;
         match reply.status {
             200 => match reply.json::<SetRenewAnswer>()? {
                 SetRenewAnswer::Renewed(renewed) => Ok(Ok(renewed.locks)),
@@ -146,9 +139,7 @@ impl RemoteStore {
         owner: &Owner,
         fences: Option<&[Fence]>,
     ) -> Result<SetRelease> {
-        let body = Self::set_change(members, owner, fences);
-        let call = Call::new("POST", "/sets/release".to_owned(), Some(body), CALL_TIMEOUT);
-        let reply = self.call(&call)?;
+        let reply = self.call(&Self::set_release(members, owner, fences, End::Release))?;
         match reply.status {
             200 => match reply.json::<SetReleaseAnswer>()? {
                 SetReleaseAnswer::Released(_) => Ok(Ok(())),
@@ -170,13 +161,8 @@ impl RemoteStore {
         fences: &[Fence],
         hold: Option<std::time::Duration>,
     ) -> Result<Vec<Finish>> {
-        let mut body = Self::set_change(members, owner, Some(fences));
-        body["each"] = json!(true);
-        if let Some(hold) = hold {
-            body["hold_at_least_seconds"] = json!(whole_seconds(hold).max(1));
-        }
-        let call = Call::new("POST", "/sets/release".to_owned(), Some(body), CALL_TIMEOUT);
-        let reply = self.call_again(&call)?;
+        let end = End::Finish { hold };
+        let reply = self.call_again(&Self::set_release(members, owner, Some(fences), end))?;
         if reply.status != 200 {
             return Err(reply.unexpected(self.client.url()));
         }
@@ -189,11 +175,5 @@ impl RemoteStore {
             ));
         }
         Ok(answer.members.iter().map(MemberEnd::finish).collect())
-    }
-
-    /// `POST /sets/leave` for `owner`.
-    pub(super) fn leave_set_call(members: &Members, owner: &Owner) -> Call {
-        let body = json!({"resources": members.as_slice(), "owner": owner.as_str()});
-        Call::new("POST", "/sets/leave".to_owned(), Some(body), LEAVE_BUDGET)
     }
 }
