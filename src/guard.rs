@@ -227,7 +227,7 @@ fn finish(store: &mut dyn LockStore, locks: &[&Lock], owner: &Owner, hold: Optio
             let resources = locks.iter().map(|l| l.resource.clone()).collect();
             let fences: Vec<Fence> = locks.iter().map(|l| l.fence).collect();
             Members::new(resources)
-                .map_err(anyhow::Error::msg)
+                .map_err(|why| anyhow::Error::msg(why).into())
                 .and_then(|members| store.finish_set(&members, owner, &fences, hold))
                 .map(drop)
         }

@@ -13,6 +13,7 @@
 //! does ([`open()`], [`open_existing`], [`open_read_only`], [`reopen`]) is `open`'s; whether a
 //! SQLite store would lie on a network filesystem, which `open` refuses, is `network_fs`'s.
 
+mod error;
 mod location;
 mod network_fs;
 mod op;
@@ -23,20 +24,19 @@ mod sqlite;
 
 use std::time::Duration;
 
-use anyhow::Result;
-
 use crate::engine::{self, Change, Decision, SetDecision, State};
 use crate::lock::{
     Event, EventKind, Eviction, Fence, Lock, LogQuery, Mode, Owner, Remark, Resource, Timestamp,
     TokenName,
 };
 
+pub use error::{Error, Result};
 pub use location::{Folders, Location, NetworkFs};
 pub use op::{Durability, Locks, Op, Outcome};
-pub use open::{Vanished, open, open_existing, open_read_only, reopen};
+pub use open::{open, open_existing, open_read_only, reopen};
 pub use postgres::PostgresStore;
 pub(crate) use remote::certificate_validity;
-pub use remote::{NotAllowed, RemoteStore, ServerUrl, authorization as server_authorization};
+pub use remote::{RemoteStore, ServerUrl, authorization as server_authorization};
 pub use sqlite::SqliteStore;
 
 /// The schema version this build writes and understands.
@@ -87,15 +87,16 @@ pub trait LockStore: Send {
 }
 
 /// Hands out a fresh fence inside the deciding transaction.
-pub type FenceSource<'a> = dyn FnMut() -> Result<Fence> + 'a;
+pub type FenceSource<'a> = dyn FnMut() -> anyhow::Result<Fence> + 'a;
 
 /// The core's choice for one resource, from its state (see [`Backend::transact`]).
-pub type Decide<'a, T> = dyn FnMut(&State, &mut FenceSource<'_>) -> Result<Decision<T>> + 'a;
+pub type Decide<'a, T> =
+    dyn FnMut(&State, &mut FenceSource<'_>) -> anyhow::Result<Decision<T>> + 'a;
 
 /// The core's choice for the members of a set, from their states in the members' order (see
 /// [`Backend::transact_set`]).
 pub type DecideSet<'a, T> =
-    dyn FnMut(&[State], &mut FenceSource<'_>) -> Result<SetDecision<T>> + 'a;
+    dyn FnMut(&[State], &mut FenceSource<'_>) -> anyhow::Result<SetDecision<T>> + 'a;
 
 /// What a decision depends on, besides the store's clock: every row of its resources (an
 /// acquire, a `break`), or only the rows of the owner it acts for (a renewal, a release or a
@@ -389,7 +390,7 @@ fn decide_on_nothing<T>(
     resources: &[Resource],
     decide: &mut DecideSet<'_, T>,
     why: &str,
-) -> Result<T> {
+) -> anyhow::Result<T> {
     let mut no_fence = || anyhow::bail!("{why}");
     let decision = decide(&vec![nothing(); resources.len()], &mut no_fence)?;
     if decision.writes() {
@@ -421,7 +422,7 @@ struct HistoryRow<'a> {
 /// # Errors
 ///
 /// An event kind or mode this build does not know (the store was written by something else).
-fn event(row: &HistoryRow<'_>) -> Result<Event> {
+fn event(row: &HistoryRow<'_>) -> anyhow::Result<Event> {
     let Some(kind) = EventKind::parse(row.kind) else {
         anyhow::bail!("the history holds an unknown event kind {:?}", row.kind);
     };
@@ -458,7 +459,7 @@ fn mode_columns(mode: Mode) -> (&'static str, Option<i64>) {
 /// # Errors
 ///
 /// A mode this build does not know.
-fn mode_of(name: &str, lim: Option<i64>) -> Result<Mode> {
+fn mode_of(name: &str, lim: Option<i64>) -> anyhow::Result<Mode> {
     match (name, lim.map(u32::try_from)) {
         ("exclusive", _) => Ok(Mode::Exclusive),
         ("shared", _) => Ok(Mode::Shared),

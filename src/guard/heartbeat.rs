@@ -87,7 +87,7 @@ impl Heartbeat {
 
     /// One renewal: of the tenure, or of the set's every member in one transaction (all or
     /// nothing), read as one tenure's answer.
-    fn renew(&self, store: &mut dyn LockStore) -> anyhow::Result<Renew> {
+    fn renew(&self, store: &mut dyn LockStore) -> store::Result<Renew> {
         if let (Some(resource), [fence]) = (self.members.single(), self.fences.as_slice()) {
             return store.renew(resource, &self.owner, self.ttl, Some(*fence));
         }
@@ -355,7 +355,7 @@ impl Cadence {
     /// The renewal sent at `attempt` was answered with `renewed` at `now`. A renewal's lease is
     /// counted from before it was sent, so it never overstates the lease; the next renewal is
     /// an interval after that same instant, and a retry is counted from the failure's answer.
-    fn after(&self, renewed: &anyhow::Result<Renew>, attempt: Instant, now: Instant) -> Beat {
+    fn after(&self, renewed: &store::Result<Renew>, attempt: Instant, now: Instant) -> Beat {
         match renewed {
             Ok(Renew::Renewed { .. }) => Beat::Renewed {
                 until: attempt + self.ttl,
@@ -367,13 +367,11 @@ impl Cadence {
             Ok(Renew::Forbidden) => Beat::Gone {
                 otherwise: "another owner holds it",
             },
-            Err(err) => match err.downcast_ref::<store::Vanished>() {
-                // The lock went with the store: nobody opening it now finds it held.
-                Some(gone) => Beat::Vanished(gone.to_string()),
-                None => Beat::Failed {
-                    message: format!("{err:#}"),
-                    next: now + self.retry,
-                },
+            // The lock went with the store: nobody opening it now finds it held.
+            Err(gone @ store::Error::Vanished(_)) => Beat::Vanished(gone.to_string()),
+            Err(err) => Beat::Failed {
+                message: err.to_string(),
+                next: now + self.retry,
             },
         }
     }
@@ -452,7 +450,7 @@ mod tests {
 
     use crate::lock::{Lock, Mode, Resource, Timestamp};
 
-    fn renewed() -> anyhow::Result<Renew> {
+    fn renewed() -> store::Result<Renew> {
         Ok(Renew::Renewed {
             lock: Lock {
                 resource: Resource::parse("r").expect("a resource"),
@@ -476,7 +474,7 @@ mod tests {
             until: t0 + until,
             next: t0 + next,
         };
-        let cases: Vec<(u64, anyhow::Result<Renew>, Duration, Duration, Beat)> = vec![
+        let cases: Vec<(u64, store::Result<Renew>, Duration, Duration, Beat)> = vec![
             // The lease and the next renewal count from before the request was sent, however
             // long the answer took.
             (
@@ -522,7 +520,7 @@ mod tests {
             // TTL: a third of it).
             (
                 30,
-                Err(anyhow::anyhow!("connection refused")),
+                Err(anyhow::anyhow!("connection refused").into()),
                 secs(10),
                 secs(12),
                 Beat::Failed {
@@ -532,7 +530,7 @@ mod tests {
             ),
             (
                 1,
-                Err(anyhow::anyhow!("busy")),
+                Err(anyhow::anyhow!("busy").into()),
                 secs(10),
                 secs(10),
                 Beat::Failed {
@@ -542,9 +540,7 @@ mod tests {
             ),
             (
                 30,
-                Err(anyhow::Error::new(store::Vanished(PathBuf::from(
-                    "/x/locks.db",
-                )))),
+                Err(store::Error::Vanished(PathBuf::from("/x/locks.db"))),
                 secs(10),
                 secs(10),
                 Beat::Vanished("the store /x/locks.db no longer exists".to_owned()),

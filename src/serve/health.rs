@@ -103,7 +103,7 @@ pub async fn answers(state: &Arc<State>) -> bool {
     if !health.probing.swap(true, Ordering::SeqCst) {
         let state = Arc::clone(state);
         tokio::task::spawn_blocking(move || {
-            let probed = state.stores.with(|store| store.list("\u{1}").map(drop));
+            let probed = (state.stores).with(|store| Ok(store.list("\u{1}").map(drop)?));
             let probed = probed.map_err(|err| one_line(&format!("{err:#}")));
             state.health.record(probed);
             state.health.probing.store(false, Ordering::SeqCst);

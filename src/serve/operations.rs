@@ -153,7 +153,7 @@ fn attempt<W: wait::Wanted>(
     let waited = wait::serve(store, wanted, this_poll, keeps_place, &stop);
     drop(waiting);
     state.waiting.fetch_sub(1, Ordering::SeqCst);
-    waited
+    Ok(waited?)
 }
 
 /// The body's fields as `read` reads them, none left unread.

@@ -7,15 +7,13 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
-
 use crate::engine::{Finish, Request};
 use crate::lock::{
     Acquire, Event, Eviction, Fence, Lock, LogQuery, Members, Owner, Release, Renew, Resource,
     SetAcquire, SetRelease, SetRenew, Status, Ttl,
 };
 
-use super::{GcReport, LockStore};
+use super::{Error, GcReport, LockStore, Result};
 
 /// One operation on a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -458,5 +456,7 @@ impl<S: LockStore + ?Sized> Locks for S {}
 /// A store that answered an operation with another's outcome: a defect of the store, or a
 /// server that speaks another protocol.
 fn unexpected<T>(op: &str, outcome: &Outcome) -> Result<T> {
-    bail!("the store answered {op} with {outcome:?}")
+    Err(Error::Failed(anyhow::anyhow!(
+        "the store answered {op} with {outcome:?}"
+    )))
 }

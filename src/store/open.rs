@@ -4,15 +4,15 @@
 //! gone [`Vanished`]. The first three refuse a SQLite path that is no place for a store — a
 //! device, a FIFO, a socket, a network filesystem — before anything is made.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
 
 use super::{
-    Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, NetworkFs,
-    PostgresStore, Reads, RemoteStore, SqliteStore, SystemClock, decide_on_nothing, network_fs,
-    nothing,
+    Backend, DecideSet, Durability, Error, Folders, GcReport, Location, LockStore, NetworkFs,
+    PostgresStore, Reads, RemoteStore, Result, SqliteStore, SystemClock, decide_on_nothing,
+    network_fs, nothing,
 };
 use crate::engine::State;
 use crate::lock::{Event, Lock, LogQuery, Owner, Resource};
@@ -95,7 +95,7 @@ pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
 /// # Errors
 ///
 /// Such a path, named with what it is.
-fn refuse_special(path: &Path) -> Result<()> {
+fn refuse_special(path: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(meta) = std::fs::metadata(path) else {
         return Ok(());
@@ -127,7 +127,7 @@ fn refuse_special(path: &Path) -> Result<()> {
 ///
 /// Such a path, with its filesystem named and the ways out: PostgreSQL or a distlock server
 /// across hosts, `DISTLOCK_ALLOW_NETWORK_FS=1` for a mount that one host alone uses.
-fn refuse_network_fs(path: &Path, allowed: NetworkFs) -> Result<()> {
+fn refuse_network_fs(path: &Path, allowed: NetworkFs) -> anyhow::Result<()> {
     if allowed == NetworkFs::Allowed {
         return Ok(());
     }
@@ -166,18 +166,18 @@ fn holds_a_store(path: &Path) -> bool {
 
 /// Opens again a store this process opened before (`run`'s heartbeat, on a connection of its
 /// own, and after a failure on a new one): as [`open`], except that a SQLite store is never
-/// created — not its file, not its folders. One that is gone is [`Vanished`]: its locks went
-/// with it, and a store made anew at its path would hold none of them.
+/// created — not its file, not its folders. One that is gone is [`Error::Vanished`]: its locks
+/// went with it, and a store made anew at its path would hold none of them.
 ///
 /// # Errors
 ///
-/// [`Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
+/// [`Error::Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
 pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
     match location {
         Location::Sqlite(path, ..) => {
             match SqliteStore::open_existing(path, Box::new(SystemClock))? {
                 Some(store) => Ok(Box::new(store)),
-                None => Err(Vanished(path.clone()).into()),
+                None => Err(Error::Vanished(path.clone())),
             }
         }
         // A schema dropped meanwhile is not made anew: its locks went with it.
@@ -200,7 +200,11 @@ impl Backend for Absent {
         _reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
-        decide_on_nothing(resources, decide, "the store does not exist")
+        Ok(decide_on_nothing(
+            resources,
+            decide,
+            "the store does not exist",
+        )?)
     }
 
     fn read(&mut self, _resource: &Resource) -> Result<State> {
@@ -229,22 +233,7 @@ impl Backend for Absent {
     }
 }
 
-/// A SQLite store that was there and is gone: its file (or its folder) was removed after this
-/// process opened it. [`reopen`] reports it, and so does a write through a connection opened
-/// before the removal, which would otherwise go to the unlinked file. The locks it held are
-/// lost to everyone: whoever opens the path next makes an empty store there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Vanished(pub PathBuf);
-
-impl std::fmt::Display for Vanished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the store {} no longer exists", self.0.display())
-    }
-}
-
-impl std::error::Error for Vanished {}
-
-fn open_sqlite(path: &Path, folders: Folders) -> Result<SqliteStore> {
+fn open_sqlite(path: &Path, folders: Folders) -> anyhow::Result<SqliteStore> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         use std::os::unix::fs::DirBuilderExt;
         let mode = match folders {
@@ -293,8 +282,11 @@ mod tests {
         let Acquire::Acquired { lock, .. } = held.acquire(&resource, &request).unwrap() else {
             panic!("a new store's first acquire is granted");
         };
-        let vanished = |err: anyhow::Error| err.downcast_ref::<Vanished>().cloned();
-        let gone = Some(Vanished(path.clone()));
+        let vanished = |err: Error| match err {
+            Error::Vanished(gone) => Some(gone),
+            _ => None,
+        };
+        let gone = Some(path.clone());
 
         // The file alone, then its folder too.
         for remove in [dir.path().join("state/locks.db"), dir.path().join("state")] {
@@ -322,7 +314,7 @@ mod tests {
             "reopen made the folder anew"
         );
         assert_eq!(
-            gone.map(|g| g.to_string()),
+            gone.map(|gone| Error::Vanished(gone).to_string()),
             Some(format!("the store {} no longer exists", path.display()))
         );
     }

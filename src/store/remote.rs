@@ -5,7 +5,7 @@
 //!
 //! - **The token** comes from `DISTLOCK_TOKEN` (never from the URL), is sent as
 //!   `Authorization: Bearer`, and is never printed. A refused token (401), or a request
-//!   outside its scope (403 `not-allowed`), is [`NotAllowed`]: exit 77.
+//!   outside its scope (403 `not-allowed`), is [`Error::NotAllowed`]: exit 77.
 //! - **HTTPS** checks the server's certificate against the system's roots, or against the
 //!   PEM file `DISTLOCK_CA_CERT` names, which may also hold the server's own self-signed
 //!   certificate ([`tls`]).
@@ -27,11 +27,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, anyhow};
 
 use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Call, Client, Reply};
-use super::LockStore;
 use super::op::{Op, Outcome};
+use super::{Error, LockStore, Result};
 use crate::answer::{AcquireAnswer, BreakAnswer, KeptAnswer, ListAnswer, StatusAnswer};
 use crate::engine::{Finish, Request};
 use crate::lock::{
@@ -49,18 +49,6 @@ mod tls;
 
 pub use http::authorization;
 pub(crate) use tls::validity as certificate_validity;
-
-/// A refused token, or a request outside the token's scope: exit 77, with the server's reason.
-#[derive(Debug)]
-pub struct NotAllowed(pub String);
-
-impl std::fmt::Display for NotAllowed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotAllowed {}
 
 /// A server's URL, checked: `http` or `https`, a host and maybe a port, and nothing else.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +179,7 @@ impl RemoteStore {
     /// # Errors
     ///
     /// As [`Client::new`].
-    pub fn open(url: &ServerUrl) -> Result<RemoteStore> {
+    pub fn open(url: &ServerUrl) -> anyhow::Result<RemoteStore> {
         Ok(RemoteStore {
             client: Client::new(url)?,
             deadline: None,
@@ -480,7 +468,7 @@ impl RemoteStore {
         if reply.status != 200 {
             return Err(reply.unexpected(self.client.url()));
         }
-        std::str::from_utf8(&reply.body)
+        let events = std::str::from_utf8(&reply.body)
             .context("the server's history is not UTF-8")?
             .lines()
             .filter(|line| !line.trim().is_empty())
@@ -489,7 +477,8 @@ impl RemoteStore {
                     format!("the server sent a history line distlock cannot read: {line}")
                 })
             })
-            .collect()
+            .collect::<anyhow::Result<_>>()?;
+        Ok(events)
     }
 }
 
@@ -549,10 +538,12 @@ impl LockStore for RemoteStore {
             } => Outcome::ReleaseSet(self.release_set(&members, &owner, fences.as_deref())?),
             Op::List { prefix } => Outcome::List(self.list(&prefix)?),
             Op::Log { query } => Outcome::Log(self.log(&query)?),
-            Op::Gc { .. } => bail!(
-                "gc runs where the store is, not through the distlock server {}",
-                self.client.url().as_str()
-            ),
+            Op::Gc { .. } => {
+                return Err(Error::Failed(anyhow!(
+                    "gc runs where the store is, not through the distlock server {}",
+                    self.client.url().as_str()
+                )));
+            }
             // The long poll is the wait: nothing to listen to here.
             Op::Subscribe { .. } => Outcome::Subscribed,
             Op::WaitForChange { timeout, .. } => {

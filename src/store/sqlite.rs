@@ -52,10 +52,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{Backend, Clock, DecideSet, Durability, GcReport, Reads, Vanished};
+use super::{Backend, Clock, DecideSet, Durability, Error, GcReport, Reads};
 use crate::engine::{self, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use open::identity;
@@ -142,7 +142,7 @@ impl SqliteStore {
         resources: &[Resource],
         durable: bool,
         decide: &mut DecideSet<'_, T>,
-    ) -> Result<T> {
+    ) -> super::Result<T> {
         let now = self.clock.now();
         // Look before taking the write lock: a decision that writes nothing (busy, not found,
         // forbidden) is as true of a consistent read snapshot as of the locked state. So a
@@ -175,9 +175,9 @@ impl SqliteStore {
         match outcome? {
             Some(outcome) => Ok(outcome),
             // Unsynced, but the locked state needed a durable change after all.
-            None => self
+            None => Ok(self
                 .write(resources, now, false, decide)?
-                .context("the decision changed twice"),
+                .context("the decision changed twice")?),
         }
     }
 
@@ -189,7 +189,7 @@ impl SqliteStore {
         now: Timestamp,
         refuse_durable: bool,
         decide: &mut DecideSet<'_, T>,
-    ) -> Result<Option<T>> {
+    ) -> super::Result<Option<T>> {
         let shape = self.shape;
         let tx = self.write_tx()?;
         let states = states(&tx, shape, resources, now)?;
@@ -217,7 +217,7 @@ impl SqliteStore {
         Ok(Some(decision.outcome))
     }
 
-    fn write_tx(&mut self) -> Result<Transaction<'_>> {
+    fn write_tx(&mut self) -> super::Result<Transaction<'_>> {
         // A connection held open (by `run`) keeps writing to its file even after the file is
         // deleted or replaced, while a new store appears at the path: refuse, so that `run`
         // stops its command before the lease could be doubled. A path that surely names
@@ -225,12 +225,13 @@ impl SqliteStore {
         // once. Any other difference is a store failure, retried on a new connection.
         if identity(&self.path) != self.identity {
             if matches!(self.path.try_exists(), Ok(false)) {
-                return Err(Vanished(self.path.clone()).into());
+                return Err(Error::Vanished(self.path.clone()));
             }
-            bail!(
+            return Err(anyhow!(
                 "the database {} was removed or replaced while in use",
                 self.path.display()
-            );
+            )
+            .into());
         }
         Ok(self
             .conn
@@ -260,13 +261,13 @@ impl Backend for SqliteStore {
         durability: Durability,
         _reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
-    ) -> Result<T> {
+    ) -> super::Result<T> {
         let durable = durability == Durability::Durable;
         let done = self.decide_and_apply(resources, durable, decide);
-        done.map_err(|err| worded(&self.path, Doing::Write, err))
+        done.map_err(|err| err.reworded(|err| worded(&self.path, Doing::Write, err)))
     }
 
-    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> super::Result<()> {
         self.prepare_grant();
         if self.turnstile.is_none() {
             self.turnstile = turnstile::Turnstile::open(&self.path, true);
@@ -292,7 +293,7 @@ impl Backend for SqliteStore {
         self.bound_wal();
     }
 
-    fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> Result<()> {
+    fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> super::Result<()> {
         if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.waiting_on) {
             let woken = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.
@@ -312,24 +313,24 @@ impl Backend for SqliteStore {
         Ok(())
     }
 
-    fn read(&mut self, resource: &Resource) -> Result<State> {
+    fn read(&mut self, resource: &Resource) -> super::Result<State> {
         let read = self.look(|store| store.state_now(resource));
-        read.map_err(|err| worded(&self.path, Doing::Read, err))
+        read.map_err(|err| worded(&self.path, Doing::Read, err).into())
     }
 
-    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+    fn scan(&mut self, prefix: &str) -> super::Result<Vec<Lock>> {
         let scanned = self.look(|store| store.scan_rows(prefix));
-        scanned.map_err(|err| worded(&self.path, Doing::Read, err))
+        scanned.map_err(|err| worded(&self.path, Doing::Read, err).into())
     }
 
-    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+    fn history(&mut self, query: &LogQuery) -> super::Result<Vec<Event>> {
         let events = self.look(|store| store.history_rows(query));
-        events.map_err(|err| worded(&self.path, Doing::Read, err))
+        events.map_err(|err| worded(&self.path, Doing::Read, err).into())
     }
 
-    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
+    fn prune(&mut self, keep_history: Duration) -> super::Result<GcReport> {
         let report = self.prune_rows(keep_history);
-        report.map_err(|err| worded(&self.path, Doing::Write, err))
+        report.map_err(|err| worded(&self.path, Doing::Write, err).into())
     }
 }
 

@@ -47,6 +47,7 @@ use super::statements::{
 };
 use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource};
+use crate::store::Result as Done;
 use crate::store::{
     Backend, DecideSet, Durability, GcReport, Reads, SCHEMA_VERSION, decide_on_nothing, nothing,
 };
@@ -181,6 +182,43 @@ impl Session {
 
 impl Backend for Session {
     fn transact_set<T>(
+        &mut self,
+        resources: &[Resource],
+        durability: Durability,
+        reads: Reads<'_>,
+        decide: &mut DecideSet<'_, T>,
+    ) -> Done<T> {
+        Ok(self.transact(resources, durability, reads, decide)?)
+    }
+
+    fn read(&mut self, resource: &Resource) -> Done<State> {
+        Ok(self.read_state(resource)?)
+    }
+
+    fn subscribe(&mut self, _resources: &[Resource], _owner: &Owner) -> Done<()> {
+        Ok(self.listen()?)
+    }
+
+    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Done<()> {
+        Ok(self.wait_for_notice(resources, timeout)?)
+    }
+
+    fn scan(&mut self, prefix: &str) -> Done<Vec<Lock>> {
+        Ok(self.scan_rows(prefix)?)
+    }
+
+    fn history(&mut self, query: &LogQuery) -> Done<Vec<Event>> {
+        Ok(self.history_rows(query)?)
+    }
+
+    fn prune(&mut self, keep_history: Duration) -> Done<GcReport> {
+        Ok(self.prune_rows(keep_history)?)
+    }
+}
+
+impl Session {
+    /// One write transaction on the members of a set (see [`Backend::transact_set`]).
+    fn transact<T>(
         &mut self,
         resources: &[Resource],
         durability: Durability,
@@ -361,7 +399,8 @@ impl Backend for Session {
         }
     }
 
-    fn read(&mut self, resource: &Resource) -> Result<State> {
+    /// The resource's rows and the server's "now", without writing.
+    fn read_state(&mut self, resource: &Resource) -> Result<State> {
         let res = text(resource.as_str());
         let mut rechecked = false;
         loop {
@@ -399,7 +438,8 @@ impl Backend for Session {
         }
     }
 
-    fn subscribe(&mut self, _resources: &[Resource], _owner: &Owner) -> Result<()> {
+    /// `LISTEN` on this connection, for a waiter (see [`Backend::subscribe`]).
+    fn listen(&mut self) -> Result<()> {
         if self.listening.is_none() && !POOLED.load(Ordering::Relaxed) {
             // One message, so a pooler runs both on the same server connection.
             let outputs = send(
@@ -418,7 +458,9 @@ impl Backend for Session {
         Ok(())
     }
 
-    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
+    /// Waits for a notice of one of `resources`, or `timeout` (see
+    /// [`Backend::wait_for_change`]).
+    fn wait_for_notice(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
         if self.listening.is_none() {
             std::thread::sleep(timeout);
             return Ok(());
@@ -436,18 +478,6 @@ impl Backend for Session {
                 _ => return Ok(()),
             }
         }
-    }
-
-    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
-        self.scan_rows(prefix)
-    }
-
-    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
-        self.history_rows(query)
-    }
-
-    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
-        self.prune_rows(keep_history)
     }
 }
 

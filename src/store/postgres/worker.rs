@@ -27,7 +27,7 @@ use postgres::error::SqlState;
 
 use super::session::Session;
 use super::target::{Target, scrub};
-use crate::store::{LockStore, Op, Outcome};
+use crate::store::{self, LockStore, Op, Outcome};
 
 /// The longest this client waits for connecting and logging in to one host (the connect
 /// timeout, at most this), and for each operation: a little over the server-side limits, so a
@@ -248,7 +248,11 @@ impl Worker {
     fn call(&mut self, shown: &str, op: Op) -> Result<Outcome, Failure> {
         let (done, result) = mpsc::channel();
         let job: Job = Box::new(move |session| {
-            let _ = done.send(session.perform(op));
+            let _ = done.send(session.perform(op).map_err(|err| match err {
+                // The driver's error stays in the chain, where a lost connection is found.
+                store::Error::Failed(err) | store::Error::Unreachable(err) => err,
+                other => anyhow::Error::new(other),
+            }));
         });
         if self.jobs.send(job).is_err() {
             return Err(Failure::Lost(anyhow!(
@@ -353,7 +357,19 @@ impl Drop for PostgresStore {
 }
 
 impl LockStore for PostgresStore {
-    fn perform(&mut self, op: Op) -> Result<Outcome> {
+    fn perform(&mut self, op: Op) -> store::Result<Outcome> {
+        Ok(self.carry_out(op)?)
+    }
+
+    fn keep_trying_until(&mut self, deadline: Option<Instant>) {
+        self.persist_until = deadline;
+    }
+}
+
+impl PostgresStore {
+    /// Carries `op` out on the worker's connection, seeking a lost one again within the
+    /// call's budget ([`PostgresStore::deadline`]).
+    fn carry_out(&mut self, op: Op) -> Result<Outcome> {
         let op = match op {
             // Bounded well inside the call's own deadline.
             Op::WaitForChange { resources, timeout } => Op::WaitForChange {
@@ -407,10 +423,6 @@ impl LockStore for PostgresStore {
                 }
             }
         }
-    }
-
-    fn keep_trying_until(&mut self, deadline: Option<Instant>) {
-        self.persist_until = deadline;
     }
 }
 

@@ -8,10 +8,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::store::Error;
 use rustls::pki_types::CertificateDer;
 use serde_json::{Map, Value};
 
-use super::{NotAllowed, ServerUrl, tls};
+use super::{ServerUrl, tls};
 use crate::protocol::{API_HEADER, GRANT_HEADER, Route, WAITED_HEADER};
 
 /// How long a server that refuses connections is sought again, at least.
@@ -108,7 +110,7 @@ impl Client {
     /// Sends one request and reads its answer; a server that cannot be connected to is sought
     /// again until `until`. A request that was sent is never sent again: it may have been
     /// carried out.
-    pub(super) fn call(&self, call: &Call, until: Instant) -> Result<Reply> {
+    pub(super) fn call(&self, call: &Call, until: Instant) -> Result<Reply, Error> {
         match self.send_within(call, until, false) {
             Ok(reply) => reply.checked(&self.url),
             Err(failure) => Err(self.unreachable(failure)),
@@ -124,7 +126,7 @@ impl Client {
     /// been carried out, and either way a second one is safe). No try starts after `until`,
     /// but one is made however late it is: a lock released after its lease has ended is
     /// harmless, and may spare the next holder a wait.
-    pub(super) fn call_again(&self, call: &Call, until: Instant) -> Result<Reply> {
+    pub(super) fn call_again(&self, call: &Call, until: Instant) -> Result<Reply, Error> {
         let mut pause = Duration::from_millis(50);
         loop {
             let sent = send(&self.agent, &self.url, self.authorization.as_deref(), call);
@@ -159,7 +161,7 @@ impl Client {
         call: Call,
         until: Instant,
         leave: &Call,
-    ) -> Result<(Reply, Option<bool>)> {
+    ) -> Result<(Reply, Option<bool>), Error> {
         let (sent, answer) = mpsc::channel();
         let client = Client {
             agent: self.agent.clone(),
@@ -182,10 +184,11 @@ impl Client {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!(
+                    return Err(anyhow!(
                         "the long poll of {} ended without an answer",
                         self.url.as_str()
                     )
+                    .into());
                 }
             }
         }
@@ -242,12 +245,12 @@ impl Client {
         }
     }
 
-    fn unreachable(&self, failure: Failure) -> anyhow::Error {
+    fn unreachable(&self, failure: Failure) -> Error {
         let (Failure::NotConnected(why) | Failure::Sent(why)) = failure;
-        anyhow!("{why}").context(format!(
+        Error::Unreachable(anyhow!("{why}").context(format!(
             "cannot reach the distlock server {}",
             self.url.as_str()
-        ))
+        )))
     }
 }
 
@@ -517,35 +520,37 @@ impl Reply {
     /// The answer, or the failure it stands for: a refused token or scope (exit 77), a server
     /// error (5xx), or an answer from something that is not a distlock server (a mistyped
     /// port, a proxy's page), which is never read as a lock's outcome.
-    pub(super) fn checked(self, url: &ServerUrl) -> Result<Reply> {
+    pub(super) fn checked(self, url: &ServerUrl) -> Result<Reply, Error> {
         if !self.distlock {
-            bail!(
+            return Err(anyhow!(
                 "{} answered {}, but not as a distlock server does (no Distlock-Api header): \
                  check the host and port in --db or DISTLOCK_DB",
                 url.as_str(),
                 self.status
-            );
+            )
+            .into());
         }
         let problem = || self.problem_detail().unwrap_or_default();
         match self.status {
-            401 => Err(anyhow::Error::new(NotAllowed(format!(
+            401 => Err(Error::NotAllowed(format!(
                 "the distlock server {} refused the token: {}",
                 url.as_str(),
                 problem()
-            )))),
+            ))),
             403 if self.problem_type().as_deref() == Some("not-allowed") => {
-                Err(anyhow::Error::new(NotAllowed(format!(
+                Err(Error::NotAllowed(format!(
                     "the distlock server {} refused: {}",
                     url.as_str(),
                     problem()
-                ))))
+                )))
             }
             500..=599 => Err(anyhow!(
                 "the distlock server {} answered {}: {}",
                 url.as_str(),
                 self.status,
                 problem()
-            )),
+            )
+            .into()),
             _ => Ok(self),
         }
     }
@@ -593,15 +598,15 @@ impl Reply {
 
     /// An answer that no request of distlock's expects. Only a problem document's detail is
     /// shown: a body of another kind may echo the request, token and all.
-    pub(super) fn unexpected(&self, url: &ServerUrl) -> anyhow::Error {
+    pub(super) fn unexpected(&self, url: &ServerUrl) -> Error {
         let detail = self
             .problem_detail()
             .map_or_else(String::new, |detail| format!(": {detail}"));
-        anyhow!(
+        Error::Failed(anyhow!(
             "the distlock server {} answered {} unexpectedly{detail}",
             url.as_str(),
             self.status,
-        )
+        ))
     }
 }
 

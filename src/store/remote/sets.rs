@@ -5,7 +5,7 @@
 //! of a set is one request too (`/sets/release` with `"each":true`), so that a server that
 //! goes away cannot leave some members ended and the rest held.
 
-use anyhow::{Result, anyhow};
+use anyhow::anyhow;
 
 use super::RemoteStore;
 use super::http::{CALL_TIMEOUT, Call, Reply};
@@ -19,6 +19,7 @@ use crate::lock::{
 };
 use crate::protocol::{End, ReleaseRequest, RenewRequest, read_grant_header};
 use crate::store::op::Outcome;
+use crate::store::{Error, Result};
 
 impl RemoteStore {
     /// `POST /sets`: a lock set's acquire, all or nothing.
@@ -169,10 +170,10 @@ impl RemoteStore {
         let answer = reply.json::<SetFinishAnswer>()?;
         let named: Vec<&Resource> = answer.members.iter().map(MemberEnd::resource).collect();
         if named.iter().copied().ne(members.as_slice()) {
-            return Err(anyhow!(
+            return Err(Error::Failed(anyhow!(
                 "the distlock server {} answered the end of another set",
                 self.client.url().as_str()
-            ));
+            )));
         }
         Ok(answer.members.iter().map(MemberEnd::finish).collect())
     }

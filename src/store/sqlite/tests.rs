@@ -257,7 +257,7 @@ fn acquire_set(
     store: &mut SqliteStore,
     set: &[Resource],
     owner: &str,
-) -> Result<Vec<Acquire>, anyhow::Error> {
+) -> crate::store::Result<Vec<Acquire>> {
     let request = req(owner, 60);
     store.transact_set(
         set,
