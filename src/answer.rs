@@ -15,6 +15,7 @@ use crate::lock::{Fence, Holder, Lock, Mode, Remark, Resource};
 mod acquire;
 mod change;
 mod set;
+mod shaped;
 mod status;
 
 pub use acquire::{AcquireAnswer, Acquired, Busy, Mismatch};
@@ -26,6 +27,7 @@ pub use set::{
     BlockedMember, MemberEnd, SetAcquireAnswer, SetAcquired, SetBusy, SetFinishAnswer,
     SetReleaseAnswer, SetReleased, SetRenewAnswer, SetRenewed,
 };
+pub use shaped::{Shaped, ShapedAcquire, ShapedRelease, ShapedRenew};
 pub use status::{Free, Held, ListAnswer, StatusAnswer};
 
 /// What every answer gives: its exit code and its human line(s).

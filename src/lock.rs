@@ -16,7 +16,10 @@ mod text;
 mod time;
 
 pub use mode::{Family, MAX_LIMIT, Mode};
-pub use set::{Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew, Shape};
+pub use set::{
+    Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew, Shape,
+    released_one, renewed_one,
+};
 pub use text::{MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource, TokenName};
 pub use time::{MAX_DURATION, MAX_TTL_SECS, Timestamp, Ttl, parse_duration, parse_span};
 
@@ -206,6 +209,13 @@ impl EventKind {
             _ => return None,
         })
     }
+}
+
+/// What `gc` removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    pub expired_locks: u64,
+    pub history_events: u64,
 }
 
 /// Which history to read.

@@ -38,6 +38,7 @@ mod health;
 mod metrics;
 mod operations;
 mod problem;
+mod reply;
 mod reread;
 mod stall;
 mod tls;
@@ -64,7 +65,7 @@ use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::output::warn;
 use crate::protocol::{LONGEST_POLL, MAX_HEAD};
-use crate::store::{self, Location, LockStore};
+use crate::store::{self, Location, LockStore, Locks, op};
 
 use exposure::exposure;
 use reread::{Reread, Rereads};
@@ -148,7 +149,7 @@ impl Stores {
             // What `run` does while its command runs, a server does after each operation: a
             // SQLite store's WAL is checkpointed and started over once it is long, else it
             // would grow for as long as the server serves.
-            store.tidy();
+            let _ = store.perform(op::Tidy);
             if let Ok(mut idle) = self.idle.lock() {
                 if idle.len() < IDLE_STORES {
                     idle.push(store);

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Answer, Flag, held_text, is_zero, tenure_text, waiting_text};
 use crate::exit::Exit;
+use crate::lock::GcReport;
 use crate::lock::{Event, Lock, Mode, Resource, Status};
-use crate::store::GcReport;
 
 /// `status` 0: `{"held":true,"lock":{…oldest…},"locks":[…],"waiting":K}`; `locks` (every live
 /// tenure, by fence) only for shared or semaphore tenures.

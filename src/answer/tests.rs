@@ -2,8 +2,8 @@
 //! back into the same answer; and each answer's exit code and text.
 
 use super::*;
+use crate::lock::GcReport;
 use crate::lock::{Acquire, Event, EventKind, Eviction, Owner, Release, Renew, Status, Timestamp};
-use crate::store::GcReport;
 
 const T1: &str = "2026-11-30T04:08:52.123Z";
 const T2: &str = "2026-11-30T04:09:22.123Z";

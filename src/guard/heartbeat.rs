@@ -18,8 +18,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, Renew, Ttl};
-use crate::store::{self, Location, LockStore, Locks};
+use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, SetRenew, Ttl};
+use crate::store::{self, Location, LockStore, Locks, op};
 
 use super::runner::Job;
 use super::supervisor::Event;
@@ -54,7 +54,7 @@ impl Heartbeat {
             };
             eviction = store
                 .as_mut()
-                .and_then(|store| store.log(&query).ok())
+                .and_then(|store| store.perform(op::Log { query }).ok())
                 .and_then(|events| {
                     events
                         .into_iter()
@@ -86,20 +86,15 @@ impl Heartbeat {
     }
 
     /// One renewal: of the tenure, or of the set's every member in one transaction (all or
-    /// nothing), read as one tenure's answer.
-    fn renew(&self, store: &mut dyn LockStore) -> store::Result<Renew> {
-        if let (Some(resource), [fence]) = (self.members.single(), self.fences.as_slice()) {
-            return store.renew(resource, &self.owner, self.ttl, Some(*fence));
-        }
-        Ok(
-            match store.renew_set(&self.members, &self.owner, self.ttl, Some(&self.fences))? {
-                Ok(mut locks) => Renew::Renewed {
-                    lock: locks.swap_remove(0),
-                },
-                Err(refused) if refused.forbidden => Renew::Forbidden,
-                Err(_) => Renew::NotFound,
-            },
-        )
+    /// nothing).
+    fn renew(&self, store: &mut dyn LockStore) -> store::Result<SetRenew> {
+        store.perform(op::Renew {
+            members: self.members.clone(),
+            owner: self.owner.clone(),
+            ttl: self.ttl,
+            fences: Some(self.fences.clone()),
+            lease_end: None,
+        })
     }
 
     /// How often the lock is renewed: every third of its TTL.
@@ -355,17 +350,17 @@ impl Cadence {
     /// The renewal sent at `attempt` was answered with `renewed` at `now`. A renewal's lease is
     /// counted from before it was sent, so it never overstates the lease; the next renewal is
     /// an interval after that same instant, and a retry is counted from the failure's answer.
-    fn after(&self, renewed: &store::Result<Renew>, attempt: Instant, now: Instant) -> Beat {
+    fn after(&self, renewed: &store::Result<SetRenew>, attempt: Instant, now: Instant) -> Beat {
         match renewed {
-            Ok(Renew::Renewed { .. }) => Beat::Renewed {
+            Ok(Ok(_)) => Beat::Renewed {
                 until: attempt + self.ttl,
                 next: attempt + self.interval,
             },
-            Ok(Renew::NotFound) => Beat::Gone {
-                otherwise: "it expired or was released",
-            },
-            Ok(Renew::Forbidden) => Beat::Gone {
+            Ok(Err(refused)) if refused.forbidden => Beat::Gone {
                 otherwise: "another owner holds it",
+            },
+            Ok(Err(_)) => Beat::Gone {
+                otherwise: "it expired or was released",
             },
             // The lock went with the store: nobody opening it now finds it held.
             Err(gone @ store::Error::Vanished(_)) => Beat::Vanished(gone.to_string()),
@@ -448,20 +443,25 @@ mod tests {
         }
     }
 
-    use crate::lock::{Lock, Mode, Resource, Timestamp};
+    use crate::lock::{Lock, Mode, Resource, SetRefusal, Timestamp};
 
-    fn renewed() -> store::Result<Renew> {
-        Ok(Renew::Renewed {
-            lock: Lock {
-                resource: Resource::parse("r").expect("a resource"),
-                owner: Owner::parse("o").expect("an owner"),
-                fence: Fence(3),
-                acquired_at: Timestamp(0),
-                expires_at: Timestamp(30_000),
-                mode: Mode::Exclusive,
-                note: None,
-            },
-        })
+    fn renewed() -> store::Result<SetRenew> {
+        Ok(Ok(vec![Lock {
+            resource: Resource::parse("r").expect("a resource"),
+            owner: Owner::parse("o").expect("an owner"),
+            fence: Fence(3),
+            acquired_at: Timestamp(0),
+            expires_at: Timestamp(30_000),
+            mode: Mode::Exclusive,
+            note: None,
+        }]))
+    }
+
+    fn refused(forbidden: bool) -> store::Result<SetRenew> {
+        Ok(Err(SetRefusal {
+            resource: Resource::parse("r").expect("a resource"),
+            forbidden,
+        }))
     }
 
     #[test]
@@ -474,7 +474,7 @@ mod tests {
             until: t0 + until,
             next: t0 + next,
         };
-        let cases: Vec<(u64, store::Result<Renew>, Duration, Duration, Beat)> = vec![
+        let cases: Vec<(u64, store::Result<SetRenew>, Duration, Duration, Beat)> = vec![
             // The lease and the next renewal count from before the request was sent, however
             // long the answer took.
             (
@@ -500,7 +500,7 @@ mod tests {
             ),
             (
                 30,
-                Ok(Renew::NotFound),
+                refused(false),
                 secs(10),
                 secs(10),
                 Beat::Gone {
@@ -509,7 +509,7 @@ mod tests {
             ),
             (
                 30,
-                Ok(Renew::Forbidden),
+                refused(true),
                 secs(10),
                 secs(10),
                 Beat::Gone {

@@ -1,7 +1,7 @@
 //! Lock sets: several resources taken, renewed and released together, all or nothing
 //! (contract, "Lock sets"). The members and the outcomes; the rules are the engine's.
 
-use super::{Grant, Holder, Lock, Resource};
+use super::{Acquire, Grant, Holder, Lock, Release, Renew, Resource};
 
 /// The most members a set may have, after deduplication.
 pub const MAX_MEMBERS: usize = 64;
@@ -141,3 +141,56 @@ pub type SetRenew = Result<Vec<Lock>, SetRefusal>;
 
 /// What a `release` of a set finds: every member released, or nothing changed.
 pub type SetRelease = Result<(), SetRefusal>;
+
+impl SetAcquire {
+    /// The outcome of a set of one, as its one resource's.
+    pub fn into_one(self) -> Acquire {
+        match self {
+            SetAcquire::Acquired { locks, tenures } => {
+                match (locks.into_iter().next(), tenures.into_iter().next()) {
+                    (Some(lock), Some(tenure)) => Acquire::Acquired { lock, tenure },
+                    // A grant of nothing: no set of one comes to that.
+                    _ => Acquire::Busy {
+                        holder: None,
+                        holders: Vec::new(),
+                        waiting: 0,
+                        position: None,
+                    },
+                }
+            }
+            SetAcquire::Busy { blocked } => {
+                let member = blocked.into_iter().next();
+                Acquire::Busy {
+                    waiting: member.as_ref().map_or(0, |member| member.waiting),
+                    position: member.as_ref().and_then(|member| member.position),
+                    holders: (member.as_ref())
+                        .map(|member| member.holders.clone())
+                        .unwrap_or_default(),
+                    holder: member.and_then(|member| member.holder),
+                }
+            }
+            SetAcquire::Mismatch { holders, .. } => Acquire::Mismatch { holders },
+        }
+    }
+}
+
+/// The renewal of a set of one, as its one resource's.
+pub fn renewed_one(outcome: SetRenew) -> Renew {
+    match outcome {
+        Ok(locks) => match locks.into_iter().next() {
+            Some(lock) => Renew::Renewed { lock },
+            None => Renew::NotFound,
+        },
+        Err(refused) if refused.forbidden => Renew::Forbidden,
+        Err(_) => Renew::NotFound,
+    }
+}
+
+/// The release of a set of one, as its one resource's.
+pub fn released_one(outcome: SetRelease) -> Release {
+    match outcome {
+        Ok(()) => Release::Released,
+        Err(refused) if refused.forbidden => Release::Forbidden,
+        Err(_) => Release::NotFound,
+    }
+}

@@ -17,128 +17,13 @@ use super::State;
 use super::access::{self, Caller};
 use super::operations;
 use super::problem::Problem;
-use crate::answer::{Answer, StatusAnswer};
-use crate::exit::Exit;
-use crate::protocol::{
-    API_HEADER, Bad, GRANT_HEADER, MAX_BODY, MAX_HEAD, Route, Target, Unrouted, WAITED_HEADER,
-    grant_header,
-};
-use crate::store::Locks;
+use super::reply::{Reply, unrouted};
+use crate::protocol::{API_HEADER, GRANT_HEADER, MAX_BODY, MAX_HEAD, Route, Target, WAITED_HEADER};
+use crate::store::{Locks, op};
 
 /// How long a client may take to send a request's body, once its headers are in: a body that
 /// stalls is answered 408 and its connection closed, so that it holds no connection's place.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The problem of a method on a path that is no route.
-fn unrouted(unrouted: Unrouted) -> Problem {
-    match unrouted {
-        Unrouted::Bad(bad) => problem(&bad),
-        Unrouted::NoSuchRoute(detail) => {
-            Problem::new(StatusCode::NOT_FOUND, "no-such-route", detail)
-        }
-        Unrouted::MethodNotAllowed { detail, allow } => {
-            Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", detail)
-                .allowing(allow)
-        }
-    }
-}
-
-/// The problem of bad input: 400 for a body that is not JSON or a path or query that is not
-/// percent-encoded, 422 for a rule broken.
-pub(super) fn problem(bad: &Bad) -> Problem {
-    match bad {
-        Bad::Malformed(why) => Problem::new(StatusCode::BAD_REQUEST, "malformed-json", why.clone()),
-        Bad::Encoding(why) => Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-percent-encoding",
-            why.clone(),
-        ),
-        Bad::Invalid(why) => Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-request",
-            why.clone(),
-        ),
-    }
-}
-
-/// An answer, before it is sent.
-pub struct Reply {
-    status: StatusCode,
-    body: Vec<u8>,
-    kind: &'static str,
-    /// A grant's `Distlock-Grant` ([`GRANT_HEADER`]) and its `Distlock-Waited-Ms`, for a distlock
-    /// client (`--db http://…`): the body is the command's own, which does not say.
-    grant: Option<(String, Duration)>,
-    /// A 405's `Allow`: the methods the path takes.
-    allow: Option<&'static str>,
-}
-
-impl Reply {
-    pub(super) fn json(status: StatusCode, answer: &impl serde::Serialize) -> Reply {
-        Reply {
-            status,
-            body: serde_json::to_vec(answer).unwrap_or_default(),
-            kind: "application/json",
-            grant: None,
-            allow: None,
-        }
-    }
-
-    pub(super) fn empty(status: StatusCode) -> Reply {
-        Reply {
-            status,
-            body: Vec::new(),
-            kind: "application/json",
-            grant: None,
-            allow: None,
-        }
-    }
-
-    /// The same reply, saying how a grant came about (each tenure of it: one, or a lock set's
-    /// in the members' order), and how long the request `waited` before the transaction that
-    /// granted it began.
-    pub(super) fn granted(self, tenures: &[crate::lock::Grant], waited: Duration) -> Reply {
-        Reply {
-            grant: Some((grant_header(tenures), waited)),
-            ..self
-        }
-    }
-
-    pub(super) fn text(body: String, kind: &'static str) -> Reply {
-        Reply {
-            status: StatusCode::OK,
-            body: body.into_bytes(),
-            kind,
-            grant: None,
-            allow: None,
-        }
-    }
-}
-
-impl From<Problem> for Reply {
-    fn from(problem: Problem) -> Reply {
-        Reply {
-            status: problem.status,
-            body: problem.body(),
-            kind: "application/problem+json",
-            grant: None,
-            allow: problem.allow,
-        }
-    }
-}
-
-/// The answer of a lock command, with the status its exit code stands for: the objects of a
-/// refusal go into a problem document.
-pub(super) fn answered(answer: &impl Answer, detail: impl FnOnce() -> String) -> Reply {
-    let (status, kind) = match answer.exit() {
-        Exit::Done | Exit::Busy => return Reply::json(StatusCode::OK, answer),
-        Exit::NotHeld => (StatusCode::NOT_FOUND, "not-held"),
-        Exit::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
-        Exit::Mismatch => (StatusCode::CONFLICT, "mismatch"),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-    };
-    Problem::new(status, kind, detail()).with(answer).into()
-}
 
 /// Sets `gone` when dropped: a request whose client went away (its future dropped) stops the
 /// wait it started on a blocking thread.
@@ -309,13 +194,13 @@ async fn answer(
     let _gone = Gone(Arc::clone(&gone));
     let state = Arc::clone(state);
     let work = tokio::task::spawn_blocking(move || {
-        let call = operations::Call {
+        let work = operations::Work {
             state: &state,
             caller: &caller,
             body: &body,
             query: query.as_deref(),
         };
-        carry_out(&call, route, &gone)
+        carry_out(&work, route, &gone)
     });
     match work.await {
         Ok(reply) => reply,
@@ -349,7 +234,12 @@ async fn metrics(state: &Arc<State>) -> Reply {
     let tenures = if up {
         let counting = Arc::clone(state);
         tokio::task::spawn_blocking(move || {
-            counting.stores.with(|store| Ok(store.list("")?.len())).ok()
+            let list = || op::List {
+                prefix: String::new(),
+            };
+            (counting.stores)
+                .with(|store| Ok(store.perform(list())?.len()))
+                .ok()
         })
         .await
         .ok()
@@ -422,40 +312,21 @@ fn checked_body(route: &Route, body: Vec<u8>, json: bool) -> Result<Vec<u8>, Pro
 }
 
 /// The request's work, on a blocking thread.
-fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Reply {
-    let state = call.state;
-    let result = match route {
-        Route::Acquire(Target::One(resource)) => operations::acquire(call, &resource, gone),
-        Route::Status(resource) => state.stores.with(|store| {
-            let status = store.status(&resource)?;
-            let answer = StatusAnswer::new(&resource, &status);
-            Ok(Ok(answered(&answer, || format!("{resource} is not held"))))
-        }),
-        Route::Release(Target::One(resource)) => operations::release(call, &resource),
-        Route::Renew(Target::One(resource)) => operations::renew(call, &resource),
-        Route::Break(resource) => operations::evict(call, &resource),
-        Route::Leave(Target::One(resource)) => operations::leave(call, &resource),
-        Route::Acquire(Target::Set) => operations::acquire_set(call, gone),
-        Route::Renew(Target::Set) => operations::renew_set(call),
-        Route::Release(Target::Set) => operations::release_set(call),
-        Route::Leave(Target::Set) => operations::leave_set(call),
-        Route::List => operations::list(call),
-        Route::Log => operations::log(call),
+fn carry_out(work: &operations::Work<'_>, route: Route, gone: &AtomicBool) -> Reply {
+    match route {
+        Route::Acquire(target) => operations::acquire(work, target, gone),
+        Route::Status(resource) => operations::status(work, resource),
+        Route::Release(target) => operations::release(work, target),
+        Route::Renew(target) => operations::renew(work, target),
+        Route::Break(resource) => operations::break_lock(work, resource),
+        Route::Leave(target) => operations::leave(work, target),
+        Route::List => operations::list(work),
+        Route::Log => operations::log(work),
         // Answered without a blocking thread of their own (see [`answer`]).
-        Route::Health | Route::Metrics => Ok(Ok(Problem::new(
+        Route::Health | Route::Metrics => Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "the request failed",
-        )
-        .into())),
-    };
-    match result {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(bad)) => problem(&bad).into(),
-        Err(err) => Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store-error",
-            format!("{err:#}"),
         )
         .into(),
     }

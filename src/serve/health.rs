@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::State;
 use crate::output::warn;
-use crate::store::Locks;
+use crate::store::{Locks, op};
 
 /// The longest a request waits for the store's answer to a probe.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
@@ -103,7 +103,10 @@ pub async fn answers(state: &Arc<State>) -> bool {
     if !health.probing.swap(true, Ordering::SeqCst) {
         let state = Arc::clone(state);
         tokio::task::spawn_blocking(move || {
-            let probed = (state.stores).with(|store| Ok(store.list("\u{1}").map(drop)?));
+            let probe = || op::List {
+                prefix: "\u{1}".to_owned(),
+            };
+            let probed = (state.stores).with(|store| Ok(store.perform(probe()).map(drop)?));
             let probed = probed.map_err(|err| one_line(&format!("{err:#}")));
             state.health.record(probed);
             state.health.probing.store(false, Ordering::SeqCst);

@@ -10,12 +10,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{
-    Backend, DecideSet, Durability, Error, Folders, GcReport, Location, LockStore, NetworkFs,
-    PostgresStore, Reads, RemoteStore, Result, SqliteStore, SystemClock, decide_on_nothing,
-    network_fs, nothing,
+    Backend, DecideSet, Durability, Error, Folders, Location, LockStore, NetworkFs, PostgresStore,
+    Reads, RemoteStore, Result, SqliteStore, SystemClock, decide_on_nothing, network_fs, nothing,
 };
 use crate::engine::State;
-use crate::lock::{Event, Lock, LogQuery, Owner, Resource};
+use crate::lock::{Event, GcReport, Lock, LogQuery, Owner, Resource};
 
 /// Opens the store at `location` with the host's clock, for a command that may create it
 /// (`acquire`, `run`): a SQLite store is made, with its missing folders, if it is not there.
@@ -266,8 +265,9 @@ fn open_sqlite(path: &Path, folders: Folders) -> anyhow::Result<SqliteStore> {
 mod tests {
     use super::*;
     use crate::engine::Request;
+    use crate::lock::Members;
     use crate::lock::{Acquire, Owner, Resource, Ttl};
-    use crate::store::Locks;
+    use crate::store::{Locks, op};
 
     #[test]
     fn a_removed_sqlite_store_is_vanished_to_its_open_connection_and_is_never_reopened_anew() {
@@ -279,7 +279,13 @@ mod tests {
         let ttl = Ttl::from_secs(30).unwrap();
         let mut held = open(&location).unwrap();
         let request = Request::exclusive(owner.clone(), ttl);
-        let Acquire::Acquired { lock, .. } = held.acquire(&resource, &request).unwrap() else {
+        let acquire = op::Acquire {
+            members: Members::one(resource.clone()),
+            request,
+            until: None,
+        };
+        let Acquire::Acquired { lock, .. } = held.perform(acquire).unwrap().outcome.into_one()
+        else {
             panic!("a new store's first acquire is granted");
         };
         let vanished = |err: Error| match err {
@@ -295,7 +301,13 @@ mod tests {
             } else {
                 std::fs::remove_file(&remove).unwrap();
             }
-            let renewed = held.renew(&resource, &owner, ttl, Some(lock.fence));
+            let renewed = held.perform(op::Renew {
+                members: Members::one(resource.clone()),
+                owner: owner.clone(),
+                ttl,
+                fences: Some(vec![lock.fence]),
+                lease_end: None,
+            });
             assert_eq!(
                 renewed.err().and_then(vanished),
                 gone,

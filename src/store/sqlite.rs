@@ -55,8 +55,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{Backend, Clock, DecideSet, Durability, Error, GcReport, Reads};
+use super::{Backend, Clock, DecideSet, Durability, Error, Reads};
 use crate::engine::{self, State};
+use crate::lock::GcReport;
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use open::identity;
 use reader::Access;

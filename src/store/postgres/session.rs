@@ -46,10 +46,10 @@ use super::statements::{
     tenures, text, unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource};
 use crate::store::Result as Done;
 use crate::store::{
-    Backend, DecideSet, Durability, GcReport, Reads, SCHEMA_VERSION, decide_on_nothing, nothing,
+    Backend, DecideSet, Durability, Reads, SCHEMA_VERSION, decide_on_nothing, nothing,
 };
 
 /// A connection of this process was found not to keep its `LISTEN` (see
@@ -104,6 +104,8 @@ pub struct Session {
     /// then leaves the commit's outcome unknown. Shared with the store's handle, which reads it
     /// when a call times out.
     pub(super) committing: Arc<AtomicBool>,
+    /// What to tell the waiter this connection serves, once ([`Backend::notice`]).
+    pub(super) notice: Option<String>,
 }
 
 /// Why a transaction must start over.
@@ -144,6 +146,7 @@ impl Session {
             creates,
             absent: false,
             committing,
+            notice: None,
         }
     }
 
@@ -151,8 +154,8 @@ impl Session {
     /// one that ran this connection's `LISTEN`, or no longer listens, the `LISTEN` stayed
     /// behind on another server connection — a pooler in transaction mode hands each
     /// transaction whichever server connection is free — so no release will wake this
-    /// waiter. It says so once, and from then on looks again after each pause instead (every
-    /// 250 ms at most, see [`crate::wait`]). The server session is told apart by its process
+    /// waiter. It says so once (a [`Backend::notice`] for the waiter), and from then on looks
+    /// again after each pause instead (every 250 ms at most, see [`crate::wait`]). The server session is told apart by its process
     /// id, not only by whether it listens: a pooled server connection keeps the `LISTEN` of
     /// any earlier client that ran one there, and in a pool where every server connection has
     /// one, every read would seem to run where this waiter listens.
@@ -163,11 +166,12 @@ impl Session {
         if !listens {
             self.listening = None;
             if !POOLED.swap(true, Ordering::Relaxed) {
-                crate::output::warn(format_args!(
+                self.notice = Some(
                     "the PostgreSQL connection does not keep its LISTEN between transactions \
                      (a pooler in transaction mode, such as PgBouncer?): waiting by looking \
                      again every 250 ms instead of being woken"
-                ));
+                        .to_owned(),
+                );
             }
         }
     }
@@ -200,7 +204,7 @@ impl Backend for Session {
     }
 
     fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Done<()> {
-        Ok(self.wait_for_notice(resources, timeout)?)
+        Ok(self.wait_for_notification(resources, timeout)?)
     }
 
     fn scan(&mut self, prefix: &str) -> Done<Vec<Lock>> {
@@ -213,6 +217,10 @@ impl Backend for Session {
 
     fn prune(&mut self, keep_history: Duration) -> Done<GcReport> {
         Ok(self.prune_rows(keep_history)?)
+    }
+
+    fn notice(&mut self) -> Option<String> {
+        self.notice.take()
     }
 }
 
@@ -460,7 +468,7 @@ impl Session {
 
     /// Waits for a notice of one of `resources`, or `timeout` (see
     /// [`Backend::wait_for_change`]).
-    fn wait_for_notice(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
+    fn wait_for_notification(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
         if self.listening.is_none() {
             std::thread::sleep(timeout);
             return Ok(());

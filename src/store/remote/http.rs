@@ -91,10 +91,10 @@ impl Client {
     /// answer (for a request whose repetition changes nothing more than it would have).
     fn send_within(
         &self,
-        call: &Call,
+        call: &HttpRequest,
         until: Instant,
         again_after_sent: bool,
-    ) -> Result<Reply, Failure> {
+    ) -> Result<HttpAnswer, Failure> {
         let mut pause = Duration::from_millis(50);
         loop {
             match send(&self.agent, &self.url, self.authorization.as_deref(), call) {
@@ -110,7 +110,7 @@ impl Client {
     /// Sends one request and reads its answer; a server that cannot be connected to is sought
     /// again until `until`. A request that was sent is never sent again: it may have been
     /// carried out.
-    pub(super) fn call(&self, call: &Call, until: Instant) -> Result<Reply, Error> {
+    pub(super) fn call(&self, call: &HttpRequest, until: Instant) -> Result<HttpAnswer, Error> {
         match self.send_within(call, until, false) {
             Ok(reply) => reply.checked(&self.url),
             Err(failure) => Err(self.unreachable(failure)),
@@ -126,7 +126,11 @@ impl Client {
     /// been carried out, and either way a second one is safe). No try starts after `until`,
     /// but one is made however late it is: a lock released after its lease has ended is
     /// harmless, and may spare the next holder a wait.
-    pub(super) fn call_again(&self, call: &Call, until: Instant) -> Result<Reply, Error> {
+    pub(super) fn call_again(
+        &self,
+        call: &HttpRequest,
+        until: Instant,
+    ) -> Result<HttpAnswer, Error> {
         let mut pause = Duration::from_millis(50);
         loop {
             let sent = send(&self.agent, &self.url, self.authorization.as_deref(), call);
@@ -154,14 +158,14 @@ impl Client {
     ///
     /// At an interrupt the waiter gives its place up with `leave` ([`Client::cancel`]), and
     /// the answer is then the poll's own, which the leave ends at once — it may be a grant
-    /// that came first — or, without one, [`Reply::interrupted`]. With it comes whether the
+    /// that came first — or, without one, [`HttpAnswer::interrupted`]. With it comes whether the
     /// server said the place is given up (`None`: not interrupted).
     pub(super) fn poll(
         &self,
-        call: Call,
+        call: HttpRequest,
         until: Instant,
-        leave: &Call,
-    ) -> Result<(Reply, Option<bool>), Error> {
+        leave: &HttpRequest,
+    ) -> Result<(HttpAnswer, Option<bool>), Error> {
         let (sent, answer) = mpsc::channel();
         let client = Client {
             agent: self.agent.clone(),
@@ -200,13 +204,13 @@ impl Client {
     /// read. A poll that had not reached the server when the leave was answered (and would
     /// wait there anew) is ended by the next leave, sent while no answer comes, for at most
     /// [`LEAVING`] in all. Returns the poll's answer, if a usable one came (a grant made
-    /// before the leave, say), else [`Reply::interrupted`]; and whether the server said the
+    /// before the leave, say), else [`HttpAnswer::interrupted`]; and whether the server said the
     /// place is given up.
     fn cancel(
         &self,
-        answer: &mpsc::Receiver<Result<Reply, Failure>>,
-        leave: &Call,
-    ) -> (Reply, bool) {
+        answer: &mpsc::Receiver<Result<HttpAnswer, Failure>>,
+        leave: &HttpRequest,
+    ) -> (HttpAnswer, bool) {
         let until = Instant::now() + LEAVING;
         let mut left = false;
         loop {
@@ -221,7 +225,7 @@ impl Client {
                 Ok(reply) if reply.distlock && reply.status == 204 => left = true,
                 // Refused (a server without the route, a token outside its scope): the server
                 // gives the place up itself, as a dead waiter's.
-                Ok(_) if !left => return (Reply::interrupted(), false),
+                Ok(_) if !left => return (HttpAnswer::interrupted(), false),
                 Ok(_) | Err(_) => {}
             }
             let wait = if left { POLL_ENDED } else { UNREACHED };
@@ -230,15 +234,15 @@ impl Client {
                     return (
                         reply
                             .checked(&self.url)
-                            .unwrap_or_else(|_| Reply::interrupted()),
+                            .unwrap_or_else(|_| HttpAnswer::interrupted()),
                         left,
                     );
                 }
                 Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return (Reply::interrupted(), left);
+                    return (HttpAnswer::interrupted(), left);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() >= until => {
-                    return (Reply::interrupted(), left);
+                    return (HttpAnswer::interrupted(), left);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
@@ -343,7 +347,7 @@ fn roots() -> Result<(Vec<CertificateDer<'static>>, Vec<CertificateDer<'static>>
 
 /// One request, as it is sent (maybe again, if the server could not be reached).
 #[derive(Clone)]
-pub(super) struct Call {
+pub(super) struct HttpRequest {
     method: &'static str,
     path: String,
     /// The JSON body, serialized.
@@ -351,10 +355,10 @@ pub(super) struct Call {
     timeout: Duration,
 }
 
-impl Call {
+impl HttpRequest {
     /// A request without a body: `path` (with its query, if any) on `route`'s method.
-    pub(super) fn new(route: &Route, path: String, timeout: Duration) -> Call {
-        Call {
+    pub(super) fn new(route: &Route, path: String, timeout: Duration) -> HttpRequest {
+        HttpRequest {
             method: route.method(),
             path,
             body: None,
@@ -367,8 +371,8 @@ impl Call {
         route: &Route,
         body: &impl serde::Serialize,
         timeout: Duration,
-    ) -> Call {
-        Call {
+    ) -> HttpRequest {
+        HttpRequest {
             method: route.method(),
             path: route.path(),
             // A request body serializes to an object of strings and numbers: it cannot fail.
@@ -378,8 +382,8 @@ impl Call {
     }
 
     /// The same request, given `timeout`.
-    pub(super) fn within(&self, timeout: Duration) -> Call {
-        Call {
+    pub(super) fn within(&self, timeout: Duration) -> HttpRequest {
+        HttpRequest {
             timeout,
             ..self.clone()
         }
@@ -398,8 +402,8 @@ fn send(
     agent: &ureq::Agent,
     url: &ServerUrl,
     authorization: Option<&str>,
-    call: &Call,
-) -> Result<Reply, Failure> {
+    call: &HttpRequest,
+) -> Result<HttpAnswer, Failure> {
     let mut request = ureq::http::Request::builder()
         .method(call.method)
         .uri(format!("{}{}", url.as_str(), call.path));
@@ -450,7 +454,7 @@ fn send(
             }
             other => Failure::Sent(describe(&other)),
         })?;
-    Ok(Reply {
+    Ok(HttpAnswer {
         status,
         distlock,
         secret: authorization
@@ -488,7 +492,7 @@ fn describe(err: &ureq::Error) -> String {
 }
 
 /// An answer.
-pub(super) struct Reply {
+pub(super) struct HttpAnswer {
     pub(super) status: u16,
     /// The answer has a distlock server's `Distlock-Api` header.
     distlock: bool,
@@ -504,9 +508,9 @@ pub(super) struct Reply {
     pub(super) interrupted: bool,
 }
 
-impl Reply {
-    pub(super) fn interrupted() -> Reply {
-        Reply {
+impl HttpAnswer {
+    pub(super) fn interrupted() -> HttpAnswer {
+        HttpAnswer {
             status: 0,
             distlock: true,
             secret: None,
@@ -520,7 +524,7 @@ impl Reply {
     /// The answer, or the failure it stands for: a refused token or scope (exit 77), a server
     /// error (5xx), or an answer from something that is not a distlock server (a mistyped
     /// port, a proxy's page), which is never read as a lock's outcome.
-    pub(super) fn checked(self, url: &ServerUrl) -> Result<Reply, Error> {
+    pub(super) fn checked(self, url: &ServerUrl) -> Result<HttpAnswer, Error> {
         if !self.distlock {
             return Err(anyhow!(
                 "{} answered {}, but not as a distlock server does (no Distlock-Api header): \

@@ -10,8 +10,9 @@ use rusqlite::{Connection, Transaction, params};
 
 use super::SqliteStore;
 use crate::engine::{Change, State, Tenure, Waiter};
+use crate::lock::GcReport;
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Remark, Resource, Timestamp, TokenName};
-use crate::store::{GC_BATCH, GcReport, HistoryRow, event, mode_columns, mode_of};
+use crate::store::{GC_BATCH, HistoryRow, event, mode_columns, mode_of};
 
 impl SqliteStore {
     /// Prepares, while a waiter has time, the statements its grant and release will run, so
