@@ -33,6 +33,9 @@ pub struct Heartbeat {
     pub fences: Vec<Fence>,
     pub owner: Owner,
     pub ttl: Ttl,
+    /// When the lease ends at the earliest, on the monotonic clock, as the grant left it: each
+    /// renewal that succeeds moves it on.
+    pub lease_end: Instant,
     /// Held while a renewal talks to the store, so that `run` never stops itself (job
     /// control) inside one: a SQLite write transaction held by a stopped process would stop
     /// every other user of the store.
@@ -86,14 +89,16 @@ impl Heartbeat {
     }
 
     /// One renewal: of the tenure, or of the set's every member in one transaction (all or
-    /// nothing).
-    fn renew(&self, store: &mut dyn LockStore) -> store::Result<SetRenew> {
+    /// nothing). It is of no use once the lease has ended at `lease_end`, so the store is
+    /// told: a server's client then gives the request up by that moment, rather than holding
+    /// it open for its own timeout.
+    fn renew(&self, store: &mut dyn LockStore, lease_end: Instant) -> store::Result<SetRenew> {
         store.perform(op::Renew {
             members: self.members.clone(),
             owner: self.owner.clone(),
             ttl: self.ttl,
             fences: Some(self.fences.clone()),
-            lease_end: None,
+            lease_end: Some(lease_end),
         })
     }
 
@@ -126,6 +131,7 @@ impl Heartbeat {
         let cadence = Cadence::new(self.ttl);
         let mut store: Option<Box<dyn LockStore>> = None;
         let mut next = Instant::now();
+        let mut lease_end = self.lease_end;
         loop {
             match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => {}
@@ -134,14 +140,15 @@ impl Heartbeat {
             let attempt = Instant::now();
             let talking = self.in_flight.lock();
             let renewed = match store.as_mut() {
-                Some(store) => self.renew(store.as_mut()),
+                Some(store) => self.renew(store.as_mut(), lease_end),
                 None => store::reopen(&self.location)
-                    .and_then(|opened| self.renew(store.insert(opened).as_mut())),
+                    .and_then(|opened| self.renew(store.insert(opened).as_mut(), lease_end)),
             };
             drop(talking);
             let event = match cadence.after(&renewed, attempt, Instant::now()) {
                 Beat::Renewed { until, next: at } => {
                     next = at;
+                    lease_end = lease_end.max(until);
                     Event::Renewed(until)
                 }
                 Beat::Gone { otherwise } => {
@@ -297,6 +304,7 @@ fn start_heartbeat(
         fences: job.locks.iter().map(|lock| lock.fence).collect(),
         owner: first.owner.clone(),
         ttl: job.ttl,
+        lease_end: job.lease_end,
         in_flight,
     };
     std::thread::Builder::new()

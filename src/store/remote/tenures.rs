@@ -5,7 +5,7 @@
 //! `"each":true`), so that a server that goes away cannot leave some members ended and the
 //! rest held.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
@@ -19,15 +19,23 @@ use crate::store::op::{self, Break, Release, Renew};
 use crate::store::{Error, Result};
 
 impl RemoteStore {
-    /// `POST /locks/{r}/renew` or `POST /sets/renew`.
+    /// `POST /locks/{r}/renew` or `POST /sets/renew`. A renewal answered after the lease has
+    /// ended (`lease_end`) is of no use: no try of it starts or lasts past then
+    /// ([`renewal_bounds`]), so that no request of `run`'s outlives its lease.
     pub(super) fn renew(&self, renew: &Renew) -> Result<SetRenew> {
         let Renew {
             members,
             owner,
             ttl,
             fences,
-            ..
+            lease_end,
         } = renew;
+        let Some((timeout, until)) = renewal_bounds(Instant::now(), *lease_end) else {
+            return Err(Error::Failed(anyhow!(
+                "the lease ended before a renewal could reach the distlock server {}",
+                self.client.url().as_str()
+            )));
+        };
         let shape = members.shape();
         let body = RenewRequest {
             members: members.clone(),
@@ -36,8 +44,8 @@ impl RemoteStore {
             ttl: *ttl,
             fences: fences.clone(),
         };
-        let request = HttpRequest::with_body(&body.route(), &body, CALL_TIMEOUT);
-        let answer = self.call(&request)?;
+        let request = HttpRequest::with_body(&body.route(), &body, timeout);
+        let answer = self.client.call(&request, until)?;
         match (answer.status, shape) {
             (200, Shape::One) => match answer.json::<crate::answer::RenewAnswer>()? {
                 crate::answer::RenewAnswer::Renewed(renewed) => Ok(Ok(vec![renewed.lock])),
@@ -162,5 +170,51 @@ impl RemoteStore {
             404 => Ok(Vec::new()),
             _ => Err(answer.unexpected(self.client.url())),
         }
+    }
+}
+
+/// The bounds of a renewal sent at `now` whose lease ends at `lease_end`: its timeout, and
+/// until when a server that cannot be connected to is sought again. They are the call's own
+/// ([`CALL_TIMEOUT`], [`CONNECT_BUDGET`]), each cut at the lease's end, past which a renewal
+/// is of no use; `None` once the lease has ended.
+fn renewal_bounds(now: Instant, lease_end: Option<Instant>) -> Option<(Duration, Instant)> {
+    let own = (CALL_TIMEOUT, now + CONNECT_BUDGET);
+    let Some(end) = lease_end else {
+        return Some(own);
+    };
+    let left = end.saturating_duration_since(now);
+    (!left.is_zero()).then(|| (own.0.min(left), own.1.min(end)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renewal_never_outlives_the_lease_it_renews() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        // (the lease ends this long from now, or never said) → (timeout, sought until)
+        let cases = [
+            (None, Some((CALL_TIMEOUT, now + CONNECT_BUDGET))),
+            (Some(s(60)), Some((CALL_TIMEOUT, now + CONNECT_BUDGET))),
+            (Some(s(7)), Some((s(7), now + CONNECT_BUDGET))),
+            (Some(s(2)), Some((s(2), now + s(2)))),
+            (
+                Some(Duration::from_millis(30)),
+                Some((Duration::from_millis(30), now + Duration::from_millis(30))),
+            ),
+            // Over: nothing is sent.
+            (Some(Duration::ZERO), None),
+        ];
+        for (left, bounds) in cases {
+            assert_eq!(
+                renewal_bounds(now, left.map(|left| now + left)),
+                bounds,
+                "{left:?}"
+            );
+        }
+        let ended = now.checked_sub(s(1)).unwrap_or(now);
+        assert_eq!(renewal_bounds(now, Some(ended)), None, "ended before");
     }
 }
