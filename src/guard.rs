@@ -9,10 +9,11 @@
 //!   nobody joins it, so another `run` or an `acquire` of the same owner finds it busy;
 //! - [`supervisor`]: every decision once the command runs, as a pure state machine (events
 //!   and the current instant in, actions out);
-//! - [`runner`]: the event loop that carries those decisions out, through [`signals`] (every
-//!   catchable signal, and the loop's wake-ups), [`spawn`] (the command started as `execvp`
-//!   starts it, tied to the guard by [`process`]) and [`terminal`] (job control);
+//! - [`runner`]: the event loop that carries those decisions out, through [`self_pipe`] (every
+//!   catchable signal, and the heartbeat's reports, wake it), [`spawn`] (the command started as
+//!   `execvp` starts it, tied to the guard by [`process`]) and [`terminal`] (job control);
 //! - [`heartbeat`]: renewing every ttl/3 on a store connection of its own;
+//! - [`job`]: the command and its lock, as the runner and the heartbeat both see them;
 //! - [`tree`]: "everything the command started", its process group and (on Linux) every
 //!   descendant, found through `/proc` with `run` as their subreaper.
 //!
@@ -22,9 +23,10 @@
 //! before any other owner can take the lock, even while the store is unreachable.
 
 mod heartbeat;
+mod job;
 mod process;
 mod runner;
-mod signals;
+mod self_pipe;
 mod spawn;
 mod supervisor;
 mod terminal;
@@ -83,7 +85,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     // Every signal is caught from here to the exit: one that comes as the lock is granted, or
     // while it is released, is never lost nor ends `run` with the lock held; the command gets
     // those that came before it started as soon as it runs.
-    let mut wakeups = signals::Wakeups::start()?;
+    let mut self_pipe = self_pipe::SelfPipe::start()?;
     let mut store = store::open(location)?;
     let request = Request {
         owner: owner.clone(),
@@ -98,7 +100,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         Ok(granted) => granted,
         Err(exit) => return Ok(exit),
     };
-    let job = runner::Job {
+    let job = job::Job {
         location,
         members: &args.members,
         locks: &granted.locks,
@@ -109,7 +111,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         max_runtime: args.max_runtime,
     };
     // While the command runs, the store may do what it would otherwise do as `run` exits.
-    let supervised = runner::supervise(&job, &mut wakeups, &mut || {
+    let supervised = runner::supervise(&job, &mut self_pipe, &mut || {
         let _ = store.perform(op::Tidy);
     });
     // On every path, the command's end or a failure to start guarding it alike, this run

@@ -15,5 +15,9 @@ pub mod lock;
 pub mod output;
 pub mod protocol;
 mod serve;
+pub mod signals;
 pub mod store;
 mod wait;
+
+#[cfg(test)]
+mod layers;

@@ -20,7 +20,10 @@ pub use set::{
     Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew, Shape,
     released_one, renewed_one,
 };
-pub use text::{MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource, TokenName};
+pub use text::{
+    MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource, TokenName, shown, shown_line,
+    visible,
+};
 pub use time::{MAX_DURATION, MAX_TTL_SECS, Timestamp, Ttl, parse_duration, parse_span};
 
 /// A fencing token: strictly increases with every new tenure of a resource, never reused.

@@ -40,6 +40,7 @@ mod operations;
 mod problem;
 mod reply;
 mod reread;
+mod shared;
 mod stall;
 mod tls;
 pub mod tokens;
@@ -49,7 +50,6 @@ pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -58,17 +58,18 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::output::warn;
 use crate::protocol::{LONGEST_POLL, MAX_HEAD};
-use crate::store::{self, Location, LockStore, Locks, op};
+use crate::signals::{ServerSignals, Told};
+use crate::store::{self, Location};
 
 use exposure::exposure;
 use reread::{Reread, Rereads};
+use shared::{Shared, Stores};
 
 /// The most connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 4096;
@@ -97,68 +98,6 @@ const HEAD_BUFFER: usize = 4 * MAX_HEAD;
 /// sets aside 64 bytes per header for each head it parses (1 MiB, not written to), and
 /// reads no more than the buffer whatever the count.
 const MAX_HEADERS: usize = HEAD_BUFFER / 4;
-
-/// The most open stores kept for reuse: enough for 64 clients at once, so that a busy
-/// server does not open and close PostgreSQL sessions all the time.
-const IDLE_STORES: usize = 64;
-
-/// What every request shares.
-pub struct State {
-    stores: Stores,
-    metrics: metrics::Metrics,
-    /// Whether the store answers, for `/health` and `/metrics`.
-    health: health::Health,
-    /// Requests waiting in a queue now.
-    waiting: AtomicUsize,
-    /// Who those are, so that an owner that leaves the queue ends its own ([`waits`]).
-    waits: waits::Waits,
-    /// Set at SIGTERM or SIGINT: waits end at once.
-    stopping: AtomicBool,
-    /// The tokens of `--tokens`, replaced whole when SIGHUP rereads the file; `None`: no
-    /// tokens.
-    tokens: Option<Arc<tokens::TokensFile>>,
-}
-
-impl State {
-    /// The tokens as they are now.
-    fn tokens(&self) -> Option<Arc<tokens::Tokens>> {
-        self.tokens.as_ref().map(|file| file.now())
-    }
-}
-
-/// Open stores, each used by one request at a time and put back after it.
-struct Stores {
-    location: Location,
-    idle: Mutex<Vec<Box<dyn LockStore>>>,
-}
-
-impl Stores {
-    /// Runs `work` on a store of the pool (a new one if none is free). A store whose work
-    /// failed is not put back: its connection may be what failed.
-    fn with<T>(
-        &self,
-        work: impl FnOnce(&mut dyn LockStore) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-        let mut store = match pooled {
-            Some(store) => store,
-            None => store::open(&self.location)?,
-        };
-        let done = work(store.as_mut());
-        if done.is_ok() {
-            // What `run` does while its command runs, a server does after each operation: a
-            // SQLite store's WAL is checkpointed and started over once it is long, else it
-            // would grow for as long as the server serves.
-            let _ = store.perform(op::Tidy);
-            if let Ok(mut idle) = self.idle.lock() {
-                if idle.len() < IDLE_STORES {
-                    idle.push(store);
-                }
-            }
-        }
-        done
-    }
-}
 
 /// `--listen HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port (0: a
 /// free one).
@@ -332,11 +271,8 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     // The store is opened (and made, for SQLite) before anything is served, so a store that
     // cannot be used is one error at start, not one per request.
     let first = store::open(&location).map_err(Error::Store)?;
-    let state = Arc::new(State {
-        stores: Stores {
-            location,
-            idle: Mutex::new(vec![first]),
-        },
+    let state = Arc::new(Shared {
+        stores: Stores::new(location, first),
         metrics: metrics::Metrics::default(),
         health: health::Health::default(),
         waiting: AtomicUsize::new(0),
@@ -387,49 +323,10 @@ struct Front {
     rereads: Arc<Rereads>,
 }
 
-/// What a signal tells the server to do.
-enum Told {
-    Stop,
-    Reread,
-}
-
-/// The signals the server answers, caught from start to exit.
-struct Signals {
-    terminate: tokio::signal::unix::Signal,
-    interrupt: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn catch() -> Result<Signals> {
-        let catch = |kind: SignalKind, name: &str| {
-            signal(kind)
-                .with_context(|| format!("cannot catch {name}"))
-                .map_err(Error::System)
-        };
-        Ok(Signals {
-            terminate: catch(SignalKind::terminate(), "SIGTERM")?,
-            interrupt: catch(SignalKind::interrupt(), "SIGINT")?,
-            hangup: catch(SignalKind::hangup(), "SIGHUP")?,
-        })
-    }
-
-    /// The next signal's meaning. Cancel-safe: a signal that arrives while this is dropped is
-    /// kept for the next call.
-    async fn next(&mut self) -> Told {
-        tokio::select! {
-            _ = self.terminate.recv() => Told::Stop,
-            _ = self.interrupt.recv() => Told::Stop,
-            // `None` only once the runtime is going away: then this arm is left out.
-            Some(()) = self.hangup.recv() => Told::Reread,
-        }
-    }
-}
-
-async fn serve(state: Arc<State>, front: Front) -> Result<()> {
+async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
     // Caught before anything is said on stderr, so a signal sent as soon as the server says
     // where it listens is answered, never the default action (which for SIGHUP is to die).
-    let mut signals = Signals::catch()?;
+    let mut signals = ServerSignals::catch().map_err(Error::System)?;
     let (listeners, skipped) = bind_all(&front.listen).map_err(Error::System)?;
     let scheme = if front.tls.is_some() { "https" } else { "http" };
     // One line per address, the first one first: where the server listens.
@@ -590,7 +487,7 @@ async fn accept_any(
 
 /// Serves HTTP/1.1 requests on one connection (plain, or after its TLS handshake) until the
 /// client or the shutdown closes it.
-async fn serve_connection<I>(io: I, state: Arc<State>, watcher: Watcher)
+async fn serve_connection<I>(io: I, state: Arc<Shared>, watcher: Watcher)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {

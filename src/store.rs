@@ -28,11 +28,9 @@ mod remote;
 mod sqlite;
 
 pub use backend::{Backend, Decide, DecideSet, FenceSource, Reads};
-use backend::{decide_on_nothing, nothing};
-use columns::{HistoryRow, event, mode_columns, mode_of, newer_schema};
 pub use error::{Error, Result};
 pub use location::{Folders, Location, NetworkFs};
-pub use op::{Durability, Locks, Op, Operation, Outcome};
+pub use op::{Durability, LockStore, Locks, Op, Operation, Outcome};
 pub use open::{open, open_existing, open_read_only, reopen};
 pub use postgres::PostgresStore;
 pub(crate) use remote::certificate_validity;
@@ -44,21 +42,6 @@ pub const SCHEMA_VERSION: i64 = 5;
 
 /// Rows deleted per `gc` transaction, so `gc` never holds a write lock for long.
 const GC_BATCH: i64 = 1000;
-
-/// A lock store: operations in, outcomes out. Synchronous and object-safe, so commands hold a
-/// `Box<dyn LockStore>` and never know which backend is behind it. Every local backend gets it
-/// from [`Backend`], where each operation is written once and decided by [`crate::engine`]; a
-/// store that decides elsewhere (a distlock server's client) or on a connection of its own
-/// thread (PostgreSQL) implements it itself. [`Locks::perform`] gives each operation its own
-/// outcome type.
-pub trait LockStore: Send {
-    /// Carries `op` out.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures; every "no" (busy, not held, forbidden) is an [`Outcome`].
-    fn carry_out(&mut self, op: Op) -> Result<Outcome>;
-}
 
 /// The store's notion of now. The CLI uses the host's clock; tests drive a manual one.
 pub trait Clock: Send {

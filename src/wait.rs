@@ -13,16 +13,13 @@
 //!
 //! What the user sees while waiting is not drawn here: the caller passes `on_busy`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::engine::Request;
 use crate::exit::Exit;
 use crate::lock::{Holder, Members, SetAcquire};
 use crate::output::warn;
+use crate::signals::Interrupts;
 use crate::store::op::{self, Acquisition, Left};
 use crate::store::{LockStore, Locks, Result};
 
@@ -30,12 +27,6 @@ const FIRST_DELAY: Duration = Duration::from_millis(5);
 /// The longest sleep between attempts: bounds how late an expired lease is noticed, and how
 /// late an interrupted waiter leaves.
 const MAX_DELAY: Duration = Duration::from_millis(250);
-
-/// The signals that make a waiter give up its place and exit: those a terminal, a service
-/// manager or `kill` sends to end a process, `^\` (SIGQUIT) included. Left to its default, any
-/// of them would end the waiter with its place still in the queue, blocking those behind it
-/// until the place's liveness lease ran out.
-const INTERRUPTS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 
 /// The end of an acquire, with or without waiting.
 pub enum Waited {
@@ -368,60 +359,6 @@ impl WaitPolicy {
             Look::Busy { .. } if self.waits && self.keeps_place => Next::Answer,
             Look::Busy { .. } | Look::Mismatch if self.waits => Next::LeaveAndAnswer,
             Look::Busy { .. } | Look::Mismatch => Next::Answer,
-        }
-    }
-}
-
-/// The interrupt the handlers of [`Interrupts`] noted (0: none), shared with a store whose
-/// one call may itself wait long (a distlock server's long poll), so that it gives the call
-/// up as soon as one arrives.
-static NOTED: std::sync::OnceLock<Arc<AtomicUsize>> = std::sync::OnceLock::new();
-
-/// Whether an interrupt arrived while this process waits in a queue.
-pub fn interrupted() -> bool {
-    NOTED
-        .get()
-        .is_some_and(|noted| noted.load(Ordering::SeqCst) != 0)
-}
-
-/// The [`INTERRUPTS`], noted instead of ending the process while it waits, so that it can leave
-/// the queue first.
-struct Interrupts {
-    arrived: Arc<AtomicUsize>,
-    ids: Vec<signal_hook::SigId>,
-}
-
-impl Interrupts {
-    /// `None` if the handlers cannot be installed: the waiter then dies of the signal as
-    /// before, and its place expires by its liveness lease.
-    fn install() -> Option<Interrupts> {
-        let arrived = Arc::clone(NOTED.get_or_init(|| Arc::new(AtomicUsize::new(0))));
-        arrived.store(0, Ordering::SeqCst);
-        let mut ids = Vec::new();
-        for signal in INTERRUPTS {
-            let id = signal_hook::flag::register_usize(
-                signal,
-                Arc::clone(&arrived),
-                usize::try_from(signal).unwrap_or(usize::MAX),
-            )
-            .ok()?;
-            ids.push(id);
-        }
-        Some(Interrupts { arrived, ids })
-    }
-
-    fn arrived(&self) -> Option<i32> {
-        match self.arrived.load(Ordering::SeqCst) {
-            0 => None,
-            signal => i32::try_from(signal).ok(),
-        }
-    }
-}
-
-impl Drop for Interrupts {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
         }
     }
 }

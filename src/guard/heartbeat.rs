@@ -1,5 +1,5 @@
 //! The renewing side of `run`: its own store connection, its own thread, and that thread's
-//! whole life ([`Pulse`]: started when the first renewal is due, stopped when dropped).
+//! whole life ([`HeartbeatThread`]: started when the first renewal is due, stopped when dropped).
 //!
 //! A slow or blocked renewal therefore never delays the supervisor's reaction: the deadline by
 //! which the command must be stopped is kept by the supervisor, not here. The heartbeat only
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, SetRenew, Ttl};
 use crate::store::{self, Location, LockStore, Locks, op};
 
-use super::runner::Job;
+use super::job::Job;
 use super::supervisor::Event;
 
 /// What to keep renewing: one tenure, or a lock set's tenures as one.
@@ -175,24 +175,25 @@ impl Heartbeat {
 /// doc). Dropping it stops the thread at its next wake-up. The thread is never joined: it may
 /// be inside a renewal that an unresponsive store holds up, and a renewal that lands after the
 /// release finds no lock of this tenure and changes nothing.
-pub struct Pulse<'a> {
+pub struct HeartbeatThread<'a> {
     job: &'a Job<'a>,
-    /// Where the thread reports, and the bell it rings after each report.
+    /// Where the thread reports, and the self-pipe it writes to after each report (which
+    /// wakes the runner's loop).
     report: Sender<Event>,
-    bell: UnixStream,
+    waker: UnixStream,
     thread: Lazily,
     /// See [`Heartbeat::in_flight`].
     in_flight: Arc<Mutex<()>>,
 }
 
-impl<'a> Pulse<'a> {
+impl<'a> HeartbeatThread<'a> {
     /// The heartbeat of `job`, due a renewal interval after its lease began
     /// ([`Heartbeat::first_due`]).
-    pub fn new(job: &'a Job<'a>, report: Sender<Event>, bell: UnixStream) -> Pulse<'a> {
-        Pulse {
+    pub fn new(job: &'a Job<'a>, report: Sender<Event>, waker: UnixStream) -> HeartbeatThread<'a> {
+        HeartbeatThread {
             job,
             report,
-            bell,
+            waker,
             thread: Lazily::new(
                 Heartbeat::first_due(job.lease_end, job.ttl),
                 Heartbeat::retry(job.ttl),
@@ -217,10 +218,10 @@ impl<'a> Pulse<'a> {
 
     /// Starts the thread if it is due, its first renewal at once; see [`Lazily::start_if_due`].
     pub fn start_if_due(&mut self, now: Instant) -> Option<Event> {
-        let Pulse {
+        let HeartbeatThread {
             job,
             report,
-            bell,
+            waker,
             thread,
             in_flight,
         } = self;
@@ -228,7 +229,7 @@ impl<'a> Pulse<'a> {
             start_heartbeat(
                 job,
                 report.clone(),
-                bell.try_clone()?,
+                waker.try_clone()?,
                 Arc::clone(in_flight),
             )
         })
@@ -285,11 +286,11 @@ impl Lazily {
 }
 
 /// Starts the heartbeat thread, its first renewal at once; it reports into `report` and rings
-/// `bell` after each report. Dropping the returned sender stops it.
+/// `waker` after each report. Dropping the returned sender stops it.
 fn start_heartbeat(
     job: &Job<'_>,
     report: Sender<Event>,
-    bell: UnixStream,
+    waker: UnixStream,
     in_flight: Arc<Mutex<()>>,
 ) -> std::io::Result<Sender<()>> {
     let (stop, stopped) = mpsc::channel::<()>();
@@ -315,7 +316,7 @@ fn start_heartbeat(
             heartbeat.beat(
                 |event| {
                     let sent = report.send(event).is_ok();
-                    let _ = (&bell).write(&[0]);
+                    let _ = (&waker).write(&[0]);
                     sent
                 },
                 &stopped,

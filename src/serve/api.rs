@@ -13,11 +13,11 @@ use hyper::header::{
 };
 use hyper::{Request, Response, StatusCode};
 
-use super::State;
 use super::access::{self, Caller};
 use super::operations;
 use super::problem::Problem;
 use super::reply::{Reply, unrouted};
+use super::shared::Shared;
 use crate::protocol::{API_HEADER, GRANT_HEADER, MAX_BODY, MAX_HEAD, Route, Target, WAITED_HEADER};
 use crate::store::{Locks, op};
 
@@ -36,7 +36,7 @@ impl Drop for Gone {
 }
 
 /// Answers one request; logs it and counts it.
-pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -179,7 +179,7 @@ fn is_json(request: &Request<Incoming>) -> bool {
 }
 
 async fn answer(
-    state: &Arc<State>,
+    state: &Arc<Shared>,
     route: Route,
     body: Vec<u8>,
     query: Option<String>,
@@ -215,8 +215,8 @@ async fn answer(
 
 /// `GET /health`: 200 when the store answers within [`super::health::ANSWER_WITHIN`], else
 /// 503 saying only that (the cause goes to the log and `/metrics`).
-async fn health(state: &Arc<State>) -> Reply {
-    if super::health::answers(state).await {
+async fn health(state: &Arc<Shared>) -> Reply {
+    if super::shared::store_answers(state).await {
         Reply::text("ok\n".into(), "text/plain; charset=utf-8")
     } else {
         Problem::new(
@@ -229,8 +229,8 @@ async fn health(state: &Arc<State>) -> Reply {
 }
 
 /// `GET /metrics`: the counts, the store's health, and the live tenures when the store answers.
-async fn metrics(state: &Arc<State>) -> Reply {
-    let up = super::health::answers(state).await;
+async fn metrics(state: &Arc<Shared>) -> Reply {
+    let up = super::shared::store_answers(state).await;
     let tenures = if up {
         let counting = Arc::clone(state);
         tokio::task::spawn_blocking(move || {

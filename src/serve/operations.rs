@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 
-use super::State;
 use super::access::Caller;
 use super::reply::{Reply, answered, problem};
+use super::shared::Shared;
 use crate::answer::{
     Answer, BreakAnswer, KeptAnswer, ListAnswer, SetFinishAnswer, ShapedAcquire, ShapedRelease,
     ShapedRenew, StatusAnswer,
@@ -29,7 +29,7 @@ use super::problem::Problem;
 
 /// One request, as its route's work sees it.
 pub(super) struct Work<'a> {
-    pub(super) state: &'a State,
+    pub(super) state: &'a Shared,
     /// Who calls: the owner it names is proved by its token.
     pub(super) caller: &'a Caller,
     pub(super) body: &'a [u8],

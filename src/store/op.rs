@@ -17,7 +17,7 @@ use crate::lock::{
     SetRenew, Status as Found, Ttl,
 };
 
-use super::{Error, LockStore, Result};
+use super::{Error, Result};
 use crate::lock::GcReport;
 
 /// An operation, and the type of what it comes to.
@@ -265,6 +265,21 @@ pub enum Durability {
     Durable,
     /// May be lost with the last moments before a power loss.
     Relaxed,
+}
+
+/// A lock store: operations in, outcomes out. Synchronous and object-safe, so commands hold a
+/// `Box<dyn LockStore>` and never know which backend is behind it. Every local backend gets it
+/// from [`super::Backend`], where each operation is written once and decided by [`crate::engine`]; a
+/// store that decides elsewhere (a distlock server's client) or on a connection of its own
+/// thread (PostgreSQL) implements it itself. [`Locks::perform`] gives each operation its own
+/// outcome type.
+pub trait LockStore: Send {
+    /// Carries `op` out.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures; every "no" (busy, not held, forbidden) is an [`Outcome`].
+    fn carry_out(&mut self, op: Op) -> Result<Outcome>;
 }
 
 /// Each [`Operation`] with its own outcome type, over [`LockStore::carry_out`]: what commands,

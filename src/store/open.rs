@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use super::backend::{decide_on_nothing, nothing};
 use super::{
     Backend, DecideSet, Durability, Error, Folders, Location, LockStore, NetworkFs, PostgresStore,
-    Reads, RemoteStore, Result, SqliteStore, SystemClock, decide_on_nothing, network_fs, nothing,
+    Reads, RemoteStore, Result, SqliteStore, SystemClock, network_fs,
 };
 use crate::engine::State;
 use crate::lock::{Event, GcReport, Lock, LogQuery, Owner, Resource};
@@ -113,7 +114,7 @@ fn refuse_special(path: &Path) -> anyhow::Result<()> {
     };
     anyhow::bail!(
         "cannot use {} as a store: it is {what}, not a file",
-        crate::output::shown(&path.display().to_string())
+        crate::lock::shown(&path.display().to_string())
     )
 }
 
@@ -146,7 +147,7 @@ fn refuse_network_fs(path: &Path, allowed: NetworkFs) -> anyhow::Result<()> {
          memory that only the processes of one host share, so two hosts could both get a lock; \
          across hosts use PostgreSQL (--db postgres://…) or a distlock server, or set \
          DISTLOCK_ALLOW_NETWORK_FS=1 if this host alone uses the mount",
-        crate::output::shown(&path.display().to_string())
+        crate::lock::shown(&path.display().to_string())
     )
 }
 

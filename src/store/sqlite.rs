@@ -19,13 +19,15 @@
 //!   is refused as it is, byte for byte, with no WAL switch and no `-wal`/`-shm` left behind.
 //! - The read-only commands open the file read-only ([`SqliteStore::open_read_only`], and
 //!   `reader` for how a user who may only read the files reads it): no schema work, no WAL
-//!   switch, nothing created. They read an older schema as it is ([`Shape`]).
+//!   switch, nothing created. They read an older schema as it is ([`Columns`]).
 //! - Every SQLite failure is reported with the database's path and its cause in words
 //!   (`words`).
 //!
-//! This file holds [`SqliteStore`], its busy handler and the [`Backend`] operations, each one
-//! transaction decided by [`crate::engine`]. The rest is split by concern:
+//! This file holds the [`Backend`] operations, each one transaction decided by
+//! [`crate::engine`]. The rest is split by concern:
 //!
+//! - [`connection`]: [`SqliteStore`] itself, the connection and what it knows of its file, and
+//!   the busy handler;
 //! - [`open`]: opening a file to write (creating it if need be), only if it exists, or
 //!   read-only; each connection's settings, and the wait through another process's WAL
 //!   recovery;
@@ -39,6 +41,8 @@
 //!   poll);
 //! - [`words`]: SQLite's failures in words a person can act on.
 
+mod columns;
+mod connection;
 mod open;
 mod reader;
 mod rows;
@@ -47,26 +51,24 @@ mod turnstile;
 mod wal;
 mod words;
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{Backend, Clock, DecideSet, Durability, Error, Reads};
+use super::{Backend, DecideSet, Durability, Error, Reads};
 use crate::engine::{self, State};
 use crate::lock::GcReport;
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
+use columns::Columns;
+pub use connection::SqliteStore;
 use open::identity;
-use reader::Access;
-use rows::{Shape, apply, next_fence, state};
+use rows::{apply, next_fence, state};
 
 /// The states of `resources`, in their order, as of `now`.
 fn states(
     conn: &Connection,
-    shape: Shape,
+    shape: Columns,
     resources: &[Resource],
     now: Timestamp,
 ) -> Result<Vec<State>> {
@@ -76,60 +78,6 @@ fn states(
         .collect()
 }
 use words::{Doing, worded};
-
-/// How long an operation waits for another process's write to finish before it gives up.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How an operation waits for the write lock: in short steps at first. A distlock transaction
-/// holds the lock for a fraction of a millisecond, and SQLite's own handler sleeps 1 ms, then
-/// longer; under contention that would put whole milliseconds into a handoff. Steps grow from
-/// 0.1 ms to 2 ms; the wait ends with SQLITE_BUSY after [`BUSY_TIMEOUT`].
-fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
-    let mut since = std::time::Instant::now();
-    move |attempt| {
-        if attempt == 0 {
-            since = std::time::Instant::now();
-        }
-        if since.elapsed() >= BUSY_TIMEOUT {
-            return false;
-        }
-        let step = 100 * (u64::try_from(attempt).unwrap_or(0) + 1);
-        std::thread::sleep(Duration::from_micros(step.min(2_000)));
-        true
-    }
-}
-
-pub struct SqliteStore {
-    conn: Connection,
-    clock: Box<dyn Clock>,
-    /// The `-wal` file beside the database.
-    wal: PathBuf,
-    /// How many frames the WAL held after this connection's latest commit (SQLite's WAL hook).
-    frames: Arc<AtomicU32>,
-    /// The database's path and the file it named when opened (device, inode).
-    path: PathBuf,
-    identity: Option<(u64, u64)>,
-    /// Whether this process's latest write left waiters in the resource's queue.
-    queue_behind: bool,
-    /// The store's turnstile, once this process waits or wakes a waiter.
-    turnstile: Option<turnstile::Turnstile>,
-    /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
-    waiting_on: Option<(usize, u32)>,
-    /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
-    /// be granted, so it skips the look at a read snapshot.
-    rung: bool,
-    /// The columns of the schema version the connection reads: the current one, except for a
-    /// read-only connection to an older store.
-    shape: Shape,
-    /// How the connection reaches the file: read-only connections may read it unshared.
-    access: Access,
-}
-
-impl Drop for SqliteStore {
-    fn drop(&mut self) {
-        self.bound_wal();
-    }
-}
 
 impl SqliteStore {
     /// One operation on the members of a set: a durable one (acquire, renew) decides on a read

@@ -7,9 +7,9 @@ use anyhow::Result;
 
 use super::session::Session;
 use super::statements::{LEASE_COLUMNS, binary_lease};
-use crate::lock::GcReport;
-use crate::lock::{Event, Fence, Lock, LogQuery, Resource, Timestamp};
-use crate::store::{GC_BATCH, HistoryRow, event};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Resource, Timestamp};
+use crate::store::GC_BATCH;
+use crate::store::columns::{HistoryRow, event};
 
 impl Session {
     pub(super) fn scan_rows(&mut self, prefix: &str) -> Result<Vec<Lock>> {

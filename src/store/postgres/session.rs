@@ -48,9 +48,8 @@ use super::statements::{
 use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource};
 use crate::store::Result as Done;
-use crate::store::{
-    Backend, DecideSet, Durability, Reads, SCHEMA_VERSION, decide_on_nothing, nothing,
-};
+use crate::store::backend::{decide_on_nothing, nothing};
+use crate::store::{Backend, DecideSet, Durability, Reads, SCHEMA_VERSION};
 
 /// A connection of this process was found not to keep its `LISTEN` (see
 /// [`Session::check_listening`]): no new connection listens either.

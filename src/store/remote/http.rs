@@ -182,7 +182,7 @@ impl Client {
             match answer.recv_timeout(INTERRUPT_CHECK) {
                 Ok(Ok(reply)) => return Ok((reply.checked(&self.url)?, None)),
                 Ok(Err(failure)) => return Err(self.unreachable(failure)),
-                Err(mpsc::RecvTimeoutError::Timeout) if crate::wait::interrupted() => {
+                Err(mpsc::RecvTimeoutError::Timeout) if crate::signals::interrupted() => {
                     let (reply, left) = self.cancel(&answer, leave);
                     return Ok((reply, Some(left)));
                 }
@@ -578,7 +578,7 @@ impl HttpAnswer {
             Some(secret) => redacted(&detail.replace(secret.as_str(), "…")),
             None => redacted(detail),
         };
-        Some(crate::output::shown_line(&detail))
+        Some(crate::lock::shown_line(&detail))
     }
 
     pub(super) fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {

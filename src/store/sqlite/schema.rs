@@ -6,8 +6,9 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::SqliteStore;
-use crate::store::{SCHEMA_VERSION, newer_schema};
+use super::connection::SqliteStore;
+use crate::store::SCHEMA_VERSION;
+use crate::store::columns::newer_schema;
 
 /// Version 1, as distlock 0.1.0 created it. A new store is created at version 1 and upgraded
 /// like any old one, so the upgrade path is the one every new store takes.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::super::{Locks, op};
+use super::super::{Clock, Locks, op};
 use super::*;
 use crate::engine::{Request, SetDecision};
 use crate::lock::{
