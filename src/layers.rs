@@ -112,7 +112,7 @@ fn word_before(chars: &[char], at: usize) -> bool {
 
 /// `code` without the items marked `#[cfg(test)]`, and the names of the test modules it
 /// declares in files of their own (`#[cfg(test)] mod tests;`).
-fn without_tests(code: &str) -> (String, Vec<String>) {
+pub(crate) fn without_tests(code: &str) -> (String, Vec<String>) {
     let mut out = String::new();
     let mut files = Vec::new();
     let mut rest = code;
@@ -328,7 +328,7 @@ fn items(code: &str) -> BTreeSet<String> {
 }
 
 /// Every source file below `src`: its path below `src`, and its text.
-fn sources(src: &Path) -> Vec<(PathBuf, String)> {
+pub(crate) fn sources(src: &Path) -> Vec<(PathBuf, String)> {
     let mut found = Vec::new();
     let mut folders = vec![src.to_path_buf()];
     while let Some(folder) = folders.pop() {
@@ -350,11 +350,42 @@ fn sources(src: &Path) -> Vec<(PathBuf, String)> {
     found
 }
 
+/// The paths (below `src`) of the files of `sources` that are test code: those a file
+/// declares as a test module (`#[cfg(test)] mod tests;`), and theirs.
+pub(crate) fn test_files(sources: &[(PathBuf, String)]) -> BTreeSet<PathBuf> {
+    let mut tests = BTreeSet::new();
+    for (path, text) in sources {
+        let (_, declared) = without_tests(&without_comments(text));
+        let module = path.with_extension("");
+        let folder = if module == Path::new("lib") || module == Path::new("main") {
+            PathBuf::new()
+        } else {
+            module
+        };
+        tests.extend(
+            declared
+                .iter()
+                .map(|name| folder.join(format!("{name}.rs"))),
+        );
+    }
+    let below: Vec<PathBuf> = tests.iter().map(|test| test.with_extension("")).collect();
+    tests.extend(
+        (sources.iter())
+            .map(|(path, _)| path)
+            .filter(|path| below.iter().any(|test| path.starts_with(test)))
+            .cloned(),
+    );
+    tests
+}
+
 /// The files of `sources` (paths below `src`), test files left out.
 fn files(sources: Vec<(PathBuf, String)>) -> Vec<File> {
+    let tests = test_files(&sources);
     let mut files = Vec::new();
-    let mut tests: BTreeSet<PathBuf> = BTreeSet::new();
     for (path, text) in sources {
+        if tests.contains(&path) {
+            continue;
+        }
         let mut module: Vec<String> = path
             .with_extension("")
             .iter()
@@ -363,17 +394,7 @@ fn files(sources: Vec<(PathBuf, String)>) -> Vec<File> {
         if module == ["lib"] {
             module.clear();
         }
-        let (code, test_files) = without_tests(&without_comments(&text));
-        let folder = if module.is_empty() || module == ["main"] {
-            PathBuf::new()
-        } else {
-            path.with_extension("")
-        };
-        tests.extend(
-            test_files
-                .iter()
-                .map(|name| folder.join(format!("{name}.rs"))),
-        );
+        let (code, _) = without_tests(&without_comments(&text));
         let (uses, code) = uses(&code);
         let items = items(&code);
         let code = without_declarations(&code);
@@ -385,12 +406,6 @@ fn files(sources: Vec<(PathBuf, String)>) -> Vec<File> {
             items,
         });
     }
-    // A test file's own modules are test code too.
-    files.retain(|file| {
-        !tests
-            .iter()
-            .any(|test| file.path == *test || file.path.starts_with(test.with_extension("")))
-    });
     files
 }
 

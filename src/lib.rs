@@ -21,3 +21,5 @@ mod wait;
 
 #[cfg(test)]
 mod layers;
+#[cfg(test)]
+mod sizes;

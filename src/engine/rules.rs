@@ -107,13 +107,37 @@ pub fn acquire<E>(
             owner: request.owner.clone(),
         });
     }
+    let nobody_holds_it = live.is_empty();
+    new_tenure(
+        resource,
+        state,
+        request,
+        nobody_holds_it,
+        changes,
+        fresh_fence,
+    )
+}
+
+/// [`acquire`]'s grant of a new tenure, after `changes` (places in the queue given up): a
+/// fresh fence, the expired rows out of its way, and the history's `acquired`, or `taken_over`
+/// when `nobody_holds_it` and someone's lease ran out before.
+fn new_tenure<E>(
+    resource: &Resource,
+    state: &State,
+    request: &Request,
+    nobody_holds_it: bool,
+    mut changes: Vec<Change>,
+    fresh_fence: impl FnOnce() -> Result<Fence, E>,
+) -> Result<Decision<Acquire>, E> {
+    let now = state.now;
+    let expires_at = expiry(now, request.ttl);
     // Expired rows make way for the new tenure. Taking a resource nobody holds after someone's
     // lease ran out is a takeover from the last holder; joining live holders is not.
     let previous = state
         .leases
         .iter()
         .max_by_key(|l| l.fence)
-        .filter(|_| live.is_empty());
+        .filter(|_| nobody_holds_it);
     let lease = Tenure {
         owner: request.owner.clone(),
         fence: fresh_fence()?,

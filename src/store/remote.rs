@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 
-use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Client, HttpAnswer, HttpRequest};
+use self::exchange::{HttpAnswer, HttpRequest};
+use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Client};
 use super::op::{self, Acquisition, Left, Op, Outcome};
 use super::{Error, LockStore, Result};
 use crate::answer::{AcquireAnswer, SetAcquireAnswer, Shaped, ShapedAcquire, StatusAnswer};
@@ -40,6 +41,7 @@ use crate::protocol::{
     read_grant_header, whole_seconds,
 };
 
+mod exchange;
 mod http;
 mod tenures;
 mod tls;

@@ -224,7 +224,10 @@ impl Backend for Session {
 }
 
 impl Session {
-    /// One write transaction on the members of a set (see [`Backend::transact_set`]).
+    /// One write transaction on the members of a set (see [`Backend::transact_set`]): its
+    /// read, its decision and its write, with their retries, in one piece (ARCHITECTURE.md,
+    /// "Functions of one screen", names it as the exception).
+    #[allow(clippy::too_many_lines)]
     fn transact<T>(
         &mut self,
         resources: &[Resource],

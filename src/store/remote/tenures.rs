@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 
 use super::RemoteStore;
-use super::http::{CALL_TIMEOUT, CONNECT_BUDGET, HttpAnswer, HttpRequest};
+use super::exchange::{HttpAnswer, HttpRequest};
+use super::http::{CALL_TIMEOUT, CONNECT_BUDGET};
 use crate::answer::{BreakAnswer, KeptAnswer, MemberEnd, SetFinishAnswer, SetRenewAnswer};
 use crate::engine::Finish;
 use crate::lock::{Lock, Members, Resource, SetRefusal, SetRelease, SetRenew, Shape};
