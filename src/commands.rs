@@ -11,7 +11,7 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{Eviction, LogQuery, MAX_REMARK_BYTES, Members, Remark, Resource};
+use crate::lock::{Breaking, LogQuery, MAX_REMARK_BYTES, Members, Remark, Resource};
 use crate::output::{Printer, StatusLine};
 use crate::store::{self, Location, LockStore, Locks, NetworkFs, op};
 use crate::wait;
@@ -251,7 +251,7 @@ fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exi
 fn break_lock(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
     let resource = &args.resource;
     // A token is recorded only by a server, which knows the caller's.
-    let eviction = Eviction {
+    let breaking = Breaking {
         by: args.by.unwrap_or_else(operator),
         by_token: None,
         reason: args.reason,
@@ -259,9 +259,9 @@ fn break_lock(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> R
     let removed = store.perform(op::Break {
         resource: resource.clone(),
         owner: args.owner,
-        eviction: eviction.clone(),
+        breaking: breaking.clone(),
     })?;
-    answer(printer, &BreakAnswer::new(resource, removed, &eviction))
+    answer(printer, &BreakAnswer::new(resource, removed, &breaking))
 }
 
 /// Prints `answer` and returns its exit code.

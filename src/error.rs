@@ -1,4 +1,4 @@
-//! The one error type below `main`: each failure knows the exit code the contract gives it, so
+//! The one error type below `main`: each failure knows its exit code (docs/src/reference/exit-codes.md), so
 //! nothing has to guess that "every `Err` is 74".
 //!
 //! An expected "no" (busy, not held, forbidden) is never an [`Error`]: it is an outcome value
@@ -18,7 +18,7 @@ pub enum Error {
     /// its scope (exit 77).
     Store(crate::store::Error),
     /// The operating system refused what distlock needs to guard a command — a thread, a signal
-    /// handler (exit 74, as the contract's "before the child starts" outcome; the message says
+    /// handler (exit 74, as docs/src/reference/exit-codes.md gives a failure before the command starts; it says
     /// what was refused, so it is never mistaken for a store problem).
     System(anyhow::Error),
     /// The answer could not be written to stdout: a full disk, a closed pipe (exit 74). Whatever

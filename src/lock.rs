@@ -39,7 +39,7 @@ impl fmt::Display for Fence {
 
 /// One tenure of a lock, as the store holds it. As JSON, a lock object gains fields only when
 /// they apply: `"shared":true`, `"limit":N`, `"note":"…"`; a plain exclusive lock is exactly
-/// the contract's first shape.
+/// the lock object of docs/src/reference/json.md.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lock {
     pub resource: Resource,
@@ -146,12 +146,12 @@ pub struct Event {
     pub note: Option<Remark>,
     /// Who broke the tenure, and why (a `broken` event).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub broken: Option<Eviction>,
+    pub broken: Option<Breaking>,
 }
 
 /// Who broke a lock with `break`, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Eviction {
+pub struct Breaking {
     /// Who the caller says it is (`--by`, or `<user>@<hostname>`): free text, proving nothing.
     pub by: Remark,
     /// The operator's token that a server let break it (`distlock serve --tokens`): who the
@@ -161,7 +161,7 @@ pub struct Eviction {
     pub reason: Remark,
 }
 
-impl Eviction {
+impl Breaking {
     /// Who broke it, as a message names them: `by`, and the operator's token when there was
     /// one (`alice@ops (token ops)`).
     pub fn breaker(&self) -> String {

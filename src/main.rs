@@ -1,7 +1,7 @@
 //! `distlock`: leased, named locks for shell scripts, cron jobs, deploy steps and CI steps.
 //!
 //! This file stays thin: parse the command line, dispatch, and turn the outcome into the exit
-//! code the contract promises. Returning `ExitCode` (rather than calling `exit`) lets every
+//! code docs/src/reference/exit-codes.md promises. Returning `ExitCode` (rather than calling `exit`) lets every
 //! destructor run, so connections close and `run` stops its heartbeat thread.
 
 use std::process::ExitCode;

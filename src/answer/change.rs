@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Answer, Flag, Refusal, lock_text};
 use crate::exit::Exit;
-use crate::lock::{Eviction, Lock, Release, Renew, Resource, Timestamp};
+use crate::lock::{Breaking, Lock, Release, Renew, Resource, Timestamp};
 
 /// `release` 0: `{"released":true,"resource":"R"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,7 +151,7 @@ pub struct Broken {
     pub locks: Vec<Lock>,
     /// Who broke it and why, for the text line (the history keeps them; this JSON does not).
     #[serde(skip)]
-    pub eviction: Option<Eviction>,
+    pub breaking: Option<Breaking>,
 }
 
 /// `break` 1: `{"broken":false,"resource":"R","reason":"not_found"}`.
@@ -171,8 +171,8 @@ pub enum BreakAnswer {
 }
 
 impl BreakAnswer {
-    /// The answer to a `break` (`eviction`) on `resource` that removed `removed`.
-    pub fn new(resource: &Resource, removed: Vec<Lock>, eviction: &Eviction) -> BreakAnswer {
+    /// The answer to a `break` (`breaking`) on `resource` that removed `removed`.
+    pub fn new(resource: &Resource, removed: Vec<Lock>, breaking: &Breaking) -> BreakAnswer {
         if removed.is_empty() {
             return BreakAnswer::NotBroken(NotBroken {
                 broken: Flag,
@@ -184,7 +184,7 @@ impl BreakAnswer {
             broken: Flag,
             resource: resource.clone(),
             locks: removed,
-            eviction: Some(eviction.clone()),
+            breaking: Some(breaking.clone()),
         })
     }
 }
@@ -204,7 +204,7 @@ impl Answer for BreakAnswer {
             }
             BreakAnswer::Broken(broken) => {
                 let owners: Vec<&str> = broken.locks.iter().map(|l| l.owner.as_str()).collect();
-                let (by, reason) = broken.eviction.as_ref().map_or_else(
+                let (by, reason) = broken.breaking.as_ref().map_or_else(
                     || ("?".to_owned(), "?"),
                     |b| (b.breaker(), b.reason.as_str()),
                 );

@@ -1,4 +1,4 @@
-//! The answers of a lock set's `acquire`, `renew` and `release` (contract, "Lock sets"). A
+//! The answers of a lock set's `acquire`, `renew` and `release` (docs/src/reference/json.md, "Lock sets"). A
 //! refusal names one member with the single resource's shapes (`Mismatch`, `NotRenewed`,
 //! `NotReleased`); the rest are the set's own. A distlock server also answers `run`'s end of a
 //! set, each member on its own, with each member's `DELETE /locks/{r}` shape

@@ -124,16 +124,16 @@ impl Answer for Event {
 
     fn text(&self) -> String {
         let tenure = tenure_text(self.fence, self.mode, self.note.as_ref());
-        if let Some(eviction) = &self.broken {
-            // The owner is the evicted holder, not who broke it.
+        if let Some(breaking) = &self.broken {
+            // The owner is the holder whose tenure was broken, not who broke it.
             return format!(
                 "{} {} broken by {}: the tenure of {}{} ({})",
                 self.at,
                 self.resource,
-                eviction.breaker(),
+                breaking.breaker(),
                 self.owner,
                 tenure,
-                eviction.reason
+                breaking.reason
             );
         }
         let mut line = format!(

@@ -5,11 +5,11 @@ use super::{
     Change, Decision, LIVENESS_MS, REFRESH_BELOW_MS, Request, State, Tenure, expiry, record,
 };
 use crate::lock::{
-    Acquire, EventKind, Eviction, Fence, Grant, Lock, Mode, Owner, Release, Renew, Resource,
+    Acquire, Breaking, EventKind, Fence, Grant, Lock, Mode, Owner, Release, Renew, Resource,
     Status, Timestamp, Ttl,
 };
 
-/// `acquire` (contract, "Lock modes", admission, and "`run`, the exec guard", item 5):
+/// `acquire` (docs/src/reference/semantics.md, "Admission" and "Guarded tenures and joining"):
 /// 1. the owner's own live tenure that is not guarded (one `acquire` took): same mode →
 ///    extended (same fence, both times move to now, the note replaced when one is given; it
 ///    stays not guarded, also when `run` joins it); another mode → mismatch;
@@ -349,11 +349,11 @@ pub fn finish(
 /// `break`: an operator removes every live tenure of the resource (only those of `owner`'s
 /// name, whatever token took them, when given), whoever holds it, recording each as `broken` with who and why. The removed tenures
 /// are the outcome; none means "not found". The next tenure gets a higher fence, as always.
-pub fn evict(
+pub fn break_tenures(
     resource: &Resource,
     state: &State,
     owner: Option<&Owner>,
-    eviction: &Eviction,
+    breaking: &Breaking,
 ) -> Decision<Vec<Lock>> {
     let removed: Vec<&Tenure> = state
         .live()
@@ -365,7 +365,7 @@ pub fn evict(
         changes.push(Change::Delete { fence: lease.fence });
         if let Change::Record(mut row) = record(resource, state.now, lease, EventKind::Broken, None)
         {
-            row.broken = Some(eviction.clone());
+            row.broken = Some(breaking.clone());
             changes.push(Change::Record(row));
         }
     }

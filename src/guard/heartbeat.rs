@@ -47,7 +47,7 @@ impl Heartbeat {
     /// and why in the history (whether the resource is free by now or already someone
     /// else's); otherwise `otherwise`.
     fn why_gone(&self, mut store: Option<&mut Box<dyn LockStore>>, otherwise: &str) -> String {
-        let mut eviction = None;
+        let mut breaking = None;
         let set = self.members.single().is_none();
         for (resource, fence) in self.members.as_slice().iter().zip(&self.fences) {
             let query = LogQuery {
@@ -55,7 +55,7 @@ impl Heartbeat {
                 since: None,
                 limit: Some(100),
             };
-            eviction = store
+            breaking = store
                 .as_mut()
                 .and_then(|store| store.perform(op::Log { query }).ok())
                 .and_then(|events| {
@@ -66,22 +66,22 @@ impl Heartbeat {
                 })
                 .and_then(|event| event.broken)
                 .map(|broken| (resource, broken));
-            if eviction.is_some() {
+            if breaking.is_some() {
                 break;
             }
         }
-        match eviction {
+        match breaking {
             // A lock set names the member that was broken.
-            Some((resource, eviction)) if set => format!(
+            Some((resource, breaking)) if set => format!(
                 "{resource} was broken by {} ({})",
-                eviction.breaker(),
-                eviction.reason
+                breaking.breaker(),
+                breaking.reason
             ),
-            Some((_, eviction)) => {
+            Some((_, breaking)) => {
                 format!(
                     "it was broken by {} ({})",
-                    eviction.breaker(),
-                    eviction.reason
+                    breaking.breaker(),
+                    breaking.reason
                 )
             }
             None => otherwise.to_owned(),

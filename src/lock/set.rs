@@ -1,5 +1,5 @@
 //! Lock sets: several resources taken, renewed and released together, all or nothing
-//! (contract, "Lock sets"). The members and the outcomes; the rules are the engine's.
+//! (docs/src/reference/semantics.md, "Lock sets"). The members and the outcomes; the rules are the engine's.
 
 use super::{Acquire, Grant, Holder, Lock, Release, Renew, Resource};
 

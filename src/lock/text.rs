@@ -38,8 +38,8 @@ pub struct Resource(String);
 checked_text!(Resource);
 
 impl Resource {
-    /// Checks a resource name against the contract: 1..=255 bytes, not blank, no control
-    /// characters.
+    /// Checks a resource name against docs/src/reference/validation.md: 1..=255 bytes, not
+    /// blank, no control characters.
     ///
     /// # Errors
     ///
@@ -98,7 +98,8 @@ impl TryFrom<String> for Owner {
 }
 
 impl Owner {
-    /// Trims `raw`, then checks it against the contract: 1..=255 bytes, no control characters.
+    /// Trims `raw`, then checks it against docs/src/reference/validation.md: 1..=255 bytes, no
+    /// control characters.
     /// The owner has no token.
     ///
     /// # Errors

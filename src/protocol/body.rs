@@ -1,7 +1,7 @@
 //! A request's JSON body, read strictly: [`Fields`] takes its fields one by one, each checked as
 //! the command line checks its flag (the same parsers), and [`Fields::finish`] refuses one left
 //! unread (an unknown field). A JSON value must already have the field's type: `"3600"` or
-//! `60.5` is no TTL (docs/src/reference/attacks.md, ATK-08). What is wrong becomes a [`Bad`],
+//! `60.5` is no TTL (docs/src/reference/validation.md, the TTL rule). What is wrong becomes a [`Bad`],
 //! which the server answers with 400 (unreadable JSON) or 422 (a readable request that breaks a
 //! rule), its detail pinned word for word (docs/src/reference/server.md, "Bad input").
 //!

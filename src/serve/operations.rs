@@ -17,7 +17,7 @@ use crate::answer::{
     ShapedRenew, StatusAnswer,
 };
 use crate::engine::{Finish, Request};
-use crate::lock::{Eviction, Fence, Members, Owner, Remark, Resource, SetAcquire, Shape};
+use crate::lock::{Breaking, Fence, Members, Owner, Remark, Resource, SetAcquire, Shape};
 use crate::protocol::{
     AcquireRequest, Bad, BreakRequest, End, Fields, LONGEST_POLL, LeaveRequest, ReleaseRequest,
     RenewRequest, Target, read_list, read_log,
@@ -330,7 +330,7 @@ pub(super) fn break_lock(work: &Work<'_>, resource: Resource) -> Reply {
         Err(refused) => return refused,
     };
     // Who broke it, as the server knows it: the operator's token, never the body's words.
-    let eviction = Eviction {
+    let breaking = Breaking {
         by: read
             .by
             .unwrap_or_else(|| Remark::from_store("distlock serve")),
@@ -341,9 +341,9 @@ pub(super) fn break_lock(work: &Work<'_>, resource: Resource) -> Reply {
         let removed = store.perform(op::Break {
             resource: read.resource.clone(),
             owner: read.owner,
-            eviction: eviction.clone(),
+            breaking: breaking.clone(),
         })?;
-        let answer = BreakAnswer::new(&read.resource, removed, &eviction);
+        let answer = BreakAnswer::new(&read.resource, removed, &breaking);
         Ok(answered(&answer, || answer.text()))
     })
 }

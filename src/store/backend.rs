@@ -194,13 +194,19 @@ impl<B: Backend> LockStore for B {
             Op::Break(Break {
                 resource,
                 owner,
-                eviction,
-            }) => Outcome::Break(self.transact(
-                &resource,
-                Durable,
-                Reads::All,
-                &mut |state, _| Ok(engine::evict(&resource, state, owner.as_ref(), &eviction)),
-            )?),
+                breaking,
+            }) => {
+                Outcome::Break(
+                    self.transact(&resource, Durable, Reads::All, &mut |state, _| {
+                        Ok(engine::break_tenures(
+                            &resource,
+                            state,
+                            owner.as_ref(),
+                            &breaking,
+                        ))
+                    })?,
+                )
+            }
             Op::Leave(Leave { members, owner, .. }) => {
                 let owns = Reads::Owner(&owner);
                 self.transact_set(members.as_slice(), Relaxed, owns, &mut |states, _| {

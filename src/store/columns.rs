@@ -2,7 +2,7 @@
 //! columns, and the words for a store written by a newer distlock.
 
 use crate::lock::{
-    Event, EventKind, Eviction, Fence, Mode, Owner, Remark, Resource, Timestamp, TokenName,
+    Breaking, Event, EventKind, Fence, Mode, Owner, Remark, Resource, Timestamp, TokenName,
 };
 
 use super::SCHEMA_VERSION;
@@ -45,7 +45,7 @@ pub(super) fn event(row: &HistoryRow<'_>) -> anyhow::Result<Event> {
         previous_owner: row.previous_owner.map(|name| Owner::from_store(name, "")),
         mode: mode_of(row.mode, row.lim)?,
         note: row.note.map(Remark::from_store),
-        broken: row.by.zip(row.reason).map(|(by, reason)| Eviction {
+        broken: row.by.zip(row.reason).map(|(by, reason)| Breaking {
             by: Remark::from_store(by),
             by_token: row.by_token.map(TokenName::from_store),
             reason: Remark::from_store(reason),

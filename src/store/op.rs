@@ -1,6 +1,6 @@
 //! The operations on the locks as values: one type per operation, and the one enum of them
 //! ([`Op`]) that crosses the seam ([`super::LockStore::carry_out`]); what each comes to is its
-//! [`Operation::Outcome`]. A local store carries an operation out through the decision core,
+//! [`Operation::Output`]. A local store carries an operation out through the decision core,
 //! the PostgreSQL store hands it to its connection's thread as one message, and a store that
 //! decides elsewhere (a client of a distlock server) sends it on.
 //!
@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{Finish as Ended, Request};
 use crate::lock::{
-    Event, Eviction, Fence, Lock, LogQuery, Members, Owner, Resource, SetAcquire, SetRelease,
-    SetRenew, Status as Found, Ttl,
+    Breaking, Event, Fence, Lock, LogQuery, Members, Owner, Resource, SetAcquire, SetRelease,
+    SetRenew, Ttl,
 };
 
 use super::{Error, Result};
@@ -22,7 +22,7 @@ use crate::lock::GcReport;
 
 /// An operation, and the type of what it comes to.
 pub trait Operation: Into<Op> {
-    type Outcome;
+    type Output;
 
     /// The operation's outcome out of a store's answer; the answer itself when it is
     /// another operation's (a defect of the store, or a server that speaks another protocol).
@@ -30,7 +30,7 @@ pub trait Operation: Into<Op> {
     /// # Errors
     ///
     /// Another operation's outcome, given back.
-    fn outcome(outcome: Outcome) -> std::result::Result<Self::Outcome, Outcome>;
+    fn outcome(outcome: Outcome) -> std::result::Result<Self::Output, Outcome>;
 }
 
 /// Each operation as a variant of [`Op`], its outcome as a variant of [`Outcome`], and the
@@ -57,7 +57,7 @@ macro_rules! operations {
             }
 
             impl Operation for $name {
-                type Outcome = $outcome;
+                type Output = $outcome;
 
                 fn outcome(outcome: Outcome) -> std::result::Result<$outcome, Outcome> {
                     match outcome {
@@ -81,7 +81,7 @@ macro_rules! operations {
 
 operations! {
     Acquire => Acquisition,
-    Status => Found,
+    Status => crate::lock::Status,
     Renew => SetRenew,
     Release => SetRelease,
     Finish => Vec<Ended>,
@@ -173,7 +173,7 @@ pub struct Finish {
 pub struct Break {
     pub resource: Resource,
     pub owner: Option<Owner>,
-    pub eviction: Eviction,
+    pub breaking: Breaking,
 }
 
 /// A waiter gives up its place in every member's queue.
@@ -290,7 +290,7 @@ pub trait Locks: LockStore {
     /// # Errors
     ///
     /// Only store failures; every "no" (busy, not held, forbidden) is in the outcome.
-    fn perform<O: Operation>(&mut self, op: O) -> Result<O::Outcome> {
+    fn perform<O: Operation>(&mut self, op: O) -> Result<O::Output> {
         let op = op.into();
         let name = op.name();
         O::outcome(self.carry_out(op)?).map_err(|other| {

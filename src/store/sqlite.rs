@@ -21,7 +21,7 @@
 //!   `reader` for how a user who may only read the files reads it): no schema work, no WAL
 //!   switch, nothing created. They read an older schema as it is ([`Columns`]).
 //! - Every SQLite failure is reported with the database's path and its cause in words
-//!   (`words`).
+//!   ([`errors`]).
 //!
 //! This file holds the [`Backend`] operations, each one transaction decided by
 //! [`crate::engine`]. The rest is split by concern:
@@ -39,17 +39,17 @@
 //! - [`reader`]: how the read-only commands reach the file, creating nothing;
 //! - [`turnstile`]: the turnstile whose futexes wake the first waiter (Linux; elsewhere waiters
 //!   poll);
-//! - [`words`]: SQLite's failures in words a person can act on.
+//! - [`errors`]: SQLite's failures in words a person can act on.
 
 mod columns;
 mod connection;
+mod errors;
 mod open;
 mod reader;
 mod rows;
 mod schema;
 mod turnstile;
 mod wal;
-mod words;
 
 use std::time::Duration;
 
@@ -77,7 +77,7 @@ fn states(
         .map(|resource| state(conn, shape, resource, now))
         .collect()
 }
-use words::{Doing, worded};
+use errors::{Doing, worded};
 
 impl SqliteStore {
     /// One operation on the members of a set: a durable one (acquire, renew) decides on a read

@@ -158,9 +158,9 @@ impl RemoteStore {
     pub(super) fn break_lock(&self, broken: &Break) -> Result<Vec<Lock>> {
         let body = BreakRequest {
             resource: broken.resource.clone(),
-            reason: broken.eviction.reason.clone(),
+            reason: broken.breaking.reason.clone(),
             owner: broken.owner.clone(),
-            by: Some(broken.eviction.by.clone()),
+            by: Some(broken.breaking.by.clone()),
         };
         let answer = self.call(&HttpRequest::with_body(&body.route(), &body, CALL_TIMEOUT))?;
         match answer.status {

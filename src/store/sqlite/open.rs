@@ -15,10 +15,10 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::columns::Columns;
 use super::connection::{BUSY_TIMEOUT, SqliteStore, patient};
+use super::errors::{self, Doing, worded};
 use super::reader::{self, Access};
-use super::schema::{Found, recognise, tables};
+use super::schema::{Holds, recognise, tables};
 use super::wal::sync_folder;
-use super::words::{self, Doing, worded};
 use crate::store::{Clock, SCHEMA_VERSION};
 
 /// How many times a read-only command reads a file again that a writer wrote to while it was
@@ -160,8 +160,8 @@ impl SqliteStore {
             let found = recognise(found)
                 .with_context(|| format!("cannot use database {}", path.display()))?;
             return Ok(match found {
-                Found::Nothing => None,
-                Found::Schema(version) => Some((conn, access, Columns::of(version))),
+                Holds::Nothing => None,
+                Holds::Schema(version) => Some((conn, access, Columns::of(version))),
             });
         }
     }
@@ -262,7 +262,7 @@ impl SqliteStore {
                             .conn
                             .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false);
                     }
-                    return Err(if words::is_sqlite(&err) {
+                    return Err(if errors::is_sqlite(&err) {
                         worded(path, Doing::Open, err)
                     } else {
                         err.context(format!("cannot use database {}", path.display()))
@@ -289,7 +289,7 @@ impl SqliteStore {
             }
         }
         self.conn.pragma_update(None, "synchronous", "FULL")?;
-        if found != Found::Schema(SCHEMA_VERSION) {
+        if found != Holds::Schema(SCHEMA_VERSION) {
             self.upgrade_schema()?;
         }
         Ok(())

@@ -218,7 +218,7 @@ fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize
 }
 
 /// The queries behind [`Backend`](crate::store::Backend)'s reads and `gc`, before their failures
-/// are [`worded`](super::words::worded).
+/// are [`worded`](super::errors::worded).
 impl SqliteStore {
     pub(super) fn state_now(&mut self, resource: &Resource) -> Result<State> {
         state(&self.conn, self.shape, resource, self.clock.now())
