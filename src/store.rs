@@ -31,7 +31,7 @@ pub use backend::{Backend, Decide, DecideSet, FenceSource, Reads};
 pub use error::{Error, Result};
 pub use location::{Folders, Location, NetworkFs};
 pub use op::{Durability, LockStore, Locks, Op, Operation, Outcome};
-pub use open::{open, open_existing, open_read_only, reopen};
+pub use open::{Access, open};
 pub use postgres::PostgresStore;
 pub(crate) use remote::certificate_validity;
 pub use remote::{RemoteStore, ServerUrl, authorization as server_authorization};

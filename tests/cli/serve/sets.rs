@@ -899,7 +899,7 @@ fn request(owner: &str, mode: LockMode, waits: bool) -> Request {
 fn client(server: &Server) -> Box<dyn LockStore> {
     let location =
         Location::resolve(Some(&server.url("")), NetworkFs::Refused).expect("a server's URL");
-    distlock::store::open(&location).expect("a client")
+    distlock::store::open(&location, distlock::store::Access::Create).expect("a client")
 }
 
 /// An acquire of `members` through `store`, waiting until `until` when the request waits.
