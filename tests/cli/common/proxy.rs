@@ -11,7 +11,8 @@
 //! | [`Proxy::restore`] | the network heals: forwarding again, without delay, on the same address |
 //!
 //! It also tells which connections are its own on the server ([`Proxy::upstream_ports`] are
-//! `pg_stat_activity.client_port`), and what each client sent ([`Proxy::client_chunks`]).
+//! `pg_stat_activity.client_port`), what each client sent ([`Proxy::client_chunks`]), and which
+//! connections are still open ([`Proxy::open`]).
 //! Dropping it closes everything and joins all its threads.
 
 use std::io::{ErrorKind, Read, Write};
@@ -186,6 +187,17 @@ impl Proxy {
         locked(&self.shared.conns)
             .iter()
             .map(|conn| locked(&conn.client_chunks).clone())
+            .collect()
+    }
+}
+
+impl Proxy {
+    /// For each connection accepted so far, in order, whether it is still open: neither its
+    /// client nor the proxy has closed it.
+    pub fn open(&self) -> Vec<bool> {
+        locked(&self.shared.conns)
+            .iter()
+            .map(|conn| !conn.cut.load(Ordering::SeqCst))
             .collect()
     }
 }

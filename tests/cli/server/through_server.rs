@@ -9,7 +9,8 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use crate::common::certs::{Ca, CertFiles};
-use crate::common::output::{parse_line, rfc3339_millis, timestamp_millis};
+use crate::common::output::{now_millis, parse_line, rfc3339_millis, timestamp_millis};
+use crate::common::pids::is_gone;
 use crate::common::process::{BIN, Proc, describe, distlock, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::server::Server;
@@ -893,4 +894,57 @@ fn a_server_url_with_a_bad_port_or_a_bad_token_is_a_usage_error_at_once() {
     cmd.env("DISTLOCK_TOKEN", "  dl_unused  ");
     let out = run(&mut cmd, &["status", "x"]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+}
+
+/// No request of `run`'s outlives its lease: a renewal sent to a server that stopped answering
+/// (a proxy in front of it black-holes every byte) is given up when the lease it would renew
+/// ends, not held open for the client's own timeout of 10 s.
+#[test]
+fn a_renewal_to_a_server_that_stopped_answering_is_given_up_when_the_lease_ends() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    let proxy = Proxy::start(server.addr);
+    let url = format!("http://{}", proxy.addr);
+    let started = db.file("started");
+    let mut cmd = via(&db, &url);
+    cmd.args(["run", "--resource", "hb", "--ttl", "6", "--", "sh", "-c"])
+        .arg(format!("touch '{}'; exec sleep 30", started.display()));
+    let guard = Proc::spawn(&mut cmd, db.dir.path(), "guard");
+    wait_until(Duration::from_secs(20), "the command never started", || {
+        started.exists()
+    });
+    // Its first renewal is due 2 s after the grant: black-holed from here on.
+    proxy.black_hole();
+    std::thread::sleep(Duration::from_millis(300));
+    // The lease ends by the server's last word on it at the latest (any renewal that got
+    // through before the black hole moved it there), and `run` counts it from earlier.
+    let held = answer(&run(&mut via(&db, &base(&server)), &["status", "hb"]), 0);
+    let expires = timestamp_millis(held["lock"]["expires_at"].as_str().expect("expires_at"));
+    let judged_at = expires + 2_500;
+    while now_millis() < judged_at {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (chunks, open) = (proxy.client_chunks(), proxy.open());
+    // `run` is still at it (its release, black-holed too, takes its own 10 s): its
+    // connections are its to close, not the process's exit.
+    assert!(
+        !is_gone(guard.pid().as_raw()),
+        "run exited before the lease's end could be judged"
+    );
+    // The first connection is `run`'s own (its acquire, then its release); every later one
+    // that begins with a POST is the heartbeat's, renewing.
+    let renewals: Vec<usize> = (1..chunks.len())
+        .filter(|&at| chunks[at].first().is_some_and(|(byte, _)| *byte == b'P'))
+        .collect();
+    assert!(
+        !renewals.is_empty(),
+        "no renewal reached the proxy: {chunks:?}"
+    );
+    let still_open: Vec<usize> = renewals.iter().copied().filter(|&at| open[at]).collect();
+    assert!(
+        still_open.is_empty(),
+        "renewals {still_open:?} (of {renewals:?}) were still open 2.5 s after the lease ended"
+    );
+    let out = guard.finish(Duration::from_secs(30));
+    assert_eq!(out.code(), Some(124), "{}", out.describe());
 }

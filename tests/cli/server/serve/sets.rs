@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use distlock::engine::Request;
 use distlock::lock::{Grant, Members, Mode as LockMode, Owner, Resource, SetAcquire, Ttl};
+use distlock::store::op::{self, Acquisition};
 use distlock::store::{Location, LockStore, Locks, NetworkFs};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -898,7 +899,62 @@ fn request(owner: &str, mode: LockMode, waits: bool) -> Request {
 fn client(server: &Server) -> Box<dyn LockStore> {
     let location =
         Location::resolve(Some(&server.url("")), NetworkFs::Refused).expect("a server's URL");
-    distlock::store::open(&location).expect("a client")
+    distlock::store::open(&location, distlock::store::Access::Create).expect("a client")
+}
+
+/// An acquire of `members` through `store`, waiting until `until` when the request waits.
+fn acquire_set(
+    store: &mut Box<dyn LockStore>,
+    members: &Members,
+    request: &Request,
+    until: Option<Instant>,
+) -> Acquisition {
+    let request = request.clone();
+    let members = members.clone();
+    store
+        .perform(op::Acquire {
+            members,
+            request,
+            until,
+        })
+        .unwrap()
+}
+
+/// A renewal of `members` through `store`.
+fn renew_set(
+    store: &mut Box<dyn LockStore>,
+    members: &Members,
+    owner: &Owner,
+    ttl: Ttl,
+) -> distlock::lock::SetRenew {
+    let (members, owner) = (members.clone(), owner.clone());
+    store
+        .perform(op::Renew {
+            members,
+            owner,
+            ttl,
+            fences: None,
+            lease_end: None,
+        })
+        .unwrap()
+}
+
+/// A release of `members` (of tenures `fences`, when given) through `store`.
+fn release_set(
+    store: &mut Box<dyn LockStore>,
+    members: &Members,
+    owner: &Owner,
+    fences: Option<&[distlock::lock::Fence]>,
+) -> distlock::lock::SetRelease {
+    let (members, owner) = (members.clone(), owner.clone());
+    let fences = fences.map(<[distlock::lock::Fence]>::to_vec);
+    store
+        .perform(op::Release {
+            members,
+            owner,
+            fences,
+        })
+        .unwrap()
 }
 
 #[test]
@@ -908,7 +964,8 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
         let mut store = client(&server);
         let ab = members(&["b", "a"]);
         let w = request("w", LockMode::Exclusive, false);
-        let SetAcquire::Acquired { locks, tenures } = store.acquire_set(&ab, &w).unwrap() else {
+        let granted = acquire_set(&mut store, &ab, &w, None).outcome;
+        let SetAcquire::Acquired { locks, tenures } = granted else {
             panic!("a free set is granted");
         };
         let names: Vec<&str> = locks.iter().map(|l| l.resource.as_str()).collect();
@@ -921,7 +978,7 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
         let SetAcquire::Acquired {
             locks: joined,
             tenures,
-        } = store.acquire_set(&ac, &w).unwrap()
+        } = acquire_set(&mut store, &ac, &w, None).outcome
         else {
             panic!("the owner's own set is granted");
         };
@@ -930,7 +987,8 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
 
         let other = request("o", LockMode::Exclusive, false);
         let ad = members(&["a", "d"]);
-        let SetAcquire::Busy { blocked } = store.acquire_set(&ad, &other).unwrap() else {
+        let SetAcquire::Busy { blocked } = acquire_set(&mut store, &ad, &other, None).outcome
+        else {
             panic!("a held member makes the set busy");
         };
         assert_eq!(blocked.len(), 1, "{blocked:?}");
@@ -940,7 +998,8 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
             Some("w")
         );
         let shared = request("w", LockMode::Shared, false);
-        let mismatch = store.acquire_set(&ad, &shared).unwrap();
+        let asked = acquire_set(&mut store, &ad, &shared, None);
+        let mismatch = asked.outcome;
         assert!(
             matches!(&mismatch, SetAcquire::Mismatch { resource: r, .. } if r.as_str() == "a"),
             "{mismatch:?}"
@@ -949,15 +1008,15 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
         let ttl = Ttl::from_secs(60).unwrap();
         let owner = |name: &str| Owner::parse(name).unwrap();
         let abc = members(&["a", "b", "c"]);
-        let renewed = store.renew_set(&abc, &owner("w"), ttl, None).unwrap();
+        let renewed = renew_set(&mut store, &abc, &owner("w"), ttl);
         assert_eq!(renewed.map(|locks| locks.len()), Ok(3));
         let abz = members(&["a", "b", "z"]);
-        let refused = store.renew_set(&abz, &owner("w"), ttl, None).unwrap();
+        let refused = renew_set(&mut store, &abz, &owner("w"), ttl);
         assert!(
             matches!(&refused, Err(r) if r.resource.as_str() == "z" && !r.forbidden),
             "{refused:?}"
         );
-        let refused = store.release_set(&abc, &owner("o"), None).unwrap();
+        let refused = release_set(&mut store, &abc, &owner("o"), None);
         assert!(
             matches!(&refused, Err(r) if r.resource.as_str() == "a" && r.forbidden),
             "{refused:?}"
@@ -967,14 +1026,14 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
             locks[1].fence,
             distlock::lock::Fence(joined[1].fence.0 + 1),
         ];
-        let refused = store.release_set(&abc, &owner("w"), Some(&wrong)).unwrap();
+        let refused = release_set(&mut store, &abc, &owner("w"), Some(&wrong));
         assert!(
             matches!(&refused, Err(r) if r.resource.as_str() == "c" && !r.forbidden),
             "{refused:?}"
         );
         let fences = [joined[0].fence, locks[1].fence, joined[1].fence];
         assert_eq!(
-            store.release_set(&abc, &owner("w"), Some(&fences)).unwrap(),
+            release_set(&mut store, &abc, &owner("w"), Some(&fences)),
             Ok(())
         );
         free(&server, "a");
@@ -986,8 +1045,8 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
         thread::scope(|s| {
             let waiter = s.spawn(|| {
                 let mut store = client(&server);
-                store.keep_trying_until(Some(Instant::now() + Duration::from_secs(20)));
-                store.acquire_set(&xy, &waits).unwrap()
+                let until = Instant::now() + Duration::from_secs(20);
+                acquire_set(&mut store, &xy, &waits, Some(until)).outcome
             });
             until_waiting(&server, "x", 1, QUEUED);
             until_waiting(&server, "y", 1, QUEUED);
@@ -998,6 +1057,6 @@ fn distlocks_client_of_a_server_reads_every_set_answer_back_and_waits_by_long_po
                 "{outcome:?}"
             );
         });
-        assert!(store.decided_no_earlier_than().is_some());
+        assert!(asked.decided.is_some());
     });
 }

@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use nix::unistd::{AccessFlags, access};
 use rusqlite::ErrorCode;
 
-use super::BUSY_TIMEOUT;
+use super::connection::BUSY_TIMEOUT;
 
 /// What distlock was doing with the database when it failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
