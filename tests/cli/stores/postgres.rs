@@ -184,11 +184,37 @@ fn sixteen_processes_on_a_brand_new_database_create_the_schema_once_and_one_wins
 // ---------------------------------------------------------------------------------------------
 // Clock skew: the server's clock decides.
 
-/// Whether `faketime` works here; through the gate (tool `FAKETIME`).
+/// libfaketime's preload library (Debian's `libfaketime`), wherever the system keeps it.
+///
+/// The library is preloaded directly rather than through the `faketime` wrapper: the wrapper
+/// makes a shared memory segment named after its process id and leaves it behind when it is
+/// killed, and a later wrapper given the same process id then fails ("sem_open: File exists").
+fn libfaketime() -> Option<std::path::PathBuf> {
+    let folders = std::fs::read_dir("/usr/lib").ok()?;
+    let mut candidates: Vec<std::path::PathBuf> = folders
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("faketime/libfaketime.so.1"))
+        .collect();
+    candidates.push("/usr/lib/faketime/libfaketime.so.1".into());
+    candidates.into_iter().find(|path| path.is_file())
+}
+
+/// `program` with its wall clock shifted by `offset` (`+1h`); the monotonic clock is left
+/// alone, as a skewed host's would be.
+fn shifted(program: &str, offset: &str) -> Command {
+    let mut cmd = isolated(program);
+    if let Some(library) = libfaketime() {
+        cmd.env("LD_PRELOAD", library);
+    }
+    cmd.env("FAKETIME", offset)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    cmd
+}
+
+/// Whether libfaketime works here; through the gate (tool `FAKETIME`).
 fn faketime_works() -> bool {
-    let shifted = Command::new("faketime")
-        .args(["-f", "+1h", "date", "+%s"])
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+    let shifted = shifted("date", "+1h")
+        .arg("+%s")
         .output()
         .ok()
         .filter(|out| out.status.success())
@@ -202,25 +228,21 @@ fn faketime_works() -> bool {
         .filter(|secs| (secs - now_millis() / 1000 - 3600).abs() < 60)
         .map(|_| ())
         .ok_or_else(|| {
-            "`faketime -f +1h date +%s` did not print a time an hour ahead \
-             (apt-get install faketime)"
+            "`date +%s` with libfaketime preloaded (FAKETIME=+1h) did not print a time an \
+             hour ahead (apt-get install faketime)"
                 .to_owned()
         });
     require("FAKETIME", "a client's clock skewed", works).is_some()
 }
 
 /// `distlock ARGS…` against `db` with the client's wall clock shifted by `offset` (`+1h`).
-/// The monotonic clock is left alone, as a skewed host's would be.
 fn skewed(db: &Db, offset: &str, args: &[&str]) -> Command {
     skewed_at(&db.url, offset, args)
 }
 
 fn skewed_at(url: &str, offset: &str, args: &[&str]) -> Command {
-    let mut cmd = isolated("faketime");
-    cmd.args(["-f", offset, BIN])
-        .args(args)
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env("DISTLOCK_DB", url);
+    let mut cmd = shifted(BIN, offset);
+    cmd.args(args).env("DISTLOCK_DB", url);
     cmd
 }
 
