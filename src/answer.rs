@@ -14,18 +14,19 @@ use crate::lock::{Fence, Holder, Lock, Mode, Remark, Resource};
 
 mod acquire;
 mod change;
+mod kinds;
 mod set;
 mod shaped;
 mod status;
 
-pub use acquire::{AcquireAnswer, Acquired, Busy, Mismatch};
+pub use acquire::{AcquireAnswer, Acquired, Busy};
 pub use change::{
-    BreakAnswer, Broken, KeptAnswer, NotBroken, NotReleased, NotRenewed, ReleaseAnswer, Released,
-    RenewAnswer, Renewed,
+    BreakAnswer, Broken, KeptAnswer, NotBroken, ReleaseAnswer, Released, RenewAnswer, Renewed,
 };
+pub use kinds::{Acquiring, Line, Mismatch, NotReleased, NotRenewed, Releasing, Renewing};
 pub use set::{
-    BlockedMember, MemberEnd, SetAcquireAnswer, SetAcquired, SetBusy, SetFinishAnswer,
-    SetReleaseAnswer, SetReleased, SetRenewAnswer, SetRenewed,
+    MemberEnd, SetAcquireAnswer, SetAcquired, SetBusy, SetFinishAnswer, SetReleaseAnswer,
+    SetReleased, SetRenewAnswer, SetRenewed,
 };
 pub use shaped::{Shaped, ShapedAcquire, ShapedRelease, ShapedRenew};
 pub use status::{Free, Held, ListAnswer, StatusAnswer};

@@ -13,7 +13,7 @@ use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
 use crate::lock::{Breaking, LogQuery, MAX_REMARK_BYTES, Members, Remark, Resource};
 use crate::output::{Printer, StatusLine};
-use crate::store::{self, Location, LockStore, Locks, NetworkFs, op};
+use crate::store::{self, Access, Location, LockStore, Locks, NetworkFs, op};
 use crate::wait;
 
 /// Runs the parsed command line.
@@ -61,9 +61,9 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
             _ => {}
         }
     }
-    let open = || store::open(&location).map_err(Error::Store);
-    let existing = || store::open_existing(&location).map_err(Error::Store);
-    let read_only = || store::open_read_only(&location).map_err(Error::Store);
+    let open = || store::open(&location, Access::Create).map_err(Error::Store);
+    let existing = || store::open(&location, Access::Existing).map_err(Error::Store);
+    let read_only = || store::open(&location, Access::ReadOnly).map_err(Error::Store);
     // A lock set's members are checked before the store is opened: like every other
     // argument, too many of them leave the store untouched (not even created).
     match cli.command {

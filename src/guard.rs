@@ -86,7 +86,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     // while it is released, is never lost nor ends `run` with the lock held; the command gets
     // those that came before it started as soon as it runs.
     let mut self_pipe = self_pipe::SelfPipe::start()?;
-    let mut store = store::open(location)?;
+    let mut store = store::open(location, store::Access::Create)?;
     let request = Request {
         owner: owner.clone(),
         ttl: args.ttl,

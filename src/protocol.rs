@@ -4,12 +4,12 @@
 //! path, a header, a limit or a field.
 //!
 //! - [`Route`]s: what a method on a path asks for, and the method and path a client sends
-//!   ([`routes`]); a lock operation has one route for a single resource (`/locks/{r}…`) and one
+//!   (`routes`); a lock operation has one route for a single resource (`/locks/{r}…`) and one
 //!   for a lock set (`/sets…`), told apart by a [`Target`];
 //! - the request bodies as types ([`AcquireRequest`], [`RenewRequest`], [`ReleaseRequest`],
 //!   [`BreakRequest`], [`LeaveRequest`]): a client serializes them, the server reads them back
-//!   strictly ([`body`]: unknown fields and keys given twice refused, each field checked as its
-//!   command-line flag is), and the queries of `list` and `log` ([`query`]);
+//!   strictly (`body`, [`Fields`]: unknown fields and keys given twice refused, each field checked as its
+//!   command-line flag is), and the queries of `list` and `log` (`query`);
 //! - the headers every answer or grant carries, and the limits every request keeps.
 //!
 //! The answers are not here: each is the command's own type in [`crate::answer`], which the

@@ -159,7 +159,7 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     raise_open_files();
     // The store is opened (and made, for SQLite) before anything is served, so a store that
     // cannot be used is one error at start, not one per request.
-    let first = store::open(&location).map_err(Error::Store)?;
+    let first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
     let state = Arc::new(Shared {
         stores: Stores::new(location, first),
         metrics: metrics::Metrics::default(),

@@ -10,11 +10,11 @@
 //! - every state change is recorded in the history in the same transaction.
 //!
 //! The operations are values ([`op`]); what a local store provides, and every operation over
-//! it, is [`backend`]'s; what both stores read and write alike is `columns`'. Where a store is
-//! ([`Location`], from `--db`) is `location`'s; opening it for what a command does ([`open()`],
-//! [`open_existing`], [`open_read_only`], [`reopen`]) is `open`'s; whether a SQLite store would
-//! lie on a network filesystem, which `open` refuses, is `network_fs`'s. Why a store could not
-//! carry an operation out is an [`Error`].
+//! it, is `backend`'s ([`Backend`]); what both stores read and write alike is `columns`'. Where a
+//! store is ([`Location`], from `--db`) is `location`'s; opening it for what a command does
+//! ([`open()`], [`Access`]) is `open`'s; whether a SQLite store would lie on a network
+//! filesystem, which `open` refuses, is `network_fs`'s. Why a store could not carry an
+//! operation out is an [`Error`].
 
 mod backend;
 mod columns;
@@ -31,7 +31,7 @@ pub use backend::{Backend, Decide, DecideSet, FenceSource, Reads};
 pub use error::{Error, Result};
 pub use location::{Folders, Location, NetworkFs};
 pub use op::{Durability, LockStore, Locks, Op, Operation, Outcome};
-pub use open::{open, open_existing, open_read_only, reopen};
+pub use open::{Access, open};
 pub use postgres::PostgresStore;
 pub(crate) use remote::certificate_validity;
 pub use remote::{RemoteStore, ServerUrl, authorization as server_authorization};

@@ -4,7 +4,7 @@
 //! - **Order** is the store's: a waiter takes a place in the queue at its first refused attempt
 //!   and is granted only once no earlier live waiter remains (see [`crate::engine::acquire`]).
 //! - **Waking** is the store's too: between attempts the waiter sleeps in
-//!   [`LockStore::wait_for_change`] (a kernel wait on SQLite, `LISTEN` on PostgreSQL), which a
+//!   [`op::WaitForChange`] (a kernel wait on SQLite, `LISTEN` on PostgreSQL), which a
 //!   release ends at once. It also looks again at least every [`MAX_DELAY`], for leases that
 //!   expire without a release and to keep its place alive (a place not refreshed for
 //!   [`crate::engine::LIVENESS_MS`] stops counting, so a killed waiter blocks nobody for long).

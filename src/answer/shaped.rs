@@ -13,8 +13,7 @@ use super::{
 };
 use crate::exit::Exit;
 use crate::lock::{
-    Blocked, Grant, Members, Mode, SetAcquire, SetRelease, SetRenew, Shape, released_one,
-    renewed_one,
+    Grant, Members, Mode, SetAcquire, SetRelease, SetRenew, Shape, released_one, renewed_one,
 };
 
 /// An answer in one of its two shapes.
@@ -79,13 +78,7 @@ impl ShapedAcquire {
                 tenures,
             },
             Shaped::One(AcquireAnswer::Busy(busy)) => SetAcquire::Busy {
-                blocked: vec![Blocked {
-                    resource: busy.resource,
-                    holder: busy.holder,
-                    holders: busy.holders,
-                    waiting: busy.waiting,
-                    position: busy.position,
-                }],
+                blocked: vec![busy.member],
             },
             Shaped::One(AcquireAnswer::Mismatch(mismatch))
             | Shaped::Set(SetAcquireAnswer::Mismatch(mismatch)) => SetAcquire::Mismatch {
@@ -97,15 +90,7 @@ impl ShapedAcquire {
                 tenures,
             },
             Shaped::Set(SetAcquireAnswer::Busy(busy)) => SetAcquire::Busy {
-                blocked: (busy.blocked.into_iter())
-                    .map(|member| Blocked {
-                        resource: member.resource,
-                        holder: member.holder,
-                        holders: member.holders,
-                        waiting: member.waiting,
-                        position: member.position,
-                    })
-                    .collect(),
+                blocked: busy.blocked,
             },
         }
     }

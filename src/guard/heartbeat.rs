@@ -8,8 +8,8 @@
 //! Each [`Event::Renewed`] carries the lease end counted from *before* the renewal was sent, so
 //! it never overstates the lease.
 //!
-//! Its connections are opened with [`store::reopen`], which never creates a store: a SQLite
-//! store removed while the command runs is reported as gone ([`store::Vanished`], a lost
+//! Its connections are opened [`store::Access::Again`], which never creates a store: a SQLite
+//! store removed while the command runs is reported as gone ([`store::Error::Vanished`], a lost
 //! lease), not made anew and then searched in vain for the lock.
 
 use std::io::Write;
@@ -141,7 +141,7 @@ impl Heartbeat {
             let talking = self.in_flight.lock();
             let renewed = match store.as_mut() {
                 Some(store) => self.renew(store.as_mut(), lease_end),
-                None => store::reopen(&self.location)
+                None => store::open(&self.location, store::Access::Again)
                     .and_then(|opened| self.renew(store.insert(opened).as_mut(), lease_end)),
             };
             drop(talking);

@@ -1,6 +1,8 @@
 //! Lock sets: several resources taken, renewed and released together, all or nothing
 //! (docs/src/reference/semantics.md, "Lock sets"). The members and the outcomes; the rules are the engine's.
 
+use serde::{Deserialize, Serialize};
+
 use super::{Acquire, Grant, Holder, Lock, Release, Renew, Resource};
 
 /// The most members a set may have, after deduplication.
@@ -112,19 +114,32 @@ pub enum SetAcquire {
 }
 
 /// A member of a set that is not free for the requester now, as a single `acquire` of it
-/// would say ([`super::Acquire::Busy`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// would say ([`super::Acquire::Busy`]). As JSON (`{"resource":R,"holder":{…},"holders":[…],
+/// "waiting":K}`, a busy answer's fields), `holder` only when someone holds it, `holders`
+/// only for shared or semaphore holders, `waiting` only when someone waits, and `position`
+/// only in a distlock server's answer to a request that waited and is to ask again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Blocked {
     pub resource: Resource,
     /// The live tenure whose lease ends first; `None` when the member is free but reserved
     /// for earlier waiters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<Holder>,
     /// Every live tenure, when the holders are shared or a semaphore's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<Holder>,
     /// Live waiters queued for the member, the requester aside.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub waiting: usize,
     /// The requester's place in the member's queue (1 = next), when it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<usize>,
+}
+
+// serde's `skip_serializing_if` hands the field by reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 /// Why a set's `renew` or `release` changed nothing: the first member, by resource, that the

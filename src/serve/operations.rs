@@ -118,7 +118,7 @@ fn show_positions(answer: &mut ShapedAcquire, outcome: &SetAcquire) {
     };
     match answer {
         Shaped::One(AcquireAnswer::Busy(busy)) => {
-            busy.position = blocked.first().and_then(|member| member.position);
+            busy.member.position = blocked.first().and_then(|member| member.position);
         }
         Shaped::Set(SetAcquireAnswer::Busy(busy)) => {
             for (shown, member) in busy.blocked.iter_mut().zip(blocked) {

@@ -65,7 +65,7 @@ impl Stores {
         let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let mut store = match pooled {
             Some(store) => store,
-            None => store::open(&self.location)?,
+            None => store::open(&self.location, store::Access::Create)?,
         };
         let done = work(store.as_mut());
         if done.is_ok() {

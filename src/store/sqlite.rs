@@ -1,7 +1,7 @@
 //! The embedded store: one SQLite file on one host.
 //!
 //! - WAL mode with `synchronous=FULL`, so a committed acquire survives power loss and a fence is
-//!   never handed out twice; a busy database is waited on for [`BUSY_TIMEOUT`].
+//!   never handed out twice; a busy database is waited on for [`connection::BUSY_TIMEOUT`].
 //! - Every write runs in one `BEGIN IMMEDIATE` transaction: the write lock is taken before the
 //!   resource's rows are read and decided on, so no other process can slip in between the read
 //!   and the write; `resources` keeps `UNIQUE(resource)`. An acquire or renewal first decides
@@ -12,7 +12,7 @@
 //!   place is taken again at the waiter's next attempt.
 //! - Fences come from a store-wide counter (`fence_counter`), not from the lock row, so deleting
 //!   rows (release, `gc`) can never make a fence repeat.
-//! - Times are milliseconds since the Unix epoch, from the injected [`Clock`].
+//! - Times are milliseconds since the Unix epoch, from the injected [`crate::store::Clock`].
 //! - The schema version lives in `PRAGMA user_version`; a newer one is refused. Before anything
 //!   else is done to a file, whatever its version, its tables are checked to be those of a
 //!   distlock schema ([`recognise`](schema::recognise)): a SQLite file of another application

@@ -5,7 +5,8 @@
 //!   a folder. It is opened without blocking and checked on the descriptor that is then read,
 //!   so what is checked is what is read.
 //! - Neither the file nor any folder above its real path (links followed), up to `/`, may be
-//!   written by its group or by others. The one exception is a folder with the sticky bit that
+//!   written by its group or by others; nor, when the path names a link, any folder above the
+//!   link, whose writers could point it elsewhere. The one exception is a folder with the sticky bit that
 //!   root owns (`/tmp`): there nobody may rename or remove another's file.
 //! - The file and those folders belong to the server's user or to root ([`Owners::UserOrRoot`]).
 //!   `distlock token add` checks the modes only ([`Owners::Any`]): it may rightly run as root
@@ -54,10 +55,21 @@ pub(super) fn read(path: &Path, owners: Owners) -> Result<Vec<u8>> {
     if let Some(why) = file_problem(meta.mode(), meta.uid(), owners) {
         bail!("the tokens file {shown} {why}");
     }
+    // The folders of the file itself (links followed), and, when the path given is a link,
+    // those of the link too: whoever may write the link's folder may point it elsewhere.
     let real = std::fs::canonicalize(path)
         .with_context(|| format!("cannot find the folder of the tokens file {shown}"))?;
     if let Some(folder) = real.parent() {
         folders(folder, path, owners)?;
+    }
+    let named = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let named = std::fs::canonicalize(named)
+        .with_context(|| format!("cannot find the folder of the tokens file {shown}"))?;
+    if Some(named.as_path()) != real.parent() {
+        folders(&named, path, owners)?;
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
@@ -94,8 +106,8 @@ pub(super) fn folders(folder: &Path, file: &Path, owners: Owners) -> Result<()> 
 
 /// What keeps a tokens file of this `st_mode` and owner from being trusted, if anything.
 pub(super) fn file_problem(mode: u32, uid: u32, owners: Owners) -> Option<String> {
-    let kind = mode & libc::S_IFMT;
-    if kind != libc::S_IFREG {
+    let kind = mode & bits(libc::S_IFMT);
+    if kind != bits(libc::S_IFREG) {
         return Some(format!("is not a regular file ({})", kind_name(kind)));
     }
     if let Some(writers) = writers(mode) {
@@ -111,7 +123,7 @@ pub(super) fn file_problem(mode: u32, uid: u32, owners: Owners) -> Option<String
 /// What keeps a folder of this `st_mode` and owner from holding a trusted tokens file, if
 /// anything.
 pub(super) fn folder_problem(mode: u32, uid: u32, owners: Owners) -> Option<String> {
-    let sticky_roots = mode & libc::S_ISVTX != 0 && uid == 0;
+    let sticky_roots = mode & bits(libc::S_ISVTX) != 0 && uid == 0;
     if let Some(writers) = writers(mode).filter(|_| !sticky_roots) {
         return Some(format!(
             "may be written by {writers} (mode {:04o}): whoever may write it can replace the \
@@ -143,15 +155,24 @@ fn owner_problem(uid: u32, owners: Owners) -> Option<String> {
 
 /// A file type (the `S_IFMT` bits of a mode) in words.
 fn kind_name(kind: u32) -> &'static str {
-    match kind {
-        libc::S_IFIFO => "a FIFO",
-        libc::S_IFCHR => "a character device",
-        libc::S_IFBLK => "a block device",
-        libc::S_IFDIR => "a folder",
-        libc::S_IFSOCK => "a socket",
-        libc::S_IFLNK => "a symbolic link",
-        _ => "of an unknown type",
-    }
+    let names = [
+        (libc::S_IFIFO, "a FIFO"),
+        (libc::S_IFCHR, "a character device"),
+        (libc::S_IFBLK, "a block device"),
+        (libc::S_IFDIR, "a folder"),
+        (libc::S_IFSOCK, "a socket"),
+        (libc::S_IFLNK, "a symbolic link"),
+    ];
+    (names.iter())
+        .find(|(flag, _)| bits(*flag) == kind)
+        .map_or("of an unknown type", |(_, name)| name)
+}
+
+/// Mode bits as a `u32`, as `st_mode` is read here: `mode_t` is a `u32` on Linux and a `u16`
+/// on FreeBSD and macOS.
+#[allow(clippy::useless_conversion)] // Not useless where `mode_t` is a `u16`.
+fn bits(flag: libc::mode_t) -> u32 {
+    u32::from(flag)
 }
 
 #[cfg(test)]

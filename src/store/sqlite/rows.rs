@@ -186,28 +186,22 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
 
 /// Writes a change to the queue; none of them can miss its row (the write lock is held).
 fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize> {
+    // A place taken, and a place kept alive: the same four values, ?1 to ?4.
+    let place = |sql: &str, owner: &Owner, expires_at: Timestamp| -> Result<usize> {
+        let values = params![res, owner.as_str(), owner.token_column(), expires_at.0];
+        Ok(tx.prepare_cached(sql)?.execute(values)?)
+    };
     Ok(match change {
-        Change::Enqueue { owner, expires_at } => tx
-            .prepare_cached(
-                "INSERT INTO waiters (resource, owner, token, expires_at) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![
-                res,
-                owner.as_str(),
-                owner.token_column(),
-                expires_at.0
-            ])?,
-        Change::Refresh { owner, expires_at } => tx
-            .prepare_cached(
-                "UPDATE waiters SET expires_at = ?4
-                 WHERE resource = ?1 AND owner = ?2 AND token = ?3",
-            )?
-            .execute(params![
-                res,
-                owner.as_str(),
-                owner.token_column(),
-                expires_at.0
-            ])?,
+        Change::Enqueue { owner, expires_at } => place(
+            "INSERT INTO waiters (resource, owner, token, expires_at) VALUES (?1, ?2, ?3, ?4)",
+            owner,
+            *expires_at,
+        )?,
+        Change::Refresh { owner, expires_at } => place(
+            "UPDATE waiters SET expires_at = ?4 WHERE resource = ?1 AND owner = ?2 AND token = ?3",
+            owner,
+            *expires_at,
+        )?,
         Change::Dequeue { owner } => tx.prepare_cached(DEQUEUE)?.execute(params![
             res,
             owner.as_str(),

@@ -16,11 +16,14 @@
 //! Dropping it closes everything and joins all its threads.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
+
+use super::pg_url::PgUrl;
+use super::store::Db;
 
 /// How often an idle pump looks at the proxy's mode.
 const TICK: Duration = Duration::from_millis(20);
@@ -74,6 +77,21 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A proxy in front of the PostgreSQL server of `db` (a PostgreSQL store), and `db`'s URL
+    /// through it.
+    pub fn in_front_of(db: &Db) -> (Proxy, String) {
+        let url = PgUrl::parse(db.pg_url());
+        let upstream = url
+            .server
+            .to_socket_addrs()
+            .expect("the test server's address")
+            .next()
+            .expect("an address");
+        let proxy = Proxy::start(upstream);
+        let via_proxy = url.with_server(&proxy.addr.to_string()).to_string();
+        (proxy, via_proxy)
+    }
+
     /// A proxy on a free port of 127.0.0.1, forwarding to `upstream`.
     pub fn start(upstream: SocketAddr) -> Proxy {
         Proxy::start_on("127.0.0.1", upstream)
