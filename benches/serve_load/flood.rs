@@ -57,11 +57,20 @@ pub struct Callers {
     pub probe_secret: Option<String>,
 }
 
-/// What came of one parked request: its status (and for a 200 whether it was granted), or
-/// why there was no whole answer; and when.
+/// What came of one parked request, and when.
 struct Parked {
-    outcome: Result<(u16, bool), String>,
+    outcome: Outcome,
     at: Instant,
+}
+
+/// A parked request's end: a whole answer, or why there was none.
+enum Outcome {
+    /// Its status, and for a 200 whether it granted.
+    Answered(u16, bool),
+    /// No connection was made (the server did not accept it in time, or refused it).
+    NotConnected(String),
+    /// Connected and sent, but no whole answer came (closed, cut, or too late).
+    Unanswered(String),
 }
 
 /// How many of the flood's connections were tried (made or not), and made.
@@ -84,16 +93,18 @@ async fn park(
     };
     parking.tried.fetch_add(1, Ordering::Relaxed);
     let outcome = match opened {
-        Err(err) => Err(err),
+        Err(err) => Outcome::NotConnected(err),
         Ok(mut client) => {
             parking.made.fetch_add(1, Ordering::Relaxed);
             let bound = Duration::from_secs(wait) + ANSWER_GRACE;
             match tokio::time::timeout(bound, client.send_acquire(Some(wait))).await {
-                Err(_) => Err(format!("no answer within {bound:?}")),
-                Ok(Err(err)) => Err(err),
-                Ok(Ok(answer)) if answer.status == 200 => read_acquire(&answer)
-                    .map(|acquired| (200, matches!(acquired, Acquired::Granted))),
-                Ok(Ok(answer)) => Ok((answer.status, false)),
+                Err(_) => Outcome::Unanswered(format!("no answer within {bound:?}")),
+                Ok(Err(err)) => Outcome::Unanswered(err),
+                Ok(Ok(answer)) if answer.status == 200 => match read_acquire(&answer) {
+                    Ok(acquired) => Outcome::Answered(200, matches!(acquired, Acquired::Granted)),
+                    Err(err) => Outcome::Unanswered(err),
+                },
+                Ok(Ok(answer)) => Outcome::Answered(answer.status, false),
             }
         }
     };
@@ -332,19 +343,21 @@ async fn measure_beside(
 }
 
 /// Every parked request's answer, by status (a 200 that granted counted apart), and those with
-/// no whole answer; how many came before the other caller's reads began and while they ran.
+/// no whole answer (`missing`: never connected, or connected and not answered); how many came
+/// before the other caller's reads began and while they ran.
 async fn count_answers(
     tasks: Vec<JoinHandle<Parked>>,
     (from, to): (Instant, Instant),
     report: &mut Value,
 ) -> Result<(), String> {
     let mut statuses = BTreeMap::<String, usize>::new();
-    let (mut missing, mut first_missing) = (0, None);
+    // Each kind of missing answer: how many, and the first one's reason.
+    let (mut not_connected, mut unanswered) = ((0, None), (0, None));
     let (mut before, mut during) = (0, 0);
     for task in tasks {
         let parked = task.await.map_err(|err| err.to_string())?;
         match parked.outcome {
-            Ok((status, granted)) => {
+            Outcome::Answered(status, granted) => {
                 let key = if granted {
                     "200 granted".to_owned()
                 } else {
@@ -352,9 +365,13 @@ async fn count_answers(
                 };
                 *statuses.entry(key).or_default() += 1;
             }
-            Err(err) => {
-                missing += 1;
-                first_missing.get_or_insert(err);
+            Outcome::NotConnected(err) => {
+                not_connected.0 += 1;
+                not_connected.1.get_or_insert(err);
+            }
+            Outcome::Unanswered(err) => {
+                unanswered.0 += 1;
+                unanswered.1.get_or_insert(err);
             }
         }
         if parked.at < from {
@@ -364,9 +381,12 @@ async fn count_answers(
         }
     }
     report["answers"] = json!(statuses);
-    report["missing"] = json!(missing);
-    if let Some(err) = first_missing {
-        report["first_missing"] = json!(err);
+    report["missing"] = json!(not_connected.0 + unanswered.0);
+    for (key, (count, first)) in [("not_connected", not_connected), ("unanswered", unanswered)] {
+        report[key] = json!(count);
+        if let Some(err) = first {
+            report[format!("first_{key}")] = json!(err);
+        }
     }
     report["answered_before_reads"] = json!(before);
     report["answered_during_reads"] = json!(during);
