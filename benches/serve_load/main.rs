@@ -1,6 +1,6 @@
 //! A load generator for `distlock serve`, and for etcd's lock API through its HTTP/JSON gateway
-//! with the same loop, so that the two compare side by side (BENCHMARKS.md, "The lock server";
-//! `scripts/bench-serve` runs it).
+//! with the same loop, so that the two compare side by side (`scripts/bench-serve` runs it;
+//! BENCHMARKS.md, and each run whole in the book's benchmark history, "The lock server").
 //!
 //! ```text
 //! cargo bench --bench serve_load -- pairs   --distlock http://127.0.0.1:7878 --clients 64
@@ -19,8 +19,14 @@
 //! has no copy of the API. All clients are tasks on one small tokio runtime (`--threads`, one
 //! thread unless told), each with its own keep-alive connection made with hyper's HTTP/1
 //! client: the generator's cost per request is a few system calls and a small JSON, and it
-//! reports it (`client_cpu_ms_per_op`, the CPU time of the whole process over the measured
-//! time).
+//! reports it (`client_cpu_ms_per_op` and `client_cpu_cores`, the CPU time of the whole
+//! process over the measured time).
+//!
+//! Tasks on one thread rather than a blocking thread per client, by measurement on this
+//! project's 2-core machine beside the server (the benchmark history, "The load generator"):
+//! a thread per client cost the generator about 0.25 ms of CPU per pair, and more than a core
+//! once 64 or 256 clients drove reads, so that it, not the server, set the rate; a task costs
+//! 0.02–0.07 ms per pair. A second runtime thread only adds cost on two cores.
 //!
 //! `--pid PID` (the server's) and `--disk DEVICE` (as `/proc/diskstats` names it) add, over the
 //! measured time: the server's CPU time per operation, the machine's busy share, and the disk's
@@ -171,8 +177,9 @@ struct Handoff {
     /// How many handoffs are measured
     #[arg(long, default_value_t = 200)]
     rounds: usize,
-    /// How long the holder waits, once the waiter shows in the queue, before it lets go (ms)
-    #[arg(long, default_value_t = 20)]
+    /// How long the holder waits, once the waiter shows in the queue, before it lets go (ms;
+    /// longer than the 100 ms tick on which etcd wakes a new waiter's watch)
+    #[arg(long, default_value_t = 200)]
     settle_ms: u64,
     #[command(flatten)]
     names: Names,

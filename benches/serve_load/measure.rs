@@ -55,8 +55,9 @@ pub struct Sample {
     idle_ticks: u64,
     /// The server's user and system time, in clock ticks (`/proc/PID/stat`).
     server_ticks: u64,
-    /// The generator's own, all its threads.
-    client_ticks: u64,
+    /// The generator's own CPU time, all its threads, to the microsecond (`getrusage`): a
+    /// handful of ticks would not tell its cost over a short run.
+    generator_cpu: Duration,
     /// The disk's completed writes and cache flushes, and the time spent flushing (ms), from
     /// `/proc/diskstats`.
     writes: u64,
@@ -84,6 +85,21 @@ fn process_ticks(path: &str) -> u64 {
         .sum()
 }
 
+/// This process's user and system time so far, all its threads.
+fn own_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
+    };
+    [usage.user_time(), usage.system_time()]
+        .iter()
+        .map(|time| {
+            let micros = time.tv_sec() * 1_000_000 + time.tv_usec();
+            Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+        })
+        .sum()
+}
+
 impl Sample {
     pub fn take(watched: &Watched) -> Sample {
         let mut sample = Sample::default();
@@ -102,7 +118,7 @@ impl Sample {
         if let Some(pid) = watched.pid {
             sample.server_ticks = process_ticks(&format!("/proc/{pid}/stat"));
         }
-        sample.client_ticks = process_ticks("/proc/self/stat");
+        sample.generator_cpu = own_cpu();
         if let Some(disk) = &watched.disk {
             let stats = std::fs::read_to_string("/proc/diskstats").unwrap_or_default();
             if let Some(fields) = stats
@@ -138,9 +154,9 @@ impl Sample {
             report["machine_busy"] = json!(round(1.0 - float(idle) / float(machine), 3));
         }
         let ticks_ms = |ticks: u64| float(ticks) / TICKS_PER_SECOND * 1e3;
-        let client = later.client_ticks.saturating_sub(self.client_ticks);
-        report["client_cpu_cores"] = json!(round(ticks_ms(client) / 1e3 / wall, 2));
-        report["client_cpu_ms_per_op"] = json!(round(ticks_ms(client) / per, 4));
+        let generator = (later.generator_cpu.saturating_sub(self.generator_cpu)).as_secs_f64();
+        report["client_cpu_cores"] = json!(round(generator / wall, 2));
+        report["client_cpu_ms_per_op"] = json!(round(generator * 1e3 / per, 4));
         if watched.pid.is_some() {
             let server = later.server_ticks.saturating_sub(self.server_ticks);
             report["server_cpu_cores"] = json!(round(ticks_ms(server) / 1e3 / wall, 2));
