@@ -1,6 +1,6 @@
 //! The HTTP API of `distlock serve`, written once for both of its sides: the server
 //! (`crate::serve`), its client (the store of `--db http(s)://…`) and the load generator
-//! (`benches/serve_load.rs`) all take from here, so that no two of them can disagree about a
+//! (`benches/serve_load/`) all take from here, so that no two of them can disagree about a
 //! path, a header, a limit or a field.
 //!
 //! - [`Route`]s: what a method on a path asks for, and the method and path a client sends
