@@ -324,40 +324,12 @@ fn the_link_checker_refuses_a_folder_without_a_built_book() {
     assert!(text.contains("no built book"), "{text}");
 }
 
-/// The route names the server's code gives its routes: every string literal that is exactly
-/// `"METHOD /path"` in the Rust sources under `src/`.
+/// The names of the API's routes, as the protocol module lists them (`METHOD /path`).
 fn server_route_names() -> BTreeSet<String> {
-    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
-        for entry in fs::read_dir(dir).expect("read a folder of src/") {
-            let path = entry.expect("a folder entry").path();
-            if path.is_dir() {
-                walk(&path, found);
-            } else if path.extension().is_some_and(|ext| ext == "rs") {
-                found.push(path);
-            }
-        }
-    }
-    let methods = ["GET", "POST", "PUT", "PATCH", "DELETE"];
-    let mut files = Vec::new();
-    walk(&root().join("src"), &mut files);
-    let mut names = BTreeSet::new();
-    for file in files {
-        let text = read(&file);
-        // Between every second quote: a string literal, or the text between two of them; only
-        // a literal is ever exactly "METHOD /path" with a path free of spaces and quotes.
-        for piece in text.split('"') {
-            let Some((method, path)) = piece.split_once(' ') else {
-                continue;
-            };
-            let well_formed = methods.contains(&method)
-                && path.starts_with('/')
-                && !path.contains(|c: char| c.is_whitespace() || c == '\\');
-            if well_formed {
-                names.insert(format!("{method} {path}"));
-            }
-        }
-    }
-    names
+    distlock::protocol::Route::every()
+        .iter()
+        .map(|route| route.name().to_owned())
+        .collect()
 }
 
 #[test]
@@ -375,7 +347,7 @@ fn every_route_of_the_server_has_its_heading_on_the_http_api_page() {
     let served = server_route_names();
     assert!(
         served.len() >= 10,
-        "the server's route names were not found in src/ (\"METHOD /path\" literals): {served:?}"
+        "the protocol module lists the API's routes: {served:?}"
     );
     let undocumented: Vec<_> = served.difference(&documented).collect();
     let unserved: Vec<_> = documented.difference(&served).collect();

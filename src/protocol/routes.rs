@@ -99,6 +99,45 @@ impl Route {
         }
     }
 
+    /// One route of every kind, with a resource named `r` where it takes one: what the book's
+    /// reference of the API is checked against (each [`Route::name`] is a heading there).
+    pub fn every() -> Vec<Route> {
+        use Target::{One, Set};
+        let r = || Resource::parse("r").expect("a valid resource");
+        let every = vec![
+            Route::Acquire(One(r())),
+            Route::Acquire(Set),
+            Route::Status(r()),
+            Route::Release(One(r())),
+            Route::Release(Set),
+            Route::Renew(One(r())),
+            Route::Renew(Set),
+            Route::Break(r()),
+            Route::Leave(One(r())),
+            Route::Leave(Set),
+            Route::List,
+            Route::Log,
+            Route::Health,
+            Route::Metrics,
+        ];
+        // A kind of route added to the enum fails to compile here until it is listed above.
+        for route in &every {
+            match route {
+                Route::Acquire(_)
+                | Route::Status(_)
+                | Route::Release(_)
+                | Route::Renew(_)
+                | Route::Break(_)
+                | Route::Leave(_)
+                | Route::List
+                | Route::Log
+                | Route::Health
+                | Route::Metrics => {}
+            }
+        }
+        every
+    }
+
     /// The route's name in metrics and logs, without the resource.
     pub fn name(&self) -> &'static str {
         use Target::{One, Set};
@@ -180,6 +219,29 @@ pub(super) fn encoded(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_route_is_named_once_and_parses_back_from_its_name() {
+        let every = Route::every();
+        let mut names: Vec<&str> = every.iter().map(Route::name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            every.len(),
+            "two routes share a name: {names:?}"
+        );
+        for route in every {
+            let (method, path) = route.name().split_once(' ').expect("METHOD /path");
+            let path = path.replace("{r}", "r");
+            assert_eq!(
+                Route::parse(method, &path),
+                Ok(route.clone()),
+                "{}",
+                route.name()
+            );
+        }
+    }
 
     fn status(unrouted: &Unrouted) -> u16 {
         match unrouted {
