@@ -101,6 +101,10 @@ impl Route {
 
     /// One route of every kind, with a resource named `r` where it takes one: what the book's
     /// reference of the API is checked against (each [`Route::name`] is a heading there).
+    ///
+    /// # Panics
+    ///
+    /// Never: `r` is a valid resource name.
     pub fn every() -> Vec<Route> {
         use Target::{One, Set};
         let r = || Resource::parse("r").expect("a valid resource");
