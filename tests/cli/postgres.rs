@@ -1450,3 +1450,87 @@ fn a_multi_host_url_reaches_the_next_host_when_the_first_refuses_and_after_a_fai
         started.elapsed()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fences only grow, also for a client whose decision reaches the server late.
+
+/// A client on a slow connection reads the resource free (its fence taken in that read) and
+/// decides; before its write arrives, another client takes the resource and lets it go again,
+/// so the rows the slow client read are the same as now (none). Its write must still be
+/// refused and read again: a grant never takes a fence lower than one granted before it.
+#[test]
+fn a_slow_clients_grant_never_takes_a_fence_lower_than_one_granted_meanwhile() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(db) = Db::postgres() else { return };
+    let proxy = Proxy::start(server_addr());
+    proxy.delay(Duration::from_millis(300));
+    let slow = PgUrl::parse(db.pg_url())
+        .with_server(&proxy.addr.to_string())
+        .to_string();
+    for attempt in 0..3 {
+        let stop = Arc::new(AtomicBool::new(false));
+        // A client on a fast connection takes and lets go of `r` over and over, and says which
+        // fences it was granted.
+        let churn = {
+            let stop = Arc::clone(&stop);
+            let url = db.url.clone();
+            thread::spawn(move || {
+                let mut fences = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let owner = format!("fast-{attempt}-{n}");
+                    let out = pg_at(&url, &["acquire", "r", "--owner", &owner, "--ttl", "30"])
+                        .output()
+                        .expect("run distlock");
+                    if out.status.code() == Some(0) {
+                        fences.push(parse_line(&out.stdout)["lock"]["fence"].as_i64().unwrap());
+                        let released = pg_at(&url, &["release", "r", "--owner", &owner])
+                            .output()
+                            .expect("run distlock");
+                        assert_eq!(released.status.code(), Some(0), "{}", describe(&released));
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+                fences
+            })
+        };
+        thread::sleep(Duration::from_millis(150));
+        let owner = format!("slow-{attempt}");
+        let out = pg_at(
+            &slow,
+            &[
+                "acquire", "r", "--owner", &owner, "--ttl", "30", "--wait", "60s",
+            ],
+        )
+        .output()
+        .expect("run distlock");
+        stop.store(true, Ordering::SeqCst);
+        let fast = churn.join().expect("the fast client");
+        // Each write of the slow client finds that a tenure came and went since its read, and
+        // it reads again; if that goes on for its whole call, it gives up (74) rather than
+        // take an old fence.
+        if out.status.code() == Some(74) {
+            assert!(
+                String::from_utf8_lossy(&out.stderr).starts_with("distlock: "),
+                "{}",
+                describe(&out)
+            );
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let fence = parse_line(&out.stdout)["lock"]["fence"].as_i64().unwrap();
+        // While the slow client holds `r` (for 30 s) nobody else is granted it: every fence the
+        // fast client got came before the slow client's grant, and must be lower.
+        assert!(
+            fast.iter().all(|f| *f < fence),
+            "attempt {attempt}: the slow client was granted fence {fence} after the fast \
+             client's {fast:?}"
+        );
+        let released = pg_at(&db.url, &["release", "r", "--owner", &owner])
+            .output()
+            .expect("run distlock");
+        assert_eq!(released.status.code(), Some(0), "{}", describe(&released));
+    }
+}

@@ -6,9 +6,13 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::session::Session;
-use super::statements::{LEASE_COLUMNS, binary_lease};
+use super::statements::{DECISION_LIFETIME_MS, LEASE_COLUMNS, binary_lease};
 use crate::lock::{Event, Fence, Lock, LogQuery, Resource, Timestamp};
 use crate::store::{GC_BATCH, GcReport, HistoryRow, event};
+
+/// How long `gc` keeps a resource's row after its highest fence was last raised: well past the
+/// lifetime of a decision that may still be written with a lower one.
+const FENCE_KEPT_MS: i64 = 10 * DECISION_LIFETIME_MS;
 
 impl Session {
     pub(super) fn scan_rows(&mut self, prefix: &str) -> Result<Vec<Lock>> {
@@ -88,15 +92,19 @@ impl Session {
                 break;
             }
         }
-        // Resources nobody holds any more. A writer that races this re-creates its row.
+        // Resources nobody holds any more. A writer that races this re-creates its row. A row
+        // whose highest fence was raised lately is kept: a decision read before that, with a
+        // lower fence, may still be written, and must find the higher one (see
+        // `statements::raise_fence`); past a decision's lifetime none can be.
         loop {
             let deleted = self.client.execute(
                 "DELETE FROM distlock.resources WHERE resource IN (
                      SELECT r.resource FROM distlock.resources r
                      WHERE NOT EXISTS (
                          SELECT 1 FROM distlock.locks l WHERE l.resource = r.resource)
+                     AND r.granted_at < clock_timestamp() - $2::bigint * interval '1 ms'
                      LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                &[&GC_BATCH],
+                &[&GC_BATCH, &FENCE_KEPT_MS],
             )?;
             if deleted == 0 {
                 break;

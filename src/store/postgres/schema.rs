@@ -97,11 +97,22 @@ UPDATE distlock.meta SET schema_version = 4;
 
 /// Version 4 → 5: a `broken` event records the operator's token that broke the tenure through
 /// `distlock serve --tokens` (NULL: none, as for every row already there), beside the free-text
-/// `by` the caller gave. (A column without a default: the server adds it without rewriting
-/// the table.)
+/// `by` the caller gave. And a resource's row keeps the highest fence any tenure of it was
+/// granted, and when: a grant raises it under the row's lock, and one whose fence is not
+/// higher starts over, so that no fence taken before another tenure came and went can be
+/// granted after it (the rows a late decision read may be the same again: none). `gc` keeps a
+/// row whose fence was raised lately, for a decision that may still be written. (Columns
+/// without a default, or with a constant one: the server adds them without rewriting the
+/// tables.)
 pub(super) const UPGRADE_V5: &str = "
 ALTER TABLE distlock.history
     ADD COLUMN by_token text;                           -- the operator's token that broke it
+ALTER TABLE distlock.resources
+    ADD COLUMN fence bigint NOT NULL DEFAULT 0,         -- the highest fence granted on it
+    ADD COLUMN granted_at timestamptz NOT NULL DEFAULT '-infinity'; -- when it was raised
+UPDATE distlock.resources r SET fence = m.fence
+    FROM (SELECT resource, max(fence) AS fence FROM distlock.locks GROUP BY resource) m
+    WHERE m.resource = r.resource;
 UPDATE distlock.meta SET schema_version = 5;
 ";
 

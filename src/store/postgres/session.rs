@@ -42,8 +42,8 @@ use postgres::fallible_iterator::FallibleIterator;
 
 use super::batch::{Output, column, number, required, send};
 use super::statements::{
-    CHANNEL, fences_ahead, fingerprint, found, head, is_transient, lock_row, still_listening,
-    tenures, text, unchanged_since, waiters, write,
+    CHANNEL, fences_ahead, fingerprint, found, head, is_transient, lock_row, raise_fence,
+    still_listening, tenures, text, unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource};
@@ -305,7 +305,12 @@ impl Backend for Session {
                 }
             }
             for (member, changes) in members.iter().zip(&decision.changes) {
-                statements.extend(changes.iter().map(|change| write(member, change)));
+                for change in changes {
+                    if let Change::Insert(tenure) = change {
+                        statements.push(raise_fence(member, tenure.fence));
+                    }
+                    statements.push(write(member, change));
+                }
             }
             // Waiters hear of a change that may let them in when it commits (NOTIFY is
             // delivered on commit, and not at all on a rollback).

@@ -56,6 +56,22 @@ pub(super) fn lock_row(resource: &str) -> String {
     )
 }
 
+/// Under the row lock of [`lock_row`]: raises `resource`'s highest fence to `fence`, the fence
+/// of a tenure this transaction inserts, or fails with `division_by_zero` (read as a conflict:
+/// the operation starts over) when the resource has had a fence as high already. A fence is
+/// taken before the decision is written (in its read, or while deciding); if another tenure
+/// of the resource came and went meanwhile, the rows read are the same again, but its fence
+/// is higher, and granting the older one would make fences go backwards.
+pub(super) fn raise_fence(resource: &str, fence: Fence) -> String {
+    let fence = fence.0;
+    format!(
+        "WITH raised AS (UPDATE distlock.resources SET fence = {fence}, \
+                                granted_at = clock_timestamp() \
+                         WHERE resource = {resource} AND fence < {fence} RETURNING 1) \
+         SELECT 1 / count(*)::integer FROM raised"
+    )
+}
+
 /// The server's now in milliseconds since the epoch (as times are printed), the schema
 /// version, and — with `fence` — the next fence when the resource has no live tenure and no
 /// live waiter, else `NULL`. Never takes a fence from a schema this build does not know.

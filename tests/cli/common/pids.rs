@@ -10,7 +10,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::files::read_number;
-use super::process::{wait_for, wait_for_file};
+use super::process::{wait_for, wait_until};
 
 /// The fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, session, …
 /// (`None` when there is no such process). The name is skipped by its last `)`: it may hold
@@ -79,10 +79,13 @@ pub fn children_of(pid: Pid) -> Vec<i32> {
     children
 }
 
-/// The pid a command wrote to `path` (written to a temporary name and renamed, so never read
-/// half written), once it is there; fails the test if it does not appear within `limit`.
+/// The pid a command wrote to `path`, once the file holds a whole line: a shell's
+/// `echo $$ > FILE` creates the file before it writes the number, so a file that exists may
+/// still be empty. Fails the test if no number appears within `limit`.
 pub fn pid_in(path: &Path, limit: Duration) -> i32 {
-    wait_for_file(path, limit);
+    wait_until(limit, &format!("{} holds a pid", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|text| text.ends_with('\n'))
+    });
     let pid = read_number(path);
     i32::try_from(pid).unwrap_or_else(|_| panic!("{} holds {pid}, not a pid", path.display()))
 }
