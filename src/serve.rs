@@ -36,6 +36,7 @@ mod api;
 mod exposure;
 mod health;
 mod input;
+mod lanes;
 mod metrics;
 mod operations;
 mod problem;

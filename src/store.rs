@@ -13,6 +13,7 @@
 //! does ([`open()`], [`open_existing`], [`open_read_only`], [`reopen`]) is `open`'s; whether a
 //! SQLite store would lie on a network filesystem, which `open` refuses, is `network_fs`'s.
 
+mod batch;
 mod location;
 mod network_fs;
 mod op;
