@@ -44,6 +44,7 @@ mod reread;
 mod stall;
 mod tls;
 pub mod tokens;
+mod waiters;
 mod waits;
 
 pub use api::{API as API_HEADER, GRANT as GRANT_HEADER, WAITED as WAITED_HEADER};
