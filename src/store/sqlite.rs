@@ -239,8 +239,9 @@ impl SqliteStore {
 
     /// Wakes `head`, the first waiter in `resource`'s queue, on its slot for the resource and
     /// on its slot for any resource, where it waits when it waits for a lock set (a waiter
-    /// sleeps on one slot; a set waiter may be woken by any member). Best effort: if the
-    /// turnstile cannot be opened, the head finds out at its next poll.
+    /// sleeps on one slot; a set waiter may be woken by any member), and a server's watcher,
+    /// which wakes its own waiters. Best effort: if the turnstile cannot be opened, the head
+    /// finds out at its next poll.
     fn ring(&mut self, resource: &Resource, head: &Owner) {
         if self.turnstile.is_none() {
             // Nobody waits without having created it.
@@ -249,6 +250,7 @@ impl SqliteStore {
         if let Some(turnstile) = &self.turnstile {
             turnstile.ring(turnstile::slot(resource.as_str(), head.as_str()));
             turnstile.ring(turnstile::any_slot(head.as_str()));
+            turnstile.ring(turnstile::watch_slot());
         }
     }
 }
