@@ -1,5 +1,6 @@
 //! A load generator for `distlock serve`, and for etcd's lock API through its HTTP/JSON gateway
-//! with the same loop, so that the two compare side by side (BENCHMARKS.md, "The lock server").
+//! with the same loop, so that the two compare side by side (BENCHMARKS.md; each run whole in
+//! the book's benchmark history, "The lock server").
 //!
 //! ```text
 //! cargo bench --bench serve_load -- pairs   --distlock http://127.0.0.1:7878 --clients 64

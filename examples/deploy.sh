@@ -32,8 +32,8 @@ fence=$(printf '%s\n' "$out" | sed -n 's/.*"fence":\([0-9][0-9]*\).*/\1/p')
 distlock run --resource "$resource" --owner "$owner" --ttl "$ttl" -- ./migrate.sh "$fence"
 
 # A short step may run directly, once a renew has given it a full lease, but it must be gone
-# before that lease can end (README, "The lease rule, for every client"): timeout(1) stops it,
-# and what it started, 7/10 of the lease after the renew (SIGTERM) and 8/10 (SIGKILL).
+# before that lease can end (distlock's book, "The lease rule, for every client"): timeout(1)
+# stops it, and what it started, 7/10 of the lease after the renew (SIGTERM) and 8/10 (SIGKILL).
 distlock renew "$resource" --owner "$owner" --ttl "$ttl" >/dev/null ||
   { echo "deploy: lost the lock after migrating" >&2; exit 1; }
 timeout --kill-after=$((ttl / 10)) $((ttl * 7 / 10)) ./switch-traffic.sh "$fence"

@@ -15,16 +15,16 @@ raises Busy (still held when the wait ran out), Refused (401 or 403: the token, 
 outside its prefixes) or LockError (the server unreachable, another answer); leaving it
 raises Lost if the lease was lost meanwhile.
 
-The lease rule (README, "The lease rule, for every client"), as `Held` keeps it. The deadline
-is when the last renewal that succeeded (or the request that got the lock) was sent, on the
-monotonic clock, + ttl - margin(ttl); the server counts the lease from when that request
-reached it, a little later. The lease is lost when a renewal is answered 404 or 403 (it
-expired, was broken, or is another's) or 401 (the token was taken away), or when none has
-succeeded by the deadline - grace(ttl): no renewal is sent with a timeout past that point.
-Then `held.lost` is set, `on_lost` is called, `held.check()` raises Lost, and so does leaving
-the block. Python cannot stop the body from outside: a long body stops itself by the deadline
-(`held.deadline`), calling `held.check()` between its steps, waiting on `held.lost`, or
-stopping what it started in `on_lost`. `run(held, command)` runs a command that way.
+The lease rule (distlock's book, "The lease rule, for every client"), as `Held` keeps it. The
+deadline is when the last renewal that succeeded (or the request that got the lock) was sent, on
+the monotonic clock, + ttl - margin(ttl); the server counts the lease from when that request
+reached it, a little later. The lease is lost when a renewal is answered 404 or 403 (it expired,
+was broken, or is another's) or 401 (the token was taken away), or when none has succeeded by
+the deadline - grace(ttl): no renewal is sent with a timeout past that point. Then `held.lost`
+is set, `on_lost` is called, `held.check()` raises Lost, and so does leaving the block. Python
+cannot stop the body from outside: a long body stops itself by the deadline (`held.deadline`),
+calling `held.check()` between its steps, waiting on `held.lost`, or stopping what it started in
+`on_lost`. `run(held, command)` runs a command that way.
 
 As a command, which runs CMD under the lock with the fence in DISTLOCK_FENCE and exits with
 its status (75: still busy; 77: refused; 74: unreachable; 124: the lease was lost, CMD stopped):

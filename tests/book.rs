@@ -10,9 +10,21 @@
 //!   page;
 //! - the HTTP API page has one `### METHOD /path {#anchor}` heading per route, the regular
 //!   shape that lets a test compare it with the server's routes;
+//! - every route the server answers (the route names in `src/`, `"METHOD /path"`) has its
+//!   heading on the HTTP API page, and every heading there is a route, so that a route cannot be
+//!   added or changed without its page;
 //! - `scripts/check-book-links` finds each kind of broken link it exists to find, on a small
 //!   built book planted with them, and passes a sound one: a checker that found nothing would
 //!   let CI pass vacuously.
+//!
+//! And the pages at the repository's root, which GitHub shows and the book links to:
+//!
+//! - every relative link of `README.md`, `BENCHMARKS.md`, `CONTRIBUTING.md` and `CHANGELOG.md`
+//!   resolves to a file of the repository, and its `#anchor` to a heading of that file as GitHub
+//!   names it (or an `id` in it);
+//! - the README is at most 400 lines, names the cron recipe, the CI recipe and the exit codes in
+//!   its first screenful (as the book's first page does), and each of its recipe excerpts is
+//!   lines of the file it is marked as coming from.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -308,4 +320,336 @@ fn the_link_checker_refuses_a_folder_without_a_built_book() {
     let (code, text) = check_links(empty.path());
     assert_eq!(code, 66, "{text}");
     assert!(text.contains("no built book"), "{text}");
+}
+
+/// The route names the server's code gives its routes: every string literal that is exactly
+/// `"METHOD /path"` in the Rust sources under `src/`.
+fn server_route_names() -> BTreeSet<String> {
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).expect("read a folder of src/") {
+            let path = entry.expect("a folder entry").path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let methods = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+    let mut files = Vec::new();
+    walk(&root().join("src"), &mut files);
+    let mut names = BTreeSet::new();
+    for file in files {
+        let text = read(&file);
+        // Between every second quote: a string literal, or the text between two of them; only
+        // a literal is ever exactly "METHOD /path" with a path free of spaces and quotes.
+        for piece in text.split('"') {
+            let Some((method, path)) = piece.split_once(' ') else {
+                continue;
+            };
+            let well_formed = methods.contains(&method)
+                && path.starts_with('/')
+                && !path.contains(|c: char| c.is_whitespace() || c == '\\');
+            if well_formed {
+                names.insert(format!("{method} {path}"));
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_route_of_the_server_has_its_heading_on_the_http_api_page() {
+    let page = read(&src().join("http-api.md"));
+    let routes = page
+        .split("\n## Routes")
+        .nth(1)
+        .expect("a ## Routes section in http-api.md");
+    let documented: BTreeSet<String> = routes
+        .lines()
+        .filter_map(|line| line.strip_prefix("### "))
+        .map(|heading| heading.split(" {#").next().unwrap_or_default().to_owned())
+        .collect();
+    let served = server_route_names();
+    assert!(
+        served.len() >= 10,
+        "the server's route names were not found in src/ (\"METHOD /path\" literals): {served:?}"
+    );
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    let unserved: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        undocumented.is_empty(),
+        "routes the server answers with no `### METHOD /path {{#anchor}}` in docs/src/http-api.md: {undocumented:?}"
+    );
+    assert!(
+        unserved.is_empty(),
+        "headings of docs/src/http-api.md that name no route of the server: {unserved:?}"
+    );
+}
+
+/// The lines of a Markdown text outside its fenced code blocks, with their inline code spans
+/// taken out, each with its line number (from 1).
+fn prose_lines(text: &str) -> Vec<(usize, String)> {
+    let mut fence: Option<&str> = None;
+    let mut prose = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let marker = ["```", "~~~"]
+            .into_iter()
+            .find(|marker| trimmed.starts_with(marker));
+        match (fence, marker) {
+            (None, Some(marker)) => fence = Some(marker),
+            (Some(open), Some(marker)) if open == marker => fence = None,
+            (None, None) => {
+                // Inline code spans: every other piece between backticks.
+                let outside: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+                prose.push((index + 1, outside));
+            }
+            _ => {}
+        }
+    }
+    prose
+}
+
+/// The anchors GitHub gives a Markdown file: each heading's text, lower-cased, with spaces made
+/// hyphens and everything but letters, digits, hyphens and underscores dropped (a repeated one
+/// numbered `-1`, `-2`, …); and every `id="…"` the file sets in HTML.
+fn github_anchors(text: &str) -> BTreeSet<String> {
+    let mut anchors = BTreeSet::new();
+    let mut fence: Option<&str> = None;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if let Some(marker) = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m)) {
+            fence = match fence {
+                None => Some(marker),
+                Some(open) if open == marker => None,
+                open => open,
+            };
+            continue;
+        }
+        if fence.is_some() {
+            continue;
+        }
+        if line.starts_with('#') {
+            let heading = line.trim_start_matches('#');
+            // A link in a heading shows its text alone.
+            let shown: String = heading
+                .split("](")
+                .enumerate()
+                .map(|(i, piece)| {
+                    if i == 0 {
+                        piece
+                    } else {
+                        piece.split_once(')').map_or("", |(_, rest)| rest)
+                    }
+                })
+                .collect();
+            let base: String = shown
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect();
+            let mut anchor = base.clone();
+            let mut n = 0;
+            while anchors.contains(&anchor) {
+                n += 1;
+                anchor = format!("{base}-{n}");
+            }
+            anchors.insert(anchor);
+        }
+        for piece in line.split("id=\"").skip(1) {
+            if let Some(id) = piece.split('"').next() {
+                anchors.insert(id.to_owned());
+            }
+        }
+    }
+    anchors
+}
+
+#[test]
+fn every_relative_link_of_the_pages_at_the_root_resolves() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for name in [
+        "README.md",
+        "BENCHMARKS.md",
+        "CONTRIBUTING.md",
+        "CHANGELOG.md",
+    ] {
+        let text = read(&root().join(name));
+        for (number, line) in prose_lines(&text) {
+            for target in link_targets(&line) {
+                let target = target.trim();
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                checked += 1;
+                let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+                if file.starts_with('/') {
+                    problems.push(format!("{name}:{number}: {target}: an absolute path"));
+                    continue;
+                }
+                let path = if file.is_empty() {
+                    root().join(name)
+                } else {
+                    root().join(file)
+                };
+                if !path.exists() {
+                    problems.push(format!("{name}:{number}: {target}: no such file"));
+                    continue;
+                }
+                if anchor.is_empty() {
+                    continue;
+                }
+                if !path.is_file() || path.extension().is_none_or(|ext| ext != "md") {
+                    problems.push(format!(
+                        "{name}:{number}: {target}: an anchor into what is not a Markdown file"
+                    ));
+                } else if !github_anchors(&read(&path)).contains(anchor) {
+                    problems.push(format!(
+                        "{name}:{number}: {target}: {} has no heading or id #{anchor}",
+                        path.strip_prefix(root()).unwrap_or(&path).display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} relative links found: is the parser blind?"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_anchors_github_gives_are_the_ones_the_links_use() {
+    let text = "# distlock\n## `run`: the exec guard\n### Once per period across a fleet: `--hold-at-least`\n\
+                ## Exit codes\n## Exit codes\n```sh\n# not a heading\n```\n\
+                ## Routes {#routes}\n## See [the book](docs/src/SUMMARY.md) now\n<a id=\"code-75\"></a>\n";
+    let anchors = github_anchors(text);
+    let expected: BTreeSet<String> = [
+        "distlock",
+        "run-the-exec-guard",
+        "once-per-period-across-a-fleet---hold-at-least",
+        "exit-codes",
+        "exit-codes-1",
+        "routes-routes",
+        "see-the-book-now",
+        "code-75",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(anchors, expected);
+}
+
+#[test]
+fn the_readme_is_at_most_400_lines() {
+    let lines = read(&root().join("README.md")).lines().count();
+    assert!(
+        lines <= 400,
+        "README.md has {lines} lines; the details belong in the book under docs/"
+    );
+}
+
+/// Whether one of the first `screen` lines of `text` links to a target that ends with one of
+/// `ends`.
+fn links_early(text: &str, screen: usize, ends: &[&str]) -> bool {
+    prose_lines(text)
+        .into_iter()
+        .take_while(|(number, _)| *number <= screen)
+        .flat_map(|(_, line)| link_targets(&line))
+        .any(|target| ends.iter().any(|end| target.ends_with(end)))
+}
+
+#[test]
+fn a_newcomer_finds_the_cron_recipe_the_ci_recipe_and_the_exit_codes_in_the_first_screenful() {
+    // A terminal or a browser window shows about 40 lines before anything is scrolled.
+    const SCREEN: usize = 40;
+    let wanted: [(&str, &[&str]); 3] = [
+        (
+            "the cron recipe",
+            &["recipes/cron.md", "#cron-skip-if-running"],
+        ),
+        (
+            "the CI recipe",
+            &["recipes/ci-deploy.md", "#a-ci-step-one-deploy-at-a-time"],
+        ),
+        (
+            "the exit codes",
+            &["reference/exit-codes.md", "#exit-codes"],
+        ),
+    ];
+    for page in ["README.md", "docs/src/introduction.md"] {
+        let text = read(&root().join(page));
+        for (what, ends) in wanted {
+            assert!(
+                links_early(&text, SCREEN, ends),
+                "{page}: no link to {what} in its first {SCREEN} lines (one of {ends:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn each_recipe_excerpt_of_the_readme_is_lines_of_its_file() {
+    let readme = read(&root().join("README.md"));
+    let mut lines = readme.lines();
+    let mut excerpts = Vec::new();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix("<!-- excerpt: ") else {
+            assert!(
+                !line.contains("<!-- excerpt"),
+                "malformed excerpt marker {line:?}"
+            );
+            continue;
+        };
+        let path = rest
+            .strip_suffix(" -->")
+            .unwrap_or_else(|| panic!("malformed excerpt marker {line:?}"));
+        let open = lines.next().unwrap_or_default();
+        assert!(
+            open.starts_with("```"),
+            "the marker for {path} must be followed by a code block, not {open:?}"
+        );
+        let file = read(&root().join(path));
+        let file_lines: BTreeSet<&str> = file.lines().map(str::trim).collect();
+        let mut shown = 0;
+        loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("the code block for {path} never ends"));
+            if line == "```" {
+                break;
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            shown += 1;
+            assert!(
+                file_lines.contains(line.trim()),
+                "README.md's excerpt of {path} shows a line that is not in it: {line:?}"
+            );
+        }
+        assert!(shown > 0, "README.md's excerpt of {path} is empty");
+        excerpts.push(path.to_owned());
+    }
+    // The five short recipes: cron (skip and wait), a CI step, a deploy with a fence, and a
+    // server, each an excerpt of a file the tests run or of the page that shows it.
+    for needed in [
+        "examples/crontab",
+        "examples/ci-deploy.yml",
+        "examples/deploy.sh",
+        "docs/src/hosts/through-a-server.md",
+    ] {
+        assert!(
+            excerpts.iter().any(|path| path == needed),
+            "README.md has no excerpt of {needed}: {excerpts:?}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
-//! The README's recipes are files in `examples/`, and these tests keep them honest: the README
-//! must show each file byte for byte (a `<!-- recipe: examples/NAME -->` line before its code
-//! block), and every recipe is run for real against a scratch SQLite store, with only the job
+//! The book's recipes are files in `examples/`, and these tests keep them honest: each recipe
+//! page of the book (`docs/src/recipes/`) must show its file byte for byte (mdBook's include
+//! directive of the whole file, alone in a code block), and every recipe is run for real against
+//! a scratch SQLite store, with only the job
 //! paths (`/usr/local/bin/backup.sh`, `./deploy.sh`, `/srv/ledger`, …) pointed at test scripts
 //! and the fleet crontab's minutes made seconds. The checks are about behaviour — who held the
 //! lock while the job ran, whether two deploys overlapped, which writes the guarded resource
@@ -52,11 +53,11 @@ use tempfile::TempDir;
 use fenced_write::{fenced_write, ledger};
 use process::{BIN, Proc, describe, spawn_lock, wait_for_file, wait_until};
 
-/// The README's command for the fenced-write recipe, run by [`fenced_write_readme_command`].
+/// The book's command for the fenced-write recipe, run by [`fenced_write_book_command`].
 const FENCED_USAGE: &str =
     r#"distlock run --resource ledger -- examples/fenced-write /srv/ledger "entry""#;
 
-/// Every recipe file, in README order.
+/// Every recipe file, in the order of the book's recipe pages.
 const RECIPES: [&str; 14] = [
     "examples/crontab",
     "examples/distlock-backup.service",
@@ -344,59 +345,93 @@ fn on_the_store_and_through_a_server(test: impl Fn(&Scratch)) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The README shows each recipe file exactly, and every kind of recipe is there.
+// The book shows each recipe file exactly, and every kind of recipe is there.
 
-/// The `<!-- recipe: PATH -->` blocks of README.md: each path and its code block's content.
-fn readme_recipes() -> Vec<(String, String)> {
-    let readme = read(&root().join("README.md"));
-    let mut lines = readme.lines();
+/// The book's source folder, `docs/src`.
+fn book() -> PathBuf {
+    root().join("docs/src")
+}
+
+/// The recipe pages, in the order `SUMMARY.md` lists them under `# Recipes`.
+fn recipe_pages() -> Vec<PathBuf> {
+    let summary = read(&book().join("SUMMARY.md"));
+    let part = summary
+        .split("\n# Recipes\n")
+        .nth(1)
+        .expect("a # Recipes part in SUMMARY.md");
+    let part = part.split("\n# ").next().unwrap_or_default();
+    part.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| target.starts_with("recipes/"))
+        .map(|target| book().join(target))
+        .collect()
+}
+
+/// Each recipe page's `{{#include ../../../examples/NAME}}`, in the order of the pages: the
+/// file's path (`examples/NAME`) and the page. Each include must be the whole file (no anchor,
+/// no line range) and the only line of a fenced code block, so that the page shows the file
+/// byte for byte.
+fn book_recipes() -> Vec<(String, PathBuf)> {
     let mut found = Vec::new();
-    while let Some(line) = lines.next() {
-        let Some(rest) = line.strip_prefix("<!-- recipe: ") else {
-            assert!(
-                !line.contains("<!-- recipe"),
-                "malformed recipe marker {line:?}"
-            );
-            continue;
-        };
-        let path = rest
-            .strip_suffix(" -->")
-            .unwrap_or_else(|| panic!("malformed recipe marker {line:?}"));
-        let open = lines.next().unwrap_or_default();
-        assert!(
-            open.starts_with("```"),
-            "the marker for {path} must be followed by a code block, not {open:?}"
-        );
-        let mut body = String::new();
-        loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("the code block for {path} never ends"));
-            if line == "```" {
-                break;
+    for page in recipe_pages() {
+        let text = read(&page);
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.contains("{{#include") {
+                continue;
             }
-            body.push_str(line);
-            body.push('\n');
+            let target = line
+                .trim()
+                .strip_prefix("{{#include ../../../")
+                .and_then(|rest| rest.strip_suffix("}}"))
+                .unwrap_or_else(|| {
+                    panic!("{}: an include of a file under the repository, on a line of its own: {line:?}", page.display())
+                });
+            assert!(
+                target.starts_with("examples/") && !target.contains(':'),
+                "{}: a recipe page includes a whole file of examples/, no anchor or line range: {line:?}",
+                page.display()
+            );
+            let open = i.checked_sub(1).map(|k| lines[k]).unwrap_or_default();
+            let close = lines.get(i + 1).copied().unwrap_or_default();
+            assert!(
+                open.starts_with("```") && close == "```",
+                "{}: the include of {target} must be alone in a code block, not between {open:?} and {close:?}",
+                page.display()
+            );
+            found.push((target.to_owned(), page.clone()));
         }
-        found.push((path.to_owned(), body));
     }
     found
 }
 
 #[test]
-fn readme_shows_each_recipe_file_byte_for_byte() {
-    let recipes = readme_recipes();
+fn the_book_shows_each_recipe_file_byte_for_byte() {
+    let recipes = book_recipes();
     let paths: Vec<&str> = recipes.iter().map(|(path, _)| path.as_str()).collect();
-    assert_eq!(paths, RECIPES, "the README's recipe markers");
-    for (path, shown) in &recipes {
+    assert_eq!(
+        paths, RECIPES,
+        "the recipe pages' includes, in SUMMARY.md's order"
+    );
+    for (path, page) in &recipes {
         let file = read(&root().join(path));
-        assert!(
-            *shown == file,
-            "README.md's block for {path} differs from the file; copy the file into the README\n\
-             --- README\n{shown}--- {path}\n{file}"
-        );
+        // mdBook leaves a whole file's text as it is, but for lines that mark an anchor, and a
+        // code block ends at the first line that starts with its fence.
+        for line in file.lines() {
+            assert!(
+                !line.contains("ANCHOR:") && !line.contains("ANCHOR_END:"),
+                "{path}: mdBook would drop the line {line:?} from {}",
+                page.display()
+            );
+            assert!(
+                !line.trim_start().starts_with("```"),
+                "{path}: the line {line:?} would end the code block of {}",
+                page.display()
+            );
+        }
     }
-    // No recipe file that the README does not show.
+    // No recipe file that the book does not show.
     let mut files: Vec<String> = std::fs::read_dir(root().join("examples"))
         .expect("examples/")
         .map(|entry| {
@@ -409,11 +444,14 @@ fn readme_shows_each_recipe_file_byte_for_byte() {
     files.sort();
     let mut shown: Vec<String> = RECIPES.iter().map(|p| (*p).to_owned()).collect();
     shown.sort();
-    assert_eq!(files, shown, "every file in examples/ is a README recipe");
+    assert_eq!(
+        files, shown,
+        "every file in examples/ is a recipe of the book"
+    );
 }
 
 #[test]
-fn readme_has_all_ten_kinds_of_recipe() {
+fn the_book_has_all_ten_kinds_of_recipe() {
     let cron = Crontab::parse();
     let skip = cron.job("--conflict-exit-code 0");
     assert_eq!(
@@ -459,18 +497,19 @@ fn readme_has_all_ten_kinds_of_recipe() {
 
     let fenced = example("fenced-write");
     assert!(fenced.contains("DISTLOCK_FENCE") && fenced.contains("flock"));
-    let readme = read(&root().join("README.md"));
+    let fenced_page = read(&book().join("recipes/fenced-write.md"));
     assert!(
-        readme.lines().any(|line| line == FENCED_USAGE),
-        "README.md must show `{FENCED_USAGE}` on a line of its own"
+        fenced_page.lines().any(|line| line == FENCED_USAGE),
+        "docs/src/recipes/fenced-write.md must show `{FENCED_USAGE}` on a line of its own"
     );
-    assert!(readme.contains("## Recipes"));
+    assert!(read(&book().join("SUMMARY.md")).contains("\n# Recipes\n"));
 
     let set_deploy = example("migrate-and-flush.sh");
+    let set_page = read(&book().join("recipes/database-and-cache.md"));
     assert!(
-        readme.lines().any(|line| line == SET_DEPLOY_USAGE)
+        set_page.lines().any(|line| line == SET_DEPLOY_USAGE)
             && set_deploy.contains(&format!("#   {SET_DEPLOY_USAGE}\n")),
-        "README.md and the recipe must show `{SET_DEPLOY_USAGE}` on a line of its own"
+        "docs/src/recipes/database-and-cache.md and the recipe must show `{SET_DEPLOY_USAGE}` on a line of its own"
     );
     for needle in [
         "DISTLOCK_FENCES",
@@ -558,12 +597,12 @@ fn recipe_scripts_are_executable_and_parse() {
 }
 
 #[test]
-fn readme_says_where_every_completion_and_man_page_goes() {
-    let readme = read(&root().join("README.md"));
-    let start = readme
+fn the_book_says_where_every_completion_and_man_page_goes() {
+    let page = read(&book().join("installing.md"));
+    let start = page
         .find("## Installing completions and man pages")
-        .expect("an install section");
-    let section = &readme[start..];
+        .expect("an install section in docs/src/installing.md");
+    let section = &page[start..];
     let section = &section[..section[3..]
         .find("\n## ")
         .map_or(section.len(), |end| end + 3)];
@@ -1535,7 +1574,7 @@ fn fenced_write_is_atomic_against_concurrent_writers() {
 }
 
 #[test]
-fn fenced_write_readme_command() {
+fn fenced_write_book_command() {
     on_the_store_and_through_a_server(|s| {
         let dir = s.path("ledger");
         let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
@@ -1644,7 +1683,7 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
             s.holder("ledger").is_none()
         });
 
-        // B: the README's command takes the expired lock and writes with a newer fence.
+        // B: the book's command takes the expired lock and writes with a newer fence.
         let line = substitute(FENCED_USAGE, &[("/srv/ledger", &dir)]);
         let mut cmd = s.cmd("/bin/sh");
         cmd.arg("-c").arg(&line).current_dir(root());
@@ -1699,10 +1738,10 @@ fn read_or_empty(path: &Path) -> String {
 // ---------------------------------------------------------------------------------------------
 // A deploy that takes the database and the cache together (a lock set)
 
-/// The README's command for the lock-set deploy, also in the recipe's own header.
+/// The book's command for the lock-set deploy, also in the recipe's own header.
 const SET_DEPLOY_USAGE: &str = "distlock run --resource db-primary --resource cache-cluster --wait 10m -- ./migrate-and-flush.sh";
 
-/// The README's command with the recipe's path, and the same with its two resources listed the
+/// The book's command with the recipe's path, and the same with its two resources listed the
 /// other way round, as another team's script might list them.
 fn set_deploy_lines() -> (String, String) {
     let line = substitute(

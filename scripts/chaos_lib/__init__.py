@@ -46,15 +46,15 @@ real wall clock, the one the stores use too.
 
 Pausing a client. `distlock run` guards its command: it renews the lease and stops the command
 before the lease can end. The one documented way to leave a command unguarded is to stop the
-guard alone with SIGSTOP (the README says so), as a user who does that is not protected by
-anything. So the nemesis stops a client whole: every process group of the client's process tree
-(the client's own, which holds the guard, and the command's, which `run` puts in a group of its
-own), as a frozen VM or a SIGSTOP to the whole job would. A holder stopped past its lease cannot
-know it lost it; when it continues, its guard stops the command at once, but the command may
-run for a moment first. That is the documented limit of leases ("A paused holder can outlive
-its lease"), which fences are for: the checker allows such a holder's late moment only when the
-store's history shows its lease ended while it was stopped, and then its writes must have been
-refused by the register if a newer fence had written.
+guard alone with SIGSTOP (the book's Guarantees and limits says so), as a user who does that is
+not protected by anything. So the nemesis stops a client whole: every process group of the
+client's process tree (the client's own, which holds the guard, and the command's, which `run`
+puts in a group of its own), as a frozen VM or a SIGSTOP to the whole job would. A holder
+stopped past its lease cannot know it lost it; when it continues, its guard stops the command at
+once, but the command may run for a moment first. That is the documented limit of leases ("A
+paused holder can outlive its lease"), which fences are for: the checker allows such a holder's
+late moment only when the store's history shows its lease ended while it was stopped, and then
+its writes must have been refused by the register if a newer fence had written.
 
 A seed makes a campaign reproducible in what it chooses: the nemesis' schedule (which fault, on
 what, when, for how long) and every client's sequence of choices (resource, mode, TTL, wait,

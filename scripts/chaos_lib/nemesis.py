@@ -20,12 +20,12 @@ counted as such, so the same seed plays the same schedule.
 | `partition-cut` | a proxy resets its connections and refuses new ones for 0.5-5 s | the ways through it |
 | `clock-step` | a client of PostgreSQL or of a server has its wall clock stepped by up to 2 h either way for 2-30 s (libfaketime) | - |
 
-Stopping a client: the nemesis stops every process group of its tree, the client's own (the
-loop and `run`'s guard) first, then the command's; it continues them in the other order. A
-guard stopped alone would leave its command unguarded, which the README documents as the one
-thing `run` cannot prevent; and a guard continued while its command is still stopped would see
-a job-control stop. Stopping both, as SIGSTOP to a whole job does, is the fault the contract
-covers.
+Stopping a client: the nemesis stops every process group of its tree, the client's own (the loop
+and `run`'s guard) first, then the command's; it continues them in the other order. A guard
+stopped alone would leave its command unguarded, which the book's Guarantees and limits
+documents as the one thing `run` cannot prevent; and a guard continued while its command is
+still stopped would see a job-control stop. Stopping both, as SIGSTOP to a whole job does, is
+the fault the contract covers.
 
 Each fault is recorded in `nemesis.jsonl` when it ends, with when it started and ended, the ways
 in it made unavailable and the clients it stopped: the checker allows for them, and the

@@ -916,6 +916,29 @@ fn refused_start(db: &Db, tokens: &std::path::Path, names: &str) -> String {
     stderr.trim_end().to_owned()
 }
 
+/// A tokens file named through a link is trusted only if the folders of the link are too:
+/// whoever may write the folder the link lies in may point it at a file of their own.
+#[test]
+fn a_tokens_file_named_through_a_link_in_a_folder_others_may_write_is_refused() {
+    let db = Db::sqlite();
+    make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json");
+    let open = db.dir.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    chmod(&open, 0o777);
+    let link = open.join("tokens.json");
+    std::os::unix::fs::symlink(&tokens, &link).expect("symlink");
+    let line = refused_start(&db, &link, "(mode 0777)");
+    assert!(
+        line.contains(&format!("the folder {} ", open.display())),
+        "{line}"
+    );
+    // The same link in a folder only its owner may write is followed.
+    chmod(&open, 0o755);
+    let server = Server::start_serving(&db, &["--tokens", link.to_str().expect("UTF-8")]);
+    assert_eq!(call(&server, "GET", "/locks", None, None).status, 401);
+}
+
 /// `chmod MODE PATH`.
 fn chmod(path: &std::path::Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");

@@ -642,11 +642,15 @@ fn https_through_a_server_checks_its_certificate() {
     db.json(&["status", "u"], 1);
 }
 
-/// The README's one line that makes a self-signed certificate for a server.
-fn readme_self_signed_command() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read the README");
-    let lines: Vec<&str> = readme
+/// The book's one line that makes a self-signed certificate for a server
+/// (`docs/src/hosts/through-a-server.md`).
+fn book_self_signed_command() -> String {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/src/hosts/through-a-server.md"
+    ))
+    .expect("read the book's page on every command through a server");
+    let lines: Vec<&str> = page
         .lines()
         .map(str::trim)
         .filter(|line| line.starts_with("openssl req -x509 "))
@@ -683,9 +687,9 @@ fn expired_self_signed(db: &Db) -> CertFiles {
 /// root: given as `DISTLOCK_CA_CERT`, the server that shows it is trusted, as curl trusts it
 /// with `--cacert`. Its host names and validity are still checked.
 #[test]
-fn a_self_signed_certificate_made_as_the_readme_says_is_trusted_through_distlock_ca_cert() {
+fn a_self_signed_certificate_made_as_the_book_says_is_trusted_through_distlock_ca_cert() {
     let db = Db::sqlite();
-    let command = readme_self_signed_command();
+    let command = book_self_signed_command();
     let made = Command::new("sh")
         .args(["-c", &command])
         .current_dir(db.dir.path())

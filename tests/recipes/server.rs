@@ -10,7 +10,7 @@
 //! (`ci-deploy-through-server.yml`), and the shared-store recipes of `recipes.rs` in their
 //! second run.
 //!
-//! The lease rule (README, "The lease rule, for every client") is tried on every client of a
+//! The lease rule (the book's "The lease rule, for every client") is tried on every client of a
 //! server at once (`lease_rule_*`): each holds a short lease while its job sits in a critical
 //! section ([`critical`]), over SQLite and over PostgreSQL ([`Scratch::postgres`]), and the
 //! server goes away (SIGSTOP; SIGKILL, then a start on the same port), breaks the lock, or

@@ -5,7 +5,8 @@
 //!   a folder. It is opened without blocking and checked on the descriptor that is then read,
 //!   so what is checked is what is read.
 //! - Neither the file nor any folder above its real path (links followed), up to `/`, may be
-//!   written by its group or by others. The one exception is a folder with the sticky bit that
+//!   written by its group or by others; nor, when the path names a link, any folder above the
+//!   link, whose writers could point it elsewhere. The one exception is a folder with the sticky bit that
 //!   root owns (`/tmp`): there nobody may rename or remove another's file.
 //! - The file and those folders belong to the server's user or to root ([`Owners::UserOrRoot`]).
 //!   `distlock token add` checks the modes only ([`Owners::Any`]): it may rightly run as root
@@ -54,10 +55,21 @@ pub(super) fn read(path: &Path, owners: Owners) -> Result<Vec<u8>> {
     if let Some(why) = file_problem(meta.mode(), meta.uid(), owners) {
         bail!("the tokens file {shown} {why}");
     }
+    // The folders of the file itself (links followed), and, when the path given is a link,
+    // those of the link too: whoever may write the link's folder may point it elsewhere.
     let real = std::fs::canonicalize(path)
         .with_context(|| format!("cannot find the folder of the tokens file {shown}"))?;
     if let Some(folder) = real.parent() {
         folders(folder, path, owners)?;
+    }
+    let named = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let named = std::fs::canonicalize(named)
+        .with_context(|| format!("cannot find the folder of the tokens file {shown}"))?;
+    if Some(named.as_path()) != real.parent() {
+        folders(&named, path, owners)?;
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
