@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use distlock::engine::Request;
-use distlock::lock::{Mode, Owner, Resource, Ttl};
-use distlock::store::{Locks, SqliteStore, SystemClock};
+use distlock::lock::{Members, Mode, Owner, Resource, Ttl};
+use distlock::store::{Locks, SqliteStore, SystemClock, op};
 use rusqlite::{Connection, TransactionBehavior, params};
 
 const LIVE_LOCKS: i64 = 100_000;
@@ -77,6 +77,24 @@ fn request(owner: &str, mode: Mode) -> Request {
     }
 }
 
+/// The store's acquire of `resource` alone, as `request` asks.
+fn acquire(resource: &Resource, request: &Request) -> op::Acquire {
+    op::Acquire {
+        members: Members::one(resource.clone()),
+        request: request.clone(),
+        until: None,
+    }
+}
+
+/// The store's release of `resource` by `owner`.
+fn release(resource: &Resource, owner: &Owner) -> op::Release {
+    op::Release {
+        members: Members::one(resource.clone()),
+        owner: owner.clone(),
+        fences: None,
+    }
+}
+
 fn store_operations(c: &mut Criterion) {
     let plain = request("bench", Mode::Exclusive);
     let owner = &plain.owner;
@@ -92,8 +110,8 @@ fn store_operations(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("store/{label}"));
         group.bench_function("acquire+release", |b| {
             b.iter(|| {
-                store.acquire(&resource, &plain).expect("acquire");
-                store.release(&resource, owner, None).expect("release");
+                store.perform(acquire(&resource, &plain)).expect("acquire");
+                let _ = store.perform(release(&resource, owner)).expect("release");
             });
         });
         // The semaphore's admission reads the resource's live tenures only: with 49 of 50
@@ -102,22 +120,36 @@ fn store_operations(c: &mut Criterion) {
         let semaphore = Resource::parse("bench:semaphore").expect("resource");
         for i in 0..49 {
             let holder = request(&format!("holder-{i}"), Mode::Semaphore(50));
-            store.acquire(&semaphore, &holder).expect("holder");
+            store.perform(acquire(&semaphore, &holder)).expect("holder");
         }
         let fiftieth = request("bench", Mode::Semaphore(50));
         group.bench_function("acquire+release --limit 50 beside 49 holders", |b| {
             b.iter(|| {
-                let outcome = store.acquire(&semaphore, &fiftieth).expect("acquire");
-                assert!(matches!(outcome, distlock::lock::Acquire::Acquired { .. }));
-                store.release(&semaphore, owner, None).expect("release");
+                let acquired = store.perform(acquire(&semaphore, &fiftieth));
+                let outcome = acquired.expect("acquire").outcome;
+                assert!(matches!(
+                    outcome,
+                    distlock::lock::SetAcquire::Acquired { .. }
+                ));
+                let _ = store.perform(release(&semaphore, owner)).expect("release");
             });
         });
-        store.acquire(&resource, &plain).expect("acquire");
+        store.perform(acquire(&resource, &plain)).expect("acquire");
+        let renew = op::Renew {
+            members: Members::one(resource.clone()),
+            owner: owner.clone(),
+            ttl,
+            fences: None,
+            lease_end: None,
+        };
         group.bench_function("renew", |b| {
-            b.iter(|| store.renew(&resource, owner, ttl, None).expect("renew"));
+            b.iter(|| store.perform(renew.clone()).expect("renew"));
         });
+        let status = op::Status {
+            resource: resource.clone(),
+        };
         group.bench_function("status", |b| {
-            b.iter(|| store.status(&resource).expect("status"));
+            b.iter(|| store.perform(status.clone()).expect("status"));
         });
         group.bench_function("open", |b| {
             b.iter_batched(|| (), |()| open(&path), BatchSize::PerIteration);

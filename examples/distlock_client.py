@@ -15,6 +15,12 @@ raises Busy (still held when the wait ran out), Refused (401 or 403: the token, 
 outside its prefixes) or LockError (the server unreachable, another answer); leaving it
 raises Lost if the lease was lost meanwhile.
 
+The tenure is this block's alone, as one `distlock run` takes ("guarded"): while it lives,
+another block or command with the same owner (two processes of one host, a second run of one
+job) waits in line or is Busy as another owner's would be. Only a tenure that a plain acquire
+took for the owner (`distlock acquire --owner deployer@web-1` in a deploy script) is joined:
+the block then leaves it held for its taker to release.
+
 The lease rule (distlock's book, "The lease rule, for every client"), as `Held` keeps it. The
 deadline is when the last renewal that succeeded (or the request that got the lock) was sent, on
 the monotonic clock, + ttl - margin(ttl); the server counts the lease from when that request
@@ -24,22 +30,31 @@ the deadline - grace(ttl): no renewal is sent with a timeout past that point. Th
 is set, `on_lost` is called, `held.check()` raises Lost, and so does leaving the block. Python
 cannot stop the body from outside: a long body stops itself by the deadline (`held.deadline`),
 calling `held.check()` between its steps, waiting on `held.lost`, or stopping what it started in
-`on_lost`. `run(held, command)` runs a command that way.
+`on_lost`. `run(held, command)` runs a command that way. The release is sent again while it is
+answered 503 (the server's store is away) or not at all, until the lease's end.
 
 As a command, which runs CMD under the lock with the fence in DISTLOCK_FENCE and exits with
 its status (75: still busy; 77: refused; 74: unreachable; 124: the lease was lost, CMD stopped):
 
-    distlock_client.py deploy/prod --owner deployer@web-1 --ttl 30 --wait 600 -- ./deploy.sh
+    distlock_client.py deploy/prod --ttl 30 --wait 600 -- ./deploy.sh
 
-The command keeps the rule as `distlock run` does: CMD runs in a session of its own, which gets
-SIGTERM when the lease is lost and SIGKILL grace(ttl) later, by the deadline at the latest; INT,
-TERM and HUP sent to the client are passed on to CMD.
+The owner is HOST:PID unless --owner names one; either way two commands never hold the lock
+at once. The command keeps the rule as `distlock run` does: CMD runs in a session of its own,
+which gets SIGTERM when the lease is lost and SIGKILL grace(ttl) later, by the deadline at the
+latest. Every signal the client can catch is passed on to CMD's process group (INT, TERM, HUP,
+QUIT, USR1, ALRM, ...), and the client renews until CMD exits. ^Z (TSTP, TTIN, TTOU) stops CMD, then
+the client; continued (SIGCONT), the client continues CMD while its lease surely lasts, or else
+stops it (124), SIGKILLed before it runs again if the lease may be another's already. A client
+killed with SIGKILL takes CMD with it (Linux: the parent-death signal). Stopping the client
+alone with SIGSTOP, which no program can catch, is the one way to leave CMD unguarded: stop the
+whole job instead (^Z, or SIGTSTP to the client).
 
 DISTLOCK_URL names the server (default http://127.0.0.1:7878), DISTLOCK_TOKEN its token (sent
 in a header, never printed), DISTLOCK_CA_CERT a CA file to check an https:// server against.
 """
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -125,26 +140,30 @@ class Client:
         except ValueError:
             raise LockError(f"{method} {self.url}{path}: {status}, not JSON") from None
 
-    def acquire(self, resource, owner, ttl, wait=0):
+    def acquire(self, resource, owner, ttl, wait=0, guarded=False):
         """Takes `resource` for `owner` with a lease of `ttl` seconds, waiting in line up to
-        `wait` seconds; returns the lock (its "fence", "expires_at", ...) and when its lease
-        began at the earliest, on time.monotonic(): when the request that got it was sent, plus
-        what the server says it waited (Distlock-Waited-Ms) before it granted it."""
+        `wait` seconds. A `guarded` tenure is the caller's alone, as `distlock run` takes
+        one: while it lives, an acquire with the same owner waits or is busy as another
+        owner's would be (else that owner re-acquires the lock it holds). Returns the lock
+        (its "fence", "expires_at", ...); when its lease began at the earliest, on
+        time.monotonic(): when the request that got it was sent, plus what the server says
+        it waited (Distlock-Waited-Ms) before it granted it; and whether it joined a tenure
+        of the owner's that a plain acquire took (Distlock-Grant: extended), which is then
+        that acquire's to release."""
         deadline = time.monotonic() + wait
         while True:
             left = max(0, math.ceil(deadline - time.monotonic()))
             body = {"owner": owner, "ttl_seconds": ttl, "wait_seconds": left}
+            if guarded:
+                body["guarded"] = True
             sent = time.monotonic()
-            try:
-                status, answer, headers = self.call("POST", path(resource), body, TIMEOUT)
-            except KeyboardInterrupt:
-                self.give_up(resource, owner)
-                raise
+            status, answer, headers = self._wait_in_line(resource, owner, body)
             if status != 200:
                 raise problem(f"acquire {resource}", status, answer)
             if answer["acquired"]:
                 waited = int(headers.get("Distlock-Waited-Ms") or 0) / 1000
-                return answer["lock"], sent + waited
+                joined = (headers.get("Distlock-Grant") or "").strip() == "extended"
+                return answer["lock"], sent + waited, joined
             # One request waits up to 30 s, then answers busy with our place in line, which is
             # kept 5 s for the request that posts again with the wait that is left.
             if "position" not in answer or left == 0:
@@ -152,17 +171,44 @@ class Client:
                 error.answer = answer
                 raise error
 
-    def give_up(self, resource, owner):
-        """Leaves the queue of `resource` at once, as a waiter interrupted while it waits: the
-        next in line is not held back for the 5 s the server would otherwise keep the place.
-        A grant the interrupted request got meanwhile is given back too (the owner is this
-        client's own). Best effort, 2 s at most for each: a server that cannot be told gives
-        the place up itself within 5 s, and the lock ends by its TTL."""
-        for method, tail in (("POST", "/leave"), ("DELETE", "")):
+    def _wait_in_line(self, resource, owner, body):
+        """One acquire's POST, on a thread of its own, so that an interrupt (^C; `main` makes
+        TERM and HUP one too) does not lose its answer: the queue is left at once
+        (`POST .../leave`, which also makes the server answer the waiting request), and a
+        grant that answer brings is given back with its fence, as an interrupted `distlock
+        run` does. The next in line is not held back for the 5 s the server would otherwise
+        keep the place. Best effort, 2 s for each: a server that cannot be told gives the place
+        up itself, and a grant whose answer never came ends by its TTL. (Never a release by
+        owner alone: another process of the same owner may hold the lock.)"""
+        answered = []
+
+        def post():
             try:
-                self.call(method, path(resource) + tail, {"owner": owner}, 2)
+                answered.append(self.call("POST", path(resource), body, TIMEOUT))
+            except LockError as error:
+                answered.append(error)
+
+        poster = threading.Thread(target=post, daemon=True)
+        poster.start()
+        try:
+            poster.join()
+        except KeyboardInterrupt:
+            try:
+                self.call("POST", path(resource) + "/leave", {"owner": owner}, 2)
             except LockError:
                 pass
+            poster.join(2)
+            got = answered[0] if answered else None
+            if isinstance(got, tuple) and got[0] == 200 and got[1].get("acquired"):
+                try:
+                    self.release(resource, owner, got[1]["lock"]["fence"], 2)
+                except LockError:
+                    pass
+            raise
+        got = answered[0] if answered else LockError(f"POST {resource}: no answer")
+        if isinstance(got, LockError):
+            raise got
+        return got
 
     def renew(self, resource, owner, ttl, fence, timeout=CALL_TIMEOUT):
         """Extends the tenure `fence` of `owner` to `ttl` seconds from now."""
@@ -210,6 +256,7 @@ class Held:
         self.client, self.resource, self.owner = client, resource, owner
         self.ttl, self.wait = ttl, wait
         self.lock = self.fence = self.why = None
+        self.joined = False  # the owner's tenure that a plain acquire took: left held
         self.lost = threading.Event()
         self.on_lost = on_lost  # called once, on a thread of the lock's, when the lease is lost
         self._news = threading.Condition()  # guards what follows; notified when it changes
@@ -229,9 +276,17 @@ class Held:
         if self.lost.is_set():
             raise self.why
 
+    def resumed(self):
+        """Called when this process runs again after it was stopped (^Z), when nothing could
+        renew the lease: the lease is lost now unless a renewal could still succeed in time.
+        Returns whether it is still held."""
+        if time.monotonic() >= self._stop_at():
+            self._lose(f"renew {self.resource}: stopped past what the lease allows", gone=False)
+        return not self.lost.is_set()
+
     def __enter__(self):
-        self.lock, self._renewed = self.client.acquire(
-            self.resource, self.owner, self.ttl, self.wait
+        self.lock, self._renewed, self.joined = self.client.acquire(
+            self.resource, self.owner, self.ttl, self.wait, guarded=True
         )
         self.fence = self.lock["fence"]
         for keep in (self._renew, self._watch):
@@ -291,16 +346,39 @@ class Held:
         if on_lost:
             on_lost()
 
+    def _release(self):
+        """Gives the tenure back, sent again while the server answers 503 (its store is away)
+        or not at all, until the lease's end: a job that ended while the store was away has its
+        lock given back once the store is there again, not at the end of its TTL. Past the
+        lease's end the lock has ended anyway: then a line says so, and nothing is raised."""
+        failed = None
+        while True:
+            with self._news:
+                left = self._renewed + self.ttl - time.monotonic()  # the lease, at the least
+            if left <= 0:
+                if failed:
+                    print(f"distlock_client: {failed}; the lease has ended it", file=sys.stderr)
+                return
+            try:
+                return self.client.release(
+                    self.resource, self.owner, self.fence, min(CALL_TIMEOUT, left)
+                )
+            except (Lost, Refused):
+                raise
+            except LockError as error:
+                if getattr(error, "status", 503) != 503:
+                    raise
+                failed = error
+            time.sleep(min(0.5, left))
+
     def __exit__(self, kind, error, trace):
         with self._news:
             self._leaving = True
             self._news.notify_all()
-            gone = self._gone
-            left = self._renewed + self.ttl - time.monotonic()  # the lease, at the least
         try:
-            # Given back while the lease may last, and by then; not if the server said it is gone.
-            if not gone and left > 0:
-                self.client.release(self.resource, self.owner, self.fence, min(CALL_TIMEOUT, left))
+            # Not if the server said the lease is gone, nor a joined tenure: its taker releases.
+            if not (self._gone or self.joined):
+                self._release()
         except LockError as failed:
             if kind is None and not self.lost.is_set():
                 raise
@@ -315,14 +393,50 @@ def lock(resource, *, owner, ttl=30, wait=0, client=None, on_lost=None):
     return Held(client or Client(), resource, owner, ttl, wait, on_lost)
 
 
+# The signals `run` does not pass on, as `distlock run` keeps them: KILL and STOP cannot be
+# caught, SEGV, BUS, ILL and FPE are a fault of the client's own, CHLD is its news of the
+# command, and Python ignores PIPE and XFSZ (a failed write raises instead).
+KEPT = {"SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGCHLD", "SIGPIPE",
+        "SIGXFSZ"}
+# Job control: the command stops, then the client, as the shell that sent it expects.
+JOB_CONTROL = {signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
+
+
+def forwarded():
+    """Every signal `run` passes on to the command: all it can catch, but KEPT."""
+    kept = {getattr(signal, name) for name in KEPT if hasattr(signal, name)}
+    return sorted(set(signal.valid_signals()) - kept)
+
+
+def dies_with_this_process(number=signal.SIGKILL):
+    """A function for a child to call before its command starts, so that it gets signal
+    `number` when this process dies, SIGKILL included: Linux's parent-death signal
+    (prctl(PR_SET_PDEATHSIG)), which the kernel sends when the thread that started the child
+    ends. None where there is no prctl."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def set_it():
+        prctl(1, int(number))  # PR_SET_PDEATHSIG; resolved above, nothing to load after fork
+        if os.getppid() != parent:  # this process died before: too late to be told
+            os.kill(os.getpid(), number)
+
+    return set_it
+
+
 def run(held, command):
     """Runs `command` under `held` in a session of its own, which is stopped when the lease is
-    lost (SIGTERM, then SIGKILL by the deadline); returns its exit status (128+N: signal N).
-    Called on the main thread, it passes INT, TERM and HUP on to the command."""
+    lost (SIGTERM, then SIGKILL by the deadline) and killed with this process (Linux); returns
+    its exit status (128+N: signal N). Called on the main thread, it passes every signal it
+    can catch on to the command until the command exits, ^Z included (see the module's
+    doc), and then puts the signals' handlers back."""
     held.check()  # never started without the lease
     env = dict(os.environ, DISTLOCK_FENCE=str(held.fence))
-    child = subprocess.Popen(command, env=env, start_new_session=True)
+    child, early = None, []  # early: signals that came before the command started
     ended, stopping = threading.Event(), threading.Lock()
+    suspended = False
 
     def group(number):
         try:
@@ -333,22 +447,65 @@ def run(held, command):
     def stop():
         if not stopping.acquire(blocking=False):
             return  # stopped already
+        if time.monotonic() >= held.deadline:
+            group(signal.SIGKILL)  # stopped (^Z) past the deadline: never run beside the next
+            return
         group(signal.SIGTERM)
+        group(signal.SIGCONT)  # a stopped job must run to act on it
         kill_at = min(held.deadline, time.monotonic() + grace(held.ttl))
         if not ended.wait(max(0, kill_at - time.monotonic())):
             group(signal.SIGKILL)
 
-    theirs = held.on_lost
-    held.on_lost = lambda: (stop(), theirs and theirs())
-    if held.lost.is_set():  # lost before `on_lost` was set
+    def suspend(number):
+        """The command stops (what ignores `number` too: SIGSTOP), then this process, with
+        `number`; continued, it continues the command while the lease surely lasts."""
+        nonlocal suspended
+        group(signal.SIGSTOP)
+        suspended = True
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)  # stopped here until SIGCONT
+        signal.signal(number, forward)
+        if held.resumed():
+            group(signal.SIGCONT)
+        suspended = False
+
+    def forward(number, _frame):
+        if child is None:
+            early.append(number)
+        elif number == signal.SIGCONT and (suspended or held.lost.is_set()):
+            pass  # a stopped job goes on only while its lease surely lasts: `suspend`, `stop`
+        else:
+            group(number)
+            if number in JOB_CONTROL:
+                suspend(number)
+
+    def lost():
         threading.Thread(target=stop, daemon=True).start()
+
+    theirs = held.on_lost
+    held.on_lost = lambda: (lost(), theirs and theirs())
+    handlers = {}
     if threading.current_thread() is threading.main_thread():
-        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(number, lambda number, _: group(number))
-    code = child.wait()
-    ended.set()
-    if held.lost.is_set():
-        group(signal.SIGKILL)  # what it started goes with it
+        for number in forwarded():
+            try:
+                handlers[number] = signal.signal(number, forward)
+            except (OSError, ValueError):
+                pass  # one this platform does not let a program catch
+    try:
+        child = subprocess.Popen(
+            command, env=env, start_new_session=True, preexec_fn=dies_with_this_process()
+        )
+        for number in early:
+            forward(number, None)
+        if held.lost.is_set():  # lost before `on_lost` was set
+            lost()
+        code = child.wait()
+        ended.set()
+        if held.lost.is_set():
+            group(signal.SIGKILL)  # what it started goes with it
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
     return 128 - code if code < 0 else code  # -N: killed by signal N
 
 
@@ -368,14 +525,19 @@ def main(argv=None):
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if not command:
         parser.error("a command to run after --")
-    # TERM and HUP while waiting in line end the wait as ^C does: the place is given up.
-    def interrupt(number, _):
-        raise KeyboardInterrupt(number)
+    # INT, TERM and HUP while waiting in line end the wait: the place is given up. Once CMD
+    # has run, they no longer cut the release short.
+    waiting = True
 
-    for number in (signal.SIGTERM, signal.SIGHUP):
+    def interrupt(number, _):
+        if waiting:
+            raise KeyboardInterrupt(number)
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, interrupt)
     try:
         with lock(args.resource, owner=args.owner, ttl=args.ttl, wait=args.wait) as held:
+            waiting = False
             return run(held, command)
     except KeyboardInterrupt as stop:
         number = stop.args[0] if stop.args else signal.SIGINT

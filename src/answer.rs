@@ -1,7 +1,7 @@
-//! Every answer a lock command gives, as a type: the one place where the contract's JSON
-//! objects ("Output", "Lock modes", "Fleet and operators") are defined. Each serializes to
-//! exactly the contract's line, keys in its order, and reads back from it (for a client of a
-//! distlock server); its exit code and its `--format text` line come from the same value.
+//! Every answer a lock command gives, as a type: the one place where the JSON objects of
+//! docs/src/reference/json.md are defined. Each serializes to exactly the reference's line, keys in its
+//! order, and reads back from it (for a client of a distlock server); its exit code and its
+//! `--format text` line come from the same value.
 //!
 //! Fields that appear only when they apply are `Option`s, empty lists or zero counts that
 //! serialization leaves out; literal `true`/`false` keys (`"acquired":true`) are [`Flag`]s, so
@@ -14,23 +14,26 @@ use crate::lock::{Fence, Holder, Lock, Mode, Remark, Resource};
 
 mod acquire;
 mod change;
+mod kinds;
 mod set;
+mod shaped;
 mod status;
 
-pub use acquire::{AcquireAnswer, Acquired, Busy, Mismatch};
+pub use acquire::{AcquireAnswer, Acquired, Busy};
 pub use change::{
-    BreakAnswer, Broken, KeptAnswer, NotBroken, NotReleased, NotRenewed, ReleaseAnswer, Released,
-    RenewAnswer, Renewed,
+    BreakAnswer, Broken, KeptAnswer, NotBroken, ReleaseAnswer, Released, RenewAnswer, Renewed,
 };
+pub use kinds::{Acquiring, Line, Mismatch, NotReleased, NotRenewed, Releasing, Renewing};
 pub use set::{
-    BlockedMember, MemberEnd, SetAcquireAnswer, SetAcquired, SetBusy, SetFinishAnswer,
-    SetReleaseAnswer, SetReleased, SetRenewAnswer, SetRenewed,
+    MemberEnd, SetAcquireAnswer, SetAcquired, SetBusy, SetFinishAnswer, SetReleaseAnswer,
+    SetReleased, SetRenewAnswer, SetRenewed,
 };
+pub use shaped::{Shaped, ShapedAcquire, ShapedRelease, ShapedRenew};
 pub use status::{Free, Held, ListAnswer, StatusAnswer};
 
 /// What every answer gives: its exit code and its human line(s).
 pub trait Answer: Serialize {
-    /// The exit code this answer means (contract, "Exit codes").
+    /// The exit code this answer means (docs/src/reference/exit-codes.md).
     fn exit(&self) -> Exit;
     /// The `--format text` rendering: the same facts, one line per result.
     fn text(&self) -> String;

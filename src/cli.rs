@@ -439,7 +439,7 @@ pub struct GcArgs {
 
 /// Clap's message for a command line it refused, made safe to print: every value it echoes
 /// (the bad value, the unknown argument) is shortened and has its control characters escaped
-/// ([`crate::output::shown`]). `None` when nothing needs it, so clap prints its own, in colour
+/// ([`crate::lock::shown`]). `None` when nothing needs it, so clap prints its own, in colour
 /// where the terminal has it.
 pub fn refusal(err: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
@@ -450,7 +450,7 @@ pub fn refusal(err: &clap::Error) -> Option<String> {
             ContextValue::Strings(values) => values.iter().map(String::as_str).collect(),
             _ => Vec::new(),
         })
-        .filter(|value| crate::output::shown(value) != *value)
+        .filter(|value| crate::lock::shown(value) != *value)
         .collect();
     if echoed.is_empty() {
         return None;
@@ -465,15 +465,15 @@ pub fn refusal(err: &clap::Error) -> Option<String> {
         let why = std::error::Error::source(err).map_or(String::new(), |why| format!(": {why}"));
         return Some(format!(
             "error: invalid value '{}' for '{arg}'{why}\n\nFor more information, try '--help'.\n",
-            crate::output::shown(value)
+            crate::lock::shown(value)
         ));
     }
     let mut text = err.render().to_string();
     for value in echoed {
-        text = text.replace(value, &crate::output::shown(value));
+        text = text.replace(value, &crate::lock::shown(value));
     }
     // What could not be found to be replaced is cut short all the same.
-    let lines: Vec<String> = text.lines().map(crate::output::shown_line).collect();
+    let lines: Vec<String> = text.lines().map(crate::lock::shown_line).collect();
     Some(lines.join("\n") + "\n")
 }
 

@@ -1,8 +1,7 @@
 //! One function per subcommand: call the store, print the result, return the exit code.
 
 use crate::answer::{
-    AcquireAnswer, Answer, BreakAnswer, ListAnswer, ReleaseAnswer, RenewAnswer, SetAcquireAnswer,
-    SetReleaseAnswer, SetRenewAnswer, StatusAnswer,
+    Answer, BreakAnswer, ListAnswer, ShapedAcquire, ShapedRelease, ShapedRenew, StatusAnswer,
 };
 use crate::cli::{
     AcquireArgs, BreakArgs, Cli, Command, GcArgs, ListArgs, LogArgs, ReleaseArgs, RenewArgs,
@@ -12,9 +11,9 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::guard::{self, RunSpec};
-use crate::lock::{Eviction, LogQuery, MAX_REMARK_BYTES, Members, Remark, Resource};
+use crate::lock::{Breaking, LogQuery, MAX_REMARK_BYTES, Members, Remark, Resource};
 use crate::output::{Printer, StatusLine};
-use crate::store::{self, Location, LockStore, Locks, NetworkFs};
+use crate::store::{self, Access, Location, LockStore, Locks, NetworkFs, op};
 use crate::wait;
 
 /// Runs the parsed command line.
@@ -62,9 +61,9 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
             _ => {}
         }
     }
-    let open = || store::open(&location).map_err(Error::Store);
-    let existing = || store::open_existing(&location).map_err(Error::Store);
-    let read_only = || store::open_read_only(&location).map_err(Error::Store);
+    let open = || store::open(&location, Access::Create).map_err(Error::Store);
+    let existing = || store::open(&location, Access::Existing).map_err(Error::Store);
+    let read_only = || store::open(&location, Access::ReadOnly).map_err(Error::Store);
     // A lock set's members are checked before the store is opened: like every other
     // argument, too many of them leave the store untouched (not even created).
     match cli.command {
@@ -85,7 +84,7 @@ pub fn dispatch(cli: Cli) -> Result<Exit> {
         Command::List(args) => list(read_only()?.as_mut(), printer, args),
         Command::Log(args) => log(read_only()?.as_mut(), printer, args),
         Command::Gc(args) => gc(existing()?.as_mut(), printer, args),
-        Command::Break(args) => evict(existing()?.as_mut(), printer, args),
+        Command::Break(args) => break_lock(existing()?.as_mut(), printer, args),
         Command::Serve(args) => crate::serve::run(location, serve_spec(args)?),
         Command::Token(TokenCommand::Add(args)) => token_add(printer, args),
     }
@@ -175,30 +174,22 @@ fn acquire(
         guarded: false,
     };
     let mut on_busy = StatusLine::reporter(args.wait, &members.listed());
-    if let Some(resource) = members.single() {
-        let waited = wait::acquire(store, resource, &request, args.wait, &mut on_busy)?;
-        drop(on_busy);
-        return match waited.attempt(resource) {
-            Ok(attempt) => answer(
-                printer,
-                &AcquireAnswer::new(resource, &attempt.outcome, request.mode),
-            ),
-            Err(interrupted) => Ok(interrupted),
-        };
-    }
-    let waited = wait::acquire_set(store, members, &request, args.wait, &mut on_busy)?;
+    let waited = wait::acquire(store, members, &request, args.wait, &mut on_busy)?;
     drop(on_busy);
     match waited.attempt(&members.listed()) {
-        Ok(attempt) => answer(
-            printer,
-            &SetAcquireAnswer::new(members, &attempt.outcome, request.mode),
-        ),
+        Ok(attempt) => {
+            let outcome = &attempt.outcome;
+            let shaped = ShapedAcquire::new(members.shape(), members, outcome, request.mode);
+            answer(printer, &shaped)
+        }
         Err(interrupted) => Ok(interrupted),
     }
 }
 
 fn status(store: &mut dyn LockStore, printer: Printer, resource: &Resource) -> Result<Exit> {
-    let status = store.status(resource)?;
+    let status = store.perform(op::Status {
+        resource: resource.clone(),
+    })?;
     answer(printer, &StatusAnswer::new(resource, &status))
 }
 
@@ -208,13 +199,15 @@ fn release(
     members: &Members,
     args: &ReleaseArgs,
 ) -> Result<Exit> {
-    let owner = &args.owner.owner;
-    if let Some(resource) = members.single() {
-        let outcome = store.release(resource, owner, None)?;
-        return answer(printer, &ReleaseAnswer::new(resource, &outcome));
-    }
-    let outcome = store.release_set(members, owner, None)?;
-    answer(printer, &SetReleaseAnswer::new(members, &outcome))
+    let outcome = store.perform(op::Release {
+        members: members.clone(),
+        owner: args.owner.owner.clone(),
+        fences: None,
+    })?;
+    answer(
+        printer,
+        &ShapedRelease::new(members.shape(), members, &outcome),
+    )
 }
 
 fn renew(
@@ -223,17 +216,23 @@ fn renew(
     members: &Members,
     args: &RenewArgs,
 ) -> Result<Exit> {
-    let owner = &args.owner.owner;
-    if let Some(resource) = members.single() {
-        let outcome = store.renew(resource, owner, args.ttl, None)?;
-        return answer(printer, &RenewAnswer::new(resource, &outcome));
-    }
-    let outcome = store.renew_set(members, owner, args.ttl, None)?;
-    answer(printer, &SetRenewAnswer::new(&outcome))
+    let outcome = store.perform(op::Renew {
+        members: members.clone(),
+        owner: args.owner.owner.clone(),
+        ttl: args.ttl,
+        fences: None,
+        lease_end: None,
+    })?;
+    answer(
+        printer,
+        &ShapedRenew::new(members.shape(), members, &outcome),
+    )
 }
 
 fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<Exit> {
-    let locks = store.list(&args.prefix)?;
+    let locks = store.perform(op::List {
+        prefix: args.prefix,
+    })?;
     answer(printer, &ListAnswer { locks })
 }
 
@@ -243,22 +242,26 @@ fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exi
         since: args.since,
         limit: args.limit,
     };
-    for event in store.log(&query)? {
+    for event in store.perform(op::Log { query })? {
         printer.emit(&event)?;
     }
     Ok(Exit::Done)
 }
 
-fn evict(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
+fn break_lock(store: &mut dyn LockStore, printer: Printer, args: BreakArgs) -> Result<Exit> {
     let resource = &args.resource;
     // A token is recorded only by a server, which knows the caller's.
-    let eviction = Eviction {
+    let breaking = Breaking {
         by: args.by.unwrap_or_else(operator),
         by_token: None,
         reason: args.reason,
     };
-    let removed = store.evict(resource, args.owner.as_ref(), &eviction)?;
-    answer(printer, &BreakAnswer::new(resource, removed, &eviction))
+    let removed = store.perform(op::Break {
+        resource: resource.clone(),
+        owner: args.owner,
+        breaking: breaking.clone(),
+    })?;
+    answer(printer, &BreakAnswer::new(resource, removed, &breaking))
 }
 
 /// Prints `answer` and returns its exit code.
@@ -295,7 +298,9 @@ fn operator() -> Remark {
 }
 
 fn gc(store: &mut dyn LockStore, printer: Printer, args: GcArgs) -> Result<Exit> {
-    let report = store.gc(args.keep_history)?;
+    let report = store.perform(op::Gc {
+        keep_history: args.keep_history,
+    })?;
     answer(printer, &report)
 }
 

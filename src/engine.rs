@@ -1,5 +1,5 @@
-//! The decision core: every rule of the contract's "Semantics" section, written once and used by
-//! every store.
+//! The decision core: every rule of docs/src/reference/semantics.md, written once and used by every
+//! store.
 //!
 //! A store opens one write transaction, reads the resource's tenure rows and its own "now" under
 //! its per-resource serialisation (`BEGIN IMMEDIATE` on SQLite, an advisory transaction lock on
@@ -93,7 +93,7 @@ impl Request {
     }
 }
 
-/// A place in a resource's queue of waiters (contract, "Fair waiting"). Places are ordered by
+/// A place in a resource's queue of waiters (docs/src/reference/semantics.md, "Fair waiting"). Places are ordered by
 /// the store's ticket, never by a client's clock; a place is live while its liveness lease
 /// runs, which the waiter refreshes as it waits, so a waiter that died stops blocking the queue
 /// within [`LIVENESS_MS`].
@@ -329,7 +329,7 @@ pub struct SetDecision<T> {
 mod rules;
 mod sets;
 
-pub use rules::{Finish, acquire, evict, finish, leave, release, renew, status};
+pub use rules::{Finish, acquire, break_tenures, finish, leave, release, renew, status};
 pub use sets::{acquire_set, finish_set, leave_set, release_set, renew_set};
 
 fn expiry(now: Timestamp, ttl: Ttl) -> Timestamp {

@@ -1,4 +1,4 @@
-//! The one error type below `main`: each failure knows the exit code the contract gives it, so
+//! The one error type below `main`: each failure knows its exit code (docs/src/reference/exit-codes.md), so
 //! nothing has to guess that "every `Err` is 74".
 //!
 //! An expected "no" (busy, not held, forbidden) is never an [`Error`]: it is an outcome value
@@ -14,10 +14,11 @@ pub enum Error {
     /// covers what can only be checked later, such as an unreadable `--db` URL.
     Usage(String),
     /// The store cannot be opened, read or written, is corrupt or newer, stayed busy, or the
-    /// server is unreachable (exit 74).
-    Store(anyhow::Error),
+    /// server is unreachable (exit 74); a server refused the token, or the request is outside
+    /// its scope (exit 77).
+    Store(crate::store::Error),
     /// The operating system refused what distlock needs to guard a command — a thread, a signal
-    /// handler (exit 74, as the contract's "before the child starts" outcome; the message says
+    /// handler (exit 74, as docs/src/reference/exit-codes.md gives a failure before the command starts; it says
     /// what was refused, so it is never mistaken for a store problem).
     System(anyhow::Error),
     /// The answer could not be written to stdout: a full disk, a closed pipe (exit 74). Whatever
@@ -31,9 +32,7 @@ impl Error {
         match self {
             Error::Usage(_) => Exit::Usage,
             // A distlock server refused the token, or the request is outside its scope.
-            Error::Store(err) if err.downcast_ref::<crate::store::NotAllowed>().is_some() => {
-                Exit::Forbidden
-            }
+            Error::Store(crate::store::Error::NotAllowed(_)) => Exit::Forbidden,
             Error::Store(_) | Error::System(_) | Error::Output(_) => Exit::Store,
         }
     }
@@ -47,8 +46,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Usage(message) => f.write_str(message),
+            Error::Store(err) => write!(f, "{err}"),
             // `{:#}` prints anyhow's whole context chain as one sentence.
-            Error::Store(err) | Error::System(err) => write!(f, "{err:#}"),
+            Error::System(err) => write!(f, "{err:#}"),
             Error::Output(err) => write!(f, "cannot write the answer to stdout: {err}"),
         }
     }
@@ -56,11 +56,17 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Store code reports failures as `anyhow::Error` (SQLite's and PostgreSQL's errors, with
-/// context); at the command layer every one of them is a store failure.
+impl From<crate::store::Error> for Error {
+    fn from(err: crate::store::Error) -> Error {
+        Error::Store(err)
+    }
+}
+
+/// What reaches the command layer as a plain `anyhow::Error` comes from the store's side (a
+/// store's own words, with context): a store failure.
 impl From<anyhow::Error> for Error {
     fn from(err: anyhow::Error) -> Error {
-        Error::Store(err)
+        Error::Store(crate::store::Error::Failed(err))
     }
 }
 
@@ -73,7 +79,12 @@ mod tests {
     #[test]
     fn each_kind_has_its_exit_code() {
         assert_eq!(Error::Usage("bad".into()).exit(), Exit::Usage);
-        assert_eq!(Error::Store(anyhow::anyhow!("disk")).exit(), Exit::Store);
+        let store = |err| Error::Store(err);
+        assert_eq!(store(anyhow::anyhow!("disk").into()).exit(), Exit::Store);
+        let refused = crate::store::Error::NotAllowed("the server refused the token".into());
+        assert_eq!(store(refused).exit(), Exit::Forbidden);
+        let gone = crate::store::Error::Vanished("/x/locks.db".into());
+        assert_eq!(store(gone).exit(), Exit::Store);
         let system = Error::system("cannot start a thread", std::io::Error::other("EAGAIN"));
         assert_eq!(system.exit(), Exit::Store);
         assert_eq!(system.to_string(), "cannot start a thread: EAGAIN");

@@ -1,4 +1,4 @@
-//! The exit-code contract: every number a script may branch on, in one place.
+//! The exit codes: every number a script may branch on, in one place (docs/src/reference/exit-codes.md).
 
 /// What a `distlock` process exits with. `run` may also exit with its command's own status
 /// (or 128+N for a command killed by signal N); see [`Exit::Child`].
@@ -57,7 +57,7 @@ mod tests {
     use super::Exit;
 
     #[test]
-    fn exit_codes_match_the_contract() {
+    fn exit_codes_match_the_reference() {
         assert_eq!(Exit::Done.code(), 0);
         assert_eq!(Exit::NotHeld.code(), 1);
         assert_eq!(Exit::Usage.code(), 64);

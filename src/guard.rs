@@ -9,10 +9,11 @@
 //!   nobody joins it, so another `run` or an `acquire` of the same owner finds it busy;
 //! - [`supervisor`]: every decision once the command runs, as a pure state machine (events
 //!   and the current instant in, actions out);
-//! - [`runner`]: the event loop that carries those decisions out, through [`signals`] (every
-//!   catchable signal, and the loop's wake-ups), [`spawn`] (the command started as `execvp`
-//!   starts it, tied to the guard by [`process`]) and [`terminal`] (job control);
+//! - [`runner`]: the event loop that carries those decisions out, through [`self_pipe`] (every
+//!   catchable signal, and the heartbeat's reports, wake it), [`spawn`] (the command started as
+//!   `execvp` starts it, tied to the guard by [`process`]) and [`terminal`] (job control);
 //! - [`heartbeat`]: renewing every ttl/3 on a store connection of its own;
+//! - [`job`]: the command and its lock, as the runner and the heartbeat both see them;
 //! - [`tree`]: "everything the command started", its process group and (on Linux) every
 //!   descendant, found through `/proc` with `run` as their subreaper.
 //!
@@ -22,9 +23,10 @@
 //! before any other owner can take the lock, even while the store is unreachable.
 
 mod heartbeat;
+mod job;
 mod process;
 mod runner;
-mod signals;
+mod self_pipe;
 mod spawn;
 mod supervisor;
 mod terminal;
@@ -35,13 +37,13 @@ use supervisor::Stop;
 use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::answer::{AcquireAnswer, Answer, SetAcquireAnswer};
+use crate::answer::{Answer, ShapedAcquire};
 use crate::engine::Request;
 use crate::error::Result;
 use crate::exit::Exit;
-use crate::lock::{Acquire, Fence, Grant, Lock, Members, Mode, Owner, Remark, SetAcquire, Ttl};
+use crate::lock::{Grant, Lock, Members, Mode, Owner, Remark, SetAcquire, Ttl};
 use crate::output::{StatusLine, warn};
-use crate::store::{self, Location, LockStore, Locks};
+use crate::store::{self, Location, LockStore, Locks, op};
 use crate::wait;
 
 /// What to run, under which lock: the command line's `run`, as plain values.
@@ -83,8 +85,8 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
     // Every signal is caught from here to the exit: one that comes as the lock is granted, or
     // while it is released, is never lost nor ends `run` with the lock held; the command gets
     // those that came before it started as soon as it runs.
-    let mut wakeups = signals::Wakeups::start()?;
-    let mut store = store::open(location)?;
+    let mut self_pipe = self_pipe::SelfPipe::start()?;
+    let mut store = store::open(location, store::Access::Create)?;
     let request = Request {
         owner: owner.clone(),
         ttl: args.ttl,
@@ -98,7 +100,7 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         Ok(granted) => granted,
         Err(exit) => return Ok(exit),
     };
-    let job = runner::Job {
+    let job = job::Job {
         location,
         members: &args.members,
         locks: &granted.locks,
@@ -109,31 +111,35 @@ pub fn run(location: &Location, args: RunSpec) -> Result<Exit> {
         max_runtime: args.max_runtime,
     };
     // While the command runs, the store may do what it would otherwise do as `run` exits.
-    let supervised = runner::supervise(&job, &mut wakeups, &mut || store.tidy());
+    let supervised = runner::supervise(&job, &mut self_pipe, &mut || {
+        let _ = store.perform(op::Tidy);
+    });
     // On every path, the command's end or a failure to start guarding it alike, this run
     // lets go of its own tenures (owner and fence) only — harmless after a lost lease: the
     // store refuses if someone else holds it, and frees it early if renewals merely failed.
     // Joining a tenure this owner took with `acquire` (a script's `acquire --owner X`, then
     // steps with `run --owner X`) keeps it alive while the step runs, and leaves it held
     // afterwards: only such a tenure is ever extended for a guarded request.
-    let own: Vec<&Lock> = granted
-        .locks
-        .iter()
-        .zip(&granted.tenures)
-        .filter(|(_, tenure)| **tenure == Grant::New)
-        .map(|(lock, _)| lock)
-        .collect();
-    if !own.is_empty() {
+    let own = (args.members).only(|at| granted.tenures.get(at) == Some(&Grant::New));
+    if let Some(own) = own {
         // The hold is for a job that ran: not for one that never started (126, 127, a
         // failure to start guarding it), which would keep the whole fleet from the period's
         // run, and not after a lost lease, which is no longer this run's to keep.
         let ran = matches!(&supervised, Ok(s) if s.started && s.stopped != Some(Stop::LeaseLost));
-        let hold = args.hold_at_least.filter(|_| ran);
         // A store that lost its connection meanwhile is sought again while the lease lasts,
         // so that a job that finished while its server was away is released once it is back.
         let lease_end = supervised.as_ref().map_or(job.lease_end, |s| s.lease_end);
-        store.keep_trying_until(Some(lease_end));
-        finish(store.as_mut(), &own, &owner, hold);
+        let ending = op::Finish {
+            fences: (granted.locks.iter())
+                .filter(|lock| own.as_slice().contains(&lock.resource))
+                .map(|lock| lock.fence)
+                .collect(),
+            members: own,
+            owner,
+            hold: args.hold_at_least.filter(|_| ran),
+            until: Some(lease_end),
+        };
+        finish(store.as_mut(), ending);
     }
     supervised.map(|s| s.exit)
 }
@@ -155,26 +161,7 @@ fn take(
 ) -> Result<std::result::Result<Granted, Exit>> {
     let members = &args.members;
     let mut on_busy = StatusLine::reporter(args.wait, &members.listed());
-    if let Some(resource) = members.single() {
-        let waited = wait::acquire(store, resource, request, args.wait, &mut on_busy)?;
-        drop(on_busy);
-        let attempt = match waited.attempt(resource) {
-            Ok(attempt) => attempt,
-            Err(interrupted) => return Ok(Err(interrupted)),
-        };
-        return Ok(match &attempt.outcome {
-            Acquire::Acquired { lock, tenure } => Ok(Granted {
-                locks: vec![lock.clone()],
-                tenures: vec![*tenure],
-                started: attempt.started,
-            }),
-            refused => Err(refusal(
-                &AcquireAnswer::new(resource, refused, args.mode),
-                args.conflict_exit_code,
-            )),
-        });
-    }
-    let waited = wait::acquire_set(store, members, request, args.wait, &mut on_busy)?;
+    let waited = wait::acquire(store, members, request, args.wait, &mut on_busy)?;
     drop(on_busy);
     let attempt = match waited.attempt(&members.listed()) {
         Ok(attempt) => attempt,
@@ -187,7 +174,7 @@ fn take(
             started: attempt.started,
         }),
         refused => Err(refusal(
-            &SetAcquireAnswer::new(members, &refused, args.mode),
+            &ShapedAcquire::new(members.shape(), members, &refused, args.mode),
             args.conflict_exit_code,
         )),
     })
@@ -216,27 +203,11 @@ fn refusal(answer: &impl Answer, conflict_exit_code: Option<u8>) -> Exit {
 }
 
 /// Ends this run's own tenures only (owner and fence): each released, or kept until its
-/// start plus `hold`, a lock set's members each on their own (a member already lost leaves
+/// start plus the hold, a lock set's members each on their own (a member already lost leaves
 /// the others to be let go); says so on stderr if that fails.
-fn finish(store: &mut dyn LockStore, locks: &[&Lock], owner: &Owner, hold: Option<Duration>) {
-    let ended = match locks {
-        [lock] => store
-            .finish(&lock.resource, owner, lock.fence, hold)
-            .map(drop),
-        locks => {
-            let resources = locks.iter().map(|l| l.resource.clone()).collect();
-            let fences: Vec<Fence> = locks.iter().map(|l| l.fence).collect();
-            Members::new(resources)
-                .map_err(anyhow::Error::msg)
-                .and_then(|members| store.finish_set(&members, owner, &fences, hold))
-                .map(drop)
-        }
-    };
-    if let Err(err) = ended {
-        let names: Vec<&str> = locks.iter().map(|l| l.resource.as_str()).collect();
-        warn(format_args!(
-            "cannot release the lock on {}: {err:#}",
-            names.join(", ")
-        ));
+fn finish(store: &mut dyn LockStore, ending: op::Finish) {
+    let names = ending.members.listed();
+    if let Err(err) = store.perform(ending) {
+        warn(format_args!("cannot release the lock on {names}: {err}"));
     }
 }

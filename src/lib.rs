@@ -13,6 +13,13 @@ pub mod exit;
 mod guard;
 pub mod lock;
 pub mod output;
+pub mod protocol;
 mod serve;
+pub mod signals;
 pub mod store;
 mod wait;
+
+#[cfg(test)]
+mod layers;
+#[cfg(test)]
+mod sizes;

@@ -16,8 +16,14 @@ mod text;
 mod time;
 
 pub use mode::{Family, MAX_LIMIT, Mode};
-pub use set::{Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew};
-pub use text::{MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource, TokenName};
+pub use set::{
+    Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew, Shape,
+    released_one, renewed_one,
+};
+pub use text::{
+    MAX_NAME_BYTES, MAX_REMARK_BYTES, Owner, Remark, Resource, TokenName, shown, shown_line,
+    visible,
+};
 pub use time::{MAX_DURATION, MAX_TTL_SECS, Timestamp, Ttl, parse_duration, parse_span};
 
 /// A fencing token: strictly increases with every new tenure of a resource, never reused.
@@ -33,7 +39,7 @@ impl fmt::Display for Fence {
 
 /// One tenure of a lock, as the store holds it. As JSON, a lock object gains fields only when
 /// they apply: `"shared":true`, `"limit":N`, `"note":"…"`; a plain exclusive lock is exactly
-/// the contract's first shape.
+/// the lock object of docs/src/reference/json.md.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lock {
     pub resource: Resource,
@@ -140,12 +146,12 @@ pub struct Event {
     pub note: Option<Remark>,
     /// Who broke the tenure, and why (a `broken` event).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub broken: Option<Eviction>,
+    pub broken: Option<Breaking>,
 }
 
 /// Who broke a lock with `break`, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Eviction {
+pub struct Breaking {
     /// Who the caller says it is (`--by`, or `<user>@<hostname>`): free text, proving nothing.
     pub by: Remark,
     /// The operator's token that a server let break it (`distlock serve --tokens`): who the
@@ -155,7 +161,7 @@ pub struct Eviction {
     pub reason: Remark,
 }
 
-impl Eviction {
+impl Breaking {
     /// Who broke it, as a message names them: `by`, and the operator's token when there was
     /// one (`alice@ops (token ops)`).
     pub fn breaker(&self) -> String {
@@ -206,6 +212,13 @@ impl EventKind {
             _ => return None,
         })
     }
+}
+
+/// What `gc` removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    pub expired_locks: u64,
+    pub history_events: u64,
 }
 
 /// Which history to read.

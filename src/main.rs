@@ -1,7 +1,7 @@
 //! `distlock`: leased, named locks for shell scripts, cron jobs, deploy steps and CI steps.
 //!
 //! This file stays thin: parse the command line, dispatch, and turn the outcome into the exit
-//! code the contract promises. Returning `ExitCode` (rather than calling `exit`) lets every
+//! code docs/src/reference/exit-codes.md promises. Returning `ExitCode` (rather than calling `exit`) lets every
 //! destructor run, so connections close and `run` stops its heartbeat thread.
 
 use std::process::ExitCode;
@@ -13,14 +13,8 @@ use distlock::exit::Exit;
 use distlock::{cli, commands, output};
 
 fn main() -> ExitCode {
-    // Past a file-size limit (`ulimit -f`) a write would kill distlock with SIGXFSZ, leaving no
-    // message and, under `run`, an unguarded command. With a handler installed the write fails
-    // with EFBIG instead, which is an ordinary store error (74). `exec` resets handlers, so
-    // `run`'s command keeps the default.
-    let _ = signal_hook::flag::register(
-        signal_hook::consts::SIGXFSZ,
-        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
-    );
+    // A write past a file-size limit fails with an error rather than killing distlock.
+    distlock::signals::survive_file_size_limit();
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err)

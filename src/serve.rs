@@ -35,24 +35,24 @@ mod access;
 mod api;
 mod exposure;
 mod health;
-mod input;
 mod lanes;
+mod listen;
 mod metrics;
 mod operations;
 mod problem;
+mod reply;
 mod reread;
+mod shared;
 mod stall;
 mod tls;
 pub mod tokens;
 mod waiters;
 mod waits;
 
-pub use api::{API as API_HEADER, GRANT as GRANT_HEADER, WAITED as WAITED_HEADER};
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -61,16 +61,19 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_rustls::TlsAcceptor;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::output::warn;
-use crate::store::{self, Location, LockStore};
+use crate::protocol::{LONGEST_POLL, MAX_HEAD};
+use crate::signals::{ServerSignals, Told};
+use crate::store::{self, Location};
 
-use exposure::exposure;
+pub use listen::Listen;
+use listen::exposed;
 use reread::{Reread, Rereads};
+use shared::{Shared, Stores};
 
 /// The most connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 4096;
@@ -87,10 +90,10 @@ const WRITE_TIMEOUT: Duration = HEADER_TIMEOUT;
 /// before there are headers to read.
 const HANDSHAKE_TIMEOUT: Duration = HEADER_TIMEOUT;
 
-/// The most bytes the HTTP layer reads of a request line and headers; past [`api::MAX_HEAD`]
+/// The most bytes the HTTP layer reads of a request line and headers; past [`MAX_HEAD`]
 /// of them distlock answers 414 or 431 itself, with a problem document, and past this the HTTP
 /// layer does (with an empty body).
-const HEAD_BUFFER: usize = 4 * api::MAX_HEAD;
+const HEAD_BUFFER: usize = 4 * MAX_HEAD;
 
 /// The most headers the HTTP layer reads: as many as [`HEAD_BUFFER`] can hold, the shortest
 /// header line being 4 bytes (`a:` and CRLF), so that a head is only ever refused by the HTTP
@@ -99,181 +102,6 @@ const HEAD_BUFFER: usize = 4 * api::MAX_HEAD;
 /// sets aside 64 bytes per header for each head it parses (1 MiB, not written to), and
 /// reads no more than the buffer whatever the count.
 const MAX_HEADERS: usize = HEAD_BUFFER / 4;
-
-/// The most open stores kept for reuse: enough for 64 clients at once, so that a busy
-/// server does not open and close PostgreSQL sessions all the time.
-const IDLE_STORES: usize = 64;
-
-/// What every request shares.
-pub struct State {
-    stores: Stores,
-    metrics: metrics::Metrics,
-    /// Whether the store answers, for `/health` and `/metrics`.
-    health: health::Health,
-    /// Requests waiting in a queue now.
-    waiting: AtomicUsize,
-    /// Who those are, so that an owner that leaves the queue ends its own ([`waits`]).
-    waits: waits::Waits,
-    /// Set at SIGTERM or SIGINT: waits end at once.
-    stopping: AtomicBool,
-    /// The tokens of `--tokens`, replaced whole when SIGHUP rereads the file; `None`: no
-    /// tokens.
-    tokens: Option<Arc<tokens::TokensFile>>,
-}
-
-impl State {
-    /// The tokens as they are now.
-    fn tokens(&self) -> Option<Arc<tokens::Tokens>> {
-        self.tokens.as_ref().map(|file| file.now())
-    }
-}
-
-/// Open stores, each used by one request at a time and put back after it.
-struct Stores {
-    location: Location,
-    idle: Mutex<Vec<Box<dyn LockStore>>>,
-}
-
-impl Stores {
-    /// Runs `work` on a store of the pool (a new one if none is free). A store whose work
-    /// failed is not put back: its connection may be what failed.
-    fn with<T>(
-        &self,
-        work: impl FnOnce(&mut dyn LockStore) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-        let mut store = match pooled {
-            Some(store) => store,
-            None => store::open(&self.location)?,
-        };
-        let done = work(store.as_mut());
-        if done.is_ok() {
-            // What `run` does while its command runs, a server does after each operation: a
-            // SQLite store's WAL is checkpointed and started over once it is long, else it
-            // would grow for as long as the server serves.
-            store.tidy();
-            if let Ok(mut idle) = self.idle.lock() {
-                if idle.len() < IDLE_STORES {
-                    idle.push(store);
-                }
-            }
-        }
-        done
-    }
-}
-
-/// `--listen HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port (0: a
-/// free one).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listen {
-    host: String,
-    port: u16,
-}
-
-impl Listen {
-    /// # Errors
-    ///
-    /// A message saying what `raw` lacks to be `HOST:PORT`.
-    pub fn parse(raw: &str) -> std::result::Result<Listen, String> {
-        let bad = |why: &str| {
-            format!(
-                "{raw:?} is not HOST:PORT ({why}); for example 127.0.0.1:7878, [::1]:7878 or \
-                 localhost:7878"
-            )
-        };
-        let (host, port) = raw.rsplit_once(':').ok_or_else(|| bad("no port"))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| bad("the port is a number from 0 to 65535"))?;
-        let host = match host.strip_prefix('[') {
-            Some(inside) => inside
-                .strip_suffix(']')
-                .filter(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
-                .ok_or_else(|| bad("brackets hold an IPv6 address"))?,
-            None if host.contains(':') => {
-                return Err(bad("an IPv6 address goes in brackets, as [::1]:7878"));
-            }
-            None => host,
-        };
-        if host.is_empty() {
-            return Err(bad("no host"));
-        }
-        if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad("a host name has no spaces"));
-        }
-        Ok(Listen {
-            host: host.to_owned(),
-            port,
-        })
-    }
-
-    /// The addresses to listen on: the address itself, or every address the host name
-    /// resolves to (`localhost`: the loopback addresses the system gives it), in the order the
-    /// system gives them, repeats left out.
-    ///
-    /// # Errors
-    ///
-    /// A usage message for a name that does not resolve.
-    fn resolve(&self) -> std::result::Result<Vec<SocketAddr>, String> {
-        use std::net::ToSocketAddrs;
-        let resolved = (self.host.as_str(), self.port)
-            .to_socket_addrs()
-            .map_err(|err| format!("--listen {self}: cannot resolve {}: {err}", self.host))?;
-        let mut addresses: Vec<SocketAddr> = Vec::new();
-        for address in resolved {
-            if !addresses.contains(&address) {
-                addresses.push(address);
-            }
-        }
-        if addresses.is_empty() {
-            return Err(format!(
-                "--listen {self}: {} resolves to no address",
-                self.host
-            ));
-        }
-        Ok(addresses)
-    }
-
-    /// Whether the host is an IP address rather than a name.
-    fn is_address(&self) -> bool {
-        self.host.parse::<std::net::IpAddr>().is_ok()
-    }
-}
-
-impl std::fmt::Display for Listen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-/// The exposure rule ([`exposure`]) for every address `listen` resolved to: one refused
-/// refuses the start, named (with the name it came from).
-fn exposed(
-    listen: &Listen,
-    addresses: &[SocketAddr],
-    tls: bool,
-    insecure_http: bool,
-    tokens: bool,
-) -> std::result::Result<(), String> {
-    for &address in addresses {
-        exposure(address, tls, insecure_http, tokens).map_err(|refusal| {
-            if listen.is_address() {
-                refusal
-            } else {
-                refusal.replacen(
-                    &format!("--listen {address}"),
-                    &format!("--listen {listen} (which resolves to {address})"),
-                    1,
-                )
-            }
-        })?;
-    }
-    Ok(())
-}
 
 /// How `distlock serve` was asked to serve: the command line's flags as plain values.
 #[derive(Debug)]
@@ -333,12 +161,9 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     raise_open_files();
     // The store is opened (and made, for SQLite) before anything is served, so a store that
     // cannot be used is one error at start, not one per request.
-    let first = store::open(&location).map_err(Error::Store)?;
-    let state = Arc::new(State {
-        stores: Stores {
-            location,
-            idle: Mutex::new(vec![first]),
-        },
+    let first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
+    let state = Arc::new(Shared {
+        stores: Stores::new(location, first),
         metrics: metrics::Metrics::default(),
         health: health::Health::default(),
         waiting: AtomicUsize::new(0),
@@ -389,49 +214,10 @@ struct Front {
     rereads: Arc<Rereads>,
 }
 
-/// What a signal tells the server to do.
-enum Told {
-    Stop,
-    Reread,
-}
-
-/// The signals the server answers, caught from start to exit.
-struct Signals {
-    terminate: tokio::signal::unix::Signal,
-    interrupt: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn catch() -> Result<Signals> {
-        let catch = |kind: SignalKind, name: &str| {
-            signal(kind)
-                .with_context(|| format!("cannot catch {name}"))
-                .map_err(Error::System)
-        };
-        Ok(Signals {
-            terminate: catch(SignalKind::terminate(), "SIGTERM")?,
-            interrupt: catch(SignalKind::interrupt(), "SIGINT")?,
-            hangup: catch(SignalKind::hangup(), "SIGHUP")?,
-        })
-    }
-
-    /// The next signal's meaning. Cancel-safe: a signal that arrives while this is dropped is
-    /// kept for the next call.
-    async fn next(&mut self) -> Told {
-        tokio::select! {
-            _ = self.terminate.recv() => Told::Stop,
-            _ = self.interrupt.recv() => Told::Stop,
-            // `None` only once the runtime is going away: then this arm is left out.
-            Some(()) = self.hangup.recv() => Told::Reread,
-        }
-    }
-}
-
-async fn serve(state: Arc<State>, front: Front) -> Result<()> {
+async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
     // Caught before anything is said on stderr, so a signal sent as soon as the server says
     // where it listens is answered, never the default action (which for SIGHUP is to die).
-    let mut signals = Signals::catch()?;
+    let mut signals = ServerSignals::catch().map_err(Error::System)?;
     let (listeners, skipped) = bind_all(&front.listen).map_err(Error::System)?;
     let scheme = if front.tls.is_some() { "https" } else { "http" };
     // One line per address, the first one first: where the server listens.
@@ -508,11 +294,7 @@ async fn serve(state: Arc<State>, front: Front) -> Result<()> {
     state.stopping.store(true, Ordering::SeqCst);
     let _ = stop.send(());
     // Waiting requests notice within a pause (250 ms) and answer; the others finish.
-    let _ = tokio::time::timeout(
-        api::LONGEST_POLL + Duration::from_secs(5),
-        graceful.shutdown(),
-    )
-    .await;
+    let _ = tokio::time::timeout(LONGEST_POLL + Duration::from_secs(5), graceful.shutdown()).await;
     Ok(())
 }
 
@@ -596,7 +378,7 @@ async fn accept_any(
 
 /// Serves HTTP/1.1 requests on one connection (plain, or after its TLS handshake) until the
 /// client or the shutdown closes it.
-async fn serve_connection<I>(io: I, state: Arc<State>, watcher: Watcher)
+async fn serve_connection<I>(io: I, state: Arc<Shared>, watcher: Watcher)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -618,80 +400,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listen_is_host_colon_port_with_ipv6_in_brackets() {
-        // (given, host, port)
-        let taken = [
-            ("127.0.0.1:7878", "127.0.0.1", 7878),
-            ("localhost:0", "localhost", 0),
-            ("[::1]:443", "::1", 443),
-            ("locks.internal:65535", "locks.internal", 65535),
-            ("0.0.0.0:1", "0.0.0.0", 1),
-        ];
-        for (given, host, port) in taken {
-            let listen = Listen::parse(given).unwrap_or_else(|e| panic!("{given}: {e}"));
-            assert_eq!((listen.host.as_str(), listen.port), (host, port), "{given}");
-            assert_eq!(listen.to_string(), given, "shown as given");
-        }
-        // (given, what the refusal says)
-        let refused = [
-            ("localhost", "no port"),
-            ("7878", "no port"),
-            (":7878", "no host"),
-            ("localhost:", "the port is a number"),
-            ("localhost:65536", "the port is a number"),
-            ("localhost:-1", "the port is a number"),
-            ("::1:7878", "in brackets"),
-            ("[::1:7878", "brackets hold an IPv6 address"),
-            ("[localhost]:7878", "brackets hold an IPv6 address"),
-            ("local host:7878", "no spaces"),
-        ];
-        for (given, says) in refused {
-            let why = Listen::parse(given).expect_err(given);
-            assert!(why.contains(says), "{given}: {why}");
-            assert!(
-                why.starts_with(&format!("{given:?} is not HOST:PORT")),
-                "{why}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_name_is_resolved_and_every_address_must_pass_the_exposure_rule() {
-        let listen = Listen::parse("localhost:0").unwrap();
-        let addresses = listen.resolve().unwrap();
-        assert!(!addresses.is_empty());
-        assert!(
-            addresses.iter().all(|a| a.ip().is_loopback()),
-            "{addresses:?}"
-        );
-        assert!(exposed(&listen, &addresses, false, false, false).is_ok());
-        // A name that also resolves beyond loopback is refused, naming the name and address.
-        let wide: SocketAddr = "192.0.2.7:7878".parse().unwrap();
-        let both = ["127.0.0.1:7878".parse().unwrap(), wide];
-        let named = Listen::parse("locks.example:7878").unwrap();
-        let refusal = exposed(&named, &both, false, false, false).expect_err("beyond loopback");
-        assert!(
-            refusal.starts_with(
-                "--listen locks.example:7878 (which resolves to 192.0.2.7:7878): without --tokens"
-            ),
-            "{refusal}"
-        );
-        assert!(exposed(&named, &both, true, false, true).is_ok());
-        let address = Listen::parse("192.0.2.7:7878").unwrap();
-        let refusal = exposed(&address, &[wide], false, false, false).expect_err("refused");
-        assert!(
-            refusal.starts_with("--listen 192.0.2.7:7878: "),
-            "{refusal}"
-        );
-        let nowhere = Listen::parse("nowhere.invalid:7878").unwrap();
-        let why = nowhere.resolve().expect_err("no such name");
-        assert!(
-            why.starts_with("--listen nowhere.invalid:7878: cannot resolve nowhere.invalid"),
-            "{why}"
-        );
-    }
 
     #[tokio::test]
     async fn every_address_is_bound_on_one_port_and_a_missing_one_is_skipped() {

@@ -4,7 +4,7 @@
 //! - **Order** is the store's: a waiter takes a place in the queue at its first refused attempt
 //!   and is granted only once no earlier live waiter remains (see [`crate::engine::acquire`]).
 //! - **Waking** is the store's too: between attempts the waiter sleeps in
-//!   [`LockStore::wait_for_change`] (a kernel wait on SQLite, `LISTEN` on PostgreSQL), which a
+//!   [`op::WaitForChange`] (a kernel wait on SQLite, `LISTEN` on PostgreSQL), which a
 //!   release ends at once. It also looks again at least every [`MAX_DELAY`], for leases that
 //!   expire without a release and to keep its place alive (a place not refreshed for
 //!   [`crate::engine::LIVENESS_MS`] stops counting, so a killed waiter blocks nobody for long).
@@ -13,44 +13,35 @@
 //!
 //! What the user sees while waiting is not drawn here: the caller passes `on_busy`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use anyhow::Result;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::engine::Request;
 use crate::exit::Exit;
-use crate::lock::{Acquire, Holder, Members, Resource, SetAcquire};
+use crate::lock::{Holder, Members, SetAcquire};
 use crate::output::warn;
-use crate::store::{LockStore, Locks};
+use crate::signals::Interrupts;
+use crate::store::op::{self, Acquisition, Left};
+use crate::store::{LockStore, Locks, Result};
 
 const FIRST_DELAY: Duration = Duration::from_millis(5);
 /// The longest sleep between attempts: bounds how late an expired lease is noticed, and how
 /// late an interrupted waiter leaves.
 const MAX_DELAY: Duration = Duration::from_millis(250);
 
-/// The signals that make a waiter give up its place and exit: those a terminal, a service
-/// manager or `kill` sends to end a process, `^\` (SIGQUIT) included. Left to its default, any
-/// of them would end the waiter with its place still in the queue, blocking those behind it
-/// until the place's liveness lease ran out.
-const INTERRUPTS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
-
 /// The end of an acquire, with or without waiting.
-pub enum Waited<T = Acquire> {
-    Done(Attempt<T>),
+pub enum Waited {
+    Done(Attempt),
     /// Signal N arrived while waiting; the waiter left the queue (at once, or — through a
     /// distlock server that could not be told, which gives an abandoned place up itself —
     /// within 5 s: `false`).
     Interrupted(i32, bool),
 }
 
-impl<T> Waited<T> {
+impl Waited {
     /// The deciding attempt, or — for an interrupted wait — the exit the process ends with
     /// (128+N, as if it had died of the signal; one line on stderr says so). `what` names
     /// what was waited for in that line.
-    pub fn attempt(self, what: &dyn std::fmt::Display) -> Result<Attempt<T>, Exit> {
+    pub fn attempt(self, what: &dyn std::fmt::Display) -> Result<Attempt, Exit> {
         match self {
             Waited::Done(attempt) => Ok(attempt),
             Waited::Interrupted(signal, at_once) => {
@@ -71,34 +62,12 @@ impl<T> Waited<T> {
 }
 
 /// The deciding attempt.
-pub struct Attempt<T = Acquire> {
-    pub outcome: T,
+pub struct Attempt {
+    pub outcome: SetAcquire,
     /// The monotonic time just before the deciding attempt was sent (or, through a server that
     /// made the request wait, that time plus the server's wait): a lease it granted cannot
     /// have started earlier, so `started + ttl` is a safe local bound for its end.
     pub started: Instant,
-}
-
-/// What a waiter waits for: one resource ([`One`]) or a lock set ([`Set`]). The waiting is the
-/// same; what an attempt asks the store, and how its outcome reads, differ.
-pub trait Wanted {
-    type Outcome;
-    /// Every resource it waits on, by resource.
-    fn resources(&self) -> &[Resource];
-    fn request(&self) -> &Request;
-    /// One attempt, with the request's `waits` as given.
-    ///
-    /// # Errors
-    ///
-    /// Store failures.
-    fn ask(&self, store: &mut dyn LockStore, request: &Request) -> Result<Self::Outcome>;
-    fn look(outcome: &Self::Outcome) -> Look<'_>;
-    /// Gives up the place (or places) in the queue.
-    ///
-    /// # Errors
-    ///
-    /// Store failures.
-    fn leave(&self, store: &mut dyn LockStore) -> Result<()>;
 }
 
 /// How an attempt came out, as the waiting policy sees it.
@@ -106,7 +75,7 @@ pub trait Wanted {
 pub enum Look<'a> {
     Granted,
     /// Not now: who holds it (for a set, the first busy member), and the waiter's place in
-    /// the queue (for a set, the first busy member's), when it waits.
+    /// the queue (for a set, the furthest back of its places), when it waits.
     Busy {
         holder: Option<&'a Holder>,
         position: Option<usize>,
@@ -115,72 +84,7 @@ pub enum Look<'a> {
 }
 
 impl Look<'_> {
-    fn of(outcome: &Acquire) -> Look<'_> {
-        match outcome {
-            Acquire::Acquired { .. } => Look::Granted,
-            Acquire::Busy {
-                holder, position, ..
-            } => Look::Busy {
-                holder: holder.as_ref(),
-                position: *position,
-            },
-            Acquire::Mismatch { .. } => Look::Mismatch,
-        }
-    }
-}
-
-/// One resource.
-pub struct One<'a> {
-    pub resource: &'a Resource,
-    pub request: &'a Request,
-}
-
-impl Wanted for One<'_> {
-    type Outcome = Acquire;
-
-    fn resources(&self) -> &[Resource] {
-        std::slice::from_ref(self.resource)
-    }
-
-    fn request(&self) -> &Request {
-        self.request
-    }
-
-    fn ask(&self, store: &mut dyn LockStore, request: &Request) -> Result<Acquire> {
-        store.acquire(self.resource, request)
-    }
-
-    fn look(outcome: &Acquire) -> Look<'_> {
-        Look::of(outcome)
-    }
-
-    fn leave(&self, store: &mut dyn LockStore) -> Result<()> {
-        store.leave(self.resource, &self.request.owner)
-    }
-}
-
-/// A lock set, all or nothing.
-pub struct Set<'a> {
-    pub members: &'a Members,
-    pub request: &'a Request,
-}
-
-impl Wanted for Set<'_> {
-    type Outcome = SetAcquire;
-
-    fn resources(&self) -> &[Resource] {
-        self.members.as_slice()
-    }
-
-    fn request(&self) -> &Request {
-        self.request
-    }
-
-    fn ask(&self, store: &mut dyn LockStore, request: &Request) -> Result<SetAcquire> {
-        store.acquire_set(self.members, request)
-    }
-
-    fn look(outcome: &SetAcquire) -> Look<'_> {
+    fn of(outcome: &SetAcquire) -> Look<'_> {
         match outcome {
             SetAcquire::Acquired { .. } => Look::Granted,
             SetAcquire::Busy { blocked } => Look::Busy {
@@ -190,69 +94,77 @@ impl Wanted for Set<'_> {
             SetAcquire::Mismatch { .. } => Look::Mismatch,
         }
     }
-
-    fn leave(&self, store: &mut dyn LockStore) -> Result<()> {
-        store.leave_set(self.members, &self.request.owner)
-    }
 }
 
-/// Tries to acquire; while the lock is busy and `wait` has not run out, waits in the queue and
-/// tries again. A mismatch (exit 78) is answered at once. `on_busy` hears, after each busy
-/// attempt that will be retried, who holds the lock (if anyone) and the waiter's place.
+/// One attempt to acquire `members` as `request` asks, with the request's `waits` as `waits`
+/// says; `until`, the end of the wait.
+///
+/// # Errors
+///
+/// Store failures.
+fn ask(
+    store: &mut dyn LockStore,
+    (members, request): (&Members, &Request),
+    waits: bool,
+    until: Option<Instant>,
+) -> Result<Acquisition> {
+    store.perform(op::Acquire {
+        members: members.clone(),
+        request: Request {
+            waits,
+            ..request.clone()
+        },
+        until,
+    })
+}
+
+/// Gives up the place (or places) in the queue of `members` that `request`'s owner holds.
+///
+/// # Errors
+///
+/// Store failures.
+fn leave(
+    store: &mut dyn LockStore,
+    (members, request): (&Members, &Request),
+    until: Option<Instant>,
+) -> Result<Left> {
+    store.perform(op::Leave {
+        members: members.clone(),
+        owner: request.owner.clone(),
+        until,
+    })
+}
+
+/// Tries to acquire `members` as `request` asks (granted all at once, or waited for in every
+/// member's queue at once, holding nothing meanwhile); while they are busy and `wait` has not
+/// run out, waits in the queue and tries again. A mismatch (exit 78) is answered at once.
+/// `on_busy` hears, after each busy attempt that will be retried, who holds the lock (if
+/// anyone) and the waiter's place.
 ///
 /// # Errors
 ///
 /// Store failures from any attempt.
 pub fn acquire(
     store: &mut dyn LockStore,
-    resource: &Resource,
-    request: &Request,
-    wait: Option<Duration>,
-    on_busy: &mut dyn FnMut(Option<&Holder>, usize),
-) -> Result<Waited> {
-    acquire_as(store, &One { resource, request }, wait, on_busy)
-}
-
-/// [`acquire`] of a lock set: granted all at once, or waited for in every member's queue at
-/// once, holding nothing meanwhile.
-///
-/// # Errors
-///
-/// Store failures from any attempt.
-pub fn acquire_set(
-    store: &mut dyn LockStore,
     members: &Members,
     request: &Request,
     wait: Option<Duration>,
     on_busy: &mut dyn FnMut(Option<&Holder>, usize),
-) -> Result<Waited<SetAcquire>> {
-    acquire_as(store, &Set { members, request }, wait, on_busy)
-}
-
-fn acquire_as<W: Wanted>(
-    store: &mut dyn LockStore,
-    wanted: &W,
-    wait: Option<Duration>,
-    on_busy: &mut dyn FnMut(Option<&Holder>, usize),
-) -> Result<Waited<W::Outcome>> {
-    let mut patience = Patience::new(Instant::now(), wait.unwrap_or(Duration::ZERO));
-    let interrupts = if patience.waits() {
+) -> Result<Waited> {
+    let wanted = (members, request);
+    let mut policy = WaitPolicy::new(Instant::now(), wait.unwrap_or(Duration::ZERO));
+    let interrupts = if policy.waits() {
         Interrupts::install()
     } else {
         None
     };
-    if patience.waits() {
-        // A lost connection is sought again while the wait lasts.
-        store.keep_trying_until(Some(patience.until));
-        store.subscribe(wanted.resources(), &wanted.request().owner)?;
-    }
+    subscribe(store, wanted, &policy)?;
     let interrupted = || interrupts.as_ref().and_then(Interrupts::arrived);
-    let waited = wait_in_line(store, wanted, &mut patience, &interrupted, on_busy);
-    store.keep_trying_until(None);
-    match waited? {
+    match wait_in_line(store, wanted, &mut policy, &interrupted, on_busy)? {
         Ended::Stopped { signal, .. } => {
-            wanted.leave(store)?;
-            Ok(Waited::Interrupted(signal, store.leaves_at_once()))
+            // Gone at once, or after the store's own budget: not for the rest of the wait.
+            let left = leave(store, wanted, None)?;
+            Ok(Waited::Interrupted(signal, left.at_once))
         }
         Ended::Answered(attempt) => Ok(Waited::Done(attempt)),
     }
@@ -267,61 +179,79 @@ fn acquire_as<W: Wanted>(
 /// # Errors
 ///
 /// Store failures from any attempt.
-pub fn serve<W: Wanted>(
+pub fn serve(
     store: &mut dyn LockStore,
-    wanted: &W,
+    members: &Members,
+    request: &Request,
     wait: Duration,
     keeps_place: bool,
     stop: &dyn Fn() -> bool,
-) -> Result<Attempt<W::Outcome>> {
-    let mut patience = Patience::new(Instant::now(), wait);
-    patience.keeps_place = keeps_place;
-    if patience.waits() {
-        store.keep_trying_until(Some(patience.until));
-        store.subscribe(wanted.resources(), &wanted.request().owner)?;
-    }
+) -> Result<Attempt> {
+    let wanted = (members, request);
+    let mut policy = WaitPolicy::new(Instant::now(), wait);
+    policy.keeps_place = keeps_place;
+    subscribe(store, wanted, &policy)?;
     let stopped = || stop().then_some(0);
-    let waited = wait_in_line(store, wanted, &mut patience, &stopped, &mut |_, _| {});
-    store.keep_trying_until(None);
-    match waited? {
+    match wait_in_line(store, wanted, &mut policy, &stopped, &mut |_, _| {})? {
         // Stopped: the latest look's answer, the place kept.
         Ended::Answered(attempt) | Ended::Stopped { last: attempt, .. } => Ok(attempt),
     }
 }
 
+/// Starts listening for changes of the members, for a waiter (nothing for a request that
+/// tries once).
+///
+/// # Errors
+///
+/// Store failures.
+fn subscribe(
+    store: &mut dyn LockStore,
+    (members, request): (&Members, &Request),
+    policy: &WaitPolicy,
+) -> Result<()> {
+    if policy.waits() {
+        store.perform(op::Subscribe {
+            members: members.clone(),
+            owner: request.owner.clone(),
+            until: policy.until(),
+        })?;
+    }
+    Ok(())
+}
+
 /// How [`wait_in_line`] ended.
-enum Ended<T> {
+enum Ended {
     /// With this attempt's outcome as the answer.
-    Answered(Attempt<T>),
+    Answered(Attempt),
     /// Stopped by signal `signal` (0 for a server's stop) after the `last` look, whose place in
     /// the queue the caller keeps or gives up.
-    Stopped { signal: i32, last: Attempt<T> },
+    Stopped { signal: i32, last: Attempt },
 }
 
 /// [`acquire`]'s attempts, until one is the answer or `interrupted` says why not (a signal's
 /// number; the caller decides what becomes of the place in the queue).
-fn wait_in_line<W: Wanted>(
+fn wait_in_line(
     store: &mut dyn LockStore,
-    wanted: &W,
-    patience: &mut Patience,
+    wanted: (&Members, &Request),
+    policy: &mut WaitPolicy,
     interrupted: &dyn Fn() -> Option<i32>,
     on_busy: &mut dyn FnMut(Option<&Holder>, usize),
-) -> Result<Ended<W::Outcome>> {
+) -> Result<Ended> {
+    let until = policy.until();
     loop {
         let started = Instant::now();
         // A wait that keeps its place asks for it to the end: its last look refreshes the
         // place and learns its position.
-        let attempt = Request {
-            waits: patience.has_time(started) || patience.keeps_place,
-            ..wanted.request().clone()
-        };
-        let outcome = wanted.ask(store, &attempt)?;
+        let waits = policy.has_time(started) || policy.keeps_place;
+        let acquisition = ask(store, wanted, waits, until)?;
+        if let Some(notice) = &acquisition.notice {
+            warn(format_args!("{notice}"));
+        }
         // A grant's lease is timed from when it can first have been decided.
-        let decided = store
-            .decided_no_earlier_than()
-            .map_or(started, |at| at.max(started));
-        let look = W::look(&outcome);
-        match patience.after(look, started, fastrand::f64()) {
+        let decided = acquisition.decided.map_or(started, |at| at.max(started));
+        let outcome = acquisition.outcome;
+        let look = Look::of(&outcome);
+        match policy.after(look, started, fastrand::f64()) {
             Next::Answer => {
                 return Ok(Ended::Answered(Attempt {
                     outcome,
@@ -329,7 +259,7 @@ fn wait_in_line<W: Wanted>(
                 }));
             }
             Next::LeaveAndAnswer => {
-                wanted.leave(store)?;
+                leave(store, wanted, until)?;
                 return Ok(Ended::Answered(Attempt {
                     outcome,
                     started: decided,
@@ -339,7 +269,11 @@ fn wait_in_line<W: Wanted>(
                 if let Look::Busy { holder, .. } = look {
                     on_busy(holder, position);
                 }
-                store.wait_for_change(wanted.resources(), pause)?;
+                store.perform(op::WaitForChange {
+                    members: wanted.0.clone(),
+                    timeout: pause,
+                    until,
+                })?;
             }
         }
         if let Some(signal) = interrupted() {
@@ -367,7 +301,7 @@ enum Next {
 /// (so pollers that saw the same expiry do not stampede the store together), and never runs
 /// past the end of the wait.
 #[derive(Debug, Clone)]
-struct Patience {
+struct WaitPolicy {
     /// When the wait runs out.
     until: Instant,
     /// `--wait` was not zero.
@@ -379,9 +313,9 @@ struct Patience {
     keeps_place: bool,
 }
 
-impl Patience {
-    fn new(start: Instant, wait: Duration) -> Patience {
-        Patience {
+impl WaitPolicy {
+    fn new(start: Instant, wait: Duration) -> WaitPolicy {
+        WaitPolicy {
             until: start + wait,
             waits: !wait.is_zero(),
             delay: FIRST_DELAY,
@@ -392,6 +326,11 @@ impl Patience {
     /// Whether this waiter queues at all.
     fn waits(&self) -> bool {
         self.waits
+    }
+
+    /// The end of the wait, for a waiter: how long a store may keep at one of its calls.
+    fn until(&self) -> Option<Instant> {
+        self.waits.then_some(self.until)
     }
 
     /// Whether the wait has time left at `now`: an attempt then asks for a place in the
@@ -424,96 +363,50 @@ impl Patience {
     }
 }
 
-/// The interrupt the handlers of [`Interrupts`] noted (0: none), shared with a store whose
-/// one call may itself wait long (a distlock server's long poll), so that it gives the call
-/// up as soon as one arrives.
-static NOTED: std::sync::OnceLock<Arc<AtomicUsize>> = std::sync::OnceLock::new();
-
-/// Whether an interrupt arrived while this process waits in a queue.
-pub fn interrupted() -> bool {
-    NOTED
-        .get()
-        .is_some_and(|noted| noted.load(Ordering::SeqCst) != 0)
-}
-
-/// The [`INTERRUPTS`], noted instead of ending the process while it waits, so that it can leave
-/// the queue first.
-struct Interrupts {
-    arrived: Arc<AtomicUsize>,
-    ids: Vec<signal_hook::SigId>,
-}
-
-impl Interrupts {
-    /// `None` if the handlers cannot be installed: the waiter then dies of the signal as
-    /// before, and its place expires by its liveness lease.
-    fn install() -> Option<Interrupts> {
-        let arrived = Arc::clone(NOTED.get_or_init(|| Arc::new(AtomicUsize::new(0))));
-        arrived.store(0, Ordering::SeqCst);
-        let mut ids = Vec::new();
-        for signal in INTERRUPTS {
-            let id = signal_hook::flag::register_usize(
-                signal,
-                Arc::clone(&arrived),
-                usize::try_from(signal).unwrap_or(usize::MAX),
-            )
-            .ok()?;
-            ids.push(id);
-        }
-        Some(Interrupts { arrived, ids })
-    }
-
-    fn arrived(&self) -> Option<i32> {
-        match self.arrived.load(Ordering::SeqCst) {
-            0 => None,
-            signal => i32::try_from(signal).ok(),
-        }
-    }
-}
-
-impl Drop for Interrupts {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::{Fence, Grant, Lock, Mode, Owner, Timestamp};
+    use crate::lock::{Blocked, Fence, Grant, Lock, Mode, Owner, Resource, Timestamp};
 
     fn ms(millis: u64) -> Duration {
         Duration::from_millis(millis)
     }
 
-    fn busy(position: Option<usize>) -> Acquire {
-        Acquire::Busy {
-            holder: None,
-            holders: Vec::new(),
-            waiting: 0,
-            position,
+    fn r() -> Resource {
+        Resource::parse("r").expect("a resource")
+    }
+
+    fn busy(position: Option<usize>) -> SetAcquire {
+        SetAcquire::Busy {
+            blocked: vec![Blocked {
+                resource: r(),
+                holder: None,
+                holders: Vec::new(),
+                waiting: 0,
+                position,
+            }],
         }
     }
 
-    fn granted() -> Acquire {
+    fn granted() -> SetAcquire {
         let owner = Owner::parse("o").expect("an owner");
-        Acquire::Acquired {
-            lock: Lock {
-                resource: Resource::parse("r").expect("a resource"),
+        SetAcquire::Acquired {
+            locks: vec![Lock {
+                resource: r(),
                 owner,
                 fence: Fence(1),
                 acquired_at: Timestamp(0),
                 expires_at: Timestamp(1000),
                 mode: Mode::Exclusive,
                 note: None,
-            },
-            tenure: Grant::New,
+            }],
+            tenures: vec![Grant::New],
         }
     }
 
-    fn mismatch() -> Acquire {
-        Acquire::Mismatch {
+    fn mismatch() -> SetAcquire {
+        SetAcquire::Mismatch {
+            resource: r(),
             holders: Vec::new(),
         }
     }
@@ -522,7 +415,7 @@ mod tests {
     fn a_waiter_answers_leaves_or_sleeps_as_its_wait_and_the_outcome_say() {
         let t0 = Instant::now();
         // (--wait, attempt at, outcome, jitter) → next
-        let cases: Vec<(Duration, Duration, Acquire, f64, Next)> = vec![
+        let cases: Vec<(Duration, Duration, SetAcquire, f64, Next)> = vec![
             // Try once: every outcome is the answer, and nothing was queued to leave.
             (Duration::ZERO, ms(0), granted(), 0.5, Next::Answer),
             (Duration::ZERO, ms(0), busy(None), 0.5, Next::Answer),
@@ -567,13 +460,13 @@ mod tests {
             (ms(1000), ms(10), mismatch(), 0.5, Next::LeaveAndAnswer),
         ];
         for (wait, at, outcome, jitter, next) in cases {
-            let mut patience = Patience::new(t0, wait);
+            let mut policy = WaitPolicy::new(t0, wait);
             assert_eq!(
-                patience.after(Look::of(&outcome), t0 + at, jitter),
+                policy.after(Look::of(&outcome), t0 + at, jitter),
                 next,
                 "--wait {wait:?}, at {at:?}, {outcome:?}, jitter {jitter}"
             );
-            assert_eq!(patience.has_time(t0 + at), at < wait, "{wait:?} at {at:?}");
+            assert_eq!(policy.has_time(t0 + at), at < wait, "{wait:?} at {at:?}");
         }
     }
 
@@ -581,7 +474,7 @@ mod tests {
     fn a_servers_wait_that_is_not_the_last_keeps_its_place_when_it_runs_out() {
         let t0 = Instant::now();
         // (keeps its place, attempt at, outcome) → next, for a wait of 1 s
-        let cases: Vec<(bool, Duration, Acquire, Next)> = vec![
+        let cases: Vec<(bool, Duration, SetAcquire, Next)> = vec![
             (true, ms(1000), busy(Some(2)), Next::Answer),
             (true, ms(4000), busy(None), Next::Answer),
             (false, ms(1000), busy(Some(2)), Next::LeaveAndAnswer),
@@ -601,10 +494,10 @@ mod tests {
             ),
         ];
         for (keeps_place, at, outcome, next) in cases {
-            let mut patience = Patience::new(t0, ms(1000));
-            patience.keeps_place = keeps_place;
+            let mut policy = WaitPolicy::new(t0, ms(1000));
+            policy.keeps_place = keeps_place;
             assert_eq!(
-                patience.after(Look::of(&outcome), t0 + at, 1.0),
+                policy.after(Look::of(&outcome), t0 + at, 1.0),
                 next,
                 "keeps its place: {keeps_place}, at {at:?}, {outcome:?}"
             );
@@ -614,11 +507,10 @@ mod tests {
     #[test]
     fn the_pause_doubles_up_to_the_longest_and_jitter_stays_within_half_of_it() {
         let t0 = Instant::now();
-        let mut patience = Patience::new(t0, Duration::from_secs(3600));
+        let mut policy = WaitPolicy::new(t0, Duration::from_secs(3600));
         let mut delays = Vec::new();
         for round in 0..12 {
-            let Next::Sleep { pause, .. } = patience.after(Look::of(&busy(Some(1))), t0, 1.0)
-            else {
+            let Next::Sleep { pause, .. } = policy.after(Look::of(&busy(Some(1))), t0, 1.0) else {
                 panic!("round {round}: a waiter with time left sleeps");
             };
             delays.push(pause);
@@ -629,11 +521,11 @@ mod tests {
             .collect();
         assert_eq!(delays, expected);
         for jitter in [0.0, 0.25, 0.5, 0.99, 1.0, -3.0, 7.0] {
-            let mut patience = Patience::new(t0, Duration::from_secs(3600));
+            let mut policy = WaitPolicy::new(t0, Duration::from_secs(3600));
             for _ in 0..10 {
-                patience.after(Look::of(&busy(Some(1))), t0, 1.0);
+                policy.after(Look::of(&busy(Some(1))), t0, 1.0);
             }
-            let Next::Sleep { pause, .. } = patience.after(Look::of(&busy(Some(1))), t0, jitter)
+            let Next::Sleep { pause, .. } = policy.after(Look::of(&busy(Some(1))), t0, jitter)
             else {
                 panic!("a waiter with time left sleeps");
             };

@@ -20,12 +20,19 @@
 //!
 //! Processes, deadlines and waits come from the integration suite's `common::process`, the
 //! guarded resource from its `common::fenced_write`, the HTTPS certificates from its
-//! `common::certs`, the jobs that note two holders at once from its `common::critical`, and a
-//! PostgreSQL database from its `common::pg_database`: the same files, compiled into this crate
-//! too.
+//! `common::certs`, the jobs that note two holders at once from its `common::critical`, a
+//! PostgreSQL database from its `common::pg_database`, a private PostgreSQL server to stop and
+//! start from its `common::cluster`, and the gate for a tool this machine may lack from its
+//! `common::require`: the same files, compiled into this crate too. The jobs that cannot be
+//! trusted to leave a critical section (killed, stopped, ignoring SIGTERM) log the time
+//! instead, compared with when the next holder got in (`recipes/ticks.rs`).
+
+#![allow(clippy::too_many_lines)] // Tables, one row a case: long by design.
 
 #[path = "cli/common/certs.rs"]
 mod certs;
+#[path = "cli/common/cluster.rs"]
+mod cluster;
 #[path = "cli/common/critical.rs"]
 mod critical;
 #[path = "cli/common/fenced_write.rs"]
@@ -34,8 +41,12 @@ mod fenced_write;
 mod pg_database;
 #[path = "cli/common/process.rs"]
 mod process;
+#[path = "cli/common/require.rs"]
+mod require;
 #[path = "recipes/server.rs"]
 mod server;
+#[path = "recipes/ticks.rs"]
+mod ticks;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
@@ -52,6 +63,7 @@ use tempfile::TempDir;
 
 use fenced_write::{fenced_write, ledger};
 use process::{BIN, Proc, describe, spawn_lock, wait_for_file, wait_until};
+use ticks::Ticking;
 
 /// The book's command for the fenced-write recipe, run by [`fenced_write_book_command`].
 const FENCED_USAGE: &str =
@@ -221,20 +233,23 @@ impl Scratch {
         self.path(name).to_str().expect("utf-8 path").to_owned()
     }
 
-    /// `program` with this store (through its server, when it has one), the binary first in
-    /// `PATH`, nothing of distlock's inherited from the test's environment, and no terminal.
+    /// `program` (a recipe's script, a shell) with this store (through its server, when it has
+    /// one) and the binary first in `PATH`; nothing else of distlock's is inherited from the
+    /// test's environment ([`process::isolated`]), and there is no terminal.
     fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
-        let mut cmd = Command::new(program);
+        self.with_store(process::isolated(program))
+    }
+
+    /// `distlock` itself, as [`Scratch::cmd`] starts a program.
+    fn distlock_cmd(&self) -> Command {
+        self.with_store(process::distlock())
+    }
+
+    fn with_store(&self, mut cmd: Command) -> Command {
         cmd.env(
             "PATH",
             path_with_bin(&std::env::var("PATH").unwrap_or_default()),
-        )
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("DISTLOCK_FENCE")
-        .env_remove("DISTLOCK_RESOURCE")
-        .env_remove("DISTLOCK_FENCES")
-        .env_remove("DISTLOCK_RESOURCES")
-        .stdin(Stdio::null());
+        );
         self.store_env(&mut cmd);
         cmd
     }
@@ -255,8 +270,8 @@ impl Scratch {
     }
 
     /// Runs `distlock ARGS…` to completion.
-    fn distlock(&self, args: &[&str]) -> Output {
-        let out = output(self.cmd(BIN).args(args)).expect("run distlock");
+    fn run(&self, args: &[&str]) -> Output {
+        let out = output(self.distlock_cmd().args(args)).expect("run distlock");
         if let Some(front) = &self.front {
             front.assert_secret_kept(&[&out.stdout, &out.stderr], &format!("distlock {args:?}"));
         }
@@ -265,13 +280,8 @@ impl Scratch {
 
     /// Runs `distlock ARGS…`, checks its exit code, and parses its one JSON line.
     fn json(&self, args: &[&str], code: i32) -> Value {
-        let out = self.distlock(args);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "distlock {args:?}: {}",
-            describe(&out)
-        );
+        let out = self.run(args);
+        process::assert_exited(&out, code, &format!("distlock {args:?}"));
         serde_json::from_slice(&out.stdout).expect("one JSON object")
     }
 
@@ -285,7 +295,7 @@ impl Scratch {
 
     /// The live lock on `resource`, or `None` when nobody holds it.
     fn holder(&self, resource: &str) -> Option<Value> {
-        let out = self.distlock(&["status", resource]);
+        let out = self.run(&["status", resource]);
         let value: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
         match out.status.code() {
             Some(0) => Some(value["lock"].clone()),
@@ -299,7 +309,7 @@ impl Scratch {
 
     /// How many wait in line for `resource` (`status`'s `"waiting"`, there only when some do).
     fn waiting(&self, resource: &str) -> u64 {
-        let out = self.distlock(&["status", resource]);
+        let out = self.run(&["status", resource]);
         let value: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
         value.get("waiting").map_or(0, |n| {
             n.as_u64()
@@ -318,7 +328,7 @@ impl Scratch {
 
     /// The history of `resource`, oldest first.
     fn log(&self, resource: &str) -> Vec<Value> {
-        let out = self.distlock(&["log", resource]);
+        let out = self.run(&["log", resource]);
         assert!(out.status.success(), "log {resource}");
         String::from_utf8(out.stdout)
             .expect("utf-8")
@@ -1037,8 +1047,8 @@ fn systemd_exec_start_runs_the_backup_under_the_lock() {
 /// Where systemd-analyze exists, it accepts the unit `examples/NAME` without a warning, with its
 /// ExecStart line `exec_start` made `real` (paths that exist here).
 fn verify_unit(s: &Scratch, name: &str, exec_start: &str, real: &str) {
-    if output(Command::new("systemd-analyze").arg("--version")).is_err() {
-        eprintln!("note: systemd-analyze not installed; {name} not verified");
+    let analyze = require::runs("systemd-analyze", &["--version"]);
+    if require::require("SYSTEMD_ANALYZE", &format!("{name} verified"), analyze).is_none() {
         return;
     }
     let text = example(name).replace(exec_start, real);
@@ -1126,19 +1136,7 @@ fn ci_step_serialises_concurrent_deploys() {
             example("ci-deploy.yml").contains("DISTLOCK_DB:"),
             "the step names its store"
         );
-        let events = s.p("events");
-        let deploy = s.script(
-            "deploy.sh",
-            &format!(
-                "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
-                 echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
-                 sleep 1\n\
-                 echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
-                 rmdir '{critical}'\n",
-                critical = s.p("critical"),
-                overlaps = s.p("overlaps"),
-            ),
-        );
+        let deploy = turn_job(s, "deploy.sh", "sleep 1\n");
         let line = substitute(&ci_run_line("ci-deploy.yml"), &[("./deploy.sh", &deploy)]);
         // The deploys race for the lock, not to create the file: that race has a test of its own
         // (`core::race_on_a_brand_new_database_file_has_one_winner`).
@@ -1153,27 +1151,57 @@ fn ci_step_serialises_concurrent_deploys() {
             let done = pipeline.finish(Duration::from_secs(40));
             assert_eq!(done.code(), Some(0), "{}", done.describe());
         }
-        assert!(
-            !s.path("overlaps").exists(),
-            "two deploys overlapped: {}",
-            read(&s.path("overlaps"))
-        );
-        let log = read(&s.path("events"));
-        let lines: Vec<&str> = log.lines().collect();
-        assert_eq!(lines.len(), 4, "{log}");
-        let fence = |line: &str| line.split(' ').nth(1).expect("a fence").to_owned();
-        assert!(
-            lines[0].starts_with("start ")
-                && lines[1].starts_with("end ")
-                && lines[2].starts_with("start ")
-                && lines[3].starts_with("end "),
-            "one deploy after the other: {log}"
-        );
-        assert_eq!(fence(lines[0]), fence(lines[1]));
-        assert_eq!(fence(lines[2]), fence(lines[3]));
-        assert_ne!(fence(lines[0]), fence(lines[2]), "two tenures");
+        // One deploy after the other, each a tenure of its own.
+        turns_taken(s, 2);
         assert_eq!(s.holder("deploy-production"), None);
     });
+}
+
+/// A job that takes its turn in the scratch folder's critical section, doing `work` (shell
+/// lines) inside: a holder that finds another inside notes its fence in `overlaps`; each
+/// writes `start FENCE` and `end FENCE` to `events` around its work ([`turns_taken`] reads
+/// both).
+fn turn_job(s: &Scratch, name: &str, work: &str) -> PathBuf {
+    s.script(
+        name,
+        &format!(
+            "mkdir '{critical}' 2>/dev/null || echo \"$DISTLOCK_FENCE\" >>'{overlaps}'\n\
+             echo \"start $DISTLOCK_FENCE\" >>'{events}'\n\
+             {work}\
+             echo \"end $DISTLOCK_FENCE\" >>'{events}'\n\
+             rmdir '{critical}'\n",
+            critical = s.p("critical"),
+            overlaps = s.p("overlaps"),
+            events = s.p("events"),
+        ),
+    )
+}
+
+/// The fences of the `count` holders of [`turn_job`]s, checked: never two inside at once, one
+/// after the other, each with a higher fence than the one before.
+fn turns_taken(s: &Scratch, count: usize) -> Vec<i64> {
+    assert!(
+        !s.path("overlaps").exists(),
+        "two holders were inside at once: {}",
+        read(&s.path("overlaps"))
+    );
+    let events = read(&s.path("events"));
+    let mut fences = Vec::new();
+    for pair in events.lines().collect::<Vec<_>>().chunks(2) {
+        let start = pair[0].strip_prefix("start ");
+        let end = pair.get(1).and_then(|l| l.strip_prefix("end "));
+        assert!(
+            start.is_some() && start == end,
+            "one holder after the other: {events}"
+        );
+        fences.push(start.expect("a start").parse::<i64>().expect("a fence"));
+    }
+    assert_eq!(fences.len(), count, "{count} holders: {events}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "each a tenure of its own, with a higher fence: {fences:?}"
+    );
+    fences
 }
 
 /// A job for a host that is lost while it runs: the first time, it says which `distlock run`
@@ -1278,8 +1306,13 @@ fn deploy_steps(s: &Scratch) -> PathBuf {
     work
 }
 
+/// The deploy script in `work`, in a process group of its own, with SIGINT and SIGTERM at their
+/// default actions as a terminal's foreground job and a CI job get them (a test run started in
+/// the background by a non-interactive shell ignores SIGINT, and a shell cannot trap a signal
+/// it was started ignoring).
 fn deploy(s: &Scratch, work: &Path) -> Proc {
-    let mut cmd = s.cmd(root().join("examples/deploy.sh"));
+    let script = s.cmd(root().join("examples/deploy.sh"));
+    let mut cmd = process::wrapped(&["env", "--default-signal=INT,TERM"], &script);
     cmd.current_dir(work).process_group(0);
     s.spawn(&mut cmd)
 }
@@ -1381,27 +1414,11 @@ fn deploy_script_releases_the_lock_when_a_step_fails() {
     });
 }
 
-/// True if `signal` is ignored in this process, and so (POSIX) cannot be trapped by the shells
-/// it starts: a test run started in the background by a non-interactive shell ignores SIGINT.
-fn ignored(signal: Signal) -> bool {
-    let status = read(Path::new("/proc/self/status"));
-    let mask = status
-        .lines()
-        .find_map(|line| line.strip_prefix("SigIgn:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
-    mask & (1 << (signal as i32 - 1)) != 0
-}
-
 #[test]
 fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
     // ^C in a terminal sends SIGINT to the foreground job, a cancelled CI job SIGTERM to its
     // processes: the script and `distlock run`, which forwards it to the step's own group.
     for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
-        if ignored(signal) {
-            eprintln!("note: {signal} is ignored in this test run; not tested");
-            continue;
-        }
         on_the_store_and_through_a_server(|s| {
             let work = deploy_steps(s);
             std::fs::write(s.path("block-migrate"), "").expect("flag");
@@ -1422,6 +1439,25 @@ fn deploy_script_releases_the_lock_on_ctrl_c_or_kill() {
     }
 }
 
+/// Starts the deploy script with its 5-minute lease made `ttl` (`ttl=10`) in `work`, in a
+/// process group of its own, `distlock` found first in `bin` when given.
+fn deploy_with(s: &Scratch, work: &Path, ttl: &str, bin: Option<&Path>) -> Proc {
+    let script = s.path("deploy-short.sh");
+    std::fs::write(
+        &script,
+        replace_each(&example("deploy.sh"), &[("ttl=300", ttl)]),
+    )
+    .expect("write the script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut cmd = s.cmd(&script);
+    cmd.current_dir(work).process_group(0);
+    if let Some(bin) = bin {
+        let path = path_with_bin(&std::env::var("PATH").unwrap_or_default());
+        cmd.env("PATH", format!("{}:{path}", bin.display()));
+    }
+    s.spawn(&mut cmd)
+}
+
 #[test]
 fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
     on_the_store_and_through_a_server(|s| {
@@ -1429,22 +1465,13 @@ fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
         std::fs::write(s.path("block-switch-traffic"), "").expect("flag");
         // The script with a 10 s lease: switch-traffic, which never ends, must be gone 8 s after
         // the renew before it.
-        let script = s.path("deploy-10s.sh");
-        std::fs::write(
-            &script,
-            replace_each(&example("deploy.sh"), &[("ttl=300", "ttl=10")]),
-        )
-        .expect("write the script");
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let mut cmd = s.cmd(&script);
-        cmd.current_dir(&work).process_group(0);
-        let deploy = s.spawn(&mut cmd);
+        let deploy = deploy_with(s, &work, "ttl=10", None);
         wait_for_file(&s.path("switch-traffic.started"), Duration::from_secs(20));
         let step = read(&s.path("switch-traffic.started")).trim().to_owned();
         let group = deploy.pid();
 
         // Behind it, another deploy: once it holds the lock, the step must be gone.
-        let next = s.spawn(s.cmd(BIN).args([
+        let next = s.spawn(s.distlock_cmd().args([
             "run",
             "--resource",
             "deploy-production",
@@ -1477,6 +1504,92 @@ fn deploy_script_stops_a_direct_step_before_its_lease_can_end() {
             done.describe()
         );
         assert_eq!(s.holder("deploy-production"), None, "released");
+    });
+}
+
+/// The deploy script with a lease of `ttl` in a working folder whose `migrate.sh` ends at once
+/// and whose `switch-traffic.sh` never ends by itself and ignores SIGTERM (a [`Ticking`] job);
+/// `distlock` found first in `bin` when given. Behind it, the next deploy (`distlock run
+/// --wait` on the store itself) must find switch-traffic gone, and the script must exit 124.
+fn deploy_kills_a_stubborn_step_in_time(s: &Scratch, ttl: &str, bin: Option<&Path>) {
+    let work = s.path("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    s.script("work/migrate.sh", "exit 0\n");
+    let mut ticking = Ticking::new(s);
+    let (log, _) = ticking.script(s, "work/switch-traffic.sh", "switch-traffic");
+    let deploy = deploy_with(s, &work, ttl, bin);
+    Ticking::wait_running(&log, "switch-traffic");
+    let next = Ticking::next_holder(s, "deploy-production", &log).finish(Duration::from_secs(60));
+    // A step left running by the script ends now, before any check can fail.
+    Ticking::done(&log);
+    let done = deploy.finish(Duration::from_secs(30));
+    assert_eq!(next.code(), Some(0), "{}", next.describe());
+    Ticking::assert_gone_before_the_next(&log, "switch-traffic");
+    // (timeout(1) sends SIGTERM to its command and to its own process group: one or two.)
+    let signals = Ticking::signals(&log);
+    assert!(
+        !signals.is_empty() && signals.iter().all(|signal| signal == "TERM"),
+        "SIGTERM first, then SIGKILL: {signals:?}: {}",
+        done.describe()
+    );
+    assert_eq!(done.code(), Some(124), "{}", done.describe());
+    assert!(
+        done.stderr()
+            .contains("deploy: switch-traffic was stopped before its lease could end"),
+        "{}",
+        done.describe()
+    );
+}
+
+#[test]
+fn deploy_script_kills_a_direct_step_that_ignores_sigterm_before_a_short_lease_can_end() {
+    // A 5 s lease: SIGTERM 3.5 s after the renew was sent, SIGKILL at 4 s (a tenth of the
+    // lease after SIGTERM: timeout's --kill-after is never 0, which would send none).
+    on_the_store_and_through_a_server(|s| deploy_kills_a_stubborn_step_in_time(s, "ttl=5", None));
+}
+
+#[test]
+fn deploy_script_counts_a_direct_steps_time_from_when_its_renew_was_sent() {
+    // The renew's answer comes 3 s after the store renewed the lease (a slow network, a proxy
+    // holding the answer): `distlock` on the script's PATH runs the real one, then waits. The
+    // step's 7/10 and 8/10 of the 10 s lease count from before the renew was sent, not after
+    // it came back.
+    let s = Scratch::new();
+    let bin = s.path("late-answers");
+    std::fs::create_dir(&bin).expect("mkdir");
+    s.script(
+        "late-answers/distlock",
+        &format!("'{BIN}' \"$@\"\nrc=$?\n[ \"$1\" != renew ] || sleep 3\nexit $rc\n"),
+    );
+    deploy_kills_a_stubborn_step_in_time(&s, "ttl=10", Some(&bin));
+}
+
+#[test]
+fn deploy_script_exits_124_when_its_run_step_loses_the_lease() {
+    on_the_store_and_through_a_server(|s| {
+        let work = deploy_steps(s);
+        std::fs::write(s.path("block-migrate"), "").expect("flag");
+        // A 3 s lease, renewed every second while migrate runs; an operator breaks the lock.
+        let deploy = deploy_with(s, &work, "ttl=3", None);
+        wait_for_file(&s.path("migrate.started"), Duration::from_secs(20));
+        s.json(
+            &[
+                "break",
+                "deploy-production",
+                "--reason",
+                "the deploy script's test",
+            ],
+            0,
+        );
+        let done = deploy.finish(Duration::from_secs(30));
+        assert_eq!(
+            done.code(),
+            Some(124),
+            "the lease lost, as the header says, not the release's status: {}",
+            done.describe()
+        );
+        assert!(!s.path("switch-traffic.seen").exists(), "no step after it");
+        assert_eq!(s.holder("deploy-production"), None);
     });
 }
 
@@ -1651,7 +1764,7 @@ fn fenced_write_rejects_a_stale_holders_late_write() {
             ),
         );
         let a = s.spawn(
-            s.cmd(BIN)
+            s.distlock_cmd()
                 .args(["run", "--resource", "ledger", "--ttl", "2", "--"])
                 .arg(&step),
         );
@@ -2508,7 +2621,7 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
             ),
         );
         let run = s.spawn(
-            s.cmd(BIN)
+            s.distlock_cmd()
                 .args([
                     "run",
                     "--resource",
@@ -2557,6 +2670,12 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
             broke.describe()
         );
         let by = format!("alice@{}", host_name());
+        // Through a server, the operator's token is recorded beside the user and host.
+        let token = s.front.as_ref().map(|_| "recipes");
+        let breaker = match token {
+            Some(token) => format!("{by} (token {token})"),
+            None => by.clone(),
+        };
 
         // The evicted run stops its command at its next renewal (ttl/3 = 2 s) and says why.
         let done = run.finish(Duration::from_secs(20));
@@ -2566,14 +2685,12 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
             broken_at.elapsed()
         );
         assert_eq!(done.code(), Some(124), "{}", done.describe());
-        // Through a server, the operator's token that broke it is named beside `--by`.
-        let through_a_server = [String::new(), " (token recipes)".to_owned()]
-            .iter()
-            .any(|token| {
-                done.stderr()
-                    .contains(&format!("broken by {by}{token} (report hung since 03:00)"))
-            });
-        assert!(through_a_server, "{}", done.describe());
+        assert!(
+            done.stderr()
+                .contains(&format!("broken by {breaker} (report hung since 03:00)")),
+            "{}",
+            done.describe()
+        );
         assert_eq!(
             read(&s.path("stopped")),
             "stopped\n",
@@ -2586,6 +2703,11 @@ fn break_lock_script_evicts_a_stuck_run_and_the_history_says_who_and_why() {
         assert_eq!(last["event"], "broken", "{events:?}");
         assert_eq!(last["owner"], holder["owner"]);
         assert_eq!(last["by"], by.as_str());
+        assert_eq!(
+            last.get("by_token"),
+            token.map(Value::from).as_ref(),
+            "{last}"
+        );
         assert_eq!(last["reason"], "report hung since 03:00");
         let next = s.hold("hourly-report", "web-1", "60s");
         assert!(fence_of(&next) > fence_of(&holder), "{next} after {holder}");

@@ -2,23 +2,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Answer, Flag, Refusal, lock_text};
+use super::{Answer, Flag, Line, NotReleased, NotRenewed, Refusal, Releasing, Renewing, lock_text};
 use crate::exit::Exit;
-use crate::lock::{Eviction, Lock, Release, Renew, Resource, Timestamp};
+use crate::lock::{Breaking, Lock, Release, Renew, Resource, Timestamp};
 
 /// `release` 0: `{"released":true,"resource":"R"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Released {
     pub released: Flag<true>,
     pub resource: Resource,
-}
-
-/// `release` 1/77: `{"released":false,"resource":"R","reason":"not_found"|"forbidden"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NotReleased {
-    pub released: Flag<false>,
-    pub resource: Resource,
-    pub reason: Refusal,
 }
 
 /// A distlock server's answer to a release with `hold_at_least_seconds` whose hold is still
@@ -41,22 +33,11 @@ impl KeptAnswer {
 }
 
 /// Every answer of `release`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ReleaseAnswer {
-    Released(Released),
-    Refused(NotReleased),
-}
+pub type ReleaseAnswer = Releasing<Released>;
 
 impl ReleaseAnswer {
     pub fn new(resource: &Resource, outcome: &Release) -> ReleaseAnswer {
-        let refused = |reason| {
-            ReleaseAnswer::Refused(NotReleased {
-                released: Flag,
-                resource: resource.clone(),
-                reason,
-            })
-        };
+        let refused = |reason| ReleaseAnswer::Refused(NotReleased::new(resource, reason));
         match outcome {
             Release::Released => ReleaseAnswer::Released(Released {
                 released: Flag,
@@ -68,19 +49,9 @@ impl ReleaseAnswer {
     }
 }
 
-impl Answer for ReleaseAnswer {
-    fn exit(&self) -> Exit {
-        match self {
-            ReleaseAnswer::Released(_) => Exit::Done,
-            ReleaseAnswer::Refused(refused) => refused.reason.exit(),
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            ReleaseAnswer::Released(released) => format!("released {}", released.resource),
-            ReleaseAnswer::Refused(refused) => refused.reason.text("release", &refused.resource),
-        }
+impl Line for Released {
+    fn line(&self) -> String {
+        format!("released {}", self.resource)
     }
 }
 
@@ -91,31 +62,12 @@ pub struct Renewed {
     pub lock: Lock,
 }
 
-/// `renew` 1/77: `{"renewed":false,"resource":"R","reason":"not_found"|"forbidden"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NotRenewed {
-    pub renewed: Flag<false>,
-    pub resource: Resource,
-    pub reason: Refusal,
-}
-
 /// Every answer of `renew`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum RenewAnswer {
-    Renewed(Renewed),
-    Refused(NotRenewed),
-}
+pub type RenewAnswer = Renewing<Renewed>;
 
 impl RenewAnswer {
     pub fn new(resource: &Resource, outcome: &Renew) -> RenewAnswer {
-        let refused = |reason| {
-            RenewAnswer::Refused(NotRenewed {
-                renewed: Flag,
-                resource: resource.clone(),
-                reason,
-            })
-        };
+        let refused = |reason| RenewAnswer::Refused(NotRenewed::new(resource, reason));
         match outcome {
             Renew::Renewed { lock } => RenewAnswer::Renewed(Renewed {
                 renewed: Flag,
@@ -127,19 +79,9 @@ impl RenewAnswer {
     }
 }
 
-impl Answer for RenewAnswer {
-    fn exit(&self) -> Exit {
-        match self {
-            RenewAnswer::Renewed(_) => Exit::Done,
-            RenewAnswer::Refused(refused) => refused.reason.exit(),
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            RenewAnswer::Renewed(renewed) => lock_text("renewed", &renewed.lock),
-            RenewAnswer::Refused(refused) => refused.reason.text("renew", &refused.resource),
-        }
+impl Line for Renewed {
+    fn line(&self) -> String {
+        lock_text("renewed", &self.lock)
     }
 }
 
@@ -151,7 +93,7 @@ pub struct Broken {
     pub locks: Vec<Lock>,
     /// Who broke it and why, for the text line (the history keeps them; this JSON does not).
     #[serde(skip)]
-    pub eviction: Option<Eviction>,
+    pub breaking: Option<Breaking>,
 }
 
 /// `break` 1: `{"broken":false,"resource":"R","reason":"not_found"}`.
@@ -171,8 +113,8 @@ pub enum BreakAnswer {
 }
 
 impl BreakAnswer {
-    /// The answer to a `break` (`eviction`) on `resource` that removed `removed`.
-    pub fn new(resource: &Resource, removed: Vec<Lock>, eviction: &Eviction) -> BreakAnswer {
+    /// The answer to a `break` (`breaking`) on `resource` that removed `removed`.
+    pub fn new(resource: &Resource, removed: Vec<Lock>, breaking: &Breaking) -> BreakAnswer {
         if removed.is_empty() {
             return BreakAnswer::NotBroken(NotBroken {
                 broken: Flag,
@@ -184,7 +126,7 @@ impl BreakAnswer {
             broken: Flag,
             resource: resource.clone(),
             locks: removed,
-            eviction: Some(eviction.clone()),
+            breaking: Some(breaking.clone()),
         })
     }
 }
@@ -204,7 +146,7 @@ impl Answer for BreakAnswer {
             }
             BreakAnswer::Broken(broken) => {
                 let owners: Vec<&str> = broken.locks.iter().map(|l| l.owner.as_str()).collect();
-                let (by, reason) = broken.eviction.as_ref().map_or_else(
+                let (by, reason) = broken.breaking.as_ref().map_or_else(
                     || ("?".to_owned(), "?"),
                     |b| (b.breaker(), b.reason.as_str()),
                 );

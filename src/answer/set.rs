@@ -1,4 +1,4 @@
-//! The answers of a lock set's `acquire`, `renew` and `release` (contract, "Lock sets"). A
+//! The answers of a lock set's `acquire`, `renew` and `release` (docs/src/reference/json.md, "Lock sets"). A
 //! refusal names one member with the single resource's shapes (`Mismatch`, `NotRenewed`,
 //! `NotReleased`); the rest are the set's own. A distlock server also answers `run`'s end of a
 //! set, each member on its own, with each member's `DELETE /locks/{r}` shape
@@ -7,13 +7,13 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Answer, Busy, Flag, KeptAnswer, Mismatch, MismatchReason, NotReleased, NotRenewed, Refusal,
-    Released, is_zero, lock_text,
+    Acquiring, Answer, Busy, Flag, KeptAnswer, Line, Mismatch, NotReleased, NotRenewed, Refusal,
+    Released, Releasing, Renewing, lock_text,
 };
 use crate::engine::Finish;
 use crate::exit::Exit;
 use crate::lock::{
-    Holder, Lock, Members, Mode, Resource, SetAcquire, SetRefusal, SetRelease, SetRenew,
+    Blocked, Lock, Members, Mode, Resource, SetAcquire, SetRefusal, SetRelease, SetRenew,
 };
 
 /// A set's `acquire` 0: `{"acquired":true,"locks":[…]}`, one lock per member, by resource.
@@ -29,34 +29,11 @@ pub struct SetAcquired {
 pub struct SetBusy {
     pub acquired: Flag<false>,
     pub resources: Vec<Resource>,
-    pub blocked: Vec<BlockedMember>,
-}
-
-/// One busy member of a set: `{"resource":R,"holder":{…},"holders":[…],"waiting":K}`, the
-/// fields as a single resource's busy answer has them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlockedMember {
-    pub resource: Resource,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder: Option<Holder>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub holders: Vec<Holder>,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub waiting: usize,
-    /// The requester's place in the member's queue, in a distlock server's answer to a
-    /// request that waited and is to ask again; the command line never prints it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub position: Option<usize>,
+    pub blocked: Vec<Blocked>,
 }
 
 /// Every answer of a set's `acquire`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum SetAcquireAnswer {
-    Acquired(SetAcquired),
-    Mismatch(Mismatch),
-    Busy(SetBusy),
-}
+pub type SetAcquireAnswer = Acquiring<SetAcquired, SetBusy>;
 
 impl SetAcquireAnswer {
     /// The answer to a request for `asked` on `members` that came out as `outcome`.
@@ -69,63 +46,42 @@ impl SetAcquireAnswer {
             SetAcquire::Busy { blocked } => SetAcquireAnswer::Busy(SetBusy {
                 acquired: Flag,
                 resources: members.as_slice().to_vec(),
-                blocked: blocked
-                    .iter()
-                    .map(|b| BlockedMember {
-                        resource: b.resource.clone(),
-                        holder: b.holder.clone(),
-                        holders: b.holders.clone(),
-                        waiting: b.waiting,
+                blocked: (blocked.iter())
+                    .map(|member| Blocked {
                         position: None,
+                        ..member.clone()
                     })
                     .collect(),
             }),
-            SetAcquire::Mismatch { resource, holders } => SetAcquireAnswer::Mismatch(Mismatch {
-                acquired: Flag,
-                resource: resource.clone(),
-                reason: MismatchReason::Mismatch,
-                holders: holders.clone(),
-                asked,
-            }),
+            SetAcquire::Mismatch { resource, holders } => {
+                SetAcquireAnswer::Mismatch(Mismatch::new(resource, holders, asked))
+            }
         }
     }
 }
 
-impl Answer for SetAcquireAnswer {
-    fn exit(&self) -> Exit {
-        match self {
-            SetAcquireAnswer::Acquired(_) => Exit::Done,
-            SetAcquireAnswer::Busy(_) => Exit::Busy,
-            SetAcquireAnswer::Mismatch(_) => Exit::Mismatch,
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            SetAcquireAnswer::Acquired(acquired) => lines("acquired", &acquired.locks),
-            SetAcquireAnswer::Busy(busy) => busy.text(),
-            SetAcquireAnswer::Mismatch(mismatch) => mismatch.text(),
-        }
+impl Line for SetAcquired {
+    fn line(&self) -> String {
+        lines("acquired", &self.locks)
     }
 }
 
-impl SetBusy {
-    /// "busy: a is held by O until T; b is free but reserved for earlier waiters": the text
-    /// line, and (without its `busy: `) the line `run` writes on stderr.
-    pub fn text(&self) -> String {
+/// "busy: a is held by O until T; b is free but reserved for earlier waiters": the text line,
+/// and (without its `busy: `) the line `run` writes on stderr.
+impl Line for SetBusy {
+    fn line(&self) -> String {
         let members: Vec<String> = self
             .blocked
             .iter()
             .map(|member| {
                 let one = Busy {
                     acquired: Flag,
-                    resource: member.resource.clone(),
-                    holder: member.holder.clone(),
-                    holders: member.holders.clone(),
-                    waiting: member.waiting,
-                    position: None,
+                    member: Blocked {
+                        position: None,
+                        ..member.clone()
+                    },
                 };
-                one.text().trim_start_matches("busy: ").to_owned()
+                one.line().trim_start_matches("busy: ").to_owned()
             })
             .collect();
         format!("busy: {}", members.join("; "))
@@ -156,12 +112,7 @@ pub struct SetRenewed {
 
 /// Every answer of a set's `renew`: renewed, or refused naming the first member (by resource)
 /// the owner does not hold live.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum SetRenewAnswer {
-    Renewed(SetRenewed),
-    Refused(NotRenewed),
-}
+pub type SetRenewAnswer = Renewing<SetRenewed>;
 
 impl SetRenewAnswer {
     pub fn new(outcome: &SetRenew) -> SetRenewAnswer {
@@ -170,28 +121,16 @@ impl SetRenewAnswer {
                 renewed: Flag,
                 locks: locks.clone(),
             }),
-            Err(refused) => SetRenewAnswer::Refused(NotRenewed {
-                renewed: Flag,
-                resource: refused.resource.clone(),
-                reason: refusal(refused),
-            }),
+            Err(refused) => {
+                SetRenewAnswer::Refused(NotRenewed::new(&refused.resource, refusal(refused)))
+            }
         }
     }
 }
 
-impl Answer for SetRenewAnswer {
-    fn exit(&self) -> Exit {
-        match self {
-            SetRenewAnswer::Renewed(_) => Exit::Done,
-            SetRenewAnswer::Refused(refused) => refused.reason.exit(),
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            SetRenewAnswer::Renewed(renewed) => lines("renewed", &renewed.locks),
-            SetRenewAnswer::Refused(refused) => refused.reason.text("renew", &refused.resource),
-        }
+impl Line for SetRenewed {
+    fn line(&self) -> String {
+        lines("renewed", &self.locks)
     }
 }
 
@@ -203,12 +142,7 @@ pub struct SetReleased {
 }
 
 /// Every answer of a set's `release`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum SetReleaseAnswer {
-    Released(SetReleased),
-    Refused(NotReleased),
-}
+pub type SetReleaseAnswer = Releasing<SetReleased>;
 
 impl SetReleaseAnswer {
     pub fn new(members: &Members, outcome: &SetRelease) -> SetReleaseAnswer {
@@ -217,31 +151,17 @@ impl SetReleaseAnswer {
                 released: Flag,
                 resources: members.as_slice().to_vec(),
             }),
-            Err(refused) => SetReleaseAnswer::Refused(NotReleased {
-                released: Flag,
-                resource: refused.resource.clone(),
-                reason: refusal(refused),
-            }),
+            Err(refused) => {
+                SetReleaseAnswer::Refused(NotReleased::new(&refused.resource, refusal(refused)))
+            }
         }
     }
 }
 
-impl Answer for SetReleaseAnswer {
-    fn exit(&self) -> Exit {
-        match self {
-            SetReleaseAnswer::Released(_) => Exit::Done,
-            SetReleaseAnswer::Refused(refused) => refused.reason.exit(),
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            SetReleaseAnswer::Released(released) => {
-                let names: Vec<&str> = released.resources.iter().map(Resource::as_str).collect();
-                format!("released {}", names.join(", "))
-            }
-            SetReleaseAnswer::Refused(refused) => refused.reason.text("release", &refused.resource),
-        }
+impl Line for SetReleased {
+    fn line(&self) -> String {
+        let names: Vec<&str> = self.resources.iter().map(Resource::as_str).collect();
+        format!("released {}", names.join(", "))
     }
 }
 

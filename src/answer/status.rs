@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Answer, Flag, held_text, is_zero, tenure_text, waiting_text};
 use crate::exit::Exit;
+use crate::lock::GcReport;
 use crate::lock::{Event, Lock, Mode, Resource, Status};
-use crate::store::GcReport;
 
 /// `status` 0: `{"held":true,"lock":{…oldest…},"locks":[…],"waiting":K}`; `locks` (every live
 /// tenure, by fence) only for shared or semaphore tenures.
@@ -124,16 +124,16 @@ impl Answer for Event {
 
     fn text(&self) -> String {
         let tenure = tenure_text(self.fence, self.mode, self.note.as_ref());
-        if let Some(eviction) = &self.broken {
-            // The owner is the evicted holder, not who broke it.
+        if let Some(breaking) = &self.broken {
+            // The owner is the holder whose tenure was broken, not who broke it.
             return format!(
                 "{} {} broken by {}: the tenure of {}{} ({})",
                 self.at,
                 self.resource,
-                eviction.breaker(),
+                breaking.breaker(),
                 self.owner,
                 tenure,
-                eviction.reason
+                breaking.reason
             );
         }
         let mut line = format!(

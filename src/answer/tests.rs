@@ -1,9 +1,9 @@
-//! Each answer's exact line, key order included, as the contract prints it; that each line reads
+//! Each answer's exact line, key order included, as docs/src/reference/json.md prints it; that each line reads
 //! back into the same answer; and each answer's exit code and text.
 
 use super::*;
-use crate::lock::{Acquire, Event, EventKind, Eviction, Owner, Release, Renew, Status, Timestamp};
-use crate::store::GcReport;
+use crate::lock::GcReport;
+use crate::lock::{Acquire, Breaking, Event, EventKind, Owner, Release, Renew, Status, Timestamp};
 
 const T1: &str = "2026-11-30T04:08:52.123Z";
 const T2: &str = "2026-11-30T04:09:22.123Z";
@@ -59,7 +59,7 @@ where
 }
 
 #[test]
-fn acquire_answers_are_the_contracts_lines() {
+fn acquire_answers_are_the_references_lines() {
     let plain = lock("payment:42", "w1", 7, Mode::Exclusive, None);
     let r = resource("payment:42");
     let cases: Vec<(AcquireAnswer, String, Exit, &str)> = vec![
@@ -155,7 +155,7 @@ fn acquire_answers_are_the_contracts_lines() {
 }
 
 #[test]
-fn status_answers_are_the_contracts_lines() {
+fn status_answers_are_the_references_lines() {
     let r = resource("payment:42");
     let plain = lock("payment:42", "w1", 7, Mode::Exclusive, None);
     let free = StatusAnswer::new(&r, &Status::default());
@@ -210,7 +210,7 @@ fn status_answers_are_the_contracts_lines() {
 }
 
 #[test]
-fn release_and_renew_answers_are_the_contracts_lines() {
+fn release_and_renew_answers_are_the_references_lines() {
     let r = resource("payment:42");
     let cases: [(ReleaseAnswer, &str, Exit, &str); 3] = [
         (
@@ -300,7 +300,7 @@ fn a_sets_end_answers_each_member_as_its_own_release_would() {
 }
 
 #[test]
-fn list_log_gc_and_break_answers_are_the_contracts_lines() {
+fn list_log_gc_and_break_answers_are_the_references_lines() {
     let shared = lock("b", "w2", 3, Mode::Shared, Some("deploy v1.4"));
     let list = ListAnswer {
         locks: vec![lock("a", "w1", 9, Mode::Exclusive, None), shared.clone()],
@@ -318,7 +318,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
     pin(&empty, r#"{"locks":[]}"#);
     assert_eq!(empty.text(), "no live locks");
 
-    let event = |kind, previous: Option<&str>, broken: Option<Eviction>| Event {
+    let event = |kind, previous: Option<&str>, broken: Option<Breaking>| Event {
         at: at(T1),
         resource: resource("r"),
         owner: owner("w1"),
@@ -330,12 +330,12 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
         note: None,
         broken,
     };
-    let eviction = Eviction {
+    let breaking = Breaking {
         by: note("alice@ops"),
         by_token: None,
         reason: note("runner lost"),
     };
-    let by_operator = Eviction {
+    let by_operator = Breaking {
         by: note("ci-bot@innocent"),
         by_token: Some(crate::lock::TokenName::parse("ops").expect("a token name")),
         reason: note("stuck"),
@@ -352,7 +352,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
             "2026-11-30T04:08:52.123Z r taken over by w1 (fence 7) from w0",
         ),
         (
-            event(EventKind::Broken, None, Some(eviction.clone())),
+            event(EventKind::Broken, None, Some(breaking.clone())),
             r#"{"at":"2026-11-30T04:08:52.123Z","resource":"r","owner":"w1","fence":7,"event":"broken","by":"alice@ops","reason":"runner lost"}"#,
             "2026-11-30T04:08:52.123Z r broken by alice@ops: the tenure of w1 (fence 7) (runner lost)",
         ),
@@ -378,7 +378,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
     );
 
     let r = resource("r");
-    let broken = BreakAnswer::new(&r, vec![shared], &eviction);
+    let broken = BreakAnswer::new(&r, vec![shared], &breaking);
     assert_eq!(
         serde_json::to_string(&broken).expect("serializes"),
         r#"{"broken":true,"resource":"r","locks":[{"resource":"b","owner":"w2","fence":3,"acquired_at":"2026-11-30T04:08:52.123Z","expires_at":"2026-11-30T04:09:22.123Z","shared":true,"note":"deploy v1.4"}]}"#
@@ -388,7 +388,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
         broken.text(),
         "broke r: removed the tenure of w2 (by alice@ops: runner lost)"
     );
-    let nothing = BreakAnswer::new(&r, Vec::new(), &eviction);
+    let nothing = BreakAnswer::new(&r, Vec::new(), &breaking);
     pin(
         &nothing,
         r#"{"broken":false,"resource":"r","reason":"not_found"}"#,
@@ -398,7 +398,7 @@ fn list_log_gc_and_break_answers_are_the_contracts_lines() {
 }
 
 #[test]
-fn lines_that_break_the_contract_do_not_read_back() {
+fn lines_that_break_the_reference_do_not_read_back() {
     let bad = [
         // A literal of the wrong value, a mode both shared and limited, a bad limit, a
         // resource the command line would refuse, a time that is not RFC 3339.

@@ -5,11 +5,11 @@ use super::{
     Change, Decision, LIVENESS_MS, REFRESH_BELOW_MS, Request, State, Tenure, expiry, record,
 };
 use crate::lock::{
-    Acquire, EventKind, Eviction, Fence, Grant, Lock, Mode, Owner, Release, Renew, Resource,
+    Acquire, Breaking, EventKind, Fence, Grant, Lock, Mode, Owner, Release, Renew, Resource,
     Status, Timestamp, Ttl,
 };
 
-/// `acquire` (contract, "Lock modes", admission, and "`run`, the exec guard", item 5):
+/// `acquire` (docs/src/reference/semantics.md, "Admission" and "Guarded tenures and joining"):
 /// 1. the owner's own live tenure that is not guarded (one `acquire` took): same mode →
 ///    extended (same fence, both times move to now, the note replaced when one is given; it
 ///    stays not guarded, also when `run` joins it); another mode → mismatch;
@@ -107,13 +107,37 @@ pub fn acquire<E>(
             owner: request.owner.clone(),
         });
     }
+    let nobody_holds_it = live.is_empty();
+    new_tenure(
+        resource,
+        state,
+        request,
+        nobody_holds_it,
+        changes,
+        fresh_fence,
+    )
+}
+
+/// [`acquire`]'s grant of a new tenure, after `changes` (places in the queue given up): a
+/// fresh fence, the expired rows out of its way, and the history's `acquired`, or `taken_over`
+/// when `nobody_holds_it` and someone's lease ran out before.
+fn new_tenure<E>(
+    resource: &Resource,
+    state: &State,
+    request: &Request,
+    nobody_holds_it: bool,
+    mut changes: Vec<Change>,
+    fresh_fence: impl FnOnce() -> Result<Fence, E>,
+) -> Result<Decision<Acquire>, E> {
+    let now = state.now;
+    let expires_at = expiry(now, request.ttl);
     // Expired rows make way for the new tenure. Taking a resource nobody holds after someone's
     // lease ran out is a takeover from the last holder; joining live holders is not.
     let previous = state
         .leases
         .iter()
         .max_by_key(|l| l.fence)
-        .filter(|_| live.is_empty());
+        .filter(|_| nobody_holds_it);
     let lease = Tenure {
         owner: request.owner.clone(),
         fence: fresh_fence()?,
@@ -325,11 +349,11 @@ pub fn finish(
 /// `break`: an operator removes every live tenure of the resource (only those of `owner`'s
 /// name, whatever token took them, when given), whoever holds it, recording each as `broken` with who and why. The removed tenures
 /// are the outcome; none means "not found". The next tenure gets a higher fence, as always.
-pub fn evict(
+pub fn break_tenures(
     resource: &Resource,
     state: &State,
     owner: Option<&Owner>,
-    eviction: &Eviction,
+    breaking: &Breaking,
 ) -> Decision<Vec<Lock>> {
     let removed: Vec<&Tenure> = state
         .live()
@@ -341,7 +365,7 @@ pub fn evict(
         changes.push(Change::Delete { fence: lease.fence });
         if let Change::Record(mut row) = record(resource, state.now, lease, EventKind::Broken, None)
         {
-            row.broken = Some(eviction.clone());
+            row.broken = Some(breaking.clone());
             changes.push(Change::Record(row));
         }
     }

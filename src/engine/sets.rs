@@ -1,4 +1,4 @@
-//! The rules of lock sets (contract, "Lock sets"): each member is decided by the rule of one
+//! The rules of lock sets (docs/src/reference/semantics.md, "Lock sets"): each member is decided by the rule of one
 //! resource, and the set is granted, renewed or released only when every member would be,
 //! in the one transaction that reads them all; otherwise nothing of any member's tenures
 //! changes.

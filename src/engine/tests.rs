@@ -1,10 +1,12 @@
 //! The core's rules as tables: a state and a request in, the outcome and the changes out.
 
+#![allow(clippy::too_many_lines)] // Tables, one row a case: long by design.
+
 use std::cell::Cell;
 use std::convert::Infallible;
 
 use super::*;
-use crate::lock::{Acquire, Eviction, Grant, Release, Renew, TokenName};
+use crate::lock::{Acquire, Breaking, Grant, Release, Renew, TokenName};
 
 const NOW: i64 = 1_000_000;
 
@@ -266,7 +268,7 @@ fn extend_moves_both_times_and_keeps_the_fence() {
 
 #[test]
 fn extend_may_shorten_a_lease() {
-    // The contract says the lease moves to now + ttl, not max(old, now + ttl).
+    // docs/src/reference/semantics.md ("renew"): the lease moves to now + ttl, not max(old, now + ttl).
     let (decision, _) = acquire_with(&[lease("a", 7, 3_600_000)], "a", 1);
     let Acquire::Acquired { lock, .. } = decision.outcome else {
         panic!()
@@ -1103,7 +1105,7 @@ fn busy_names_the_first_lease_to_end_and_lists_shared_holders() {
     assert_eq!(holder.owner, own("b"));
     let listed: Vec<&str> = holders.iter().map(|h| h.owner.as_str()).collect();
     assert_eq!(listed, ["a", "b", "c"], "every live tenure, by fence");
-    // An exclusive holder is named alone: the contract's plain busy shape.
+    // An exclusive holder is named alone: the plain busy shape of docs/src/reference/json.md.
     let decision = acquire(
         &res(),
         &state(&[held("x", 1, 9, X)]),
@@ -2089,8 +2091,8 @@ fn renewing_and_keeping_a_guarded_tenure_keep_it_guarded() {
     );
 }
 
-fn breach_by(by: &str, reason: &str) -> Eviction {
-    Eviction {
+fn breach_by(by: &str, reason: &str) -> Breaking {
+    Breaking {
         by: Remark::parse(by).unwrap(),
         by_token: None,
         reason: Remark::parse(reason).unwrap(),
@@ -2255,7 +2257,7 @@ fn breach_table() {
     let why = breach_by("alice@ops", "stuck since Friday");
     for (name, rows, owner, removed, changes) in cases {
         let owner = owner.map(own);
-        let decision = evict(&res(), &state(&rows), owner.as_ref(), &why);
+        let decision = break_tenures(&res(), &state(&rows), owner.as_ref(), &why);
         let got: Vec<&str> = decision.outcome.iter().map(|l| l.owner.as_str()).collect();
         assert_eq!(got, removed, "{name}");
         assert_eq!(kinds(&decision.changes), changes, "{name}");
@@ -2270,7 +2272,7 @@ fn breach_table() {
 #[test]
 fn after_a_break_the_next_tenure_gets_a_higher_fence() {
     let rows = vec![lease("h", 4, 5_000)];
-    let broken = evict(&res(), &state(&rows), None, &breach_by("op", "stuck"));
+    let broken = break_tenures(&res(), &state(&rows), None, &breach_by("op", "stuck"));
     let rows = applied(rows, &broken.changes);
     let (decision, _) = acquire_with(&rows, "next", 30);
     let Acquire::Acquired { lock, tenure } = decision.outcome else {
@@ -2280,7 +2282,7 @@ fn after_a_break_the_next_tenure_gets_a_higher_fence() {
     assert!(lock.fence > Fence(4));
 }
 
-/// A run of random operations against a model of the contract: the decisions, applied to the
+/// A run of random operations against a model of docs/src/reference/semantics.md: the decisions, applied to the
 /// rows, never hand out a fence twice, never let two owners hold at once, never join a
 /// guarded tenure, and a refusal never writes.
 #[test]
@@ -2619,18 +2621,18 @@ fn each_token_waits_in_its_own_place_and_leaves_only_its_own() {
 #[test]
 fn a_break_by_owner_name_ends_the_tenure_whatever_token_took_it() {
     let rows = [tenure_by("w", "ci", 7, X)];
-    let eviction = Eviction {
+    let breaking = Breaking {
         by: Remark::parse("ci-bot@innocent").unwrap(),
         by_token: Some(TokenName::parse("ops").unwrap()),
         reason: Remark::parse("stuck").unwrap(),
     };
-    let decision = evict(&res(), &state(&rows), Some(&own("w")), &eviction);
+    let decision = break_tenures(&res(), &state(&rows), Some(&own("w")), &breaking);
     assert_eq!(decision.outcome.len(), 1);
     // The event keeps the victim tenure's token, and beside it the operator's that broke it.
     assert!(
         matches!(&decision.changes[1], Change::Record(e)
             if e.token.as_ref().map(TokenName::as_str) == Some("ci")
-                && e.broken.as_ref() == Some(&eviction)),
+                && e.broken.as_ref() == Some(&breaking)),
         "{:?}",
         decision.changes
     );

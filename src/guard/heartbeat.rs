@@ -1,5 +1,5 @@
 //! The renewing side of `run`: its own store connection, its own thread, and that thread's
-//! whole life ([`Pulse`]: started when the first renewal is due, stopped when dropped).
+//! whole life ([`HeartbeatThread`]: started when the first renewal is due, stopped when dropped).
 //!
 //! A slow or blocked renewal therefore never delays the supervisor's reaction: the deadline by
 //! which the command must be stopped is kept by the supervisor, not here. The heartbeat only
@@ -8,8 +8,8 @@
 //! Each [`Event::Renewed`] carries the lease end counted from *before* the renewal was sent, so
 //! it never overstates the lease.
 //!
-//! Its connections are opened with [`store::reopen`], which never creates a store: a SQLite
-//! store removed while the command runs is reported as gone ([`store::Vanished`], a lost
+//! Its connections are opened [`store::Access::Again`], which never creates a store: a SQLite
+//! store removed while the command runs is reported as gone ([`store::Error::Vanished`], a lost
 //! lease), not made anew and then searched in vain for the lock.
 
 use std::io::Write;
@@ -18,10 +18,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, Renew, Ttl};
-use crate::store::{self, Location, LockStore, Locks};
+use crate::lock::{EventKind, Fence, LogQuery, Members, Owner, SetRenew, Ttl};
+use crate::store::{self, Location, LockStore, Locks, op};
 
-use super::runner::Job;
+use super::job::Job;
 use super::supervisor::Event;
 
 /// What to keep renewing: one tenure, or a lock set's tenures as one.
@@ -33,6 +33,9 @@ pub struct Heartbeat {
     pub fences: Vec<Fence>,
     pub owner: Owner,
     pub ttl: Ttl,
+    /// When the lease ends at the earliest, on the monotonic clock, as the grant left it: each
+    /// renewal that succeeds moves it on.
+    pub lease_end: Instant,
     /// Held while a renewal talks to the store, so that `run` never stops itself (job
     /// control) inside one: a SQLite write transaction held by a stopped process would stop
     /// every other user of the store.
@@ -44,7 +47,7 @@ impl Heartbeat {
     /// and why in the history (whether the resource is free by now or already someone
     /// else's); otherwise `otherwise`.
     fn why_gone(&self, mut store: Option<&mut Box<dyn LockStore>>, otherwise: &str) -> String {
-        let mut eviction = None;
+        let mut breaking = None;
         let set = self.members.single().is_none();
         for (resource, fence) in self.members.as_slice().iter().zip(&self.fences) {
             let query = LogQuery {
@@ -52,9 +55,9 @@ impl Heartbeat {
                 since: None,
                 limit: Some(100),
             };
-            eviction = store
+            breaking = store
                 .as_mut()
-                .and_then(|store| store.log(&query).ok())
+                .and_then(|store| store.perform(op::Log { query }).ok())
                 .and_then(|events| {
                     events
                         .into_iter()
@@ -63,22 +66,22 @@ impl Heartbeat {
                 })
                 .and_then(|event| event.broken)
                 .map(|broken| (resource, broken));
-            if eviction.is_some() {
+            if breaking.is_some() {
                 break;
             }
         }
-        match eviction {
+        match breaking {
             // A lock set names the member that was broken.
-            Some((resource, eviction)) if set => format!(
+            Some((resource, breaking)) if set => format!(
                 "{resource} was broken by {} ({})",
-                eviction.breaker(),
-                eviction.reason
+                breaking.breaker(),
+                breaking.reason
             ),
-            Some((_, eviction)) => {
+            Some((_, breaking)) => {
                 format!(
                     "it was broken by {} ({})",
-                    eviction.breaker(),
-                    eviction.reason
+                    breaking.breaker(),
+                    breaking.reason
                 )
             }
             None => otherwise.to_owned(),
@@ -86,20 +89,17 @@ impl Heartbeat {
     }
 
     /// One renewal: of the tenure, or of the set's every member in one transaction (all or
-    /// nothing), read as one tenure's answer.
-    fn renew(&self, store: &mut dyn LockStore) -> anyhow::Result<Renew> {
-        if let (Some(resource), [fence]) = (self.members.single(), self.fences.as_slice()) {
-            return store.renew(resource, &self.owner, self.ttl, Some(*fence));
-        }
-        Ok(
-            match store.renew_set(&self.members, &self.owner, self.ttl, Some(&self.fences))? {
-                Ok(mut locks) => Renew::Renewed {
-                    lock: locks.swap_remove(0),
-                },
-                Err(refused) if refused.forbidden => Renew::Forbidden,
-                Err(_) => Renew::NotFound,
-            },
-        )
+    /// nothing). It is of no use once the lease has ended at `lease_end`, so the store is
+    /// told: a server's client then gives the request up by that moment, rather than holding
+    /// it open for its own timeout.
+    fn renew(&self, store: &mut dyn LockStore, lease_end: Instant) -> store::Result<SetRenew> {
+        store.perform(op::Renew {
+            members: self.members.clone(),
+            owner: self.owner.clone(),
+            ttl: self.ttl,
+            fences: Some(self.fences.clone()),
+            lease_end: Some(lease_end),
+        })
     }
 
     /// How often the lock is renewed: every third of its TTL.
@@ -131,6 +131,7 @@ impl Heartbeat {
         let cadence = Cadence::new(self.ttl);
         let mut store: Option<Box<dyn LockStore>> = None;
         let mut next = Instant::now();
+        let mut lease_end = self.lease_end;
         loop {
             match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => {}
@@ -139,14 +140,15 @@ impl Heartbeat {
             let attempt = Instant::now();
             let talking = self.in_flight.lock();
             let renewed = match store.as_mut() {
-                Some(store) => self.renew(store.as_mut()),
-                None => store::reopen(&self.location)
-                    .and_then(|opened| self.renew(store.insert(opened).as_mut())),
+                Some(store) => self.renew(store.as_mut(), lease_end),
+                None => store::open(&self.location, store::Access::Again)
+                    .and_then(|opened| self.renew(store.insert(opened).as_mut(), lease_end)),
             };
             drop(talking);
             let event = match cadence.after(&renewed, attempt, Instant::now()) {
                 Beat::Renewed { until, next: at } => {
                     next = at;
+                    lease_end = lease_end.max(until);
                     Event::Renewed(until)
                 }
                 Beat::Gone { otherwise } => {
@@ -173,24 +175,25 @@ impl Heartbeat {
 /// doc). Dropping it stops the thread at its next wake-up. The thread is never joined: it may
 /// be inside a renewal that an unresponsive store holds up, and a renewal that lands after the
 /// release finds no lock of this tenure and changes nothing.
-pub struct Pulse<'a> {
+pub struct HeartbeatThread<'a> {
     job: &'a Job<'a>,
-    /// Where the thread reports, and the bell it rings after each report.
+    /// Where the thread reports, and the self-pipe it writes to after each report (which
+    /// wakes the runner's loop).
     report: Sender<Event>,
-    bell: UnixStream,
+    waker: UnixStream,
     thread: Lazily,
     /// See [`Heartbeat::in_flight`].
     in_flight: Arc<Mutex<()>>,
 }
 
-impl<'a> Pulse<'a> {
+impl<'a> HeartbeatThread<'a> {
     /// The heartbeat of `job`, due a renewal interval after its lease began
     /// ([`Heartbeat::first_due`]).
-    pub fn new(job: &'a Job<'a>, report: Sender<Event>, bell: UnixStream) -> Pulse<'a> {
-        Pulse {
+    pub fn new(job: &'a Job<'a>, report: Sender<Event>, waker: UnixStream) -> HeartbeatThread<'a> {
+        HeartbeatThread {
             job,
             report,
-            bell,
+            waker,
             thread: Lazily::new(
                 Heartbeat::first_due(job.lease_end, job.ttl),
                 Heartbeat::retry(job.ttl),
@@ -215,10 +218,10 @@ impl<'a> Pulse<'a> {
 
     /// Starts the thread if it is due, its first renewal at once; see [`Lazily::start_if_due`].
     pub fn start_if_due(&mut self, now: Instant) -> Option<Event> {
-        let Pulse {
+        let HeartbeatThread {
             job,
             report,
-            bell,
+            waker,
             thread,
             in_flight,
         } = self;
@@ -226,7 +229,7 @@ impl<'a> Pulse<'a> {
             start_heartbeat(
                 job,
                 report.clone(),
-                bell.try_clone()?,
+                waker.try_clone()?,
                 Arc::clone(in_flight),
             )
         })
@@ -283,11 +286,11 @@ impl Lazily {
 }
 
 /// Starts the heartbeat thread, its first renewal at once; it reports into `report` and rings
-/// `bell` after each report. Dropping the returned sender stops it.
+/// `waker` after each report. Dropping the returned sender stops it.
 fn start_heartbeat(
     job: &Job<'_>,
     report: Sender<Event>,
-    bell: UnixStream,
+    waker: UnixStream,
     in_flight: Arc<Mutex<()>>,
 ) -> std::io::Result<Sender<()>> {
     let (stop, stopped) = mpsc::channel::<()>();
@@ -302,6 +305,7 @@ fn start_heartbeat(
         fences: job.locks.iter().map(|lock| lock.fence).collect(),
         owner: first.owner.clone(),
         ttl: job.ttl,
+        lease_end: job.lease_end,
         in_flight,
     };
     std::thread::Builder::new()
@@ -312,7 +316,7 @@ fn start_heartbeat(
             heartbeat.beat(
                 |event| {
                     let sent = report.send(event).is_ok();
-                    let _ = (&bell).write(&[0]);
+                    let _ = (&waker).write(&[0]);
                     sent
                 },
                 &stopped,
@@ -355,25 +359,23 @@ impl Cadence {
     /// The renewal sent at `attempt` was answered with `renewed` at `now`. A renewal's lease is
     /// counted from before it was sent, so it never overstates the lease; the next renewal is
     /// an interval after that same instant, and a retry is counted from the failure's answer.
-    fn after(&self, renewed: &anyhow::Result<Renew>, attempt: Instant, now: Instant) -> Beat {
+    fn after(&self, renewed: &store::Result<SetRenew>, attempt: Instant, now: Instant) -> Beat {
         match renewed {
-            Ok(Renew::Renewed { .. }) => Beat::Renewed {
+            Ok(Ok(_)) => Beat::Renewed {
                 until: attempt + self.ttl,
                 next: attempt + self.interval,
             },
-            Ok(Renew::NotFound) => Beat::Gone {
-                otherwise: "it expired or was released",
-            },
-            Ok(Renew::Forbidden) => Beat::Gone {
+            Ok(Err(refused)) if refused.forbidden => Beat::Gone {
                 otherwise: "another owner holds it",
             },
-            Err(err) => match err.downcast_ref::<store::Vanished>() {
-                // The lock went with the store: nobody opening it now finds it held.
-                Some(gone) => Beat::Vanished(gone.to_string()),
-                None => Beat::Failed {
-                    message: format!("{err:#}"),
-                    next: now + self.retry,
-                },
+            Ok(Err(_)) => Beat::Gone {
+                otherwise: "it expired or was released",
+            },
+            // The lock went with the store: nobody opening it now finds it held.
+            Err(gone @ store::Error::Vanished(_)) => Beat::Vanished(gone.to_string()),
+            Err(err) => Beat::Failed {
+                message: err.to_string(),
+                next: now + self.retry,
             },
         }
     }
@@ -450,20 +452,25 @@ mod tests {
         }
     }
 
-    use crate::lock::{Lock, Mode, Resource, Timestamp};
+    use crate::lock::{Lock, Mode, Resource, SetRefusal, Timestamp};
 
-    fn renewed() -> anyhow::Result<Renew> {
-        Ok(Renew::Renewed {
-            lock: Lock {
-                resource: Resource::parse("r").expect("a resource"),
-                owner: Owner::parse("o").expect("an owner"),
-                fence: Fence(3),
-                acquired_at: Timestamp(0),
-                expires_at: Timestamp(30_000),
-                mode: Mode::Exclusive,
-                note: None,
-            },
-        })
+    fn renewed() -> store::Result<SetRenew> {
+        Ok(Ok(vec![Lock {
+            resource: Resource::parse("r").expect("a resource"),
+            owner: Owner::parse("o").expect("an owner"),
+            fence: Fence(3),
+            acquired_at: Timestamp(0),
+            expires_at: Timestamp(30_000),
+            mode: Mode::Exclusive,
+            note: None,
+        }]))
+    }
+
+    fn refused(forbidden: bool) -> store::Result<SetRenew> {
+        Ok(Err(SetRefusal {
+            resource: Resource::parse("r").expect("a resource"),
+            forbidden,
+        }))
     }
 
     #[test]
@@ -476,7 +483,7 @@ mod tests {
             until: t0 + until,
             next: t0 + next,
         };
-        let cases: Vec<(u64, anyhow::Result<Renew>, Duration, Duration, Beat)> = vec![
+        let cases: Vec<(u64, store::Result<SetRenew>, Duration, Duration, Beat)> = vec![
             // The lease and the next renewal count from before the request was sent, however
             // long the answer took.
             (
@@ -502,7 +509,7 @@ mod tests {
             ),
             (
                 30,
-                Ok(Renew::NotFound),
+                refused(false),
                 secs(10),
                 secs(10),
                 Beat::Gone {
@@ -511,7 +518,7 @@ mod tests {
             ),
             (
                 30,
-                Ok(Renew::Forbidden),
+                refused(true),
                 secs(10),
                 secs(10),
                 Beat::Gone {
@@ -522,7 +529,7 @@ mod tests {
             // TTL: a third of it).
             (
                 30,
-                Err(anyhow::anyhow!("connection refused")),
+                Err(anyhow::anyhow!("connection refused").into()),
                 secs(10),
                 secs(12),
                 Beat::Failed {
@@ -532,7 +539,7 @@ mod tests {
             ),
             (
                 1,
-                Err(anyhow::anyhow!("busy")),
+                Err(anyhow::anyhow!("busy").into()),
                 secs(10),
                 secs(10),
                 Beat::Failed {
@@ -542,9 +549,7 @@ mod tests {
             ),
             (
                 30,
-                Err(anyhow::Error::new(store::Vanished(PathBuf::from(
-                    "/x/locks.db",
-                )))),
+                Err(store::Error::Vanished(PathBuf::from("/x/locks.db"))),
                 secs(10),
                 secs(10),
                 Beat::Vanished("the store /x/locks.db no longer exists".to_owned()),

@@ -5,8 +5,7 @@
 //!   `exec` (Linux);
 //! - [`Catch`]: a handler for every signal `run` forwards, by number (the real-time ones
 //!   included), that writes the signal's number to the runner's self-pipe. One `sigaction`
-//!   per signal and nothing else: a signal library's registry would copy its whole table at
-//!   each of the sixty-odd registrations, doubling what a short `run` costs;
+//!   per signal and nothing else (why not a signal library's: see [`crate::signals`]);
 //! - [`signal_group`]: a signal by number to a process group, for the real-time signals that
 //!   the typed signal APIs do not name;
 //! - [`stop_self`]: `run` stopping itself with a job-control signal's own default action, as
@@ -62,53 +61,54 @@ pub fn tie_to_guard(command: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 pub fn tie_to_guard(_command: &mut Command) {}
 
-/// The write end of the runner's self-pipe, for [`ring`]; -1 while nothing is caught.
-static BELL: AtomicI32 = AtomicI32::new(-1);
+/// The write end of the runner's self-pipe, for [`write_signal`]; -1 while nothing is caught.
+static SELF_PIPE: AtomicI32 = AtomicI32::new(-1);
 
 /// The handler: writes the signal's number (one byte; signal numbers are below 128) to the
 /// self-pipe. Only async-signal-safe calls: an atomic load, `write(2)`, and `errno` saved and
 /// put back so that the interrupted code never sees it change.
-extern "C" fn ring(signal: libc::c_int) {
-    let bell = BELL.load(Ordering::Relaxed);
-    if bell < 0 {
+extern "C" fn write_signal(signal: libc::c_int) {
+    let pipe = SELF_PIPE.load(Ordering::Relaxed);
+    if pipe < 0 {
         return;
     }
     let errno = nix::errno::Errno::last_raw();
     let byte = u8::try_from(signal).unwrap_or(0);
     // SAFETY: `byte` lives across the call, and one byte is written from it. A full or
     // closed pipe makes the write fail, which only loses a wake-up that is already pending.
-    let _ = unsafe { libc::write(bell, std::ptr::from_ref(&byte).cast(), 1) };
+    let _ = unsafe { libc::write(pipe, std::ptr::from_ref(&byte).cast(), 1) };
     nix::errno::Errno::set_raw(errno);
 }
 
-/// Signals caught by [`ring`] into a self-pipe, until dropped: then the actions they had
+/// Signals caught by [`write_signal`] into a self-pipe, until dropped: then the actions they had
 /// before are put back.
 pub struct Catch {
     previous: Vec<(libc::c_int, libc::sigaction)>,
     /// Kept open for the handler as long as it may write.
-    _bell: OwnedFd,
+    _pipe: OwnedFd,
 }
 
 impl Catch {
-    /// Catches each of `signals`, writing its number to `bell` (a non-blocking pipe's write
+    /// Catches each of `signals`, writing its number to `pipe` (a non-blocking pipe's write
     /// end) when it comes. One catcher at a time.
     ///
     /// # Errors
     ///
     /// The system refused a handler; those installed before it are put back.
-    pub fn start(signals: &[libc::c_int], bell: OwnedFd) -> std::io::Result<Catch> {
-        BELL.store(bell.as_raw_fd(), Ordering::Relaxed);
+    pub fn start(signals: &[libc::c_int], pipe: OwnedFd) -> std::io::Result<Catch> {
+        SELF_PIPE.store(pipe.as_raw_fd(), Ordering::Relaxed);
         let mut catch = Catch {
             previous: Vec::with_capacity(signals.len()),
-            _bell: bell,
+            _pipe: pipe,
         };
         for &signal in signals {
             // SAFETY: `sigaction` is given a fully initialised action (zeroed, then the
             // handler, flags and an empty mask set) and a place for the old one; the handler
-            // is `ring`, which is async-signal-safe.
+            // is `write_signal`, which is async-signal-safe.
             let previous = unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = ring as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                action.sa_sigaction =
+                    write_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
                 action.sa_flags = libc::SA_RESTART;
                 libc::sigemptyset(&raw mut action.sa_mask);
                 let mut previous: libc::sigaction = std::mem::zeroed();
@@ -129,7 +129,7 @@ impl Drop for Catch {
             // SAFETY: puts back an action that `sigaction` itself returned.
             let _ = unsafe { libc::sigaction(signal, &raw const previous, std::ptr::null_mut()) };
         }
-        BELL.store(-1, Ordering::Relaxed);
+        SELF_PIPE.store(-1, Ordering::Relaxed);
     }
 }
 

@@ -6,7 +6,7 @@
 //!   *before* the command is spawned, so a failure there (an [`Error::System`]) leaves no
 //!   command running, and the caller can release the lock;
 //! - one event loop on this thread. It sleeps in `poll(2)` on a self-pipe that three things
-//!   write to: the handlers of every signal `run` forwards (see [`super::signals`]), the
+//!   write to: the handlers of every signal `run` forwards (see [`crate::signals`]), the
 //!   handler of SIGCHLD (the command, or something it started, ended or stopped), and the
 //!   heartbeat thread, after each report it queues. A wake-up turns into [`Event`]s for the
 //!   supervisor, fed with the current instant; the poll's timeout is the supervisor's
@@ -14,7 +14,7 @@
 //!   probe every few milliseconds whether what it started is gone ([`Event::Emptied`]);
 //! - the heartbeat thread, the only other thread: a renewal may block on the store, which
 //!   must never delay the loop. It is started when the first renewal is due, a third of the
-//!   TTL after the command started ([`Pulse`], in [`super::heartbeat`], which owns the
+//!   TTL after the command started ([`HeartbeatThread`], in [`super::heartbeat`], which owns the
 //!   thread's whole life);
 //! - performing the actions: signals through [`Tree`], messages through [`warn`], job control
 //!   through [`Terminal`] and [`process::stop_self`];
@@ -37,13 +37,12 @@ use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
-use crate::lock::{Lock, Members, Ttl};
 use crate::output::warn;
-use crate::store::Location;
 
-use super::heartbeat::Pulse;
+use super::heartbeat::HeartbeatThread;
+use super::job::Job;
 use super::process;
-use super::signals::Wakeups;
+use super::self_pipe::SelfPipe;
 use super::spawn::spawn;
 use super::supervisor::{Action, Event, SignalNumber, Stop, Supervisor};
 use super::terminal::Terminal;
@@ -51,23 +50,6 @@ use super::tree::{self, Tree};
 
 /// After the command exited, how often the runner looks whether what it started is gone.
 const PROBE: Duration = Duration::from_millis(20);
-
-/// One command to run under a lock this process holds.
-pub struct Job<'a> {
-    pub location: &'a Location,
-    /// The lock's resource, or a lock set's members.
-    pub members: &'a Members,
-    /// The lock, or a lock set's locks, in the members' order.
-    pub locks: &'a [Lock],
-    pub ttl: Ttl,
-    pub kill_after: Duration,
-    /// When the lease ends at the earliest, on the monotonic clock.
-    pub lease_end: Instant,
-    /// The program and its arguments.
-    pub command: &'a [OsString],
-    /// `--max-runtime`.
-    pub max_runtime: Option<Duration>,
-}
 
 /// How supervision ended.
 pub struct Supervised {
@@ -80,7 +62,7 @@ pub struct Supervised {
     pub lease_end: Instant,
 }
 
-/// Starts the command and supervises it until it exits; `wakeups` has caught `run`'s signals
+/// Starts the command and supervises it until it exits; `self_pipe` has caught `run`'s signals
 /// since before the lock was taken, and those that came meanwhile reach the command first. Returns its exit (see
 /// [`Supervisor`]), or what keeps it from starting (126, 127; 64 for no command at all; 75
 /// for a lease too nearly over to start it under, [`Supervisor::too_late`]).
@@ -92,18 +74,18 @@ pub struct Supervised {
 /// the signal handlers); the command was then never started.
 pub fn supervise(
     job: &Job<'_>,
-    wakeups: &mut Wakeups,
+    self_pipe: &mut SelfPipe,
     idle: &mut dyn FnMut(),
 ) -> Result<Supervised> {
     tree::adopt_orphans()
         .map_err(|err| Error::system("cannot adopt what the command starts (prctl)", err))?;
     let (report, inbox) = mpsc::channel();
-    let mut pulse = Pulse::new(job, report, wakeups.bell()?);
+    let mut heartbeat = HeartbeatThread::new(job, report, self_pipe.waker()?);
     let env = environment(job);
     // Signals that came before the command exists: one that asks to end (a terminal's, a
     // service manager's) is honoured by not starting it; the others had no command to reach.
-    let ending = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
-    if let Some(signal) = wakeups.signals().into_iter().find(|s| ending.contains(s)) {
+    let ending = crate::signals::ENDING;
+    if let Some(signal) = self_pipe.signals().into_iter().find(|s| ending.contains(s)) {
         warn(format_args!(
             "interrupted before the command started; it was not run"
         ));
@@ -156,7 +138,7 @@ pub fn supervise(
         tree: &tree,
         terminal: &mut terminal,
     };
-    let exit = guard.event_loop(command, wakeups, &mut pulse, &inbox);
+    let exit = guard.event_loop(command, self_pipe, &mut heartbeat, &inbox);
     Ok(Supervised {
         exit,
         started: true,
@@ -212,8 +194,8 @@ impl Guard<'_> {
     fn event_loop(
         &mut self,
         command: Pid,
-        wakeups: &mut Wakeups,
-        pulse: &mut Pulse<'_>,
+        self_pipe: &mut SelfPipe,
+        heartbeat: &mut HeartbeatThread<'_>,
         inbox: &Receiver<Event>,
     ) -> Exit {
         // The command's status is known: what is left is probed.
@@ -224,11 +206,11 @@ impl Guard<'_> {
             if exited {
                 wake = Some(wake.map_or(now + PROBE, |at| at.min(now + PROBE)));
             }
-            let sleep = [wake, pulse.due()].into_iter().flatten().min();
-            wakeups.sleep(sleep.map(|at| at.saturating_duration_since(now)));
+            let sleep = [wake, heartbeat.due()].into_iter().flatten().min();
+            self_pipe.sleep(sleep.map(|at| at.saturating_duration_since(now)));
             let mut events: VecDeque<Event> =
-                wakeups.signals().into_iter().map(Event::Signal).collect();
-            events.extend(pulse.start_if_due(Instant::now()));
+                self_pipe.signals().into_iter().map(Event::Signal).collect();
+            events.extend(heartbeat.start_if_due(Instant::now()));
             events.extend(inbox.try_iter());
             if !exited {
                 events.extend(news_of(command, self.terminal.handed()));
@@ -244,7 +226,7 @@ impl Guard<'_> {
             while let Some(event) = events.pop_front() {
                 exited |= matches!(event, Event::Exited(_));
                 let actions = self.supervisor.step(event, Instant::now());
-                if let Some(exit) = self.perform(actions, &mut events, pulse) {
+                if let Some(exit) = self.perform(actions, &mut events, heartbeat) {
                     if exited {
                         tree::reap_orphans();
                     }
@@ -260,7 +242,7 @@ impl Guard<'_> {
         &mut self,
         actions: Vec<Action>,
         events: &mut VecDeque<Event>,
-        pulse: &Pulse<'_>,
+        heartbeat: &HeartbeatThread<'_>,
     ) -> Option<Exit> {
         for action in actions {
             match action {
@@ -269,7 +251,7 @@ impl Guard<'_> {
                 Action::Warn(message) => warn(format_args!("{message}")),
                 Action::Suspend(signal) => {
                     // Never stopped inside a renewal: the store must not wait on this job.
-                    let quiet = pulse.quiet();
+                    let quiet = heartbeat.quiet();
                     self.terminal.take_back();
                     process::stop_self(signal);
                     drop(quiet);

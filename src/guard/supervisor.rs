@@ -5,7 +5,7 @@
 //! answers with [`Action`]s for the runner to perform, in order. It reads no clock, sends no
 //! signal and prints nothing, so each timing rule below is a unit test.
 //!
-//! The rules (contract, "`run`, the exec guard" and "Everything `run` started"):
+//! The rules (docs/src/reference/run.md, "3. Renewals and the lease rule" and "Everything `run` started"):
 //! - The heartbeat renews every ttl/3. A renewal outage is reported once, when it starts, and
 //!   once more ("renewing the lock on R again") when a renewal succeeds again.
 //! - The store says the lock is gone or taken: SIGTERM to everything the command started,
@@ -379,7 +379,7 @@ impl Supervisor {
             return Vec::new();
         }
         // The lock is gone already, so no lease end is left to respect: the command gets the
-        // whole of the grace its user chose (contract, "`run`, the exec guard", item 3).
+        // whole of the grace its user chose (docs/src/reference/run.md, "3. Renewals and the lease rule").
         self.phase = Phase::Stopping {
             kill_at: now + self.kill_after,
             follows_lease: false,

@@ -22,8 +22,9 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-#[cfg(target_os = "linux")]
 mod procfs;
+
+use procfs::descendants;
 
 /// How many times the descendants are looked up again for processes forked meanwhile.
 const ROUNDS: usize = 8;
@@ -140,25 +141,4 @@ impl Tree {
 /// guard).
 fn every_round(signal: Signal) -> bool {
     matches!(signal, Signal::SIGKILL | Signal::SIGSTOP)
-}
-
-/// One process, as far as the tree is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Process {
-    pid: Pid,
-    group: Pid,
-    /// Not a zombie.
-    live: bool,
-}
-
-/// The descendants of `root`, found through `/proc`.
-#[cfg(target_os = "linux")]
-fn descendants(root: Pid) -> Vec<Process> {
-    procfs::descendants(root)
-}
-
-/// Without `/proc` only the process group is known, and [`Tree`] signals it with `killpg`.
-#[cfg(not(target_os = "linux"))]
-fn descendants(_root: Pid) -> Vec<Process> {
-    Vec::new()
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How a tenure holds its resource (contract, "Lock modes"). In a lock or holder object it is
+/// How a tenure holds its resource (docs/src/reference/semantics.md, "Modes"). In a lock or holder object it is
 /// the fields that apply (`"shared":true`, `"limit":N`, none for an exclusive one), flattened
 /// into it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -17,7 +17,7 @@ pub enum Mode {
     Semaphore(u32),
 }
 
-/// Which modes may hold one resource together (contract, "Lock modes", admission).
+/// Which modes may hold one resource together (docs/src/reference/semantics.md, "Admission").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
     /// Exclusive and shared: a read/write lock.

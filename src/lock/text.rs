@@ -38,8 +38,8 @@ pub struct Resource(String);
 checked_text!(Resource);
 
 impl Resource {
-    /// Checks a resource name against the contract: 1..=255 bytes, not blank, no control
-    /// characters.
+    /// Checks a resource name against docs/src/reference/validation.md: 1..=255 bytes, not
+    /// blank, no control characters.
     ///
     /// # Errors
     ///
@@ -98,7 +98,8 @@ impl TryFrom<String> for Owner {
 }
 
 impl Owner {
-    /// Trims `raw`, then checks it against the contract: 1..=255 bytes, no control characters.
+    /// Trims `raw`, then checks it against docs/src/reference/validation.md: 1..=255 bytes, no
+    /// control characters.
     /// The owner has no token.
     ///
     /// # Errors
@@ -289,5 +290,129 @@ impl Remark {
 impl fmt::Display for Remark {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+// What a message may show of a value that came from outside: never more than a screenful, and
+// never a character that drives or hides from a terminal.
+
+/// The longest part of a value that a message echoes, in characters.
+const SHOWN_CHARS: usize = 64;
+
+/// `value` as a message may echo it: at most [`SHOWN_CHARS`] characters (then `…` and how
+/// long it was), with control characters and the invisible direction controls escaped
+/// (`\u{202e}`), so that a hostile value can neither flood nor rewrite a terminal.
+pub fn shown(value: &str) -> String {
+    let mut out = String::new();
+    for (index, c) in value.chars().enumerate() {
+        if index == SHOWN_CHARS {
+            out.push_str(&format!("… ({} bytes)", value.len()));
+            break;
+        }
+        push_visible(&mut out, c);
+    }
+    out
+}
+
+/// A line of a message, cut at 256 characters and with its control characters escaped.
+pub fn shown_line(line: &str) -> String {
+    let mut out = String::new();
+    for (index, c) in line.chars().enumerate() {
+        if index == 256 {
+            out.push('…');
+            break;
+        }
+        push_visible(&mut out, c);
+    }
+    out
+}
+
+/// A text line's field: control characters and direction controls escaped, so that a name
+/// that holds them (a store written by hand, or by another version) cannot rewrite the line.
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    text.chars().for_each(|c| push_visible(&mut out, c));
+    out
+}
+
+/// Characters that show nothing, or move the text around it, in a terminal: the
+/// bidirectional controls (Unicode's Bidi_Control property), the zero-width and invisible
+/// format characters, the line and paragraph separators, the interlinear annotations, the
+/// variation selectors and the tags. Escaped, two names that differ only in them look
+/// different.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{034f}'
+            | '\u{061c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
+}
+
+fn push_visible(out: &mut String, c: char) {
+    if c.is_control() || invisible(c) {
+        out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+    } else {
+        out.push(c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_values_are_short_and_cannot_drive_a_terminal() {
+        let long = "x".repeat(100_000);
+        let cases: [(&str, String); 8] = [
+            ("plain", "plain".to_owned()),
+            ("", String::new()),
+            ("tab\there", "tab\\u{9}here".to_owned()),
+            ("\u{1b}[31mred", "\\u{1b}[31mred".to_owned()),
+            ("c1\u{85}\u{9b}", "c1\\u{85}\\u{9b}".to_owned()),
+            ("evil\u{202e}txt.exe", "evil\\u{202e}txt.exe".to_owned()),
+            ("\u{2066}iso\u{2069}", "\\u{2066}iso\\u{2069}".to_owned()),
+            (
+                &long,
+                format!("{}… (100000 bytes)", "x".repeat(SHOWN_CHARS)),
+            ),
+        ];
+        for (value, want) in cases {
+            assert_eq!(shown(value), want, "{value:.20?}");
+        }
+        // Ordinary text outside ASCII is left as it is.
+        assert_eq!(shown("zürich-écluse-東京"), "zürich-écluse-東京");
+        assert_eq!(visible("a\u{200f}b\u{7f}c"), "a\\u{200f}b\\u{7f}c");
+        for c in [
+            '\u{200b}',
+            '\u{feff}',
+            '\u{034f}',
+            '\u{180e}',
+            '\u{fff9}',
+            '\u{e0001}',
+            '\u{2028}',
+            '\u{2029}',
+        ] {
+            assert_eq!(
+                visible(&format!("a{c}b")),
+                format!("a\\u{{{:x}}}b", u32::from(c))
+            );
+        }
+        assert_eq!(
+            shown_line(&"y".repeat(300)),
+            format!("{}…", "y".repeat(256))
+        );
     }
 }

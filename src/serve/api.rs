@@ -11,258 +11,19 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{
     ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE,
 };
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 
-use super::State;
 use super::access::{self, Caller};
-use super::input::{self, Bad};
 use super::operations;
 use super::problem::Problem;
-use crate::answer::{Answer, StatusAnswer};
-use crate::exit::Exit;
-use crate::lock::Resource;
-use crate::store::Locks;
-
-/// The header of every answer of a distlock server, so that its clients can tell it from
-/// another HTTP server at a mistyped address (whose bare 404 must not read as "not held").
-pub const API: &str = "distlock-api";
-
-/// The header of a grant that says whether it is a new tenure or the owner's own, extended:
-/// `new` or `extended`, and for a lock set one of them per member, in the members' order,
-/// separated by commas (`new,extended,new`).
-pub const GRANT: &str = "distlock-grant";
-
-/// The header of a grant that says how long, in whole milliseconds rounded down, the request
-/// waited on the server before the transaction that granted it began: a client's lease
-/// began no earlier than its sending of the request plus this.
-pub const WAITED: &str = "distlock-waited-ms";
+use super::reply::{Reply, unrouted};
+use super::shared::Shared;
+use crate::protocol::{API_HEADER, GRANT_HEADER, MAX_BODY, MAX_HEAD, Route, Target, WAITED_HEADER};
+use crate::store::{Locks, op};
 
 /// How long a client may take to send a request's body, once its headers are in: a body that
 /// stalls is answered 408 and its connection closed, so that it holds no connection's place.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The largest request body.
-pub const MAX_BODY: usize = 64 * 1024;
-
-/// The most bytes of a request line, and of a request line and its headers.
-pub const MAX_HEAD: usize = 16 * 1024;
-
-/// The longest one request waits in a queue; a longer `wait_seconds` is waited out over
-/// several requests, each from the place the one before kept.
-pub const LONGEST_POLL: Duration = Duration::from_secs(30);
-
-/// What a request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Route {
-    Acquire(Resource),
-    Status(Resource),
-    Release(Resource),
-    Renew(Resource),
-    Break(Resource),
-    /// A waiter gives up its place in the queue.
-    Leave(Resource),
-    /// A lock set's `acquire`, `renew`, `release` and leave: the members are in the body.
-    AcquireSet,
-    RenewSet,
-    ReleaseSet,
-    LeaveSet,
-    List,
-    Log,
-    Health,
-    Metrics,
-}
-
-impl Route {
-    /// The route's name in metrics and logs, without the resource.
-    fn name(&self) -> &'static str {
-        match self {
-            Route::Acquire(_) => "POST /locks/{r}",
-            Route::Status(_) => "GET /locks/{r}",
-            Route::Release(_) => "DELETE /locks/{r}",
-            Route::Renew(_) => "POST /locks/{r}/renew",
-            Route::Break(_) => "POST /locks/{r}/break",
-            Route::Leave(_) => "POST /locks/{r}/leave",
-            Route::AcquireSet => "POST /sets",
-            Route::RenewSet => "POST /sets/renew",
-            Route::ReleaseSet => "POST /sets/release",
-            Route::LeaveSet => "POST /sets/leave",
-            Route::List => "GET /locks",
-            Route::Log => "GET /log",
-            Route::Health => "GET /health",
-            Route::Metrics => "GET /metrics",
-        }
-    }
-
-    /// Whether the request carries a JSON body.
-    fn takes_body(&self) -> bool {
-        matches!(
-            self,
-            Route::Acquire(_)
-                | Route::Release(_)
-                | Route::Renew(_)
-                | Route::Break(_)
-                | Route::Leave(_)
-                | Route::AcquireSet
-                | Route::RenewSet
-                | Route::ReleaseSet
-                | Route::LeaveSet
-        )
-    }
-}
-
-/// The route of `method` on `path`. `HEAD` is routed as `GET` (RFC 9110: the same answer,
-/// whose body the HTTP layer leaves out); a path that exists but does not take the method is
-/// 405 with `Allow` listing the methods it takes.
-fn route(method: &Method, path: &str) -> Result<Route, Problem> {
-    input::path(path).map_err(|bad| problem(&bad))?;
-    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
-    let allowed = match segments.as_slice() {
-        ["locks" | "log" | "health" | "metrics"] => "GET, HEAD",
-        ["locks", _] => "GET, HEAD, POST, DELETE",
-        ["locks", _, "renew" | "break" | "leave"]
-        | ["sets"]
-        | ["sets", "renew" | "release" | "leave"] => "POST",
-        _ => {
-            return Err(Problem::new(
-                StatusCode::NOT_FOUND,
-                "no-such-route",
-                format!("no route {path}"),
-            ));
-        }
-    };
-    let asked = if method == Method::HEAD {
-        &Method::GET
-    } else {
-        method
-    };
-    let resource = |segment: &str| input::resource(segment).map_err(|bad| problem(&bad));
-    match (asked, segments.as_slice()) {
-        (&Method::GET, ["locks"]) => Ok(Route::List),
-        (&Method::POST, ["locks", r]) => Ok(Route::Acquire(resource(r)?)),
-        (&Method::GET, ["locks", r]) => Ok(Route::Status(resource(r)?)),
-        (&Method::DELETE, ["locks", r]) => Ok(Route::Release(resource(r)?)),
-        (&Method::POST, ["locks", r, "renew"]) => Ok(Route::Renew(resource(r)?)),
-        (&Method::POST, ["locks", r, "break"]) => Ok(Route::Break(resource(r)?)),
-        (&Method::POST, ["locks", r, "leave"]) => Ok(Route::Leave(resource(r)?)),
-        (&Method::POST, ["sets"]) => Ok(Route::AcquireSet),
-        (&Method::POST, ["sets", "renew"]) => Ok(Route::RenewSet),
-        (&Method::POST, ["sets", "release"]) => Ok(Route::ReleaseSet),
-        (&Method::POST, ["sets", "leave"]) => Ok(Route::LeaveSet),
-        (&Method::GET, ["log"]) => Ok(Route::Log),
-        (&Method::GET, ["health"]) => Ok(Route::Health),
-        (&Method::GET, ["metrics"]) => Ok(Route::Metrics),
-        _ => Err(Problem::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            format!("{path} does not take {method}; it takes {allowed}"),
-        )
-        .allowing(allowed)),
-    }
-}
-
-/// The problem of bad input: 400 for a body that is not JSON or a path or query that is not
-/// percent-encoded, 422 for a rule broken.
-pub(super) fn problem(bad: &Bad) -> Problem {
-    match bad {
-        Bad::Malformed(why) => Problem::new(StatusCode::BAD_REQUEST, "malformed-json", why.clone()),
-        Bad::Encoding(why) => Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-percent-encoding",
-            why.clone(),
-        ),
-        Bad::Invalid(why) => Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-request",
-            why.clone(),
-        ),
-    }
-}
-
-/// An answer, before it is sent.
-pub struct Reply {
-    status: StatusCode,
-    body: Vec<u8>,
-    kind: &'static str,
-    /// A grant's `Distlock-Grant` ([`GRANT`]) and its `Distlock-Waited-Ms`, for a distlock
-    /// client (`--db http://…`): the body is the command's own, which does not say.
-    grant: Option<(String, Duration)>,
-    /// A 405's `Allow`: the methods the path takes.
-    allow: Option<&'static str>,
-}
-
-impl Reply {
-    pub(super) fn json(status: StatusCode, answer: &impl serde::Serialize) -> Reply {
-        Reply {
-            status,
-            body: serde_json::to_vec(answer).unwrap_or_default(),
-            kind: "application/json",
-            grant: None,
-            allow: None,
-        }
-    }
-
-    pub(super) fn empty(status: StatusCode) -> Reply {
-        Reply {
-            status,
-            body: Vec::new(),
-            kind: "application/json",
-            grant: None,
-            allow: None,
-        }
-    }
-
-    /// The same reply, saying how a grant came about (each tenure of it: one, or a lock set's
-    /// in the members' order), and how long the request `waited` before the transaction that
-    /// granted it began.
-    pub(super) fn granted(self, tenures: &[crate::lock::Grant], waited: Duration) -> Reply {
-        let how: Vec<&str> = tenures
-            .iter()
-            .map(|tenure| match tenure {
-                crate::lock::Grant::New => "new",
-                crate::lock::Grant::Extended => "extended",
-            })
-            .collect();
-        Reply {
-            grant: Some((how.join(","), waited)),
-            ..self
-        }
-    }
-
-    pub(super) fn text(body: String, kind: &'static str) -> Reply {
-        Reply {
-            status: StatusCode::OK,
-            body: body.into_bytes(),
-            kind,
-            grant: None,
-            allow: None,
-        }
-    }
-}
-
-impl From<Problem> for Reply {
-    fn from(problem: Problem) -> Reply {
-        Reply {
-            status: problem.status,
-            body: problem.body(),
-            kind: "application/problem+json",
-            grant: None,
-            allow: problem.allow,
-        }
-    }
-}
-
-/// The answer of a lock command, with the status its exit code stands for: the objects of a
-/// refusal go into a problem document.
-pub(super) fn answered(answer: &impl Answer, detail: impl FnOnce() -> String) -> Reply {
-    let (status, kind) = match answer.exit() {
-        Exit::Done | Exit::Busy => return Reply::json(StatusCode::OK, answer),
-        Exit::NotHeld => (StatusCode::NOT_FOUND, "not-held"),
-        Exit::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
-        Exit::Mismatch => (StatusCode::CONFLICT, "mismatch"),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-    };
-    Problem::new(status, kind, detail()).with(answer).into()
-}
 
 /// Sets `gone` when dropped: a request whose client went away (its future dropped) stops the
 /// wait it started on a blocking thread.
@@ -275,7 +36,7 @@ impl Drop for Gone {
 }
 
 /// Answers one request; logs it and counts it.
-pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -286,7 +47,7 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     } else {
         access::caller(state.tokens().as_deref(), request.headers())
     };
-    let routed = route(&method, &path);
+    let routed = Route::parse(method.as_str(), &path).map_err(unrouted);
     let query = request.uri().query().map(str::to_owned);
     let json = is_json(&request);
     // The body is read whatever the answer (within its time), so that the connection can
@@ -330,7 +91,7 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     *response.status_mut() = reply.status;
     response
         .headers_mut()
-        .insert(API, HeaderValue::from_static("1"));
+        .insert(API_HEADER, HeaderValue::from_static("1"));
     if reply.status != StatusCode::NO_CONTENT {
         response
             .headers_mut()
@@ -344,10 +105,10 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
     if let Some((how, waited)) = reply.grant {
         let headers = response.headers_mut();
         if let Ok(how) = HeaderValue::from_str(&how) {
-            headers.insert(GRANT, how);
+            headers.insert(GRANT_HEADER, how);
         }
         let millis = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-        headers.insert(WAITED, HeaderValue::from(millis));
+        headers.insert(WAITED_HEADER, HeaderValue::from(millis));
     }
     if let Some(allow) = reply.allow {
         response
@@ -367,14 +128,17 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<F
 /// token may see (see [`operations`]).
 fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
     match route {
-        Route::Acquire(resource)
-        | Route::Release(resource)
-        | Route::Renew(resource)
-        | Route::Leave(resource) => caller.check(resource),
+        Route::Acquire(Target::One(resource))
+        | Route::Release(Target::One(resource))
+        | Route::Renew(Target::One(resource))
+        | Route::Leave(Target::One(resource)) => caller.check(resource),
         Route::Status(resource) => caller.check_see(resource),
         Route::Break(_) => caller.check_operator(),
         // A set's members are in its body: checked once it is read (see [`operations`]).
-        Route::AcquireSet | Route::RenewSet | Route::ReleaseSet | Route::LeaveSet => Ok(()),
+        Route::Acquire(Target::Set)
+        | Route::Renew(Target::Set)
+        | Route::Release(Target::Set)
+        | Route::Leave(Target::Set) => Ok(()),
         Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
     }
 }
@@ -415,7 +179,7 @@ fn is_json(request: &Request<Incoming>) -> bool {
 }
 
 async fn answer(
-    state: &Arc<State>,
+    state: &Arc<Shared>,
     route: Route,
     body: Vec<u8>,
     query: Option<String>,
@@ -430,13 +194,13 @@ async fn answer(
     let _gone = Gone(Arc::clone(&gone));
     let state = Arc::clone(state);
     let work = tokio::task::spawn_blocking(move || {
-        let call = operations::Call {
+        let work = operations::Work {
             state: &state,
             caller: &caller,
             body: &body,
             query: query.as_deref(),
         };
-        carry_out(&call, route, &gone)
+        carry_out(&work, route, &gone)
     });
     match work.await {
         Ok(reply) => reply,
@@ -451,8 +215,8 @@ async fn answer(
 
 /// `GET /health`: 200 when the store answers within [`super::health::ANSWER_WITHIN`], else
 /// 503 saying only that (the cause goes to the log and `/metrics`).
-async fn health(state: &Arc<State>) -> Reply {
-    if super::health::answers(state).await {
+async fn health(state: &Arc<Shared>) -> Reply {
+    if super::shared::store_answers(state).await {
         Reply::text("ok\n".into(), "text/plain; charset=utf-8")
     } else {
         Problem::new(
@@ -465,12 +229,17 @@ async fn health(state: &Arc<State>) -> Reply {
 }
 
 /// `GET /metrics`: the counts, the store's health, and the live tenures when the store answers.
-async fn metrics(state: &Arc<State>) -> Reply {
-    let up = super::health::answers(state).await;
+async fn metrics(state: &Arc<Shared>) -> Reply {
+    let up = super::shared::store_answers(state).await;
     let tenures = if up {
         let counting = Arc::clone(state);
         tokio::task::spawn_blocking(move || {
-            counting.stores.with(|store| Ok(store.list("")?.len())).ok()
+            let list = || op::List {
+                prefix: String::new(),
+            };
+            (counting.stores)
+                .with(|store| Ok(store.perform(list())?.len()))
+                .ok()
         })
         .await
         .ok()
@@ -543,132 +312,22 @@ fn checked_body(route: &Route, body: Vec<u8>, json: bool) -> Result<Vec<u8>, Pro
 }
 
 /// The request's work, on a blocking thread.
-fn carry_out(call: &operations::Call<'_>, route: Route, gone: &AtomicBool) -> Reply {
-    let state = call.state;
-    let result = match route {
-        Route::Acquire(resource) => operations::acquire(call, &resource, gone),
-        Route::Status(resource) => state.stores.with(|store| {
-            let status = store.status(&resource)?;
-            let answer = StatusAnswer::new(&resource, &status);
-            Ok(Ok(answered(&answer, || format!("{resource} is not held"))))
-        }),
-        Route::Release(resource) => operations::release(call, &resource),
-        Route::Renew(resource) => operations::renew(call, &resource),
-        Route::Break(resource) => operations::evict(call, &resource),
-        Route::Leave(resource) => operations::leave(call, &resource),
-        Route::AcquireSet => operations::acquire_set(call, gone),
-        Route::RenewSet => operations::renew_set(call),
-        Route::ReleaseSet => operations::release_set(call),
-        Route::LeaveSet => operations::leave_set(call),
-        Route::List => operations::list(call),
-        Route::Log => operations::log(call),
+fn carry_out(work: &operations::Work<'_>, route: Route, gone: &AtomicBool) -> Reply {
+    match route {
+        Route::Acquire(target) => operations::acquire(work, target, gone),
+        Route::Status(resource) => operations::status(work, resource),
+        Route::Release(target) => operations::release(work, target),
+        Route::Renew(target) => operations::renew(work, target),
+        Route::Break(resource) => operations::break_lock(work, resource),
+        Route::Leave(target) => operations::leave(work, target),
+        Route::List => operations::list(work),
+        Route::Log => operations::log(work),
         // Answered without a blocking thread of their own (see [`answer`]).
-        Route::Health | Route::Metrics => Ok(Ok(Problem::new(
+        Route::Health | Route::Metrics => Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "the request failed",
         )
-        .into())),
-    };
-    match result {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(bad)) => problem(&bad).into(),
-        Err(err) => Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store-error",
-            format!("{err:#}"),
-        )
         .into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_route_of_the_api_and_the_wrong_methods_and_paths() {
-        let r = |name: &str| Resource::parse(name).unwrap();
-        let cases: Vec<(Method, &str, Result<Route, u16>)> = vec![
-            (Method::POST, "/locks/a", Ok(Route::Acquire(r("a")))),
-            (Method::GET, "/locks/a", Ok(Route::Status(r("a")))),
-            (Method::DELETE, "/locks/a", Ok(Route::Release(r("a")))),
-            (Method::POST, "/locks/a/renew", Ok(Route::Renew(r("a")))),
-            (Method::POST, "/locks/a/break", Ok(Route::Break(r("a")))),
-            (Method::POST, "/locks/a/leave", Ok(Route::Leave(r("a")))),
-            (Method::DELETE, "/locks/a/leave", Err(405)),
-            (
-                Method::POST,
-                "/locks/deploy%2Fprod",
-                Ok(Route::Acquire(r("deploy/prod"))),
-            ),
-            (Method::GET, "/locks", Ok(Route::List)),
-            (Method::GET, "/log", Ok(Route::Log)),
-            (Method::GET, "/health", Ok(Route::Health)),
-            (Method::GET, "/metrics", Ok(Route::Metrics)),
-            (Method::POST, "/sets", Ok(Route::AcquireSet)),
-            (Method::POST, "/sets/renew", Ok(Route::RenewSet)),
-            (Method::POST, "/sets/release", Ok(Route::ReleaseSet)),
-            (Method::POST, "/sets/leave", Ok(Route::LeaveSet)),
-            (Method::GET, "/sets/leave", Err(405)),
-            (Method::GET, "/sets", Err(405)),
-            (Method::DELETE, "/sets", Err(405)),
-            (Method::GET, "/sets/renew", Err(405)),
-            (Method::PUT, "/sets/release", Err(405)),
-            (Method::POST, "/sets/a", Err(404)),
-            (Method::POST, "/sets/renew/a", Err(404)),
-            (Method::PUT, "/locks/a", Err(405)),
-            (Method::GET, "/locks/a/renew", Err(405)),
-            (Method::POST, "/locks", Err(405)),
-            (Method::DELETE, "/health", Err(405)),
-            (Method::GET, "/", Err(404)),
-            (Method::GET, "/locks/a/b", Err(404)),
-            (Method::GET, "/lockss", Err(404)),
-            (Method::GET, "/locks/", Err(422)),
-            (Method::GET, "/locks/%ZZ", Err(400)),
-            (Method::GET, "/nope%ZZ", Err(400)),
-            (Method::PUT, "/locks/a%", Err(400)),
-            (Method::HEAD, "/health", Ok(Route::Health)),
-            (Method::HEAD, "/metrics", Ok(Route::Metrics)),
-            (Method::HEAD, "/locks", Ok(Route::List)),
-            (Method::HEAD, "/log", Ok(Route::Log)),
-            (Method::HEAD, "/locks/a", Ok(Route::Status(r("a")))),
-            (Method::HEAD, "/locks/a/renew", Err(405)),
-            (Method::HEAD, "/sets", Err(405)),
-        ];
-        for (method, path, expected) in cases {
-            let got = route(&method, path).map_err(|problem| problem.status.as_u16());
-            assert_eq!(got, expected, "{method} {path}");
-        }
-        // (method, path, the 405's Allow)
-        let allows = [
-            (Method::PUT, "/locks/a", "GET, HEAD, POST, DELETE"),
-            (Method::POST, "/locks", "GET, HEAD"),
-            (Method::DELETE, "/health", "GET, HEAD"),
-            (Method::POST, "/metrics", "GET, HEAD"),
-            (Method::PUT, "/log", "GET, HEAD"),
-            (Method::GET, "/locks/a/renew", "POST"),
-            (Method::HEAD, "/locks/a/break", "POST"),
-            (Method::GET, "/sets", "POST"),
-            (Method::DELETE, "/sets/renew", "POST"),
-            (Method::OPTIONS, "/sets/release", "POST"),
-        ];
-        for (method, path, allow) in allows {
-            let problem = route(&method, path).expect_err("a 405");
-            assert_eq!(
-                problem.status,
-                StatusCode::METHOD_NOT_ALLOWED,
-                "{method} {path}"
-            );
-            assert_eq!(problem.allow, Some(allow), "{method} {path}");
-        }
-        for (method, path) in [(Method::GET, "/nope"), (Method::POST, "/locks/a/b")] {
-            assert_eq!(route(&method, path).expect_err("a 404").allow, None);
-        }
-        let long = format!("/locks/{}", "a".repeat(256));
-        assert_eq!(
-            route(&Method::POST, &long).map_err(|p| p.status.as_u16()),
-            Err(422)
-        );
     }
 }

@@ -1,4 +1,4 @@
-//! Who may reach the server: the contract's exposure rule as one pure decision.
+//! Who may reach the server: the exposure rule (docs/src/reference/server.md, "Exposure") as one pure decision.
 //!
 //! Without tokens every client can release any owner's lock by naming the owner, so the
 //! server then listens on loopback addresses only. Beyond loopback, with tokens, the tokens

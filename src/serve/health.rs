@@ -10,16 +10,13 @@
 //! `/metrics`, which needs a token when the server has tokens. The store's own messages never
 //! show a password.
 
-use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use super::State;
 use crate::output::warn;
-use crate::store::Locks;
 
 /// The longest a request waits for the store's answer to a probe.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
@@ -28,9 +25,9 @@ pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 pub struct Health {
     finding: Mutex<Finding>,
     /// Set while a probe runs: no second one starts.
-    probing: AtomicBool,
+    pub(super) probing: AtomicBool,
     /// Told when a probe has found something.
-    found: watch::Sender<()>,
+    pub(super) found: watch::Sender<()>,
 }
 
 /// What the last probes found.
@@ -69,7 +66,7 @@ impl Health {
 
     /// Notes what a probe found: `Err` with why the store did not answer. A change from
     /// answering to not, or back, is one line on stderr.
-    fn record(&self, probed: Result<(), String>) {
+    pub(super) fn record(&self, probed: Result<(), String>) {
         let Ok(mut finding) = self.finding.lock() else {
             return;
         };
@@ -94,30 +91,8 @@ impl Health {
     }
 }
 
-/// Whether the store answers now: the next probe's finding (one is started unless one is under
-/// way), or no when none has come within [`ANSWER_WITHIN`].
-pub async fn answers(state: &Arc<State>) -> bool {
-    let health = &state.health;
-    // Told of any probe that finishes from here on, so that none is missed.
-    let mut found = health.found.subscribe();
-    if !health.probing.swap(true, Ordering::SeqCst) {
-        let state = Arc::clone(state);
-        tokio::task::spawn_blocking(move || {
-            let probed = state.stores.with(|store| store.list("\u{1}").map(drop));
-            let probed = probed.map_err(|err| one_line(&format!("{err:#}")));
-            state.health.record(probed);
-            state.health.probing.store(false, Ordering::SeqCst);
-            state.health.found.send_replace(());
-        });
-    }
-    match tokio::time::timeout(ANSWER_WITHIN, found.changed()).await {
-        Ok(Ok(())) => health.finding().up,
-        _ => false,
-    }
-}
-
 /// `text` on one line: a line of the log, or a label of `/metrics`.
-fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<&str>>().join(" ")
 }
 

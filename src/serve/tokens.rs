@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 
 use super::reread::Reread;
 use crate::error::Error;
+use crate::lock::shown;
 use crate::lock::{Resource, TokenName};
-use crate::output::shown;
 use trust::Owners;
 
 /// The secrets of tokens begin so, to be told apart from other credentials in a script.

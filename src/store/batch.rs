@@ -23,9 +23,9 @@
 //! Which waiters to wake comes back too: per resource the batch changed in a way that may let a
 //! waiter in, the first live waiter left in its queue ([`Batched::wake`]).
 
-use anyhow::{Result, anyhow};
+use anyhow::anyhow;
 
-use super::{Backend, DecideSet, Durability, FenceSource, Reads};
+use super::{Backend, DecideSet, Durability, FenceSource, Reads, Result};
 use crate::engine::{self, Change, SetDecision, State};
 use crate::lock::{Owner, Resource};
 
@@ -108,6 +108,7 @@ fn decide_in_turn<T>(
             Ok((decision, after))
         });
         outcomes.push(match decided {
+            Err(err) => Err(err.into()),
             Ok((decision, after)) => {
                 for ((&i, state), member_changes) in at.iter().zip(after).zip(decision.changes) {
                     states[i] = state;
@@ -115,7 +116,6 @@ fn decide_in_turn<T>(
                 }
                 Ok(decision.outcome)
             }
-            Err(err) => Err(err),
         });
     }
     let wake = resources
@@ -363,7 +363,7 @@ mod tests {
                 resource: Some(res(r)),
                 ..LogQuery::default()
             };
-            for event in store.log(&query).unwrap() {
+            for event in store.perform(crate::store::op::Log { query }).unwrap() {
                 text.push_str(&format!("{event:?}\n"));
             }
         }
@@ -476,11 +476,11 @@ mod tests {
         assert_eq!(words[3], "Acquired");
         // Both grants committed, and nothing of the refused ones.
         for (r, owner) in [(0, "o0"), (1, "o1")] {
-            let status = store.status(&res(r)).unwrap();
+            let status = store.perform(crate::store::op::Status { resource: res(r) }).unwrap();
             assert_eq!(status.locks.len(), 1, "r{r}");
             assert_eq!(status.locks[0].owner.as_str(), owner);
         }
-        assert!(store.status(&res(2)).unwrap().locks.is_empty());
+        assert!(store.perform(crate::store::op::Status { resource: res(2) }).unwrap().locks.is_empty());
     }
 
     #[test]

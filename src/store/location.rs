@@ -59,7 +59,7 @@ impl NetworkFs {
             Some(value) => Err(format!(
                 "DISTLOCK_ALLOW_NETWORK_FS must be 1 (open a SQLite store on a network \
                  filesystem all the same) or 0 (refuse it, as when unset or empty), not {:?}",
-                crate::output::shown(&value.to_string_lossy())
+                crate::lock::shown(&value.to_string_lossy())
             )),
         }
     }
@@ -108,8 +108,8 @@ impl Location {
                 "--db: unknown URL scheme {:?}; distlock knows postgres:// and postgresql:// \
                  (PostgreSQL), http:// and https:// (a distlock server) and file paths (write a \
                  path with a colon in it as ./{}…)",
-                crate::output::shown(scheme),
-                crate::output::shown(scheme),
+                crate::lock::shown(scheme),
+                crate::lock::shown(scheme),
             )),
         }
     }
@@ -148,7 +148,7 @@ fn path_of(db: &str, network_fs: NetworkFs) -> Result<Location, String> {
              postgres://… and postgresql://… (PostgreSQL), http://HOST:PORT and \
              https://HOST:PORT (a distlock server) and file paths (write a path with a colon in \
              it as ./{}…)",
-            crate::output::shown(db.split(':').next().unwrap_or_default())
+            crate::lock::shown(db.split(':').next().unwrap_or_default())
         ));
     }
     if db.ends_with('/') {

@@ -1,128 +1,259 @@
-//! The operations on the locks as values: [`Op`] in, [`Outcome`] out. This is the one seam
-//! every store offers ([`super::LockStore::perform`]); a local store carries an operation out
-//! through the decision core, the PostgreSQL store hands it to its connection's thread as one
-//! message, and a store that decides elsewhere (a client of a distlock server) sends it on.
+//! The operations on the locks as values: one type per operation, and the one enum of them
+//! ([`Op`]) that crosses the seam ([`super::LockStore::carry_out`]); what each comes to is its
+//! [`Operation::Output`]. A local store carries an operation out through the decision core,
+//! the PostgreSQL store hands it to its connection's thread as one message, and a store that
+//! decides elsewhere (a client of a distlock server) sends it on.
 //!
-//! [`Locks`] gives each operation a typed method over `perform`, which is what commands call.
+//! A single resource is a set of one: every operation on tenures takes [`Members`], and only
+//! the edges (what a command prints, what a server answers, the route a client sends to)
+//! write one resource differently from a set. [`Locks::perform`] gives each operation its
+//! own outcome type.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
-
-use crate::engine::{Finish, Request};
+use crate::engine::{Finish as Ended, Request};
 use crate::lock::{
-    Acquire, Event, Eviction, Fence, Lock, LogQuery, Members, Owner, Release, Renew, Resource,
-    SetAcquire, SetRelease, SetRenew, Status, Ttl,
+    Breaking, Event, Fence, Lock, LogQuery, Members, Owner, Resource, SetAcquire, SetRelease,
+    SetRenew, Ttl,
 };
 
-use super::{GcReport, LockStore};
+use super::{Error, Result};
+use crate::lock::GcReport;
 
-/// One operation on a store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    /// Take a tenure (or extend the owner's own), or report busy or a mismatch; a waiting
-    /// request takes or keeps its place in the queue (see [`crate::engine::acquire`]).
-    Acquire {
-        resource: Resource,
-        request: Request,
-    },
-    /// The live tenures, oldest first, and the live waiters.
-    Status { resource: Resource },
-    /// Move the owner's live lease (only tenure `fence`, when given) to now + `ttl`.
-    Renew {
-        resource: Resource,
-        owner: Owner,
-        ttl: Ttl,
-        fence: Option<Fence>,
-    },
-    /// Remove the owner's live tenure (only tenure `fence`, when given).
-    Release {
-        resource: Resource,
-        owner: Owner,
-        fence: Option<Fence>,
-    },
-    /// `run`'s end of tenure `fence`: released, or kept until its start + `hold`.
-    Finish {
-        resource: Resource,
-        owner: Owner,
-        fence: Fence,
-        hold: Option<Duration>,
-    },
-    /// An operator's `break`: remove every live tenure (only `owner`'s, when given).
-    Break {
-        resource: Resource,
-        owner: Option<Owner>,
-        eviction: Eviction,
-    },
-    /// A waiter gives up its place in the queue.
-    Leave { resource: Resource, owner: Owner },
-    /// The live locks whose resource starts with `prefix`, by resource, then fence.
-    List { prefix: String },
-    /// Recorded state changes, oldest first.
-    Log { query: LogQuery },
-    /// Delete expired lock rows and history older than `keep_history`.
-    Gc { keep_history: Duration },
-    /// Start listening for changes of `resources` (one, or a set's members) that may let
-    /// `owner` in.
-    Subscribe {
-        resources: Vec<Resource>,
-        owner: Owner,
-    },
-    /// Block until one of `resources` may have changed, or `timeout` passes.
-    WaitForChange {
-        resources: Vec<Resource>,
-        timeout: Duration,
-    },
-    /// [`Op::Acquire`] of a lock set, all or nothing (see [`crate::engine::acquire_set`]).
-    AcquireSet { members: Members, request: Request },
-    /// [`Op::Renew`] of every member (of tenures `fences`, in the members' order, when
-    /// given), all or nothing.
-    RenewSet {
-        members: Members,
-        owner: Owner,
-        ttl: Ttl,
-        fences: Option<Vec<Fence>>,
-    },
-    /// [`Op::Release`] of every member, all or nothing.
-    ReleaseSet {
-        members: Members,
-        owner: Owner,
-        fences: Option<Vec<Fence>>,
-    },
-    /// [`Op::Finish`] of each member's tenure (`fences`, in the members' order), each on its
-    /// own: a member already lost leaves the others to be ended all the same.
-    FinishSet {
-        members: Members,
-        owner: Owner,
-        fences: Vec<Fence>,
-        hold: Option<Duration>,
-    },
-    /// A set waiter gives up its place in every member's queue.
-    LeaveSet { members: Members, owner: Owner },
+/// An operation, and the type of what it comes to.
+pub trait Operation: Into<Op> {
+    type Output;
+
+    /// The operation's outcome out of a store's answer; the answer itself when it is
+    /// another operation's (a defect of the store, or a server that speaks another protocol).
+    ///
+    /// # Errors
+    ///
+    /// Another operation's outcome, given back.
+    fn outcome(outcome: Outcome) -> std::result::Result<Self::Output, Outcome>;
 }
 
-/// What an [`Op`] came to, one variant per operation.
+/// Each operation as a variant of [`Op`], its outcome as a variant of [`Outcome`], and the
+/// [`Operation`] that ties them.
+macro_rules! operations {
+    ($($name:ident => $outcome:ty,)*) => {
+        /// One operation on a store: the seam's one call.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Op {
+            $($name($name),)*
+        }
+
+        /// What an [`Op`] came to, one variant per operation.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Outcome {
+            $($name($outcome),)*
+        }
+
+        $(
+            impl From<$name> for Op {
+                fn from(op: $name) -> Op {
+                    Op::$name(op)
+                }
+            }
+
+            impl Operation for $name {
+                type Output = $outcome;
+
+                fn outcome(outcome: Outcome) -> std::result::Result<$outcome, Outcome> {
+                    match outcome {
+                        Outcome::$name(outcome) => Ok(outcome),
+                        other => Err(other),
+                    }
+                }
+            }
+        )*
+
+        impl Op {
+            /// The operation's name, for messages.
+            fn name(&self) -> &'static str {
+                match self {
+                    $(Op::$name(_) => stringify!($name),)*
+                }
+            }
+        }
+    };
+}
+
+operations! {
+    Acquire => Acquisition,
+    Status => crate::lock::Status,
+    Renew => SetRenew,
+    Release => SetRelease,
+    Finish => Vec<Ended>,
+    Break => Vec<Lock>,
+    Leave => Left,
+    List => Vec<Lock>,
+    Log => Vec<Event>,
+    Gc => GcReport,
+    Subscribe => (),
+    WaitForChange => (),
+    Tidy => (),
+}
+
+/// Take a tenure of every member (or extend the owner's own), or find the set busy or a
+/// mismatch, all or nothing; a waiting request takes or keeps its place in every member's
+/// queue (see [`crate::engine::acquire_set`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Acquire(Acquire),
-    Status(Status),
-    Renew(Renew),
-    Release(Release),
-    Finish(Finish),
-    /// The tenures `break` removed.
-    Break(Vec<Lock>),
-    Left,
-    List(Vec<Lock>),
-    Log(Vec<Event>),
-    Gc(GcReport),
-    Subscribed,
-    /// The resource may have changed, or the wait timed out.
-    Woken,
-    AcquireSet(SetAcquire),
-    RenewSet(SetRenew),
-    ReleaseSet(SetRelease),
-    /// Each member's end, in the members' order.
-    FinishSet(Vec<Finish>),
+pub struct Acquire {
+    pub members: Members,
+    pub request: Request,
+    /// The end of the caller's wait, while it waits: a store that can wait itself (a server's
+    /// long poll) waits until then, and one that loses its connection seeks it again until
+    /// then, rather than for its own budget.
+    pub until: Option<Instant>,
+}
+
+/// What an [`Acquire`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquisition {
+    pub outcome: SetAcquire,
+    /// The earliest moment the outcome can have been decided, when the store knows one later
+    /// than the call's start: a lease it granted began no earlier, so `run` times the lease
+    /// from there. `None` for a local store, whose deciding transaction may begin as soon as
+    /// the call does; a server's long poll is decided after the wait the server reports, up to
+    /// 30 s after it was sent.
+    pub decided: Option<Instant>,
+    /// What the store has to tell the waiter, once: a PostgreSQL connection that does not keep
+    /// its `LISTEN` (a pooler in transaction mode), so that waiting falls back to looking
+    /// again.
+    pub notice: Option<String>,
+}
+
+/// The live tenures, oldest first, and the live waiters, of one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub resource: Resource,
+}
+
+/// Move the owner's live lease on every member (of tenures `fences`, in the members' order,
+/// when given) to now + `ttl`, all or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renew {
+    pub members: Members,
+    pub owner: Owner,
+    pub ttl: Ttl,
+    pub fences: Option<Vec<Fence>>,
+    /// The end of the lease as the renewer knows it: a renewal answered later is of no use,
+    /// so a store whose call may take long (a server) gives up by then. A local store may
+    /// ignore it.
+    pub lease_end: Option<Instant>,
+}
+
+/// Remove the owner's live tenure on every member (of tenures `fences`, when given), all or
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub members: Members,
+    pub owner: Owner,
+    pub fences: Option<Vec<Fence>>,
+}
+
+/// `run`'s end of its tenures `fences` (in the members' order), each on its own: released, or
+/// kept until its start + `hold`; a member already lost leaves the others to be ended all the
+/// same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    pub members: Members,
+    pub owner: Owner,
+    pub fences: Vec<Fence>,
+    pub hold: Option<Duration>,
+    /// Until when a store that cannot be reached is tried again (the lease's end): the end is
+    /// harmless twice, and a job that ended while its store was away is released once it is
+    /// back.
+    pub until: Option<Instant>,
+}
+
+/// An operator's `break`: remove every live tenure of `resource` (only `owner`'s, when given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Break {
+    pub resource: Resource,
+    pub owner: Option<Owner>,
+    pub breaking: Breaking,
+}
+
+/// A waiter gives up its place in every member's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leave {
+    pub members: Members,
+    pub owner: Owner,
+    /// The end of the wait (see [`Acquire::until`]).
+    pub until: Option<Instant>,
+}
+
+/// What a [`Leave`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Left {
+    /// The place is gone from the queue at once; else (a client of a distlock server that
+    /// could not tell the server) the server gives the abandoned place up within the place's
+    /// liveness, 5 s.
+    pub at_once: bool,
+}
+
+/// The live locks whose resource starts with `prefix`, by resource, then fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct List {
+    pub prefix: String,
+}
+
+/// Recorded state changes, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Log {
+    pub query: LogQuery,
+}
+
+/// Delete expired lock rows and history older than `keep_history`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gc {
+    pub keep_history: Duration,
+}
+
+/// Start listening for changes of the members that may let `owner` in: done once, before a
+/// waiter's first attempt, so that no change committed after it is missed by
+/// [`WaitForChange`]. A store that cannot listen makes waiters poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscribe {
+    pub members: Members,
+    pub owner: Owner,
+    /// The end of the wait (see [`Acquire::until`]).
+    pub until: Option<Instant>,
+}
+
+/// Block until one of the members may have changed, or `timeout` passes: a futex wait on
+/// SQLite, `LISTEN`/`NOTIFY` on PostgreSQL. Only a hint — the caller tries again either way —
+/// so spurious returns are harmless.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitForChange {
+    pub members: Members,
+    pub timeout: Duration,
+    /// The end of the wait (see [`Acquire::until`]).
+    pub until: Option<Instant>,
+}
+
+/// Housekeeping for a moment when nobody waits on this process — `run` asks for it once its
+/// command is running, a server after each request — so that it is not paid at exit instead.
+/// Best effort: it never fails, and what it cannot do now is done at a later moment or by
+/// another process (a SQLite store's WAL is checkpointed and started over once it is long).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tidy;
+
+impl Op {
+    /// Until when a store that loses its connection seeks it again for this operation,
+    /// rather than for its own budget: the end of a wait, or of `run`'s lease.
+    pub fn keeps_trying_until(&self) -> Option<Instant> {
+        match self {
+            Op::Acquire(Acquire { until, .. })
+            | Op::Finish(Finish { until, .. })
+            | Op::Leave(Leave { until, .. })
+            | Op::Subscribe(Subscribe { until, .. })
+            | Op::WaitForChange(WaitForChange { until, .. }) => *until,
+            _ => None,
+        }
+    }
 }
 
 /// Whether a commit must survive power loss. A release need not (rolled back, the lock merely
@@ -136,327 +267,36 @@ pub enum Durability {
     Relaxed,
 }
 
-/// The operations as typed methods over [`LockStore::perform`].
+/// A lock store: operations in, outcomes out. Synchronous and object-safe, so commands hold a
+/// `Box<dyn LockStore>` and never know which backend is behind it. Every local backend gets it
+/// from [`super::Backend`], where each operation is written once and decided by [`crate::engine`]; a
+/// store that decides elsewhere (a distlock server's client) or on a connection of its own
+/// thread (PostgreSQL) implements it itself. [`Locks::perform`] gives each operation its own
+/// outcome type.
+pub trait LockStore: Send {
+    /// Carries `op` out.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures; every "no" (busy, not held, forbidden) is an [`Outcome`].
+    fn carry_out(&mut self, op: Op) -> Result<Outcome>;
+}
+
+/// Each [`Operation`] with its own outcome type, over [`LockStore::carry_out`]: what commands,
+/// `run` and the server call.
 pub trait Locks: LockStore {
-    /// See [`Op::Acquire`].
+    /// Carries `op` out.
     ///
     /// # Errors
     ///
-    /// Only store failures; a busy lock is [`Acquire::Busy`].
-    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Acquire> {
-        let op = Op::Acquire {
-            resource: resource.clone(),
-            request: request.clone(),
-        };
-        match self.perform(op)? {
-            Outcome::Acquire(outcome) => Ok(outcome),
-            other => unexpected("acquire", &other),
-        }
-    }
-
-    /// See [`Op::Status`]. An expired tenure is never reported.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn status(&mut self, resource: &Resource) -> Result<Status> {
-        match self.perform(Op::Status {
-            resource: resource.clone(),
-        })? {
-            Outcome::Status(status) => Ok(status),
-            other => unexpected("status", &other),
-        }
-    }
-
-    /// See [`Op::Renew`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn renew(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        ttl: Ttl,
-        fence: Option<Fence>,
-    ) -> Result<Renew> {
-        let op = Op::Renew {
-            resource: resource.clone(),
-            owner: owner.clone(),
-            ttl,
-            fence,
-        };
-        match self.perform(op)? {
-            Outcome::Renew(outcome) => Ok(outcome),
-            other => unexpected("renew", &other),
-        }
-    }
-
-    /// See [`Op::Release`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn release(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-    ) -> Result<Release> {
-        let op = Op::Release {
-            resource: resource.clone(),
-            owner: owner.clone(),
-            fence,
-        };
-        match self.perform(op)? {
-            Outcome::Release(outcome) => Ok(outcome),
-            other => unexpected("release", &other),
-        }
-    }
-
-    /// See [`Op::Finish`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn finish(
-        &mut self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Fence,
-        hold: Option<Duration>,
-    ) -> Result<Finish> {
-        let op = Op::Finish {
-            resource: resource.clone(),
-            owner: owner.clone(),
-            fence,
-            hold,
-        };
-        match self.perform(op)? {
-            Outcome::Finish(outcome) => Ok(outcome),
-            other => unexpected("finish", &other),
-        }
-    }
-
-    /// See [`Op::Break`]; the removed tenures.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn evict(
-        &mut self,
-        resource: &Resource,
-        owner: Option<&Owner>,
-        eviction: &Eviction,
-    ) -> Result<Vec<Lock>> {
-        let op = Op::Break {
-            resource: resource.clone(),
-            owner: owner.cloned(),
-            eviction: eviction.clone(),
-        };
-        match self.perform(op)? {
-            Outcome::Break(removed) => Ok(removed),
-            other => unexpected("break", &other),
-        }
-    }
-
-    /// See [`Op::Leave`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn leave(&mut self, resource: &Resource, owner: &Owner) -> Result<()> {
-        let op = Op::Leave {
-            resource: resource.clone(),
-            owner: owner.clone(),
-        };
-        match self.perform(op)? {
-            Outcome::Left => Ok(()),
-            other => unexpected("leave", &other),
-        }
-    }
-
-    /// See [`Op::List`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn list(&mut self, prefix: &str) -> Result<Vec<Lock>> {
-        match self.perform(Op::List {
-            prefix: prefix.to_owned(),
-        })? {
-            Outcome::List(locks) => Ok(locks),
-            other => unexpected("list", &other),
-        }
-    }
-
-    /// See [`Op::Log`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn log(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
-        match self.perform(Op::Log {
-            query: query.clone(),
-        })? {
-            Outcome::Log(events) => Ok(events),
-            other => unexpected("log", &other),
-        }
-    }
-
-    /// See [`Op::Gc`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn gc(&mut self, keep_history: Duration) -> Result<GcReport> {
-        match self.perform(Op::Gc { keep_history })? {
-            Outcome::Gc(report) => Ok(report),
-            other => unexpected("gc", &other),
-        }
-    }
-
-    /// See [`Op::Subscribe`]: called once, before a waiter's first attempt, so that no change
-    /// committed after it is missed by [`Locks::wait_for_change`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures; a store that cannot listen makes waiters poll.
-    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> Result<()> {
-        let op = Op::Subscribe {
-            resources: resources.to_vec(),
-            owner: owner.clone(),
-        };
-        match self.perform(op)? {
-            Outcome::Subscribed => Ok(()),
-            other => unexpected("subscribe", &other),
-        }
-    }
-
-    /// See [`Op::WaitForChange`]: a futex wait on SQLite, `LISTEN`/`NOTIFY` on PostgreSQL.
-    /// Only a hint — the caller tries again either way — so spurious returns are harmless.
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
-        let op = Op::WaitForChange {
-            resources: resources.to_vec(),
-            timeout,
-        };
-        match self.perform(op)? {
-            Outcome::Woken => Ok(()),
-            other => unexpected("wait", &other),
-        }
-    }
-
-    /// See [`Op::AcquireSet`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures; a busy member makes [`SetAcquire::Busy`].
-    fn acquire_set(&mut self, members: &Members, request: &Request) -> Result<SetAcquire> {
-        let op = Op::AcquireSet {
-            members: members.clone(),
-            request: request.clone(),
-        };
-        match self.perform(op)? {
-            Outcome::AcquireSet(outcome) => Ok(outcome),
-            other => unexpected("acquire", &other),
-        }
-    }
-
-    /// See [`Op::RenewSet`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn renew_set(
-        &mut self,
-        members: &Members,
-        owner: &Owner,
-        ttl: Ttl,
-        fences: Option<&[Fence]>,
-    ) -> Result<SetRenew> {
-        let op = Op::RenewSet {
-            members: members.clone(),
-            owner: owner.clone(),
-            ttl,
-            fences: fences.map(<[Fence]>::to_vec),
-        };
-        match self.perform(op)? {
-            Outcome::RenewSet(outcome) => Ok(outcome),
-            other => unexpected("renew", &other),
-        }
-    }
-
-    /// See [`Op::ReleaseSet`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn release_set(
-        &mut self,
-        members: &Members,
-        owner: &Owner,
-        fences: Option<&[Fence]>,
-    ) -> Result<SetRelease> {
-        let op = Op::ReleaseSet {
-            members: members.clone(),
-            owner: owner.clone(),
-            fences: fences.map(<[Fence]>::to_vec),
-        };
-        match self.perform(op)? {
-            Outcome::ReleaseSet(outcome) => Ok(outcome),
-            other => unexpected("release", &other),
-        }
-    }
-
-    /// See [`Op::FinishSet`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn finish_set(
-        &mut self,
-        members: &Members,
-        owner: &Owner,
-        fences: &[Fence],
-        hold: Option<Duration>,
-    ) -> Result<Vec<Finish>> {
-        let op = Op::FinishSet {
-            members: members.clone(),
-            owner: owner.clone(),
-            fences: fences.to_vec(),
-            hold,
-        };
-        match self.perform(op)? {
-            Outcome::FinishSet(outcome) => Ok(outcome),
-            other => unexpected("finish", &other),
-        }
-    }
-
-    /// See [`Op::LeaveSet`].
-    ///
-    /// # Errors
-    ///
-    /// Only store failures.
-    fn leave_set(&mut self, members: &Members, owner: &Owner) -> Result<()> {
-        let op = Op::LeaveSet {
-            members: members.clone(),
-            owner: owner.clone(),
-        };
-        match self.perform(op)? {
-            Outcome::Left => Ok(()),
-            other => unexpected("leave", &other),
-        }
+    /// Only store failures; every "no" (busy, not held, forbidden) is in the outcome.
+    fn perform<O: Operation>(&mut self, op: O) -> Result<O::Output> {
+        let op = op.into();
+        let name = op.name();
+        O::outcome(self.carry_out(op)?).map_err(|other| {
+            Error::Failed(anyhow::anyhow!("the store answered {name} with {other:?}"))
+        })
     }
 }
 
 impl<S: LockStore + ?Sized> Locks for S {}
-
-/// A store that answered an operation with another's outcome: a defect of the store, or a
-/// server that speaks another protocol.
-fn unexpected<T>(op: &str, outcome: &Outcome) -> Result<T> {
-    bail!("the store answered {op} with {outcome:?}")
-}

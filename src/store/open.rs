@@ -1,90 +1,96 @@
-//! Opening the store at a [`Location`] for what a command does with it: [`open`] may create a
-//! SQLite store and its folders; [`open_existing`] and [`open_read_only`] create nothing and
-//! read a store that is not there as [`Absent`], an empty one; [`reopen`] finds a store that is
-//! gone [`Vanished`]. The first three refuse a SQLite path that is no place for a store — a
-//! device, a FIFO, a socket, a network filesystem — before anything is made.
+//! Opening the store at a [`Location`] for what a command does with it ([`Access`]): one that
+//! may create a SQLite store and its folders, one that creates nothing and reads a store that
+//! is not there as [`Absent`] (an empty one), one that only reads, and one that opens again a
+//! store this process had, and finds it [`Error::Vanished`] if it is gone. A SQLite path that
+//! is no place for a store — a device, a FIFO, a socket, a network filesystem — is refused
+//! before anything is made.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
 
+use super::backend::{decide_on_nothing, nothing};
 use super::{
-    Backend, DecideSet, Durability, Folders, GcReport, Location, LockStore, NetworkFs,
-    PostgresStore, Reads, RemoteStore, SqliteStore, SystemClock, decide_on_nothing, network_fs,
-    nothing,
+    Backend, DecideSet, Durability, Error, Folders, Location, LockStore, NetworkFs, PostgresStore,
+    Reads, RemoteStore, Result, SqliteStore, SystemClock, network_fs,
 };
 use crate::engine::State;
-use crate::lock::{Event, Lock, LogQuery, Owner, Resource};
+use crate::lock::{Event, GcReport, Lock, LogQuery, Owner, Resource};
 
-/// Opens the store at `location` with the host's clock, for a command that may create it
-/// (`acquire`, `run`): a SQLite store is made, with its missing folders, if it is not there.
-///
-/// # Errors
-///
-/// When the store cannot be opened, is corrupt or comes from a newer distlock, and for a SQLite
-/// path that is no place for a store (a device, a FIFO, a socket, a network filesystem).
-pub fn open(location: &Location) -> Result<Box<dyn LockStore>> {
-    match location {
-        Location::Sqlite(path, folders, network_fs) => {
-            refuse_special(path)?;
-            refuse_network_fs(path, *network_fs)?;
-            Ok(Box::new(open_sqlite(path, *folders)?))
-        }
-        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(url)?)),
-        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
-    }
+/// What a command may do to the store it opens, which decides how it is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// A command that may create the store (`acquire`, `run`, `serve`): a SQLite store is
+    /// made, with its missing folders, if it is not there.
+    Create,
+    /// A command that writes only what it finds (`release`, `renew`, `break`, `gc`): a SQLite
+    /// store that is not there — no file, or an empty one — is [`Absent`], and nothing is
+    /// created, not the file, not its folders. Such a command finds nothing to change there,
+    /// and answers as for an empty store (`release` → 1).
+    Existing,
+    /// A command that only reads (`status`, `list`, `log`): a SQLite store is opened read-only
+    /// ([`SqliteStore::open_read_only`]): nothing is written, upgraded or created, and one that
+    /// is not there is [`Absent`].
+    ReadOnly,
+    /// A store this process opened before (`run`'s heartbeat, on a connection of its own, and
+    /// after a failure on a new one): as [`Access::Create`], except that a SQLite store is
+    /// never created — not its file, not its folders. One that is gone is
+    /// [`Error::Vanished`]: its locks went with it, and a store made anew at its path would
+    /// hold none of them; a PostgreSQL schema dropped meanwhile is not made anew either.
+    Again,
 }
 
-/// Opens the store at `location` for a command that writes only what it finds (`release`,
-/// `renew`, `break`, `gc`): a SQLite store that is not there — no file, or an empty one — is
-/// [`Absent`], and nothing is created, not the file, not its folders. Such a command finds
-/// nothing to change there, and answers as for an empty store (`release` → 1).
+/// Opens the store at `location`, with the host's clock, for what a command does with it
+/// ([`Access`]). A SQLite path that is no place for a store — a device, a FIFO, a socket, a
+/// network filesystem — is refused before anything is made, also where nothing is there yet.
 ///
 /// # Errors
 ///
-/// As [`open`]; a SQLite path that is no place for a store is refused also where nothing is
-/// there yet.
-pub fn open_existing(location: &Location) -> Result<Box<dyn LockStore>> {
-    if let Location::Sqlite(path, _, network_fs) = location {
-        refuse_special(path)?;
-        refuse_network_fs(path, *network_fs)?;
-    }
-    match location {
-        Location::Sqlite(path, ..) if !holds_a_store(path) => Ok(Box::new(Absent)),
-        Location::Sqlite(path, ..) => {
-            match SqliteStore::open_existing(path, Box::new(SystemClock))? {
-                Some(store) => Ok(Box::new(store)),
-                None => Ok(Box::new(Absent)),
-            }
+/// When the store cannot be opened, is corrupt or comes from a newer distlock; a SQLite path
+/// that is no place for a store; [`Error::Vanished`] for a SQLite store opened
+/// [`Access::Again`] that no longer exists.
+pub fn open(location: &Location, access: Access) -> Result<Box<dyn LockStore>> {
+    let url = match location {
+        Location::Server(url) => return Ok(Box::new(RemoteStore::open(url)?)),
+        Location::Postgres(url) => url,
+        Location::Sqlite(path, folders, allowed) => {
+            return open_sqlite(path, *folders, *allowed, access);
         }
-        Location::Postgres(url) => Ok(Box::new(PostgresStore::open_existing(url)?)),
-        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
-    }
+    };
+    Ok(Box::new(match access {
+        Access::Create => PostgresStore::open(url)?,
+        Access::Existing | Access::Again => PostgresStore::open_existing(url)?,
+        Access::ReadOnly => PostgresStore::open_read_only(url)?,
+    }))
 }
 
-/// Opens the store at `location` for a command that only reads (`status`, `list`, `log`). A
-/// SQLite store is opened read-only ([`SqliteStore::open_read_only`]): nothing is written,
-/// upgraded or created, and one that is not there is [`Absent`].
+/// [`open`] of the SQLite store at `path`.
 ///
 /// # Errors
 ///
-/// As [`open`]; a SQLite path that is no place for a store is refused also where nothing is
-/// there yet.
-pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
-    if let Location::Sqlite(path, _, network_fs) = location {
+/// As [`open`].
+fn open_sqlite(
+    path: &Path,
+    folders: Folders,
+    allowed: NetworkFs,
+    access: Access,
+) -> Result<Box<dyn LockStore>> {
+    if access != Access::Again {
         refuse_special(path)?;
-        refuse_network_fs(path, *network_fs)?;
+        refuse_network_fs(path, allowed)?;
     }
-    match location {
-        Location::Sqlite(path, ..) => {
-            match SqliteStore::open_read_only(path, Box::new(SystemClock))? {
-                Some(store) => Ok(Box::new(store)),
-                None => Ok(Box::new(Absent)),
-            }
-        }
-        Location::Postgres(url) => Ok(Box::new(PostgresStore::open_read_only(url)?)),
-        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
+    let clock = || Box::new(SystemClock);
+    let found = match access {
+        Access::Create => return Ok(Box::new(create_sqlite(path, folders)?)),
+        Access::Existing if !holds_a_store(path) => None,
+        Access::Existing | Access::Again => SqliteStore::open_existing(path, clock())?,
+        Access::ReadOnly => SqliteStore::open_read_only(path, clock())?,
+    };
+    match (found, access) {
+        (Some(store), _) => Ok(Box::new(store)),
+        (None, Access::Again) => Err(Error::Vanished(path.to_path_buf())),
+        (None, _) => Ok(Box::new(Absent)),
     }
 }
 
@@ -95,7 +101,7 @@ pub fn open_read_only(location: &Location) -> Result<Box<dyn LockStore>> {
 /// # Errors
 ///
 /// Such a path, named with what it is.
-fn refuse_special(path: &Path) -> Result<()> {
+fn refuse_special(path: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(meta) = std::fs::metadata(path) else {
         return Ok(());
@@ -114,7 +120,7 @@ fn refuse_special(path: &Path) -> Result<()> {
     };
     anyhow::bail!(
         "cannot use {} as a store: it is {what}, not a file",
-        crate::output::shown(&path.display().to_string())
+        crate::lock::shown(&path.display().to_string())
     )
 }
 
@@ -127,7 +133,7 @@ fn refuse_special(path: &Path) -> Result<()> {
 ///
 /// Such a path, with its filesystem named and the ways out: PostgreSQL or a distlock server
 /// across hosts, `DISTLOCK_ALLOW_NETWORK_FS=1` for a mount that one host alone uses.
-fn refuse_network_fs(path: &Path, allowed: NetworkFs) -> Result<()> {
+fn refuse_network_fs(path: &Path, allowed: NetworkFs) -> anyhow::Result<()> {
     if allowed == NetworkFs::Allowed {
         return Ok(());
     }
@@ -147,7 +153,7 @@ fn refuse_network_fs(path: &Path, allowed: NetworkFs) -> Result<()> {
          memory that only the processes of one host share, so two hosts could both get a lock; \
          across hosts use PostgreSQL (--db postgres://…) or a distlock server, or set \
          DISTLOCK_ALLOW_NETWORK_FS=1 if this host alone uses the mount",
-        crate::output::shown(&path.display().to_string())
+        crate::lock::shown(&path.display().to_string())
     )
 }
 
@@ -164,32 +170,10 @@ fn holds_a_store(path: &Path) -> bool {
     }
 }
 
-/// Opens again a store this process opened before (`run`'s heartbeat, on a connection of its
-/// own, and after a failure on a new one): as [`open`], except that a SQLite store is never
-/// created — not its file, not its folders. One that is gone is [`Vanished`]: its locks went
-/// with it, and a store made anew at its path would hold none of them.
-///
-/// # Errors
-///
-/// [`Vanished`] when the SQLite file no longer exists; otherwise as [`open`].
-pub fn reopen(location: &Location) -> Result<Box<dyn LockStore>> {
-    match location {
-        Location::Sqlite(path, ..) => {
-            match SqliteStore::open_existing(path, Box::new(SystemClock))? {
-                Some(store) => Ok(Box::new(store)),
-                None => Err(Vanished(path.clone()).into()),
-            }
-        }
-        // A schema dropped meanwhile is not made anew: its locks went with it.
-        Location::Postgres(url) => Ok(Box::new(PostgresStore::open_existing(url)?)),
-        Location::Server(url) => Ok(Box::new(RemoteStore::open(url)?)),
-    }
-}
-
 /// A SQLite store that is not there: no file (and perhaps no folder), or an empty file. It
 /// reads as an empty store, and nothing is ever written to it, so nothing is made at a path
 /// that was mistyped: a decision that would write (which no command that opens it makes: see
-/// [`open_existing`] and [`open_read_only`]) is refused.
+/// [`Access::Existing`] and [`Access::ReadOnly`]) is refused.
 struct Absent;
 
 impl Backend for Absent {
@@ -200,7 +184,11 @@ impl Backend for Absent {
         _reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
     ) -> Result<T> {
-        decide_on_nothing(resources, decide, "the store does not exist")
+        Ok(decide_on_nothing(
+            resources,
+            decide,
+            "the store does not exist",
+        )?)
     }
 
     fn read(&mut self, _resource: &Resource) -> Result<State> {
@@ -229,22 +217,7 @@ impl Backend for Absent {
     }
 }
 
-/// A SQLite store that was there and is gone: its file (or its folder) was removed after this
-/// process opened it. [`reopen`] reports it, and so does a write through a connection opened
-/// before the removal, which would otherwise go to the unlinked file. The locks it held are
-/// lost to everyone: whoever opens the path next makes an empty store there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Vanished(pub PathBuf);
-
-impl std::fmt::Display for Vanished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the store {} no longer exists", self.0.display())
-    }
-}
-
-impl std::error::Error for Vanished {}
-
-fn open_sqlite(path: &Path, folders: Folders) -> Result<SqliteStore> {
+fn create_sqlite(path: &Path, folders: Folders) -> anyhow::Result<SqliteStore> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         use std::os::unix::fs::DirBuilderExt;
         let mode = match folders {
@@ -277,8 +250,9 @@ fn open_sqlite(path: &Path, folders: Folders) -> Result<SqliteStore> {
 mod tests {
     use super::*;
     use crate::engine::Request;
+    use crate::lock::Members;
     use crate::lock::{Acquire, Owner, Resource, Ttl};
-    use crate::store::Locks;
+    use crate::store::{Locks, op};
 
     #[test]
     fn a_removed_sqlite_store_is_vanished_to_its_open_connection_and_is_never_reopened_anew() {
@@ -288,13 +262,22 @@ mod tests {
         let resource = Resource::parse("r").unwrap();
         let owner = Owner::parse("o").unwrap();
         let ttl = Ttl::from_secs(30).unwrap();
-        let mut held = open(&location).unwrap();
+        let mut held = open(&location, Access::Create).unwrap();
         let request = Request::exclusive(owner.clone(), ttl);
-        let Acquire::Acquired { lock, .. } = held.acquire(&resource, &request).unwrap() else {
+        let acquire = op::Acquire {
+            members: Members::one(resource.clone()),
+            request,
+            until: None,
+        };
+        let Acquire::Acquired { lock, .. } = held.perform(acquire).unwrap().outcome.into_one()
+        else {
             panic!("a new store's first acquire is granted");
         };
-        let vanished = |err: anyhow::Error| err.downcast_ref::<Vanished>().cloned();
-        let gone = Some(Vanished(path.clone()));
+        let vanished = |err: Error| match err {
+            Error::Vanished(gone) => Some(gone),
+            _ => None,
+        };
+        let gone = Some(path.clone());
 
         // The file alone, then its folder too.
         for remove in [dir.path().join("state/locks.db"), dir.path().join("state")] {
@@ -303,13 +286,19 @@ mod tests {
             } else {
                 std::fs::remove_file(&remove).unwrap();
             }
-            let renewed = held.renew(&resource, &owner, ttl, Some(lock.fence));
+            let renewed = held.perform(op::Renew {
+                members: Members::one(resource.clone()),
+                owner: owner.clone(),
+                ttl,
+                fences: Some(vec![lock.fence]),
+                lease_end: None,
+            });
             assert_eq!(
                 renewed.err().and_then(vanished),
                 gone,
                 "{remove:?}: a write"
             );
-            let reopened = reopen(&location).map(|_| ());
+            let reopened = open(&location, Access::Again).map(|_| ());
             assert_eq!(
                 reopened.err().and_then(vanished),
                 gone,
@@ -322,7 +311,7 @@ mod tests {
             "reopen made the folder anew"
         );
         assert_eq!(
-            gone.map(|g| g.to_string()),
+            gone.map(|gone| Error::Vanished(gone).to_string()),
             Some(format!("the store {} no longer exists", path.display()))
         );
     }

@@ -1,185 +1,66 @@
 //! A store that decides elsewhere: a distlock server (`--db http://HOST:PORT` or `https://…`).
-//! Each [`Op`] is one request of the server's API, and each answer is read back into the
-//! same outcome types a local store gives, so every command behaves as on a local store:
-//! the same JSON, the same exit codes.
+//! Each [`Op`] is one request of the server's API ([`crate::protocol`]), and each answer is
+//! read back into the same outcome types a local store gives, so every command behaves as on a
+//! local store: the same JSON, the same exit codes. A single resource (a set of one) is sent to
+//! its own routes (`/locks/{r}…`), a larger set to the set's (`/sets…`), and each answer is read
+//! in the shape of the route it came from ([`crate::answer::Shaped`]).
 //!
 //! - **The token** comes from `DISTLOCK_TOKEN` (never from the URL), is sent as
 //!   `Authorization: Bearer`, and is never printed. A refused token (401), or a request
-//!   outside its scope (403 `not-allowed`), is [`NotAllowed`]: exit 77.
+//!   outside its scope (403 `not-allowed`), is [`Error::NotAllowed`]: exit 77.
 //! - **HTTPS** checks the server's certificate against the system's roots, or against the
 //!   PEM file `DISTLOCK_CA_CERT` names, which may also hold the server's own self-signed
 //!   certificate ([`tls`]).
 //! - **Reaching it:** a server that cannot be connected to is sought again for the call's
-//!   budget — 5 s, or until the deadline of [`LockStore::keep_trying_until`] if that is later
-//!   (a waiter's `--wait`, `run`'s lease) — as a PostgreSQL connection is. A request that was
-//!   sent is never sent twice (it may have been carried out); its failure, a timeout or a 5xx
-//!   answer is a store error naming the server. The exception is `run`'s end of its own
-//!   tenure (or set), which is harmless twice: it is sent again until that deadline (the
-//!   lease's end) while it gets no answer or a 503, so that a job that ended while the
-//!   server's store was away is released once it is back.
-//! - **Waiting** is the server's long poll: a waiting `acquire`, of one resource or of a lock
-//!   set ([`sets`]), asks the server to wait for the rest of `--wait` (the server waits 30 s at
-//!   most per request and keeps the place for the next). A waiter that leaves the queue — its
-//!   wait run out, a mismatch, an interrupt ([`crate::wait::interrupted`]) — says so
-//!   (`POST /locks/{r}/leave`, `/sets/leave`), which also ends its long poll on the server at
-//!   once; a server that cannot be told gives the place up itself within 5 s, as a dead
-//!   waiter's.
+//!   budget — 5 s, or until the deadline the operation carries if that is later
+//!   ([`Op::keeps_trying_until`]: a waiter's `--wait`, `run`'s lease) — as a PostgreSQL
+//!   connection is. A request that was sent is never sent twice (it may have been carried
+//!   out); its failure, a timeout or a 5xx answer is a store error naming the server. The
+//!   exception is `run`'s end of its own tenures, which is harmless twice: it is sent again
+//!   until that deadline (the lease's end) while it gets no answer or a 503, so that a job that
+//!   ended while the server's store was away is released once it is back ([`tenures`]).
+//! - **Waiting** is the server's long poll: a waiting `acquire` asks the server to wait for the
+//!   rest of `--wait` (the server waits 30 s at most per request and keeps the place for the
+//!   next). A waiter that leaves the queue — its wait run out, a mismatch, an interrupt
+//!   ([`crate::signals::interrupted`]) — says so (`POST /locks/{r}/leave`, `/sets/leave`),
+//!   which also ends its long poll on the server at once; a server that cannot be told gives
+//!   the place up itself within 5 s, as a dead waiter's.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
-use serde_json::{Map, Value, json};
+use anyhow::{Context, anyhow};
 
-use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Call, Client, Reply};
-use super::LockStore;
-use super::op::{Op, Outcome};
-use crate::answer::{AcquireAnswer, BreakAnswer, KeptAnswer, ListAnswer, StatusAnswer};
-use crate::engine::{Finish, Request};
-use crate::lock::{
-    Acquire, Event, Eviction, Fence, Grant, Holder, Lock, LogQuery, Mode, Owner, Release, Renew,
-    Resource, SetAcquire, Status, Ttl,
+use self::exchange::{HttpAnswer, HttpRequest};
+use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Client};
+use super::op::{self, Acquisition, Left, Op, Outcome};
+use super::{Error, LockStore, Result};
+use crate::answer::{AcquireAnswer, SetAcquireAnswer, Shaped, ShapedAcquire, StatusAnswer};
+use crate::lock::{Blocked, Event, Holder, Members, Resource, SetAcquire, Shape, Status};
+use crate::protocol::{
+    AcquireRequest, LONGEST_POLL, LeaveRequest, MAX_WAIT_SECS, Route, list_path, log_path,
+    read_grant_header, whole_seconds,
 };
 
-/// The longest wait one request asks for: the contract's bound on `wait_seconds`.
-const MAX_WAIT_SECS: u64 = 86_400;
-
+mod exchange;
 mod http;
-mod sets;
+mod tenures;
 mod tls;
+mod url;
 
 pub use http::authorization;
 pub(crate) use tls::validity as certificate_validity;
-
-/// A refused token, or a request outside the token's scope: exit 77, with the server's reason.
-#[derive(Debug)]
-pub struct NotAllowed(pub String);
-
-impl std::fmt::Display for NotAllowed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotAllowed {}
-
-/// A server's URL, checked: `http` or `https`, a host and maybe a port, and nothing else.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerUrl {
-    /// `scheme://host[:port]`, without a trailing slash.
-    base: String,
-    https: bool,
-}
-
-impl ServerUrl {
-    /// # Errors
-    ///
-    /// A usage message for a URL with credentials (the token comes from `DISTLOCK_TOKEN`), a
-    /// path, a query or a fragment, or no host.
-    pub fn parse(url: &str) -> Result<ServerUrl, String> {
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            "--db: a server's URL is http://HOST:PORT or https://HOST:PORT".to_owned()
-        })?;
-        let scheme = scheme.to_ascii_lowercase();
-        let https = match scheme.as_str() {
-            "http" => false,
-            "https" => true,
-            _ => {
-                return Err(format!(
-                    "--db: {scheme}:// is not a distlock server's scheme"
-                ));
-            }
-        };
-        let authority = rest.strip_suffix('/').unwrap_or(rest);
-        if authority.contains('@') {
-            return Err(
-                "--db: a server's URL holds no credentials; give the token in DISTLOCK_TOKEN"
-                    .to_owned(),
-            );
-        }
-        if authority.contains(['/', '?', '#']) {
-            return Err(format!(
-                "--db {scheme}://…: a server's URL is {scheme}://HOST:PORT, with no path, query \
-                 or fragment"
-            ));
-        }
-        if authority.is_empty() || authority.starts_with(':') {
-            return Err(format!("--db {scheme}://…: the URL names no host"));
-        }
-        if authority
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err(format!(
-                "--db {scheme}://…: the host holds spaces or control characters"
-            ));
-        }
-        Self::check_port(&scheme, authority)?;
-        Ok(ServerUrl {
-            base: format!("{scheme}://{authority}"),
-            https,
-        })
-    }
-
-    /// A host (an IPv6 address in brackets) and an optional port from 1 to 65535.
-    fn check_port(scheme: &str, authority: &str) -> Result<(), String> {
-        let port = if let Some(bracketed) = authority.strip_prefix('[') {
-            let Some((_, after)) = bracketed.split_once(']') else {
-                return Err(format!(
-                    "--db {scheme}://…: an IPv6 address in brackets lacks its closing ]"
-                ));
-            };
-            match after {
-                "" => None,
-                _ => Some(after.strip_prefix(':').ok_or_else(|| {
-                    format!("--db {scheme}://…: after the ] of an IPv6 address comes :PORT")
-                })?),
-            }
-        } else {
-            match authority.split_once(':') {
-                None => None,
-                Some((_, port)) if port.contains(':') => {
-                    return Err(format!(
-                        "--db {scheme}://…: write an IPv6 address in brackets, as [::1]:7878"
-                    ));
-                }
-                Some((_, port)) => Some(port),
-            }
-        };
-        match port.map(str::parse::<u16>) {
-            None | Some(Ok(1..)) => Ok(()),
-            Some(_) => Err(format!(
-                "--db {scheme}://…: the port is a number from 1 to 65535"
-            )),
-        }
-    }
-
-    /// The URL as the user wrote it (less a trailing slash), for messages and for `run`'s
-    /// `DISTLOCK_DB`.
-    pub fn as_str(&self) -> &str {
-        &self.base
-    }
-}
+pub use url::ServerUrl;
 
 /// The client of one server.
 pub struct RemoteStore {
     client: Client,
-    /// Until when a server that cannot be reached is sought again
-    /// ([`LockStore::keep_trying_until`]).
-    deadline: Option<Instant>,
-    /// The last `acquire`'s answer (one resource's or a set's) when it was a long poll that
-    /// came back busy: the waiter's pause after it need not wait again, and a poll given up at
-    /// an interrupt answers so.
-    polled: Option<Outcome>,
-    /// The earliest moment the last `acquire`'s answer can have been decided
-    /// ([`LockStore::decided_no_earlier_than`]).
-    decided: Option<Instant>,
+    /// The last `acquire`'s outcome when it was a long poll that came back busy: the waiter's
+    /// pause after it need not wait again, and a poll given up at an interrupt answers so.
+    polled: Option<SetAcquire>,
     /// Whether the server said the place is given up, when the last long poll was
     /// interrupted (it tried to leave the queue then, [`Client::poll`]); `None` when it was
     /// not interrupted.
     left: Option<bool>,
-    /// Whether the last leave of the queue was done at once ([`LockStore::leaves_at_once`]).
-    left_at_once: bool,
 }
 
 /// How long a leave of the queue may take, before the server is left to give the place up
@@ -192,199 +73,128 @@ impl RemoteStore {
     /// # Errors
     ///
     /// As [`Client::new`].
-    pub fn open(url: &ServerUrl) -> Result<RemoteStore> {
+    pub fn open(url: &ServerUrl) -> anyhow::Result<RemoteStore> {
         Ok(RemoteStore {
             client: Client::new(url)?,
-            deadline: None,
             polled: None,
-            decided: None,
             left: None,
-            left_at_once: true,
         })
     }
 
-    /// Until when a call seeks a server that cannot be reached: its budget, or the deadline
-    /// if that is later.
-    fn until(&self) -> Instant {
+    /// Until when a call seeks a server that cannot be reached: its budget, or `deadline` if
+    /// that is later.
+    fn until(deadline: Option<Instant>) -> Instant {
         let budget = Instant::now() + CONNECT_BUDGET;
-        self.deadline
-            .map_or(budget, |deadline| deadline.max(budget))
+        deadline.map_or(budget, |deadline| deadline.max(budget))
     }
 
-    /// One request and its answer ([`Client::call`]).
-    fn call(&self, call: &Call) -> Result<Reply> {
-        self.client.call(call, self.until())
+    /// One request and its answer ([`Client::call`]), a server that cannot be reached sought
+    /// for the call's budget.
+    fn call(&self, request: &HttpRequest) -> Result<HttpAnswer> {
+        self.client.call(request, Self::until(None))
     }
 
-    /// `run`'s end of its own tenure or set, sent again until the deadline (the lease's end)
-    /// while it gets no answer or a 503 ([`Client::call_again`]); without a deadline, for the
-    /// budget of a call.
-    fn call_again(&self, call: &Call) -> Result<Reply> {
-        let until = self
-            .deadline
-            .unwrap_or_else(|| Instant::now() + CONNECT_BUDGET);
-        self.client.call_again(call, until)
+    /// `POST /locks/{r}/leave` or `POST /sets/leave`, for the owner of `leave`.
+    fn leave_request(members: &Members, owner: &crate::lock::Owner) -> HttpRequest {
+        let leave = LeaveRequest {
+            members: members.clone(),
+            shape: members.shape(),
+            owner: owner.clone(),
+        };
+        HttpRequest::with_body(&leave.route(), &leave, LEAVE_BUDGET)
     }
 
-    /// Gives up a place in the queue with `call` (`POST /locks/{r}/leave` or `/sets/leave`),
-    /// unless the interrupted long poll just tried to. Never a failure: a server that cannot
-    /// be told gives the place up itself within 5 s, and [`LockStore::leaves_at_once`] says
-    /// which.
-    fn leave(&mut self, call: &Call) {
+    /// Gives up a place in the queue, unless the interrupted long poll just tried to. Never
+    /// a failure: a server that cannot be told gives the place up itself within 5 s, and the
+    /// outcome says which.
+    fn leave(&mut self, leave: &op::Leave) -> Left {
         if let Some(left) = self.left.take() {
-            self.left_at_once = left;
-            return;
+            return Left { at_once: left };
         }
         let until = Instant::now() + LEAVE_BUDGET;
-        self.left_at_once = self
-            .client
-            .call(call, until)
-            .is_ok_and(|reply| reply.status == 204);
+        let request = Self::leave_request(&leave.members, &leave.owner);
+        let at_once = (self.client.call(&request, until)).is_ok_and(|answer| answer.status == 204);
+        Left { at_once }
     }
 
-    /// `POST /locks/{r}/leave` for `owner`.
-    fn leave_call(resource: &Resource, owner: &Owner) -> Call {
-        let body = json!({"owner": owner.as_str()});
-        Call::new(
-            "POST",
-            Self::lock_path(resource, "/leave"),
-            Some(body),
-            LEAVE_BUDGET,
-        )
-    }
-
-    fn lock_path(resource: &Resource, tail: &str) -> String {
-        format!(
-            "/locks/{}{tail}",
-            utf8_percent_encode(resource.as_str(), NON_ALPHANUMERIC)
-        )
-    }
-
-    /// `POST /locks/{r}`.
-    fn acquire(&mut self, resource: &Resource, request: &Request) -> Result<Outcome> {
-        let unread = Outcome::Acquire(Acquire::Busy {
-            holder: None,
-            holders: Vec::new(),
-            waiting: 0,
-            position: Some(1),
+    /// `POST /locks/{r}` or `POST /sets`. A waiting one is the server's long poll for the
+    /// rest of the wait, which an interrupt ends with a leave ([`Client::poll`]); a poll given
+    /// up at an interrupt without an answer answers as the last poll did, or else busy.
+    fn acquire(&mut self, acquire: &op::Acquire) -> Result<Acquisition> {
+        let (members, request) = (&acquire.members, &acquire.request);
+        let shape = members.shape();
+        // The rest of the wait (a waiter's last look asks for a second, to keep its place to
+        // the end and learn its position).
+        let wait = request.waits.then(|| {
+            let left = (acquire.until).map_or(Duration::ZERO, |end| {
+                end.saturating_duration_since(Instant::now())
+            });
+            whole_seconds(left).clamp(1, MAX_WAIT_SECS)
         });
-        let path = Self::lock_path(resource, "");
-        let leave = Self::leave_call(resource, &request.owner);
-        self.post_acquire(path, Map::new(), request, &leave, unread, |reply| {
-            Ok(Some(Outcome::Acquire(match reply.status {
-                200 => match reply.json::<AcquireAnswer>()? {
-                    AcquireAnswer::Acquired(acquired) => Acquire::Acquired {
-                        lock: acquired.lock,
-                        tenure: grant(reply.grant.as_deref().unwrap_or_default()),
-                    },
-                    AcquireAnswer::Busy(busy) => Acquire::Busy {
-                        holder: busy.holder,
-                        holders: busy.holders,
-                        waiting: busy.waiting,
-                        position: busy.position,
-                    },
-                    AcquireAnswer::Mismatch(mismatch) => Acquire::Mismatch {
-                        holders: mismatch.holders,
-                    },
-                },
-                409 => Acquire::Mismatch {
-                    holders: reply.member::<Vec<Holder>>("holders")?,
-                },
-                _ => return Ok(None),
-            })))
+        let body = AcquireRequest {
+            members: members.clone(),
+            shape,
+            request: request.clone(),
+            wait_seconds: wait,
+        };
+        let answer = if let Some(wait) = wait {
+            let timeout = Duration::from_secs(wait).min(LONGEST_POLL) + CALL_TIMEOUT;
+            let leave = Self::leave_request(members, &request.owner);
+            let (answer, left) = self.client.poll(
+                HttpRequest::with_body(&body.route(), &body, timeout),
+                Self::until(acquire.until),
+                &leave,
+            )?;
+            self.left = left;
+            answer
+        } else {
+            self.call(&HttpRequest::with_body(&body.route(), &body, CALL_TIMEOUT))?
+        };
+        let outcome = if answer.interrupted {
+            self.polled.take().unwrap_or_else(|| unread(members))
+        } else {
+            self.acquired(&answer, members, shape)?
+        };
+        let busy = matches!(outcome, SetAcquire::Busy { .. });
+        self.polled = (request.waits && busy).then(|| outcome.clone());
+        Ok(Acquisition {
+            outcome,
+            decided: Some(answer.decided),
+            notice: None,
         })
     }
 
-    /// An acquire's `POST` to `path`, one resource's or a set's, its body `body` (a set's
-    /// `resources`) with the request's fields (owner, TTL, mode, note, guarded). A waiting one
-    /// is the server's long poll for the rest of the wait, which an interrupt ends with
-    /// `leave` ([`Client::poll`]). `read` reads the answer (`None`: not one an acquire has); a
-    /// poll given up at an interrupt without an answer answers as the last poll did, or else
-    /// as `unread`.
-    fn post_acquire(
-        &mut self,
-        path: String,
-        mut body: Map<String, Value>,
-        request: &Request,
-        leave: &Call,
-        unread: Outcome,
-        read: impl FnOnce(&Reply) -> Result<Option<Outcome>>,
-    ) -> Result<Outcome> {
-        body.insert("owner".into(), json!(request.owner.as_str()));
-        body.insert(
-            "ttl_seconds".into(),
-            json!(whole_seconds(request.ttl.as_duration())),
-        );
-        match request.mode {
-            Mode::Exclusive => {}
-            Mode::Shared => {
-                body.insert("shared".into(), json!(true));
+    /// What the server answered an acquire of `members`, sent as `shape`: 200 with the
+    /// command's answer (the grant's `Distlock-Grant` saying how each tenure came about), or
+    /// 409 with the mismatch's members.
+    fn acquired(&self, answer: &HttpAnswer, members: &Members, shape: Shape) -> Result<SetAcquire> {
+        let tenures = || read_grant_header(answer.grant.as_deref(), members.as_slice().len());
+        match (answer.status, shape) {
+            (200, Shape::One) => {
+                Ok(Shaped::One(answer.json::<AcquireAnswer>()?).outcome(tenures()))
             }
-            Mode::Semaphore(n) => {
-                body.insert("limit".into(), json!(n));
+            (200, Shape::Set) => {
+                let read: ShapedAcquire = Shaped::Set(answer.json::<SetAcquireAnswer>()?);
+                Ok(read.outcome(tenures()))
             }
+            (409, _) => Ok(SetAcquire::Mismatch {
+                resource: match shape {
+                    Shape::One => members.first().clone(),
+                    Shape::Set => answer
+                        .member::<Option<Resource>>("resource")?
+                        .ok_or_else(|| anyhow!("the server's mismatch names no resource"))?,
+                },
+                holders: answer.member::<Vec<Holder>>("holders")?,
+            }),
+            _ => Err(answer.unexpected(self.client.url())),
         }
-        if let Some(note) = &request.note {
-            body.insert("note".into(), json!(note.as_str()));
-        }
-        if request.guarded {
-            body.insert("guarded".into(), json!(true));
-        }
-        let reply = if request.waits {
-            // The rest of the wait (a waiter's last look asks for a second, to keep its
-            // place to the end and learn its position).
-            let left = self.deadline.map_or(Duration::ZERO, |end| {
-                end.saturating_duration_since(Instant::now())
-            });
-            let wait = whole_seconds(left).clamp(1, MAX_WAIT_SECS);
-            body.insert("wait_seconds".into(), json!(wait));
-            let timeout = Duration::from_secs(wait).min(Duration::from_secs(30)) + CALL_TIMEOUT;
-            let (reply, left) = self.client.poll(
-                Call::new("POST", path, Some(Value::Object(body)), timeout),
-                self.until(),
-                leave,
-            )?;
-            self.left = left;
-            reply
-        } else {
-            self.call(&Call::new(
-                "POST",
-                path,
-                Some(Value::Object(body)),
-                CALL_TIMEOUT,
-            ))?
-        };
-        self.decided = Some(reply.decided);
-        let outcome = if reply.interrupted {
-            match self.polled.take() {
-                Some(last) if std::mem::discriminant(&last) == std::mem::discriminant(&unread) => {
-                    last
-                }
-                _ => unread,
-            }
-        } else {
-            match read(&reply)? {
-                Some(outcome) => outcome,
-                None => return Err(reply.unexpected(self.client.url())),
-            }
-        };
-        let busy = matches!(
-            outcome,
-            Outcome::Acquire(Acquire::Busy { .. }) | Outcome::AcquireSet(SetAcquire::Busy { .. })
-        );
-        self.polled = (request.waits && busy).then(|| outcome.clone());
-        Ok(outcome)
     }
 
     fn status(&self, resource: &Resource) -> Result<Status> {
-        let reply = self.call(&Call::new(
-            "GET",
-            Self::lock_path(resource, ""),
-            None,
-            CALL_TIMEOUT,
-        ))?;
-        match reply.status {
-            200 => match reply.json::<StatusAnswer>()? {
+        let route = Route::Status(resource.clone());
+        let answer = self.call(&HttpRequest::new(&route, route.path(), CALL_TIMEOUT))?;
+        match answer.status {
+            200 => match answer.json::<StatusAnswer>()? {
                 StatusAnswer::Held(held) => Ok(Status {
                     locks: if held.locks.is_empty() {
                         vec![held.lock]
@@ -400,144 +210,31 @@ impl RemoteStore {
             },
             404 => Ok(Status {
                 locks: Vec::new(),
-                waiting: reply.member::<Option<usize>>("waiting")?.unwrap_or(0),
+                waiting: answer.member::<Option<usize>>("waiting")?.unwrap_or(0),
             }),
-            _ => Err(reply.unexpected(self.client.url())),
+            _ => Err(answer.unexpected(self.client.url())),
         }
     }
 
-    fn renew(
-        &self,
-        resource: &Resource,
-        owner: &Owner,
-        ttl: Ttl,
-        fence: Option<Fence>,
-    ) -> Result<Renew> {
-        let mut body =
-            json!({"owner": owner.as_str(), "ttl_seconds": whole_seconds(ttl.as_duration())});
-        if let Some(fence) = fence {
-            body["fence"] = json!(fence.0);
-        }
-        let path = Self::lock_path(resource, "/renew");
-        let reply = self.call(&Call::new("POST", path, Some(body), CALL_TIMEOUT))?;
-        match reply.status {
-            200 => match reply.json::<crate::answer::RenewAnswer>()? {
-                crate::answer::RenewAnswer::Renewed(renewed) => {
-                    Ok(Renew::Renewed { lock: renewed.lock })
-                }
-                crate::answer::RenewAnswer::Refused(_) => Err(reply.unexpected(self.client.url())),
-            },
-            404 => Ok(Renew::NotFound),
-            403 => Ok(Renew::Forbidden),
-            _ => Err(reply.unexpected(self.client.url())),
+    fn list(&self, prefix: &str) -> Result<Vec<crate::lock::Lock>> {
+        let request = HttpRequest::new(&Route::List, list_path(prefix), CALL_TIMEOUT);
+        let answer = self.call(&request)?;
+        match answer.status {
+            200 => Ok(answer.json::<crate::answer::ListAnswer>()?.locks),
+            _ => Err(answer.unexpected(self.client.url())),
         }
     }
 
-    /// `DELETE /locks/{r}`: a release (`hold` none) or `run`'s finish.
-    fn delete(
-        resource: &Resource,
-        owner: &Owner,
-        fence: Option<Fence>,
-        hold: Option<Duration>,
-    ) -> Call {
-        let mut body = json!({"owner": owner.as_str()});
-        if let Some(fence) = fence {
-            body["fence"] = json!(fence.0);
+    fn log(&self, query: &crate::lock::LogQuery) -> Result<Vec<Event>> {
+        let answer = self.call(&HttpRequest::new(
+            &Route::Log,
+            log_path(query),
+            CALL_TIMEOUT,
+        ))?;
+        if answer.status != 200 {
+            return Err(answer.unexpected(self.client.url()));
         }
-        if let Some(hold) = hold {
-            body["hold_at_least_seconds"] = json!(whole_seconds(hold).max(1));
-        }
-        let path = Self::lock_path(resource, "");
-        Call::new("DELETE", path, Some(body), CALL_TIMEOUT)
-    }
-
-    fn release(&self, resource: &Resource, owner: &Owner, fence: Option<Fence>) -> Result<Release> {
-        let reply = self.call(&Self::delete(resource, owner, fence, None))?;
-        match reply.status {
-            204 => Ok(Release::Released),
-            404 => Ok(Release::NotFound),
-            403 => Ok(Release::Forbidden),
-            _ => Err(reply.unexpected(self.client.url())),
-        }
-    }
-
-    fn finish(
-        &self,
-        resource: &Resource,
-        owner: &Owner,
-        fence: Fence,
-        hold: Option<Duration>,
-    ) -> Result<Finish> {
-        // Named by its fence, the end of this one tenure is harmless twice.
-        let reply = self.call_again(&Self::delete(resource, owner, Some(fence), hold))?;
-        match reply.status {
-            204 => Ok(Finish::Released),
-            200 => Ok(Finish::Kept {
-                until: reply.json::<KeptAnswer>()?.kept_until,
-            }),
-            404 | 403 => Ok(Finish::NotFound),
-            _ => Err(reply.unexpected(self.client.url())),
-        }
-    }
-
-    fn evict(
-        &self,
-        resource: &Resource,
-        owner: Option<&Owner>,
-        eviction: &Eviction,
-    ) -> Result<Vec<Lock>> {
-        let mut body = json!({"reason": eviction.reason.as_str(), "by": eviction.by.as_str()});
-        if let Some(owner) = owner {
-            body["owner"] = json!(owner.as_str());
-        }
-        let path = Self::lock_path(resource, "/break");
-        let reply = self.call(&Call::new("POST", path, Some(body), CALL_TIMEOUT))?;
-        match reply.status {
-            200 => match reply.json::<BreakAnswer>()? {
-                BreakAnswer::Broken(broken) => Ok(broken.locks),
-                BreakAnswer::NotBroken(_) => Ok(Vec::new()),
-            },
-            404 => Ok(Vec::new()),
-            _ => Err(reply.unexpected(self.client.url())),
-        }
-    }
-
-    fn list(&self, prefix: &str) -> Result<Vec<Lock>> {
-        let path = format!(
-            "/locks?prefix={}",
-            utf8_percent_encode(prefix, NON_ALPHANUMERIC)
-        );
-        let reply = self.call(&Call::new("GET", path, None, CALL_TIMEOUT))?;
-        match reply.status {
-            200 => Ok(reply.json::<ListAnswer>()?.locks),
-            _ => Err(reply.unexpected(self.client.url())),
-        }
-    }
-
-    fn log(&self, query: &LogQuery) -> Result<Vec<Event>> {
-        let mut params = Vec::new();
-        if let Some(resource) = &query.resource {
-            params.push(format!(
-                "resource={}",
-                utf8_percent_encode(resource.as_str(), NON_ALPHANUMERIC)
-            ));
-        }
-        if let Some(since) = query.since {
-            params.push(format!("since={}ms", since.as_millis()));
-        }
-        if let Some(limit) = query.limit {
-            params.push(format!("limit={limit}"));
-        }
-        let path = if params.is_empty() {
-            "/log".to_owned()
-        } else {
-            format!("/log?{}", params.join("&"))
-        };
-        let reply = self.call(&Call::new("GET", path, None, CALL_TIMEOUT))?;
-        if reply.status != 200 {
-            return Err(reply.unexpected(self.client.url()));
-        }
-        std::str::from_utf8(&reply.body)
+        let events = std::str::from_utf8(&answer.body)
             .context("the server's history is not UTF-8")?
             .lines()
             .filter(|line| !line.trim().is_empty())
@@ -546,92 +243,58 @@ impl RemoteStore {
                     format!("the server sent a history line distlock cannot read: {line}")
                 })
             })
-            .collect()
+            .collect::<anyhow::Result<_>>()?;
+        Ok(events)
+    }
+}
+
+/// What an interrupted long poll that got no answer says of `members`: busy, each member
+/// with the waiter's place first in line for all it knows.
+fn unread(members: &Members) -> SetAcquire {
+    SetAcquire::Busy {
+        blocked: (members.as_slice().iter())
+            .map(|member| Blocked {
+                resource: member.clone(),
+                holder: None,
+                holders: Vec::new(),
+                waiting: 0,
+                position: Some(1),
+            })
+            .collect(),
     }
 }
 
 impl LockStore for RemoteStore {
-    fn perform(&mut self, op: Op) -> Result<Outcome> {
+    fn carry_out(&mut self, op: Op) -> Result<Outcome> {
         Ok(match op {
-            Op::Acquire { resource, request } => self.acquire(&resource, &request)?,
-            Op::Status { resource } => Outcome::Status(self.status(&resource)?),
-            Op::Renew {
-                resource,
-                owner,
-                ttl,
-                fence,
-            } => Outcome::Renew(self.renew(&resource, &owner, ttl, fence)?),
-            Op::Release {
-                resource,
-                owner,
-                fence,
-            } => Outcome::Release(self.release(&resource, &owner, fence)?),
-            Op::Finish {
-                resource,
-                owner,
-                fence,
-                hold,
-            } => Outcome::Finish(self.finish(&resource, &owner, fence, hold)?),
-            Op::Break {
-                resource,
-                owner,
-                eviction,
-            } => Outcome::Break(self.evict(&resource, owner.as_ref(), &eviction)?),
-            Op::Leave { resource, owner } => {
-                self.leave(&Self::leave_call(&resource, &owner));
-                Outcome::Left
+            Op::Acquire(acquire) => Outcome::Acquire(self.acquire(&acquire)?),
+            Op::Status(status) => Outcome::Status(self.status(&status.resource)?),
+            Op::Renew(renew) => Outcome::Renew(self.renew(&renew)?),
+            Op::Release(release) => Outcome::Release(self.release(&release)?),
+            Op::Finish(finish) => Outcome::Finish(self.finish(&finish)?),
+            Op::Break(broken) => Outcome::Break(self.break_lock(&broken)?),
+            Op::Leave(leave) => Outcome::Leave(self.leave(&leave)),
+            Op::List(list) => Outcome::List(self.list(&list.prefix)?),
+            Op::Log(log) => Outcome::Log(self.log(&log.query)?),
+            Op::Gc(_) => {
+                return Err(Error::Failed(anyhow!(
+                    "gc runs where the store is, not through the distlock server {}",
+                    self.client.url().as_str()
+                )));
             }
-            Op::LeaveSet { members, owner } => {
-                self.leave(&Self::leave_set_call(&members, &owner));
-                Outcome::Left
-            }
-            Op::FinishSet {
-                members,
-                owner,
-                fences,
-                hold,
-            } => Outcome::FinishSet(self.finish_set(&members, &owner, &fences, hold)?),
-            Op::AcquireSet { members, request } => self.acquire_set(&members, &request)?,
-            Op::RenewSet {
-                members,
-                owner,
-                ttl,
-                fences,
-            } => Outcome::RenewSet(self.renew_set(&members, &owner, ttl, fences.as_deref())?),
-            Op::ReleaseSet {
-                members,
-                owner,
-                fences,
-            } => Outcome::ReleaseSet(self.release_set(&members, &owner, fences.as_deref())?),
-            Op::List { prefix } => Outcome::List(self.list(&prefix)?),
-            Op::Log { query } => Outcome::Log(self.log(&query)?),
-            Op::Gc { .. } => bail!(
-                "gc runs where the store is, not through the distlock server {}",
-                self.client.url().as_str()
-            ),
             // The long poll is the wait: nothing to listen to here.
-            Op::Subscribe { .. } => Outcome::Subscribed,
-            Op::WaitForChange { timeout, .. } => {
+            Op::Subscribe(_) => Outcome::Subscribe(()),
+            Op::WaitForChange(wait) => {
                 // After a long poll that waited, look again at once; otherwise (a poll the
                 // server answered at once) pause as a poller would.
                 if self.polled.is_none() {
-                    std::thread::sleep(timeout.min(Duration::from_millis(250)));
+                    std::thread::sleep(wait.timeout.min(Duration::from_millis(250)));
                 }
-                Outcome::Woken
+                Outcome::WaitForChange(())
             }
+            // The server tidies its own store.
+            Op::Tidy(_) => Outcome::Tidy(()),
         })
-    }
-
-    fn keep_trying_until(&mut self, deadline: Option<Instant>) {
-        self.deadline = deadline;
-    }
-
-    fn leaves_at_once(&self) -> bool {
-        self.left_at_once
-    }
-
-    fn decided_no_earlier_than(&self) -> Option<Instant> {
-        self.decided
     }
 }
 
@@ -641,71 +304,5 @@ impl std::fmt::Debug for RemoteStore {
         f.debug_struct("RemoteStore")
             .field("url", self.client.url())
             .finish_non_exhaustive()
-    }
-}
-
-/// What a grant's `Distlock-Grant` (or one entry of a set's) says: `extended` for the owner's
-/// own tenure, joined; anything else, or nothing, a new tenure.
-fn grant(told: &str) -> Grant {
-    if told.trim() == "extended" {
-        Grant::Extended
-    } else {
-        Grant::New
-    }
-}
-
-/// Whole seconds, rounded up: the API counts in seconds.
-fn whole_seconds(duration: Duration) -> u64 {
-    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_server_url_is_a_scheme_and_a_host_and_nothing_else() {
-        // (--db, the base it stands for, or the words of the refusal)
-        let cases = [
-            ("http://127.0.0.1:7878", Ok("http://127.0.0.1:7878")),
-            ("http://127.0.0.1:7878/", Ok("http://127.0.0.1:7878")),
-            ("HTTPS://locks.example", Ok("https://locks.example")),
-            ("https://[::1]:7443", Ok("https://[::1]:7443")),
-            ("http://user:secret@host:1", Err("credentials")),
-            ("http://tok@host", Err("credentials")),
-            ("http://host/locks", Err("no path")),
-            ("http://host?x=1", Err("no path")),
-            ("http://host#a", Err("no path")),
-            ("http://", Err("no host")),
-            ("http://:7878", Err("no host")),
-            ("http://ho st", Err("spaces")),
-            ("ftp://host", Err("not a distlock server")),
-            ("http://127.0.0.1:99999", Err("1 to 65535")),
-            ("http://127.0.0.1:65536", Err("1 to 65535")),
-            ("http://127.0.0.1:65535", Ok("http://127.0.0.1:65535")),
-            ("http://127.0.0.1:abc", Err("1 to 65535")),
-            ("http://127.0.0.1:-1", Err("1 to 65535")),
-            ("http://127.0.0.1:0", Err("1 to 65535")),
-            ("http://127.0.0.1:", Err("1 to 65535")),
-            ("http://[::1:7878", Err("closing ]")),
-            ("http://[::1]x", Err(":PORT")),
-            ("http://[::1]", Ok("http://[::1]")),
-            ("http://::1:7878", Err("no host")),
-            ("http://fe80::1:7878", Err("in brackets")),
-        ];
-        for (url, expected) in cases {
-            match (ServerUrl::parse(url), expected) {
-                (Ok(parsed), Ok(base)) => assert_eq!(parsed.as_str(), base, "{url}"),
-                (Err(why), Err(words)) => assert!(why.contains(words), "{url}: {why}"),
-                (got, want) => panic!("{url}: got {got:?}, want {want:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn durations_are_whole_seconds_rounded_up() {
-        for (ms, secs) in [(0, 0), (1, 1), (999, 1), (1000, 1), (1001, 2), (30_000, 30)] {
-            assert_eq!(whole_seconds(Duration::from_millis(ms)), secs, "{ms} ms");
-        }
     }
 }

@@ -1,7 +1,7 @@
 //! The embedded store: one SQLite file on one host.
 //!
 //! - WAL mode with `synchronous=FULL`, so a committed acquire survives power loss and a fence is
-//!   never handed out twice; a busy database is waited on for [`BUSY_TIMEOUT`].
+//!   never handed out twice; a busy database is waited on for [`connection::BUSY_TIMEOUT`].
 //! - Every write runs in one `BEGIN IMMEDIATE` transaction: the write lock is taken before the
 //!   resource's rows are read and decided on, so no other process can slip in between the read
 //!   and the write; `resources` keeps `UNIQUE(resource)`. An acquire or renewal first decides
@@ -12,20 +12,22 @@
 //!   place is taken again at the waiter's next attempt.
 //! - Fences come from a store-wide counter (`fence_counter`), not from the lock row, so deleting
 //!   rows (release, `gc`) can never make a fence repeat.
-//! - Times are milliseconds since the Unix epoch, from the injected [`Clock`].
+//! - Times are milliseconds since the Unix epoch, from the injected [`crate::store::Clock`].
 //! - The schema version lives in `PRAGMA user_version`; a newer one is refused. Before anything
 //!   else is done to a file, whatever its version, its tables are checked to be those of a
 //!   distlock schema ([`recognise`](schema::recognise)): a SQLite file of another application
 //!   is refused as it is, byte for byte, with no WAL switch and no `-wal`/`-shm` left behind.
 //! - The read-only commands open the file read-only ([`SqliteStore::open_read_only`], and
 //!   `reader` for how a user who may only read the files reads it): no schema work, no WAL
-//!   switch, nothing created. They read an older schema as it is ([`Shape`]).
+//!   switch, nothing created. They read an older schema as it is ([`Columns`]).
 //! - Every SQLite failure is reported with the database's path and its cause in words
-//!   (`words`).
+//!   ([`errors`]).
 //!
-//! This file holds [`SqliteStore`], its busy handler and the [`Backend`] operations, each one
-//! transaction decided by [`crate::engine`]. The rest is split by concern:
+//! This file holds the [`Backend`] operations, each one transaction decided by
+//! [`crate::engine`]. The rest is split by concern:
 //!
+//! - [`connection`]: [`SqliteStore`] itself, the connection and what it knows of its file, and
+//!   the busy handler;
 //! - [`open`]: opening a file to write (creating it if need be), only if it exists, or
 //!   read-only; each connection's settings, and the wait through another process's WAL
 //!   recovery;
@@ -37,35 +39,36 @@
 //! - [`reader`]: how the read-only commands reach the file, creating nothing;
 //! - [`turnstile`]: the turnstile whose futexes wake the first waiter (Linux; elsewhere waiters
 //!   poll);
-//! - [`words`]: SQLite's failures in words a person can act on.
+//! - [`errors`]: SQLite's failures in words a person can act on.
 
+mod columns;
+mod connection;
+mod errors;
 mod open;
 mod reader;
 mod rows;
 mod schema;
 mod turnstile;
 mod wal;
-mod words;
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{Backend, Clock, DecideSet, Durability, GcReport, Reads, Vanished};
+use super::{Backend, DecideSet, Durability, Error, Reads};
 use crate::engine::{self, State};
+use crate::lock::GcReport;
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
+use columns::Columns;
+pub use connection::SqliteStore;
 use open::identity;
-use reader::Access;
-use rows::{Shape, apply, next_fence, state};
+use rows::{apply, next_fence, state};
 
 /// The states of `resources`, in their order, as of `now`.
 fn states(
     conn: &Connection,
-    shape: Shape,
+    shape: Columns,
     resources: &[Resource],
     now: Timestamp,
 ) -> Result<Vec<State>> {
@@ -74,61 +77,7 @@ fn states(
         .map(|resource| state(conn, shape, resource, now))
         .collect()
 }
-use words::{Doing, worded};
-
-/// How long an operation waits for another process's write to finish before it gives up.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How an operation waits for the write lock: in short steps at first. A distlock transaction
-/// holds the lock for a fraction of a millisecond, and SQLite's own handler sleeps 1 ms, then
-/// longer; under contention that would put whole milliseconds into a handoff. Steps grow from
-/// 0.1 ms to 2 ms; the wait ends with SQLITE_BUSY after [`BUSY_TIMEOUT`].
-fn patient() -> impl FnMut(i32) -> bool + Send + 'static {
-    let mut since = std::time::Instant::now();
-    move |attempt| {
-        if attempt == 0 {
-            since = std::time::Instant::now();
-        }
-        if since.elapsed() >= BUSY_TIMEOUT {
-            return false;
-        }
-        let step = 100 * (u64::try_from(attempt).unwrap_or(0) + 1);
-        std::thread::sleep(Duration::from_micros(step.min(2_000)));
-        true
-    }
-}
-
-pub struct SqliteStore {
-    conn: Connection,
-    clock: Box<dyn Clock>,
-    /// The `-wal` file beside the database.
-    wal: PathBuf,
-    /// How many frames the WAL held after this connection's latest commit (SQLite's WAL hook).
-    frames: Arc<AtomicU32>,
-    /// The database's path and the file it named when opened (device, inode).
-    path: PathBuf,
-    identity: Option<(u64, u64)>,
-    /// Whether this process's latest write left waiters in the resource's queue.
-    queue_behind: bool,
-    /// The store's turnstile, once this process waits or wakes a waiter.
-    turnstile: Option<turnstile::Turnstile>,
-    /// A waiter's counter in the turnstile, and its value before the waiter's latest look.
-    waiting_on: Option<(usize, u32)>,
-    /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
-    /// be granted, so it skips the look at a read snapshot.
-    rung: bool,
-    /// The columns of the schema version the connection reads: the current one, except for a
-    /// read-only connection to an older store.
-    shape: Shape,
-    /// How the connection reaches the file: read-only connections may read it unshared.
-    access: Access,
-}
-
-impl Drop for SqliteStore {
-    fn drop(&mut self) {
-        self.bound_wal();
-    }
-}
+use errors::{Doing, worded};
 
 impl SqliteStore {
     /// One operation on the members of a set: a durable one (acquire, renew) decides on a read
@@ -142,7 +91,7 @@ impl SqliteStore {
         resources: &[Resource],
         durable: bool,
         decide: &mut DecideSet<'_, T>,
-    ) -> Result<T> {
+    ) -> super::Result<T> {
         let now = self.clock.now();
         // Look before taking the write lock: a decision that writes nothing (busy, not found,
         // forbidden) is as true of a consistent read snapshot as of the locked state. So a
@@ -175,9 +124,9 @@ impl SqliteStore {
         match outcome? {
             Some(outcome) => Ok(outcome),
             // Unsynced, but the locked state needed a durable change after all.
-            None => self
+            None => Ok(self
                 .write(resources, now, false, decide)?
-                .context("the decision changed twice"),
+                .context("the decision changed twice")?),
         }
     }
 
@@ -189,7 +138,7 @@ impl SqliteStore {
         now: Timestamp,
         refuse_durable: bool,
         decide: &mut DecideSet<'_, T>,
-    ) -> Result<Option<T>> {
+    ) -> super::Result<Option<T>> {
         let shape = self.shape;
         let tx = self.write_tx()?;
         let states = states(&tx, shape, resources, now)?;
@@ -217,7 +166,7 @@ impl SqliteStore {
         Ok(Some(decision.outcome))
     }
 
-    fn write_tx(&mut self) -> Result<Transaction<'_>> {
+    fn write_tx(&mut self) -> super::Result<Transaction<'_>> {
         // A connection held open (by `run`) keeps writing to its file even after the file is
         // deleted or replaced, while a new store appears at the path: refuse, so that `run`
         // stops its command before the lease could be doubled. A path that surely names
@@ -225,12 +174,13 @@ impl SqliteStore {
         // once. Any other difference is a store failure, retried on a new connection.
         if identity(&self.path) != self.identity {
             if matches!(self.path.try_exists(), Ok(false)) {
-                return Err(Vanished(self.path.clone()).into());
+                return Err(Error::Vanished(self.path.clone()));
             }
-            bail!(
+            return Err(anyhow!(
                 "the database {} was removed or replaced while in use",
                 self.path.display()
-            );
+            )
+            .into());
         }
         Ok(self
             .conn
@@ -262,13 +212,13 @@ impl Backend for SqliteStore {
         durability: Durability,
         _reads: Reads<'_>,
         decide: &mut DecideSet<'_, T>,
-    ) -> Result<T> {
+    ) -> super::Result<T> {
         let durable = durability == Durability::Durable;
         let done = self.decide_and_apply(resources, durable, decide);
-        done.map_err(|err| worded(&self.path, Doing::Write, err))
+        done.map_err(|err| err.reworded(|err| worded(&self.path, Doing::Write, err)))
     }
 
-    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> Result<()> {
+    fn subscribe(&mut self, resources: &[Resource], owner: &Owner) -> super::Result<()> {
         self.prepare_grant();
         if self.turnstile.is_none() {
             self.turnstile = turnstile::Turnstile::open(&self.path, true);
@@ -294,7 +244,7 @@ impl Backend for SqliteStore {
         self.bound_wal();
     }
 
-    fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> Result<()> {
+    fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> super::Result<()> {
         if let (Some(turnstile), Some((slot, seen))) = (&self.turnstile, &mut self.waiting_on) {
             let woken = turnstile.wait(*slot, *seen, timeout);
             // Read before the caller's next look, so that a ring during it is not missed.
@@ -314,24 +264,24 @@ impl Backend for SqliteStore {
         Ok(())
     }
 
-    fn read(&mut self, resource: &Resource) -> Result<State> {
+    fn read(&mut self, resource: &Resource) -> super::Result<State> {
         let read = self.look(|store| store.state_now(resource));
-        read.map_err(|err| worded(&self.path, Doing::Read, err))
+        read.map_err(|err| worded(&self.path, Doing::Read, err).into())
     }
 
-    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
+    fn scan(&mut self, prefix: &str) -> super::Result<Vec<Lock>> {
         let scanned = self.look(|store| store.scan_rows(prefix));
-        scanned.map_err(|err| worded(&self.path, Doing::Read, err))
+        scanned.map_err(|err| worded(&self.path, Doing::Read, err).into())
     }
 
-    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
+    fn history(&mut self, query: &LogQuery) -> super::Result<Vec<Event>> {
         let events = self.look(|store| store.history_rows(query));
-        events.map_err(|err| worded(&self.path, Doing::Read, err))
+        events.map_err(|err| worded(&self.path, Doing::Read, err).into())
     }
 
-    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
+    fn prune(&mut self, keep_history: Duration) -> super::Result<GcReport> {
         let report = self.prune_rows(keep_history);
-        report.map_err(|err| worded(&self.path, Doing::Write, err))
+        report.map_err(|err| worded(&self.path, Doing::Write, err).into())
     }
 }
 

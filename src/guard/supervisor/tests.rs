@@ -306,7 +306,7 @@ fn a_command_exiting_just_before_the_stop_deadline_keeps_its_own_status() {
 
 /// Every signal `run` forwards, by number (the real-time ones included).
 fn every_forwarded_signal() -> Vec<SignalNumber> {
-    crate::guard::signals::forwarded()
+    crate::signals::forwarded()
 }
 
 #[test]

@@ -1,16 +1,33 @@
-//! Linux only: the descendants of a process, read from `/proc/<pid>/stat`.
+//! The descendants of a process, as far as the tree is concerned: on Linux read from
+//! `/proc/<pid>/stat`; elsewhere none are known, and [`super::Tree`] signals the process
+//! group with `killpg`.
 //!
 //! One pass lists every process with its parent, process group and state, then follows the
 //! parent links down from the root. A process that vanishes between the listing and the read
 //! of its `stat` file is simply left out; unreadable entries are skipped, never an error.
 
+#[cfg(target_os = "linux")]
 use std::collections::HashMap;
 
 use nix::unistd::Pid;
 
-use super::Process;
+/// One process, as far as the tree is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Process {
+    pub(super) pid: Pid,
+    pub(super) group: Pid,
+    /// Not a zombie.
+    pub(super) live: bool,
+}
+
+/// Without `/proc` only the process group is known.
+#[cfg(not(target_os = "linux"))]
+pub(super) fn descendants(_root: Pid) -> Vec<Process> {
+    Vec::new()
+}
 
 /// Every process whose parent chain leads to `root` (not `root` itself).
+#[cfg(target_os = "linux")]
 pub(super) fn descendants(root: Pid) -> Vec<Process> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -25,6 +42,7 @@ pub(super) fn descendants(root: Pid) -> Vec<Process> {
 }
 
 /// A process and its parent, from the text of its `stat` file.
+#[cfg(target_os = "linux")]
 #[derive(Clone)]
 struct Entry {
     process: Process,
@@ -33,6 +51,7 @@ struct Entry {
 
 /// Reads `stat` (see proc_pid_stat(5)): `pid (comm) state ppid pgrp …`. The command name may
 /// hold spaces and parentheses, so the fields are counted from the *last* `)`.
+#[cfg(target_os = "linux")]
 fn parse_stat(pid: i32, stat: &str) -> Option<Entry> {
     let (_, rest) = stat.rsplit_once(')')?;
     let mut fields = rest.split_whitespace();
@@ -51,6 +70,7 @@ fn parse_stat(pid: i32, stat: &str) -> Option<Entry> {
 }
 
 /// The processes among `all` whose parent chain leads to `root`.
+#[cfg(target_os = "linux")]
 fn below(root: Pid, all: impl IntoIterator<Item = Entry>) -> Vec<Process> {
     let mut children: HashMap<Pid, Vec<Process>> = HashMap::new();
     for entry in all {
@@ -70,7 +90,7 @@ fn below(root: Pid, all: impl IntoIterator<Item = Entry>) -> Vec<Process> {
     found
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

@@ -106,8 +106,8 @@ pub(super) fn folders(folder: &Path, file: &Path, owners: Owners) -> Result<()> 
 
 /// What keeps a tokens file of this `st_mode` and owner from being trusted, if anything.
 pub(super) fn file_problem(mode: u32, uid: u32, owners: Owners) -> Option<String> {
-    let kind = mode & libc::S_IFMT;
-    if kind != libc::S_IFREG {
+    let kind = mode & bits(libc::S_IFMT);
+    if kind != bits(libc::S_IFREG) {
         return Some(format!("is not a regular file ({})", kind_name(kind)));
     }
     if let Some(writers) = writers(mode) {
@@ -123,7 +123,7 @@ pub(super) fn file_problem(mode: u32, uid: u32, owners: Owners) -> Option<String
 /// What keeps a folder of this `st_mode` and owner from holding a trusted tokens file, if
 /// anything.
 pub(super) fn folder_problem(mode: u32, uid: u32, owners: Owners) -> Option<String> {
-    let sticky_roots = mode & libc::S_ISVTX != 0 && uid == 0;
+    let sticky_roots = mode & bits(libc::S_ISVTX) != 0 && uid == 0;
     if let Some(writers) = writers(mode).filter(|_| !sticky_roots) {
         return Some(format!(
             "may be written by {writers} (mode {:04o}): whoever may write it can replace the \
@@ -155,15 +155,24 @@ fn owner_problem(uid: u32, owners: Owners) -> Option<String> {
 
 /// A file type (the `S_IFMT` bits of a mode) in words.
 fn kind_name(kind: u32) -> &'static str {
-    match kind {
-        libc::S_IFIFO => "a FIFO",
-        libc::S_IFCHR => "a character device",
-        libc::S_IFBLK => "a block device",
-        libc::S_IFDIR => "a folder",
-        libc::S_IFSOCK => "a socket",
-        libc::S_IFLNK => "a symbolic link",
-        _ => "of an unknown type",
-    }
+    let names = [
+        (libc::S_IFIFO, "a FIFO"),
+        (libc::S_IFCHR, "a character device"),
+        (libc::S_IFBLK, "a block device"),
+        (libc::S_IFDIR, "a folder"),
+        (libc::S_IFSOCK, "a socket"),
+        (libc::S_IFLNK, "a symbolic link"),
+    ];
+    (names.iter())
+        .find(|(flag, _)| bits(*flag) == kind)
+        .map_or("of an unknown type", |(_, name)| name)
+}
+
+/// Mode bits as a `u32`, as `st_mode` is read here: `mode_t` is a `u32` on Linux and a `u16`
+/// on FreeBSD and macOS.
+#[allow(clippy::useless_conversion)] // Not useless where `mode_t` is a `u16`.
+fn bits(flag: libc::mode_t) -> u32 {
+    u32::from(flag)
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@ use anyhow::Result;
 
 use super::session::Session;
 use super::statements::{DECISION_LIFETIME_MS, LEASE_COLUMNS, binary_lease};
-use crate::lock::{Event, Fence, Lock, LogQuery, Resource, Timestamp};
-use crate::store::{GC_BATCH, GcReport, HistoryRow, event};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Resource, Timestamp};
+use crate::store::GC_BATCH;
+use crate::store::columns::{HistoryRow, event};
 
 /// How long `gc` keeps a resource's row after its highest fence was last raised: well past the
 /// lifetime of a decision that may still be written with a lower one.

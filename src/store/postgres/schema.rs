@@ -7,7 +7,8 @@ use postgres::GenericClient;
 
 use super::batch::{column, number, send};
 use super::session::Session;
-use crate::store::{SCHEMA_VERSION, newer_schema};
+use crate::store::SCHEMA_VERSION;
+use crate::store::columns::newer_schema;
 
 /// An arbitrary, fixed advisory-lock key that serializes schema creation.
 pub(super) const SCHEMA_LOCK_KEY: i64 = 0x6469_7374_6c6f_636b;

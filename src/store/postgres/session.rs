@@ -46,10 +46,10 @@ use super::statements::{
     still_listening, tenures, text, unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource};
-use crate::store::{
-    Backend, DecideSet, Durability, GcReport, Reads, SCHEMA_VERSION, decide_on_nothing, nothing,
-};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource};
+use crate::store::Result as Done;
+use crate::store::backend::{decide_on_nothing, nothing};
+use crate::store::{Backend, DecideSet, Durability, Reads, SCHEMA_VERSION};
 
 /// A connection of this process was found not to keep its `LISTEN` (see
 /// [`Session::check_listening`]): no new connection listens either.
@@ -103,6 +103,8 @@ pub struct Session {
     /// then leaves the commit's outcome unknown. Shared with the store's handle, which reads it
     /// when a call times out.
     pub(super) committing: Arc<AtomicBool>,
+    /// What to tell the waiter this connection serves, once ([`Backend::notice`]).
+    pub(super) notice: Option<String>,
 }
 
 /// Why a transaction must start over.
@@ -143,6 +145,7 @@ impl Session {
             creates,
             absent: false,
             committing,
+            notice: None,
         }
     }
 
@@ -150,8 +153,8 @@ impl Session {
     /// one that ran this connection's `LISTEN`, or no longer listens, the `LISTEN` stayed
     /// behind on another server connection — a pooler in transaction mode hands each
     /// transaction whichever server connection is free — so no release will wake this
-    /// waiter. It says so once, and from then on looks again after each pause instead (every
-    /// 250 ms at most, see [`crate::wait`]). The server session is told apart by its process
+    /// waiter. It says so once (a [`Backend::notice`] for the waiter), and from then on looks
+    /// again after each pause instead (every 250 ms at most, see [`crate::wait`]). The server session is told apart by its process
     /// id, not only by whether it listens: a pooled server connection keeps the `LISTEN` of
     /// any earlier client that ran one there, and in a pool where every server connection has
     /// one, every read would seem to run where this waiter listens.
@@ -162,11 +165,12 @@ impl Session {
         if !listens {
             self.listening = None;
             if !POOLED.swap(true, Ordering::Relaxed) {
-                crate::output::warn(format_args!(
+                self.notice = Some(
                     "the PostgreSQL connection does not keep its LISTEN between transactions \
                      (a pooler in transaction mode, such as PgBouncer?): waiting by looking \
                      again every 250 ms instead of being woken"
-                ));
+                        .to_owned(),
+                );
             }
         }
     }
@@ -181,6 +185,50 @@ impl Session {
 
 impl Backend for Session {
     fn transact_set<T>(
+        &mut self,
+        resources: &[Resource],
+        durability: Durability,
+        reads: Reads<'_>,
+        decide: &mut DecideSet<'_, T>,
+    ) -> Done<T> {
+        Ok(self.transact(resources, durability, reads, decide)?)
+    }
+
+    fn read(&mut self, resource: &Resource) -> Done<State> {
+        Ok(self.read_state(resource)?)
+    }
+
+    fn subscribe(&mut self, _resources: &[Resource], _owner: &Owner) -> Done<()> {
+        Ok(self.listen()?)
+    }
+
+    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Done<()> {
+        Ok(self.wait_for_notification(resources, timeout)?)
+    }
+
+    fn scan(&mut self, prefix: &str) -> Done<Vec<Lock>> {
+        Ok(self.scan_rows(prefix)?)
+    }
+
+    fn history(&mut self, query: &LogQuery) -> Done<Vec<Event>> {
+        Ok(self.history_rows(query)?)
+    }
+
+    fn prune(&mut self, keep_history: Duration) -> Done<GcReport> {
+        Ok(self.prune_rows(keep_history)?)
+    }
+
+    fn notice(&mut self) -> Option<String> {
+        self.notice.take()
+    }
+}
+
+impl Session {
+    /// One write transaction on the members of a set (see [`Backend::transact_set`]): its
+    /// read, its decision and its write, with their retries, in one piece (ARCHITECTURE.md,
+    /// "Functions of one screen", names it as the exception).
+    #[allow(clippy::too_many_lines)]
+    fn transact<T>(
         &mut self,
         resources: &[Resource],
         durability: Durability,
@@ -366,7 +414,8 @@ impl Backend for Session {
         }
     }
 
-    fn read(&mut self, resource: &Resource) -> Result<State> {
+    /// The resource's rows and the server's "now", without writing.
+    fn read_state(&mut self, resource: &Resource) -> Result<State> {
         let res = text(resource.as_str());
         let mut rechecked = false;
         loop {
@@ -404,7 +453,8 @@ impl Backend for Session {
         }
     }
 
-    fn subscribe(&mut self, _resources: &[Resource], _owner: &Owner) -> Result<()> {
+    /// `LISTEN` on this connection, for a waiter (see [`Backend::subscribe`]).
+    fn listen(&mut self) -> Result<()> {
         if self.listening.is_none() && !POOLED.load(Ordering::Relaxed) {
             // One message, so a pooler runs both on the same server connection.
             let outputs = send(
@@ -423,7 +473,9 @@ impl Backend for Session {
         Ok(())
     }
 
-    fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
+    /// Waits for a notice of one of `resources`, or `timeout` (see
+    /// [`Backend::wait_for_change`]).
+    fn wait_for_notification(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
         if self.listening.is_none() {
             std::thread::sleep(timeout);
             return Ok(());
@@ -441,18 +493,6 @@ impl Backend for Session {
                 _ => return Ok(()),
             }
         }
-    }
-
-    fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>> {
-        self.scan_rows(prefix)
-    }
-
-    fn history(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
-        self.history_rows(query)
-    }
-
-    fn prune(&mut self, keep_history: Duration) -> Result<GcReport> {
-        self.prune_rows(keep_history)
     }
 }
 

@@ -10,7 +10,8 @@ use postgres_protocol::escape::escape_literal;
 use super::batch::{Output, column, flag, number, one_row, required};
 use crate::engine::{Change, State, Tenure, Waiter};
 use crate::lock::{Fence, Owner, Remark, Timestamp, TokenName};
-use crate::store::{SCHEMA_VERSION, mode_columns, mode_of};
+use crate::store::SCHEMA_VERSION;
+use crate::store::columns::{mode_columns, mode_of};
 
 /// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
 pub(super) const LEASE_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \

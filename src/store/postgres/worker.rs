@@ -8,8 +8,8 @@
 //! - **A lost connection is sought again** (a restart, a failover, a session terminated, a
 //!   connection cut): the call starts over on a new connection, and a waiter listens on it
 //!   again. The search goes on for the call's budget: the connect timeout (5 s unless the URL's
-//!   `connect_timeout` says otherwise), or until the deadline the caller set
-//!   ([`LockStore::keep_trying_until`]: a waiter's `--wait`, `run`'s lease). A multi-host URL
+//!   `connect_timeout` says otherwise), or until the deadline the operation carries
+//!   ([`Op::keeps_trying_until`]: a waiter's `--wait`, `run`'s lease). A multi-host URL
 //!   is tried host by host at every attempt, so after a failover it reaches the new primary
 //!   (with `target_session_attrs=read-write`).
 //! - **Except during a commit.** A connection lost after a write batch was sent and before its
@@ -27,7 +27,7 @@ use postgres::error::SqlState;
 
 use super::session::Session;
 use super::target::{Target, scrub};
-use crate::store::{LockStore, Op, Outcome};
+use crate::store::{self, LockStore, Op, Outcome};
 
 /// The longest this client waits for connecting and logging in to one host (the connect
 /// timeout, at most this), and for each operation: a little over the server-side limits, so a
@@ -51,8 +51,6 @@ pub struct PostgresStore {
     shown: String,
     /// The `LISTEN` of a waiter, sent again on every new connection.
     subscribed: Option<Op>,
-    /// Until when a lost connection is sought; `None`: for the connect timeout of each call.
-    persist_until: Option<Instant>,
     /// The server was away when the store was opened: since when, and why.
     away: Option<(Instant, anyhow::Error)>,
 }
@@ -136,7 +134,6 @@ impl PostgresStore {
             worker: None,
             shown,
             subscribed: None,
-            persist_until: None,
             away: None,
         };
         let start = Instant::now();
@@ -236,10 +233,11 @@ impl PostgresStore {
         Ok(worker)
     }
 
-    /// The budget of a call that started at `start`.
-    fn deadline(&self, start: Instant) -> Instant {
+    /// The budget of a call that started at `start`: the connect timeout, or until `until`
+    /// if that is later (a waiter's `--wait`, `run`'s lease: [`Op::keeps_trying_until`]).
+    fn deadline(&self, start: Instant, until: Option<Instant>) -> Instant {
         let own = start + self.target.connect_timeout();
-        self.persist_until.map_or(own, |until| until.max(own))
+        until.map_or(own, |until| until.max(own))
     }
 }
 
@@ -248,7 +246,11 @@ impl Worker {
     fn call(&mut self, shown: &str, op: Op) -> Result<Outcome, Failure> {
         let (done, result) = mpsc::channel();
         let job: Job = Box::new(move |session| {
-            let _ = done.send(session.perform(op));
+            let _ = done.send(session.carry_out(op).map_err(|err| match err {
+                // The driver's error stays in the chain, where a lost connection is found.
+                store::Error::Failed(err) | store::Error::Unreachable(err) => err,
+                other => anyhow::Error::new(other),
+            }));
         });
         if self.jobs.send(job).is_err() {
             return Err(Failure::Lost(anyhow!(
@@ -353,18 +355,29 @@ impl Drop for PostgresStore {
 }
 
 impl LockStore for PostgresStore {
-    fn perform(&mut self, op: Op) -> Result<Outcome> {
+    fn carry_out(&mut self, op: Op) -> store::Result<Outcome> {
+        Ok(self.call(op)?)
+    }
+}
+
+impl PostgresStore {
+    /// Carries `op` out on the worker's connection, seeking a lost one again within the
+    /// call's budget ([`PostgresStore::deadline`]).
+    fn call(&mut self, op: Op) -> Result<Outcome> {
         let op = match op {
+            // Nothing to tidy on PostgreSQL: the server does its own housekeeping.
+            Op::Tidy(_) => return Ok(Outcome::Tidy(())),
             // Bounded well inside the call's own deadline.
-            Op::WaitForChange { resources, timeout } => Op::WaitForChange {
-                resources,
-                timeout: timeout.min(CALL_TIMEOUT / 2),
-            },
+            Op::WaitForChange(mut wait) => {
+                wait.timeout = wait.timeout.min(CALL_TIMEOUT / 2);
+                Op::WaitForChange(wait)
+            }
             op => op,
         };
-        if matches!(op, Op::Subscribe { .. }) {
+        if matches!(op, Op::Subscribe(_)) {
             self.subscribed = Some(op.clone());
         }
+        let until = op.keeps_trying_until();
         let (start, mut lost) = match self.away.take() {
             Some((since, err)) => (since, Some(err)),
             None => (Instant::now(), None),
@@ -373,7 +386,7 @@ impl LockStore for PostgresStore {
         loop {
             if let Some(err) = lost.take() {
                 let left = self
-                    .deadline(start)
+                    .deadline(start, until)
                     .saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(err);
@@ -407,10 +420,6 @@ impl LockStore for PostgresStore {
                 }
             }
         }
-    }
-
-    fn keep_trying_until(&mut self, deadline: Option<Instant>) {
-        self.persist_until = deadline;
     }
 }
 

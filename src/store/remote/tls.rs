@@ -236,6 +236,36 @@ impl std::fmt::Debug for Tls {
     }
 }
 
+/// The roots HTTPS trusts — `DISTLOCK_CA_CERT`'s certificates, or the system's — and the
+/// certificates a server may show as its own without a CA (`DISTLOCK_CA_CERT`'s again, for
+/// a self-signed one; none of the system's).
+pub(super) fn roots() -> Result<(Vec<CertificateDer<'static>>, Vec<CertificateDer<'static>>)> {
+    if let Some(path) = std::env::var_os("DISTLOCK_CA_CERT").filter(|p| !p.is_empty()) {
+        let shown = std::path::Path::new(&path).display().to_string();
+        let pem = std::fs::read(&path)
+            .with_context(|| format!("cannot read DISTLOCK_CA_CERT {shown}"))?;
+        let mut roots = Vec::new();
+        for item in ureq::tls::parse_pem(&pem) {
+            if let ureq::tls::PemItem::Certificate(cert) =
+                item.with_context(|| format!("DISTLOCK_CA_CERT {shown} is not PEM"))?
+            {
+                roots.push(CertificateDer::from(cert.der().to_vec()));
+            }
+        }
+        if roots.is_empty() {
+            anyhow::bail!("DISTLOCK_CA_CERT {shown} holds no certificate");
+        }
+        return Ok((roots.clone(), roots));
+    }
+    let roots = rustls_native_certs::load_native_certs().certs;
+    if roots.is_empty() {
+        anyhow::bail!(
+            "this system has no root certificates for https://; name a CA in DISTLOCK_CA_CERT"
+        );
+    }
+    Ok((roots, Vec::new()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,12 +13,12 @@ use anyhow::{Context, Result, bail};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
+use super::columns::Columns;
+use super::connection::{BUSY_TIMEOUT, SqliteStore, patient};
+use super::errors::{self, Doing, worded};
 use super::reader::{self, Access};
-use super::rows::Shape;
-use super::schema::{Found, recognise, tables};
+use super::schema::{Holds, recognise, tables};
 use super::wal::sync_folder;
-use super::words::{self, Doing, worded};
-use super::{BUSY_TIMEOUT, SqliteStore, patient};
 use crate::store::{Clock, SCHEMA_VERSION};
 
 /// How many times a read-only command reads a file again that a writer wrote to while it was
@@ -41,7 +41,7 @@ fn refuse_rollback_journal(path: &Path) -> Result<()> {
         anyhow::bail!(
             "cannot use {}: it is a SQLite database of another application in rollback mode, \
              with a journal beside it; distlock leaves both as they are",
-            crate::output::shown(&path.display().to_string())
+            crate::lock::shown(&path.display().to_string())
         );
     }
     Ok(())
@@ -96,7 +96,7 @@ impl SqliteStore {
     /// `list`, `log`). Nothing is written or created: no schema, no upgrade, no WAL switch, and
     /// no `-wal`/`-shm` where SQLite can do without; a user who may only read the files (and
     /// their folder) can read it, and a read sees the latest commit also while others write
-    /// (see `reader`). An older schema is read as it is ([`Shape`]). `None` for a file that
+    /// (see `reader`). An older schema is read as it is ([`Columns`]). `None` for a file that
     /// holds no store — missing (with its folders), empty, or a database without tables —
     /// which the commands answer as an empty store.
     ///
@@ -128,7 +128,7 @@ impl SqliteStore {
 
     /// A read-only connection to `path` with its schema recognised; `None` for a database
     /// without tables. Read unshared, the schema is read again if the file changed meanwhile.
-    fn connect_reader(path: &Path) -> Result<Option<(Connection, Access, Shape)>> {
+    fn connect_reader(path: &Path) -> Result<Option<(Connection, Access, Columns)>> {
         let start = std::time::Instant::now();
         let mut looks = 0;
         loop {
@@ -160,8 +160,8 @@ impl SqliteStore {
             let found = recognise(found)
                 .with_context(|| format!("cannot use database {}", path.display()))?;
             return Ok(match found {
-                Found::Nothing => None,
-                Found::Schema(version) => Some((conn, access, Shape::of(version))),
+                Holds::Nothing => None,
+                Holds::Schema(version) => Some((conn, access, Columns::of(version))),
             });
         }
     }
@@ -203,7 +203,7 @@ impl SqliteStore {
             turnstile: None,
             waiting_on: None,
             rung: false,
-            shape: Shape::CURRENT,
+            shape: Columns::CURRENT,
             access: Access::Shared,
         }
     }
@@ -262,7 +262,7 @@ impl SqliteStore {
                             .conn
                             .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false);
                     }
-                    return Err(if words::is_sqlite(&err) {
+                    return Err(if errors::is_sqlite(&err) {
                         worded(path, Doing::Open, err)
                     } else {
                         err.context(format!("cannot use database {}", path.display()))
@@ -289,7 +289,7 @@ impl SqliteStore {
             }
         }
         self.conn.pragma_update(None, "synchronous", "FULL")?;
-        if found != Found::Schema(SCHEMA_VERSION) {
+        if found != Holds::Schema(SCHEMA_VERSION) {
             self.upgrade_schema()?;
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! The SQLite store's rows: the SQL statements of every operation, a resource's rows read into
 //! tenures and places in the queue (in the columns of the schema version the connection reads,
-//! [`Shape`]), the core's changes written in order, and the queries of `status`, `list`, `log`
+//! [`Columns`]), the core's changes written in order, and the queries of `status`, `list`, `log`
 //! and `gc`.
 
 use std::time::Duration;
@@ -8,10 +8,14 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use rusqlite::{Connection, Transaction, params};
 
-use super::SqliteStore;
+use super::columns::Columns;
+use super::connection::SqliteStore;
 use crate::engine::{Change, State, Tenure, Waiter};
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Remark, Resource, Timestamp, TokenName};
-use crate::store::{GC_BATCH, GcReport, HistoryRow, event, mode_columns, mode_of};
+use crate::lock::{
+    Event, Fence, GcReport, Lock, LogQuery, Owner, Remark, Resource, Timestamp, TokenName,
+};
+use crate::store::GC_BATCH;
+use crate::store::columns::{HistoryRow, event, mode_columns, mode_of};
 
 impl SqliteStore {
     /// Prepares, while a waiter has time, the statements its grant and release will run, so
@@ -32,71 +36,7 @@ impl SqliteStore {
     }
 }
 
-/// The lease columns, in the order [`lease`] reads them.
-const LEASE_COLUMNS: &str =
-    "owner, fence, acquired_at, expires_at, mode, lim, note, guarded, token";
-
-/// A history row's columns, in the order `history_rows` reads them.
-const HISTORY_COLUMNS: &str = "at, resource, owner, fence, event, previous_owner, mode, lim, \
-                               note, operator, reason, token, by_token";
-
-/// What a schema version has, so that a read-only command reads a store as it is, without
-/// upgrading it: a column a version lacks reads as the value its upgrade gives it. Version 1
-/// (before lock modes) has exclusive tenures without notes, history rows of exclusive locks
-/// nobody broke, and no queue; version 2 (before guarded tenures) has tenures that may all be
-/// joined; version 3 (before tokens) has rows no token proved; version 4 (before `by_token`)
-/// has breaks no operator's token is recorded for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Shape {
-    /// [`LEASE_COLUMNS`], or what stands for them.
-    lease: &'static str,
-    /// [`HISTORY_COLUMNS`], or what stands for them.
-    history: &'static str,
-    /// The columns of a place in the queue (`waiters`, from version 2), or `None`.
-    queue: Option<&'static str>,
-}
-
-impl Shape {
-    /// The schema this build writes: every writing connection's, once it is upgraded.
-    pub(super) const CURRENT: Shape = Shape {
-        lease: LEASE_COLUMNS,
-        history: HISTORY_COLUMNS,
-        queue: Some(WAITER_COLUMNS),
-    };
-
-    /// The shape of schema `version`, one that [`recognise`](super::schema::recognise) found.
-    pub(super) fn of(version: i64) -> Shape {
-        match version {
-            1 => Shape {
-                lease: "owner, fence, acquired_at, expires_at, 'exclusive', NULL, NULL, 0, ''",
-                history: "at, resource, owner, fence, event, previous_owner,
-                          'exclusive', NULL, NULL, NULL, NULL, '', NULL",
-                queue: None,
-            },
-            2 => Shape {
-                lease: "owner, fence, acquired_at, expires_at, mode, lim, note, 0, ''",
-                ..Shape::of(3)
-            },
-            3 => Shape {
-                lease: "owner, fence, acquired_at, expires_at, mode, lim, note, guarded, ''",
-                history: "at, resource, owner, fence, event, previous_owner, mode, lim, note,
-                          operator, reason, '', NULL",
-                queue: Some("owner, ticket, expires_at, ''"),
-            },
-            4 => Shape {
-                history: "at, resource, owner, fence, event, previous_owner, mode, lim, note,
-                          operator, reason, token, NULL",
-                ..Shape::CURRENT
-            },
-            _ => Shape::CURRENT,
-        }
-    }
-}
-
-/// A place in the queue's columns, in the order [`state`] reads them.
-const WAITER_COLUMNS: &str = "owner, ticket, expires_at, token";
-
-/// Reads [`LEASE_COLUMNS`] from the result columns starting at `first`.
+/// Reads [`Columns::lease`] from the result columns starting at `first`.
 fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Tenure> {
     Ok(Tenure {
         owner: Owner::from_store(&r.get::<_, String>(first)?, &r.get::<_, String>(first + 8)?),
@@ -113,14 +53,14 @@ fn lease(r: &rusqlite::Row<'_>, first: usize) -> Result<Tenure> {
 }
 
 /// Every tenure row and every place in the queue of `resource`, live or not, at `now`, from a
-/// schema of `shape`.
+/// schema of `columns`.
 pub(super) fn state(
     conn: &Connection,
-    shape: Shape,
+    columns: Columns,
     resource: &Resource,
     now: Timestamp,
 ) -> Result<State> {
-    let queue = if let Some(columns) = shape.queue {
+    let queue = if let Some(columns) = columns.queue {
         conn.prepare_cached(&format!(
             "SELECT {columns} FROM waiters WHERE resource = ?1"
         ))?
@@ -137,16 +77,16 @@ pub(super) fn state(
     };
     Ok(State {
         now,
-        leases: leases(conn, shape, resource)?,
+        leases: leases(conn, columns, resource)?,
         queue,
     })
 }
 
 /// Every tenure row of `resource`, live or not.
-fn leases(conn: &Connection, shape: Shape, resource: &Resource) -> Result<Vec<Tenure>> {
+fn leases(conn: &Connection, columns: Columns, resource: &Resource) -> Result<Vec<Tenure>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {} FROM locks WHERE resource = ?1",
-        shape.lease
+        columns.lease
     ))?;
     let mut rows = stmt.query([resource.as_str()])?;
     let mut leases = Vec::new();
@@ -246,28 +186,22 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
 
 /// Writes a change to the queue; none of them can miss its row (the write lock is held).
 fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize> {
+    // A place taken, and a place kept alive: the same four values, ?1 to ?4.
+    let place = |sql: &str, owner: &Owner, expires_at: Timestamp| -> Result<usize> {
+        let values = params![res, owner.as_str(), owner.token_column(), expires_at.0];
+        Ok(tx.prepare_cached(sql)?.execute(values)?)
+    };
     Ok(match change {
-        Change::Enqueue { owner, expires_at } => tx
-            .prepare_cached(
-                "INSERT INTO waiters (resource, owner, token, expires_at) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![
-                res,
-                owner.as_str(),
-                owner.token_column(),
-                expires_at.0
-            ])?,
-        Change::Refresh { owner, expires_at } => tx
-            .prepare_cached(
-                "UPDATE waiters SET expires_at = ?4
-                 WHERE resource = ?1 AND owner = ?2 AND token = ?3",
-            )?
-            .execute(params![
-                res,
-                owner.as_str(),
-                owner.token_column(),
-                expires_at.0
-            ])?,
+        Change::Enqueue { owner, expires_at } => place(
+            "INSERT INTO waiters (resource, owner, token, expires_at) VALUES (?1, ?2, ?3, ?4)",
+            owner,
+            *expires_at,
+        )?,
+        Change::Refresh { owner, expires_at } => place(
+            "UPDATE waiters SET expires_at = ?4 WHERE resource = ?1 AND owner = ?2 AND token = ?3",
+            owner,
+            *expires_at,
+        )?,
         Change::Dequeue { owner } => tx.prepare_cached(DEQUEUE)?.execute(params![
             res,
             owner.as_str(),
@@ -278,7 +212,7 @@ fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize
 }
 
 /// The queries behind [`Backend`](crate::store::Backend)'s reads and `gc`, before their failures
-/// are [`worded`](super::words::worded).
+/// are [`worded`](super::errors::worded).
 impl SqliteStore {
     pub(super) fn state_now(&mut self, resource: &Resource) -> Result<State> {
         state(&self.conn, self.shape, resource, self.clock.now())

@@ -6,8 +6,9 @@
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::SqliteStore;
-use crate::store::{SCHEMA_VERSION, newer_schema};
+use super::connection::SqliteStore;
+use crate::store::SCHEMA_VERSION;
+use crate::store::columns::newer_schema;
 
 /// Version 1, as distlock 0.1.0 created it. A new store is created at version 1 and upgraded
 /// like any old one, so the upgrade path is the one every new store takes.
@@ -42,8 +43,8 @@ impl SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let version = match recognise(tables(&tx)?)? {
-            Found::Nothing => 0,
-            Found::Schema(version) => version,
+            Holds::Nothing => 0,
+            Holds::Schema(version) => version,
         };
         if version < 1 {
             tx.execute_batch(SCHEMA_V1)?;
@@ -122,7 +123,7 @@ pub(super) fn tables(conn: &Connection) -> rusqlite::Result<Tables> {
 
 /// What a file holds, as [`recognise`] found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Found {
+pub(super) enum Holds {
     /// No table at all, at version 0: a new database (or an empty file). A writing command
     /// creates the schema; the others find an empty store.
     Nothing,
@@ -134,7 +135,7 @@ pub(super) enum Found {
 /// another application's (any set of tables that is not a distlock schema's: version 1's
 /// three, or the five of versions 2 to 5; a version past this build's without distlock's
 /// tables), or a newer distlock's.
-pub(super) fn recognise(tables: Tables) -> Result<Found> {
+pub(super) fn recognise(tables: Tables) -> Result<Holds> {
     let Tables {
         version,
         application,
@@ -162,9 +163,9 @@ pub(super) fn recognise(tables: Tables) -> Result<Found> {
         bail!(newer_schema(version));
     }
     Ok(if version == 0 {
-        Found::Nothing
+        Holds::Nothing
     } else {
-        Found::Schema(version)
+        Holds::Schema(version)
     })
 }
 

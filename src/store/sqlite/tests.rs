@@ -4,12 +4,82 @@
 
 use std::sync::Arc;
 
-use super::super::Locks;
-use crate::engine::Request;
-use crate::lock::{Acquire, EventKind, Grant, Release, Renew, Ttl};
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use super::super::{Clock, Locks, op};
 use super::*;
+use crate::engine::{Request, SetDecision};
+use crate::lock::{
+    Acquire, EventKind, Fence, Grant, Members, Release, Renew, Status, Ttl, released_one,
+    renewed_one,
+};
+
+/// One resource's operations, as the tests below ask for them: each the store's operation on
+/// a set of one, its outcome read as the one resource's.
+trait OneResource: Locks {
+    fn acquire(&mut self, resource: &Resource, request: &Request) -> super::super::Result<Acquire> {
+        let members = Members::one(resource.clone());
+        let request = request.clone();
+        let acquired = self.perform(op::Acquire {
+            members,
+            request,
+            until: None,
+        })?;
+        Ok(acquired.outcome.into_one())
+    }
+
+    fn status(&mut self, resource: &Resource) -> super::super::Result<Status> {
+        let resource = resource.clone();
+        self.perform(op::Status { resource })
+    }
+
+    fn renew(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        ttl: Ttl,
+        fence: Option<Fence>,
+    ) -> super::super::Result<Renew> {
+        let renewed = self.perform(op::Renew {
+            members: Members::one(resource.clone()),
+            owner: owner.clone(),
+            ttl,
+            fences: fence.map(|fence| vec![fence]),
+            lease_end: None,
+        })?;
+        Ok(renewed_one(renewed))
+    }
+
+    fn release(
+        &mut self,
+        resource: &Resource,
+        owner: &Owner,
+        fence: Option<Fence>,
+    ) -> super::super::Result<Release> {
+        let released = self.perform(op::Release {
+            members: Members::one(resource.clone()),
+            owner: owner.clone(),
+            fences: fence.map(|fence| vec![fence]),
+        })?;
+        Ok(released_one(released))
+    }
+
+    fn list(&mut self, prefix: &str) -> super::super::Result<Vec<Lock>> {
+        let prefix = prefix.to_owned();
+        self.perform(op::List { prefix })
+    }
+
+    fn log(&mut self, query: &LogQuery) -> super::super::Result<Vec<Event>> {
+        let query = query.clone();
+        self.perform(op::Log { query })
+    }
+
+    fn gc(&mut self, keep_history: std::time::Duration) -> super::super::Result<GcReport> {
+        self.perform(op::Gc { keep_history })
+    }
+}
+
+impl OneResource for SqliteStore {}
 
 /// A clock the test moves by hand.
 #[derive(Clone)]
@@ -257,7 +327,7 @@ fn acquire_set(
     store: &mut SqliteStore,
     set: &[Resource],
     owner: &str,
-) -> Result<Vec<Acquire>, anyhow::Error> {
+) -> crate::store::Result<Vec<Acquire>> {
     let request = req(owner, 60);
     store.transact_set(
         set,
@@ -271,7 +341,7 @@ fn acquire_set(
                 outcome.push(decision.outcome);
                 changes.push(decision.changes);
             }
-            Ok(super::super::SetDecision { outcome, changes })
+            Ok(SetDecision { outcome, changes })
         },
     )
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use anyhow::Result;
 use rusqlite::TransactionBehavior;
 
-use super::{SqliteStore, patient};
+use super::connection::{SqliteStore, patient};
 
 /// How many frames the WAL may hold before it is checkpointed into the database and restarted.
 ///

@@ -9,6 +9,10 @@
 //! restarts), with `trust` authentication and `fsync=off`. Dropping the cluster stops the server
 //! (`-m immediate`) and removes its folder. A test killed before that leaves the server
 //! running: `pg_ctl -D /tmp/.tmpXXXX/data stop` ends it.
+//!
+//! Compiled into both `tests/cli` (as `common::cluster`) and `tests/recipes.rs` (by `#[path]`,
+//! for the recipes' clients of a server whose PostgreSQL goes away): everything here is used by
+//! both.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -21,6 +25,7 @@ use tempfile::TempDir;
 
 use super::pg_database::pg_admin_url;
 use super::process::describe;
+use super::require::require;
 
 /// Where the search for a free port starts; each test process starts at a place of its own
 /// between here and 29999, so that suites running side by side rarely collide.
@@ -36,19 +41,13 @@ pub struct Cluster {
 
 impl Cluster {
     /// A new cluster with its server running, when the suite runs its PostgreSQL variants
-    /// (`DISTLOCK_TEST_PG_URL` is set). Without them, or without PostgreSQL's programs, `None`
-    /// with a note naming `what` as skipped — unless `DISTLOCK_TEST_REQUIRE_PG` is set: then the
-    /// test fails.
+    /// (`DISTLOCK_TEST_PG_URL` is set) and PostgreSQL's programs are here; else `None`, `what`
+    /// skipped by the gate ([`require`], tool `PG`).
     pub fn start(what: &str) -> Option<Cluster> {
         pg_admin_url(what)?;
-        let Some(bin) = server_programs() else {
-            assert!(
-                std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-                "DISTLOCK_TEST_REQUIRE_PG is set but no /usr/lib/postgresql/*/bin has initdb"
-            );
-            eprintln!("note: {what} skipped: no /usr/lib/postgresql/*/bin has initdb");
-            return None;
-        };
+        let programs =
+            server_programs().ok_or_else(|| "no /usr/lib/postgresql/*/bin has initdb".to_owned());
+        let bin = require("PG", what, programs)?;
         let dir = tempfile::tempdir().expect("temp dir");
         if Uid::effective().is_root() {
             let postgres = User::from_name("postgres")

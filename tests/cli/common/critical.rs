@@ -80,16 +80,23 @@ pub fn violations(dir: &Path) -> Vec<String> {
         .lines()
         .map(|line| format!("two holders at once: {line}"))
         .collect();
-    let fences = fences(dir);
-    for pair in fences.windows(2) {
-        if pair[0] >= pair[1] {
-            found.push(format!(
+    found.extend(not_rising(&fences(dir)));
+    found
+}
+
+/// Each fence that did not exceed the one before it, in `fences` (in the order their holders
+/// got in), as a line of what went wrong.
+pub fn not_rising(fences: &[i64]) -> Vec<String> {
+    fences
+        .windows(2)
+        .filter(|pair| pair[0] >= pair[1])
+        .map(|pair| {
+            format!(
                 "fence {} came in after fence {}: fences must strictly increase, in {fences:?}",
                 pair[1], pair[0]
-            ));
-        }
-    }
-    found
+            )
+        })
+        .collect()
 }
 
 /// The fences of the holders that got in, in the order they did.

@@ -1,11 +1,13 @@
-//! What distlock prints, checked against the contract's shapes: one JSON object on one line,
-//! JSON lines (`log`) and their event names, the keys of an object, a fence, RFC 3339 UTC times
-//! with milliseconds (read, and written for expected answers), and the usage (64) and store (74)
-//! error shapes.
+//! What distlock prints, checked against the contract's shapes: one JSON object on one line (a
+//! finished command's answer, its exit code checked), JSON lines (`log`) and their event names,
+//! the keys of an object, a fence, RFC 3339 UTC times with milliseconds (read, and written for
+//! expected answers), and the usage (64) and store (74) error shapes.
 
 use std::process::Output;
 
 use serde_json::Value;
+
+use super::process::Finished;
 
 /// Parses stdout that must be exactly one JSON object on one line.
 pub fn parse_line(stdout: &[u8]) -> Value {
@@ -17,6 +19,17 @@ pub fn parse_line(stdout: &[u8]) -> Value {
     let value: Value = serde_json::from_str(text).expect("valid JSON");
     assert!(value.is_object(), "expected an object, got {value}");
     value
+}
+
+/// A finished lock command's one JSON line, after checking its exit code.
+pub fn answer(finished: &Finished, code: i32, what: &str) -> Value {
+    assert_eq!(
+        finished.code(),
+        Some(code),
+        "{what}: {}",
+        finished.describe()
+    );
+    parse_line(&finished.output.stdout)
 }
 
 /// Parses stdout that must be JSON values, one per line (`log`); empty stdout is no lines.

@@ -5,6 +5,8 @@
 //! `tests/recipes.rs` (by `#[path]`, for the recipes run over PostgreSQL): everything here is
 //! used by both.
 
+use super::require::require;
+
 /// A database created for one test on the suite's PostgreSQL server, dropped afterwards.
 pub struct PgDatabase {
     admin: String,
@@ -13,18 +15,13 @@ pub struct PgDatabase {
     pub url: String,
 }
 
-/// The suite's PostgreSQL server, as an admin URL (`DISTLOCK_TEST_PG_URL`). Without one: fails
-/// the test if `DISTLOCK_TEST_REQUIRE_PG` is set, else notes on stderr that `what` is skipped.
+/// The suite's PostgreSQL server, as an admin URL (`DISTLOCK_TEST_PG_URL`), through the gate
+/// ([`require`], tool `PG`): without one, `what` is skipped, or fails under
+/// `DISTLOCK_TEST_REQUIRE_PG`.
 pub fn pg_admin_url(what: &str) -> Option<String> {
-    let Ok(admin) = std::env::var("DISTLOCK_TEST_PG_URL") else {
-        assert!(
-            std::env::var_os("DISTLOCK_TEST_REQUIRE_PG").is_none(),
-            "DISTLOCK_TEST_REQUIRE_PG is set but DISTLOCK_TEST_PG_URL is not"
-        );
-        eprintln!("note: {what} skipped: DISTLOCK_TEST_PG_URL is not set");
-        return None;
-    };
-    Some(admin)
+    let url = std::env::var("DISTLOCK_TEST_PG_URL")
+        .map_err(|_| "DISTLOCK_TEST_PG_URL is not set (scripts/pg-test-server)".to_owned());
+    require("PG", what, url)
 }
 
 impl PgDatabase {

@@ -79,12 +79,12 @@ pub fn children_of(pid: Pid) -> Vec<i32> {
     children
 }
 
-/// The pid a command wrote to `path`, once the file holds a whole line: a shell's
-/// `echo $$ > FILE` creates the file before it writes the number, so a file that exists may
-/// still be empty. Fails the test if no number appears within `limit`.
+/// The pid a command wrote to `path`, once the whole line is there (a command that cannot
+/// afford a process to rename the file, under a task limit, writes it in place: it may be seen
+/// empty at first); fails the test if it does not appear within `limit`.
 pub fn pid_in(path: &Path, limit: Duration) -> i32 {
-    wait_until(limit, &format!("{} holds a pid", path.display()), || {
-        std::fs::read_to_string(path).is_ok_and(|text| text.ends_with('\n'))
+    wait_until(limit, &format!("a pid in {}", path.display()), || {
+        fs::read_to_string(path).is_ok_and(|text| text.ends_with('\n'))
     });
     let pid = read_number(path);
     i32::try_from(pid).unwrap_or_else(|_| panic!("{} holds {pid}, not a pid", path.display()))

@@ -1,5 +1,5 @@
-//! Processes under test: the binary, spawning with a deadline, describing how a process ended,
-//! and waiting for a condition or a file.
+//! Processes under test: the binary and how every test starts it ([`distlock`]), spawning with a
+//! deadline, describing how a process ended, and waiting for a condition or a file.
 //!
 //! Every wait has a deadline and a process still running when its [`Proc`] is dropped (a
 //! failing test) is killed, so a hang fails its test instead of blocking the suite. A [`Proc`]
@@ -9,6 +9,7 @@
 //! Compiled into both `tests/cli` (as `common::process`) and `tests/recipes.rs` (by `#[path]`):
 //! everything here is used by both, so that neither needs to allow dead code.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -21,6 +22,49 @@ use nix::unistd::Pid;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// `distlock`, the binary under test, started as [`isolated`] starts a program: the one way
+/// the tests start it. A test adds the store, owner and arguments it means to give.
+pub fn distlock() -> Command {
+    isolated(BIN)
+}
+
+/// `program` with none of distlock's settings inherited from the test's environment (no
+/// `DISTLOCK_*` variable: store, owner, token, CA, the fences `run` exports; and no
+/// `PGPASSWORD`) and no stdin: [`distlock`] itself, or a program that ends up running it (`sh`,
+/// `setpriv`, `strace`, a recipe's script). A developer's own `DISTLOCK_DB` never reaches a test.
+pub fn isolated(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"DISTLOCK_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env_remove("PGPASSWORD").stdin(Stdio::null());
+    cmd
+}
+
+/// `cmd` started through `wrapper` (a program and its first arguments, which runs what follows
+/// them): the wrapper gets `cmd`'s program and arguments after its own, and `cmd`'s changes to
+/// the environment and its folder. (An `env_clear` is not carried over.)
+pub fn wrapped<S: AsRef<OsStr>>(wrapper: &[S], cmd: &Command) -> Command {
+    let (program, first) = wrapper.split_first().expect("a wrapper program");
+    let mut outer = isolated(program);
+    outer
+        .args(first)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(value) => outer.env(name, value),
+            None => outer.env_remove(name),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        outer.current_dir(dir);
+    }
+    outer
+}
 
 /// How often the waits here look again.
 const POLL: Duration = Duration::from_millis(5);
@@ -54,6 +98,11 @@ pub fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
         }
         thread::sleep(POLL);
     }
+}
+
+/// Fails the test unless `out` exited `code`, naming `what` and showing the output.
+pub fn assert_exited(out: &Output, code: i32, what: &str) {
+    assert_eq!(out.status.code(), Some(code), "{what}: {}", describe(out));
 }
 
 /// A finished process's exit status, stdout and stderr, as a failed assertion shows them.

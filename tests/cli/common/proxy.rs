@@ -11,15 +11,19 @@
 //! | [`Proxy::restore`] | the network heals: forwarding again, without delay, on the same address |
 //!
 //! It also tells which connections are its own on the server ([`Proxy::upstream_ports`] are
-//! `pg_stat_activity.client_port`), and what each client sent ([`Proxy::client_chunks`]).
+//! `pg_stat_activity.client_port`), what each client sent ([`Proxy::client_chunks`]), and which
+//! connections are still open ([`Proxy::open`]).
 //! Dropping it closes everything and joins all its threads.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
+
+use super::pg_url::PgUrl;
+use super::store::Db;
 
 /// How often an idle pump looks at the proxy's mode.
 const TICK: Duration = Duration::from_millis(20);
@@ -73,6 +77,21 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A proxy in front of the PostgreSQL server of `db` (a PostgreSQL store), and `db`'s URL
+    /// through it.
+    pub fn in_front_of(db: &Db) -> (Proxy, String) {
+        let url = PgUrl::parse(db.pg_url());
+        let upstream = url
+            .server
+            .to_socket_addrs()
+            .expect("the test server's address")
+            .next()
+            .expect("an address");
+        let proxy = Proxy::start(upstream);
+        let via_proxy = url.with_server(&proxy.addr.to_string()).to_string();
+        (proxy, via_proxy)
+    }
+
     /// A proxy on a free port of 127.0.0.1, forwarding to `upstream`.
     pub fn start(upstream: SocketAddr) -> Proxy {
         Proxy::start_on("127.0.0.1", upstream)
@@ -168,6 +187,17 @@ impl Proxy {
         locked(&self.shared.conns)
             .iter()
             .map(|conn| locked(&conn.client_chunks).clone())
+            .collect()
+    }
+}
+
+impl Proxy {
+    /// For each connection accepted so far, in order, whether it is still open: neither its
+    /// client nor the proxy has closed it.
+    pub fn open(&self) -> Vec<bool> {
+        locked(&self.shared.conns)
+            .iter()
+            .map(|conn| !conn.cut.load(Ordering::SeqCst))
             .collect()
     }
 }

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::certs::{Ca, CertFiles};
 use super::pids::is_gone;
 use super::process::{Finished, Proc};
-use super::store::Db;
+use super::store::{Db, distlock_at};
 
 /// How long a server may take to say where it listens.
 const STARTUP: Duration = Duration::from_secs(20);
@@ -61,8 +61,7 @@ impl Server {
 
     /// The same, with these arguments of `serve` after `--listen` (`--tokens FILE`, say).
     pub fn start_serving(db: &Db, serve_args: &[&str]) -> Server {
-        let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
+        let cmd = distlock_at(db.store_url());
         Server::start_with(db, cmd, serve_args)
     }
 
@@ -74,26 +73,20 @@ impl Server {
     /// `distlock serve` with the store given by `url` instead of the test's own (the same
     /// database through a proxy, say).
     pub fn start_at(db: &Db, url: &str) -> Server {
-        let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB")
-            .env_remove("PGPASSWORD")
-            .args(["--db", url]);
-        Server::start_with(db, cmd, &[])
+        Server::start_with(db, distlock_at(url), &[])
     }
 
     /// `distlock --db DB serve --listen 127.0.0.1:0 --tls-cert … --tls-key …` (HTTPS with the
     /// certificate in `files`), once it listens; its client trusts `ca` only.
     pub fn start_tls(db: &Db, files: &CertFiles, ca: &Ca) -> Server {
-        let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
+        let cmd = distlock_at(db.store_url());
         Server::launch(db, cmd, &files.args(), Some(ca))
     }
 
     /// HTTPS with the certificate in `files` that no CA of the test signed (one that signs
     /// itself, say), once it listens; its own client trusts only the system's roots.
     pub fn start_https(db: &Db, files: &CertFiles) -> Server {
-        let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
+        let cmd = distlock_at(db.store_url());
         Server::launch_at(db, cmd, "127.0.0.1:0", &files.args(), true, None)
     }
 
@@ -107,8 +100,7 @@ impl Server {
     /// `distlock --db DB serve --listen LISTEN` (a port of 127.0.0.1 that a server before it
     /// had, say), once it listens.
     pub fn start_serving_at(db: &Db, listen: &str) -> Server {
-        let mut cmd = db.std_cmd();
-        cmd.env_remove("DISTLOCK_DB").args(["--db", db.store_url()]);
+        let cmd = distlock_at(db.store_url());
         Server::launch_at(db, cmd, listen, &[], false, None)
     }
 

@@ -13,9 +13,12 @@ use assert_cmd::Command;
 use serde_json::Value;
 use tempfile::TempDir;
 
+use super::files::read_trimmed;
 use super::output::{parse_line, parse_lines};
 use super::pg_database::{PgDatabase, pg_admin_url};
-use super::process::{BIN, Proc, describe};
+use super::pids::{KillOnDrop, pid_in};
+use super::process::{BIN, Proc, assert_exited, describe, distlock, isolated, wait_for_file};
+use super::require::require;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -68,17 +71,13 @@ impl Db {
     }
 
     /// A fresh PostgreSQL database made by `CREATE DATABASE <name> <OPTIONS>` (a template, a
-    /// locale, …). `None`, with a note naming `what` is skipped, without a server (as for
-    /// [`Db::postgres`]) or when the server refuses the options.
+    /// locale, …). `None`, `what` skipped by the gate ([`require`], tool `PG`), without a server
+    /// (as for [`Db::postgres`]) or when the server refuses the options.
     pub fn postgres_with(options: &str, what: &str) -> Option<Db> {
         let admin = pg_admin_url(what)?;
-        match PgDatabase::create(&admin, options) {
-            Ok(pg) => Some(Db::on(pg)),
-            Err(err) => {
-                eprintln!("note: {what} skipped: the server refused {options:?}: {err}");
-                None
-            }
-        }
+        let made = PgDatabase::create(&admin, options)
+            .map_err(|err| format!("the server refused {options:?}: {err}"));
+        require("PG", what, made).map(Db::on)
     }
 
     /// A fresh PostgreSQL database on the server behind `admin` (a test's own server, such as
@@ -129,26 +128,23 @@ impl Db {
             .expect("connect to the test database")
     }
 
-    /// `distlock` with this store in `DISTLOCK_DB` and no owner inherited from the test's
-    /// environment.
+    /// [`distlock`] with this store in `DISTLOCK_DB`, as an `assert_cmd` command.
     pub fn cmd(&self) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.env("DISTLOCK_DB", &self.url)
-            .env_remove("DISTLOCK_OWNER");
-        cmd
+        Command::from_std(self.std_cmd())
     }
 
     /// The same, as a `std::process::Command` for tests that spawn and signal processes.
     pub fn std_cmd(&self) -> std::process::Command {
-        self.env_cmd(BIN)
+        let mut cmd = distlock();
+        cmd.env("DISTLOCK_DB", &self.url);
+        cmd
     }
 
     /// `program` (a wrapper that ends up running distlock) with this store in `DISTLOCK_DB` and
-    /// no owner inherited.
+    /// nothing else of distlock's inherited ([`isolated`]).
     pub fn env_cmd(&self, program: impl AsRef<OsStr>) -> std::process::Command {
-        let mut cmd = std::process::Command::new(program);
-        cmd.env("DISTLOCK_DB", &self.url)
-            .env_remove("DISTLOCK_OWNER");
+        let mut cmd = isolated(program);
+        cmd.env("DISTLOCK_DB", &self.url);
         cmd
     }
 
@@ -180,9 +176,9 @@ impl Db {
     }
 
     /// Runs `distlock ARGS…` under `strace -f -y -e trace=SYSCALLS`, which must succeed, and
-    /// returns the trace. `None` when strace cannot run here, unless the suite requires it
-    /// (`DISTLOCK_TEST_REQUIRE_STRACE`, set in CI).
-    pub fn strace(&self, syscalls: &str, args: &[&str]) -> Option<String> {
+    /// returns the trace. `None` when strace cannot run here: `what` skipped by the gate
+    /// ([`require`], tool `STRACE`).
+    pub fn strace(&self, what: &str, syscalls: &str, args: &[&str]) -> Option<String> {
         let trace = self.file("distlock.strace");
         let traced = self
             .env_cmd("strace")
@@ -190,18 +186,9 @@ impl Db {
             .arg(&trace)
             .arg(BIN)
             .args(args)
-            .output();
-        let out = match traced {
-            Ok(out) => out,
-            Err(err) => {
-                assert!(
-                    std::env::var_os("DISTLOCK_TEST_REQUIRE_STRACE").is_none(),
-                    "DISTLOCK_TEST_REQUIRE_STRACE is set but strace cannot run: {err}"
-                );
-                eprintln!("note: system calls not traced: strace cannot run ({err})");
-                return None;
-            }
-        };
+            .output()
+            .map_err(|err| format!("strace cannot run ({err})"));
+        let out = require("STRACE", what, traced)?;
         assert!(out.status.success(), "{args:?}: {}", describe(&out));
         Some(std::fs::read_to_string(&trace).expect("strace output"))
     }
@@ -242,12 +229,7 @@ impl Db {
     /// Runs `distlock ARGS…`, checks the exit code, and parses the one JSON line on stdout.
     pub fn json(&self, args: &[&str], code: i32) -> Value {
         let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "distlock {args:?}: {}",
-            describe(&out)
-        );
+        assert_exited(&out, code, &format!("distlock {args:?}"));
         parse_line(&out.stdout)
     }
 
@@ -308,30 +290,55 @@ impl Db {
     }
 }
 
-/// `distlock --db DB`, for a store given by path or URL rather than by a [`Db`]: no store,
-/// owner or PostgreSQL password inherited from the test's environment, and no stdin.
+/// [`distlock`]` --db DB`, for a store given by path or URL rather than by a [`Db`].
 pub fn distlock_at(db: impl AsRef<OsStr>) -> std::process::Command {
-    let mut cmd = std::process::Command::new(BIN);
-    cmd.arg("--db")
-        .arg(db)
-        .env_remove("DISTLOCK_DB")
-        .env_remove("DISTLOCK_OWNER")
-        .env_remove("PGPASSWORD")
-        .stdin(std::process::Stdio::null());
+    let mut cmd = distlock();
+    cmd.arg("--db").arg(db);
     cmd
 }
 
-/// `distlock run ARGS…` against `db`, with no stdin, the scratch folder in `$D` (for the
-/// command's marker files) and the binary under test in `$DL` (for commands that look at the
-/// lock from inside).
+/// `distlock run ARGS…` against `db`, with the scratch folder in `$D` (for the command's marker
+/// files) and the binary under test in `$DL` (for commands that look at the lock from inside).
 pub fn run_cmd(db: &Db, args: &[&str]) -> std::process::Command {
     let mut cmd = db.std_cmd();
     cmd.arg("run")
         .args(args)
         .env("D", db.dir.path())
-        .env("DL", BIN)
-        .stdin(std::process::Stdio::null());
+        .env("DL", BIN);
     cmd
+}
+
+/// A `run` whose command started a `sleep 60` child and waits for it ([`held_run`]).
+pub struct HeldRun {
+    pub guard: Proc,
+    /// The command's child; killed, if it still runs, when this is dropped.
+    pub child: i32,
+    /// The run's owner, as its command saw it.
+    pub owner: String,
+    _cleanup: KillOnDrop,
+}
+
+/// `run FLAGS…` (with a `--resource` or more) over a command that starts a `sleep 60` child and
+/// waits for it, once the command runs: for a test that ends the tenure from outside (a
+/// break) and checks that the command and its child are stopped.
+pub fn held_run(db: &Db, flags: &[&str]) -> HeldRun {
+    let script = r#"sleep 60 & echo $! > "$D/child.tmp"; mv "$D/child.tmp" "$D/child.pid"
+        echo "$DISTLOCK_OWNER" > "$D/owner.tmp"; mv "$D/owner.tmp" "$D/owner"
+        wait"#;
+    let guard = Proc::spawn(
+        &mut run_cmd(db, &sh_script(flags, script, &[])),
+        db.dir.path(),
+        "run",
+    );
+    let child = pid_in(&db.file("child.pid"), LONG);
+    let cleanup = KillOnDrop(vec![child]);
+    wait_for_file(&db.file("owner"), LONG);
+    HeldRun {
+        guard,
+        child,
+        owner: read_trimmed(&db.file("owner")),
+        _cleanup: cleanup,
+    }
 }
 
 /// `FLAGS… -- sh -c SCRIPT sh ARGS…`: distlock's own arguments (a command and its flags, or
@@ -369,6 +376,9 @@ pub fn assert_held_by(db: &Db, resource: &str, owner: &str) -> Value {
     assert_eq!(json["lock"]["owner"], owner, "{json}");
     json["lock"].clone()
 }
+
+/// How long a [`held_run`]'s command may take to start.
+const LONG: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How long a waiter may take to show up in `status`'s count.
 const QUEUED: std::time::Duration = std::time::Duration::from_secs(15);
@@ -411,4 +421,20 @@ pub fn each_store_and_server(test: impl Fn(&Db)) {
     if let Some(db) = Db::postgres() {
         test(&db.through_server());
     }
+}
+
+/// The stores of [`each_store_and_server`], all at once: for a test whose steps wait for the
+/// clock, each step taken on every store before the wait, so that they wait once together.
+pub fn every_store_and_server() -> Vec<Db> {
+    let mut dbs = every_store();
+    dbs.push(Db::sqlite().through_server());
+    dbs.extend(Db::postgres().map(Db::through_server));
+    dbs
+}
+
+/// The stores of [`each_store`], all at once (see [`every_store_and_server`]).
+pub fn every_store() -> Vec<Db> {
+    let mut dbs = vec![Db::sqlite()];
+    dbs.extend(Db::postgres());
+    dbs
 }
