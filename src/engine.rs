@@ -326,6 +326,16 @@ pub struct SetDecision<T> {
     pub changes: Vec<Vec<Change>>,
 }
 
+impl<T> SetDecision<T> {
+    /// The same changes, with the outcome told as `tell` tells it.
+    pub fn map<U>(self, tell: impl FnOnce(T) -> U) -> SetDecision<U> {
+        SetDecision {
+            outcome: tell(self.outcome),
+            changes: self.changes,
+        }
+    }
+}
+
 mod rules;
 mod sets;
 

@@ -18,6 +18,7 @@
 
 mod backend;
 mod batch;
+mod carry;
 mod columns;
 mod error;
 mod location;

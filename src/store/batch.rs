@@ -476,11 +476,19 @@ mod tests {
         assert_eq!(words[3], "Acquired");
         // Both grants committed, and nothing of the refused ones.
         for (r, owner) in [(0, "o0"), (1, "o1")] {
-            let status = store.perform(crate::store::op::Status { resource: res(r) }).unwrap();
+            let status = store
+                .perform(crate::store::op::Status { resource: res(r) })
+                .unwrap();
             assert_eq!(status.locks.len(), 1, "r{r}");
             assert_eq!(status.locks[0].owner.as_str(), owner);
         }
-        assert!(store.perform(crate::store::op::Status { resource: res(2) }).unwrap().locks.is_empty());
+        assert!(
+            store
+                .perform(crate::store::op::Status { resource: res(2) })
+                .unwrap()
+                .locks
+                .is_empty()
+        );
     }
 
     #[test]

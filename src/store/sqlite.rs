@@ -48,7 +48,7 @@ mod open;
 mod reader;
 mod rows;
 mod schema;
-mod turnstile;
+pub(super) mod turnstile;
 mod wal;
 
 use std::time::Duration;
@@ -56,12 +56,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
+use super::op::Heard;
 use super::{Backend, DecideSet, Durability, Error, Reads};
 use crate::engine::{self, State};
 use crate::lock::GcReport;
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use columns::Columns;
 pub use connection::SqliteStore;
+
 use open::identity;
 use rows::{apply, next_fence, state};
 
@@ -242,6 +244,41 @@ impl Backend for SqliteStore {
 
     fn tidy(&mut self) {
         self.bound_wal();
+    }
+
+    /// A server's watcher: sleeps on the turnstile's watch counter, which every ring rings
+    /// too, then reads every counter to say which moved since its last call.
+    fn watch(&mut self, timeout: Duration) -> super::Result<Heard> {
+        if self.turnstile.is_none() {
+            self.turnstile = turnstile::Turnstile::open(&self.path, true);
+        }
+        let seen = self.watched.take();
+        let Some(turnstile) = &self.turnstile else {
+            std::thread::sleep(timeout);
+            return Ok(Heard::Anything);
+        };
+        let Some(before) = seen.or_else(|| turnstile.read_all()) else {
+            self.turnstile = None;
+            std::thread::sleep(timeout);
+            return Ok(Heard::Anything);
+        };
+        let watch = turnstile::watch_slot();
+        let _ = turnstile.wait(watch, before[watch], timeout);
+        let Some(after) = turnstile.read_all() else {
+            // The file was cut short under the mapping: start over at the next call.
+            self.turnstile = None;
+            return Ok(Heard::Anything);
+        };
+        let rung: Vec<usize> = (before.iter().zip(&after).enumerate())
+            .filter(|(slot, (was, is))| was != is && *slot != watch)
+            .map(|(slot, _)| slot)
+            .collect();
+        self.watched = Some(after);
+        Ok(if rung.is_empty() {
+            Heard::Nothing
+        } else {
+            Heard::Rung(rung)
+        })
     }
 
     fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> super::Result<()> {
