@@ -40,6 +40,7 @@ mod listen;
 mod metrics;
 mod operations;
 mod problem;
+mod readers;
 mod reply;
 mod reread;
 mod shared;
@@ -47,13 +48,16 @@ mod stall;
 mod tls;
 pub mod tokens;
 mod waiters;
-mod waits;
+mod waiting;
+mod watcher;
+mod work;
+mod writer;
 
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -72,8 +76,11 @@ use crate::store::{self, Location};
 
 pub use listen::Listen;
 use listen::exposed;
+use readers::Readers;
 use reread::{Reread, Rereads};
-use shared::{Shared, Stores};
+use shared::Shared;
+use waiters::Waiters;
+use writer::Writer;
 
 /// The most connections served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 4096;
@@ -113,6 +120,18 @@ pub struct Spec {
     pub insecure_http: bool,
     /// `--tokens`: callers show a token of this file.
     pub tokens: Option<std::path::PathBuf>,
+    pub bounds: Bounds,
+}
+
+/// What one server holds at most, whatever its callers send.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// `--max-waiters`: requests waiting in a queue at once.
+    pub waiters: usize,
+    /// `--max-waiters-per-token`: one token's requests waiting at once.
+    pub waiters_per_token: usize,
+    /// `--store-connections`: the store's connections for reads.
+    pub store_connections: usize,
 }
 
 /// Serves the HTTP API as `spec` says until SIGTERM or SIGINT.
@@ -162,12 +181,19 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     // The store is opened (and made, for SQLite) before anything is served, so a store that
     // cannot be used is one error at start, not one per request.
     let first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
+    let bounds = spec.bounds;
+    let waiters = Arc::new(Waiters::new(bounds.waiters_per_token, bounds.waiters));
+    let threads = |err: std::io::Error| {
+        Error::System(anyhow::Error::new(err).context("cannot start the server's threads"))
+    };
+    let writer = Writer::start(first, Arc::clone(&waiters)).map_err(threads)?;
+    watcher::start(location.clone(), Arc::clone(&waiters)).map_err(threads)?;
     let state = Arc::new(Shared {
-        stores: Stores::new(location, first),
+        writer,
+        readers: Arc::new(Readers::new(location, bounds.store_connections)),
+        waiters,
         metrics: metrics::Metrics::default(),
         health: health::Health::default(),
-        waiting: AtomicUsize::new(0),
-        waits: waits::Waits::default(),
         stopping: AtomicBool::new(false),
         tokens,
     });
@@ -292,6 +318,7 @@ async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
     }
     drop(listeners);
     state.stopping.store(true, Ordering::SeqCst);
+    state.waiters.ring_all();
     let _ = stop.send(());
     // Waiting requests notice within a pause (250 ms) and answer; the others finish.
     let _ = tokio::time::timeout(LONGEST_POLL + Duration::from_secs(5), graceful.shutdown()).await;

@@ -74,10 +74,6 @@ impl Waiters {
         self.registry().entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Registers a request of `owner` (proved by `caller`'s token) about to wait on
     /// `resources` (one, or a set's members), for as long as the returned [`Waiting`] lives.
     ///
@@ -164,18 +160,24 @@ impl Waiters {
     }
 
     /// Marks every request of `owner` waiting on any of `resources` as left, and rings it;
-    /// returns how many there were.
-    pub fn leave(&self, owner: &Owner, resources: &[Resource]) -> usize {
+    /// returns which they are, for [`Waiters::ended`].
+    pub fn leave(&self, owner: &Owner, resources: &[Resource]) -> Vec<u64> {
         let mut registry = self.registry();
-        let mut left = 0;
-        for entry in registry.entries.values_mut() {
+        let mut left = Vec::new();
+        for (id, entry) in &mut registry.entries {
             if entry.owner == *owner && entry.resources.iter().any(|r| resources.contains(r)) {
                 entry.left = true;
                 entry.bell.notify_one();
-                left += 1;
+                left.push(*id);
             }
         }
         left
+    }
+
+    /// Whether every request of `ids` has ended (answered, or its client gone).
+    pub fn ended(&self, ids: &[u64]) -> bool {
+        let registry = self.registry();
+        ids.iter().all(|id| !registry.entries.contains_key(id))
     }
 
     fn remove(&self, id: u64) {
@@ -303,7 +305,7 @@ mod tests {
         assert_eq!(waiters.len(), 2);
         let again = waiters.enter(Some(&ci), &own("c"), &[res("r")]).unwrap();
         drop((second, third, again));
-        assert!(waiters.is_empty());
+        assert_eq!(waiters.len(), 0);
         let registry = waiters.registry();
         assert!(registry.by_resource.is_empty() && registry.per_caller.is_empty());
     }
@@ -316,10 +318,14 @@ mod tests {
             .enter(None, &own("a"), &[res("s"), res("t")])
             .unwrap();
         let b = waiters.enter(None, &own("b"), &[res("r")]).unwrap();
-        assert_eq!(waiters.leave(&own("a"), &[res("t")]), 1);
+        let left = waiters.leave(&own("a"), &[res("t")]);
+        assert_eq!(left.len(), 1);
         assert!(a_set.left() && a_set.rung(SOON).await);
         assert!(!a.left() && !a.rung(SOON).await);
-        assert_eq!(waiters.leave(&own("a"), &[res("r"), res("x")]), 1);
+        assert!(!waiters.ended(&left));
+        drop(a_set);
+        assert!(waiters.ended(&left), "ended once its request is answered");
+        assert_eq!(waiters.leave(&own("a"), &[res("r"), res("x")]).len(), 1);
         assert!(a.left() && !b.left());
     }
 }
