@@ -4,9 +4,10 @@
 //! node beside the command line's own users of the file.
 //!
 //! - **HTTP/1.1 with hyper** on a small tokio runtime (two threads), plain or over TLS
-//!   ([`tls`], with `--tls-cert` and `--tls-key`). The store's work runs on tokio's blocking
-//!   threads, each operation on a store taken from a pool of open ones ([`Stores`]), never on
-//!   the async threads.
+//!   ([`tls`], with `--tls-cert` and `--tls-key`). Every lock operation is carried out by the
+//!   store's one writer thread, which commits whatever is queued together ([`writer`]); reads
+//!   run on read-only connections, at most `--store-connections` at once ([`readers`]); never
+//!   on the async threads.
 //! - **Limits:** headers must arrive within 10 s (a client that trickles them is dropped) and
 //!   fit in 16 KiB (past 64 KiB the HTTP layer itself refuses them, with no problem document);
 //!   a body holds at most 64 KiB; at most [`MAX_CONNECTIONS`] connections are served at once,
@@ -19,9 +20,10 @@
 //!   listened on at each of its addresses, on one port.
 //! - **Health** ([`health`]): `/health` waits at most 1 s for one shared probe of the store,
 //!   and says only whether the store answers; the cause goes to the log and `/metrics`.
-//! - **Waiting** is the command line's own wait ([`crate::wait::serve`]), with the store's
-//!   wake-ups, for at most 30 s per request; the place in the queue is kept for the client's
-//!   next request (see [`api`]).
+//! - **Waiting** requests are tasks that sleep between their looks ([`waiting`]), rung by the
+//!   writer and by one watcher of the store ([`watcher`]), for at most 30 s per request; the
+//!   place in the queue is kept for the client's next request. They are bounded per token and
+//!   per server ([`waiters`]): past a bound, 429.
 //! - **Signals:** SIGTERM or SIGINT stop the accepting, answer the waiting requests at once
 //!   (busy, their places kept), let the requests in flight finish, and exit 0. SIGHUP rereads
 //!   what the server reads from files ([`reread`]: the TLS certificate and key), and never
@@ -72,7 +74,7 @@ use crate::exit::Exit;
 use crate::output::warn;
 use crate::protocol::{LONGEST_POLL, MAX_HEAD};
 use crate::signals::{ServerSignals, Told};
-use crate::store::{self, Location};
+use crate::store::{self, Location, Locks, op};
 
 pub use listen::Listen;
 use listen::exposed;
@@ -83,7 +85,7 @@ use waiters::Waiters;
 use writer::Writer;
 
 /// The most connections served at once; more wait to be accepted.
-pub const MAX_CONNECTIONS: usize = 4096;
+pub const MAX_CONNECTIONS: usize = 16_384;
 
 /// How long a client may take to send a request's headers, and a connection may stay idle.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -180,7 +182,13 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     raise_open_files();
     // The store is opened (and made, for SQLite) before anything is served, so a store that
     // cannot be used is one error at start, not one per request.
-    let first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
+    let mut first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
+    // The schema made (or upgraded) now, on PostgreSQL too, where the first operation does it:
+    // the readers' connections never make one.
+    let made = op::List {
+        prefix: "\u{1}".to_owned(),
+    };
+    first.perform(made).map_err(Error::Store)?;
     let bounds = spec.bounds;
     let waiters = Arc::new(Waiters::new(bounds.waiters_per_token, bounds.waiters));
     let threads = |err: std::io::Error| {

@@ -152,11 +152,17 @@ mod tests {
         out
     }
 
+    /// Items pushed (lane, caller, item), a batch's bound, the batches taken.
+    type Case = (
+        Vec<(Lane, &'static str, &'static str)>,
+        usize,
+        Vec<Vec<&'static str>>,
+    );
+
     #[test]
     fn holders_go_first_and_callers_take_turns_each_in_its_own_order() {
         use Lane::{Keep, Take};
-        // (items pushed, batch bound, the batches)
-        let cases: Vec<(Vec<(Lane, &str, &str)>, usize, Vec<Vec<&str>>)> = vec![
+        let cases: Vec<Case> = vec![
             // One caller: its order, in batches of the bound.
             (
                 vec![(Take, "a", "a1"), (Take, "a", "a2"), (Take, "a", "a3")],

@@ -46,6 +46,9 @@ pub struct Batched<T> {
     pub wake: Vec<(Resource, Owner)>,
 }
 
+/// Each operation's outcome, and the waiters to wake (resource, owner).
+type Committed<T> = (Vec<Result<T>>, Vec<(Resource, Owner)>);
+
 /// Carries out `batch` in one transaction (see the module's notes).
 pub fn transact_batch<B: Backend + ?Sized, T>(
     backend: &mut B,
@@ -88,7 +91,7 @@ fn decide_in_turn<T>(
     states: &[State],
     batch: &mut [Planned<'_, T>],
     fresh: &mut FenceSource<'_>,
-) -> SetDecision<(Vec<Result<T>>, Vec<(Resource, Owner)>)> {
+) -> SetDecision<Committed<T>> {
     let mut states = states.to_vec();
     let mut changes: Vec<Vec<Change>> = vec![Vec::new(); resources.len()];
     let mut outcomes = Vec::with_capacity(batch.len());

@@ -10,7 +10,7 @@ use super::op::{
     Release, Renew,
 };
 use crate::engine::{self, SetDecision};
-use crate::lock::Members;
+use crate::lock::{Members, Owner};
 
 impl<B: Backend> LockStore for B {
     fn carry_out(&mut self, op: Op) -> Result<Outcome> {
@@ -25,7 +25,7 @@ impl<B: Backend> LockStore for B {
                 }
                 return Ok(outcome);
             }
-            Err(op) => op,
+            Err(op) => *op,
         };
         Ok(match op {
             Op::Status(status) => {
@@ -68,7 +68,7 @@ impl<B: Backend> LockStore for B {
 /// # Errors
 ///
 /// The operation, when it is not a lock operation.
-pub fn plan(op: Op) -> std::result::Result<Planned<'static, Outcome>, Op> {
+pub fn plan(op: Op) -> std::result::Result<Planned<'static, Outcome>, Box<Op>> {
     use Durability::{Durable, Relaxed};
     let planned =
         |resources: &Members, durability, reads, decide: Box<DecideSet<'static, Outcome>>| {
@@ -146,6 +146,15 @@ pub fn plan(op: Op) -> std::result::Result<Planned<'static, Outcome>, Op> {
                 Ok(decision.map(Outcome::Finish))
             }),
         ),
+        other => return plan_operator(other),
+    })
+}
+
+/// [`plan`] for the operations that act on others' places and tenures: `break`, a waiter
+/// leaving.
+fn plan_operator(op: Op) -> std::result::Result<Planned<'static, Outcome>, Box<Op>> {
+    use Durability::{Durable, Relaxed};
+    Ok(match op {
         Op::Break(Break {
             resource,
             owner,
@@ -172,8 +181,23 @@ pub fn plan(op: Op) -> std::result::Result<Planned<'static, Outcome>, Op> {
                 Ok(decision.map(|()| Outcome::Leave(Left { at_once: true })))
             }),
         ),
-        other => return Err(other),
+        other => return Err(Box::new(other)),
     })
+}
+
+/// A lock operation on `resources`, decided by `decide`.
+fn planned(
+    resources: &Members,
+    durability: Durability,
+    reads: Option<Owner>,
+    decide: Box<DecideSet<'static, Outcome>>,
+) -> Planned<'static, Outcome> {
+    Planned {
+        resources: resources.as_slice().to_vec(),
+        durability,
+        reads,
+        decide,
+    }
 }
 
 /// A [`Batch`] carried out in one transaction ([`super::batch::transact_batch`]); an

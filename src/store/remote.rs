@@ -152,6 +152,10 @@ impl RemoteStore {
         };
         let outcome = if answer.interrupted {
             self.polled.take().unwrap_or_else(|| unread(members))
+        } else if answer.status == 429 && request.waits {
+            // Too many requests wait on the server already: still busy, as the latest look
+            // found it; the wait goes on, and asks again after its pause.
+            self.polled.clone().unwrap_or_else(|| unread(members))
         } else {
             self.acquired(&answer, members, shape)?
         };
