@@ -604,7 +604,7 @@ _distlock() {
             return 0
             ;;
         distlock__subcmd__serve)
-            opts="-h --listen --tokens --tls-cert --tls-key --insecure-http --db --format --help"
+            opts="-h --listen --tokens --tls-cert --tls-key --insecure-http --max-waiters --max-waiters-per-token --store-connections --db --format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -646,6 +646,18 @@ _distlock() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o filenames
                     fi
+                    return 0
+                    ;;
+                --max-waiters)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-waiters-per-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --store-connections)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --db)

@@ -108,6 +108,9 @@ complete -c distlock -n "__fish_distlock_using_subcommand serve" -l listen -d 'T
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tokens -d 'Callers must show a token of this file (see distlock token add); SIGHUP rereads it' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tls-cert -d 'Serve HTTPS with the certificate chain in this PEM file (with --tls-key)' -r -F
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l tls-key -d 'The private key of --tls-cert\'s certificate, a PEM file' -r -F
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l max-waiters -d 'The most requests waiting in a queue at once; past it a waiting request is answered 429 with Retry-After' -r
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l max-waiters-per-token -d 'The most requests of one token waiting at once (callers without a token count as one)' -r
+complete -c distlock -n "__fish_distlock_using_subcommand serve" -l store-connections -d 'The most connections to the store for reads (status, list, log), beside the one that writes and the one that listens, whatever the number of waiters' -r
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l db -d 'Lock store: a SQLite file path, a postgres:// URL, or a distlock server\'s http(s):// URL [env: DISTLOCK_DB] [default: $XDG_STATE_HOME/distlock/locks.db, else ~/.local/state/distlock/locks.db]' -r
 complete -c distlock -n "__fish_distlock_using_subcommand serve" -l format -d 'Output format of lock commands' -r -f -a "json\t'One JSON object per line'
 text\t'One human-readable line per result'"

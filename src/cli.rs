@@ -263,6 +263,17 @@ pub struct ServeArgs {
     /// Serve plain HTTP beyond loopback, for a proxy in front that terminates TLS
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
     pub insecure_http: bool,
+    /// The most requests waiting in a queue at once; past it a waiting request is answered
+    /// 429 with Retry-After
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_waiters: u32,
+    /// The most requests of one token waiting at once (callers without a token count as one)
+    #[arg(long, value_name = "N", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_waiters_per_token: u32,
+    /// The most connections to the store for reads (status, list, log), beside the one that
+    /// writes and the one that listens, whatever the number of waiters
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub store_connections: u32,
 }
 
 #[derive(Debug, Args)]

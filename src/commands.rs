@@ -131,6 +131,11 @@ fn serve_spec(args: ServeArgs) -> Result<crate::serve::Spec> {
         tls,
         insecure_http: args.insecure_http,
         tokens: args.tokens,
+        bounds: crate::serve::Bounds {
+            waiters: args.max_waiters as usize,
+            waiters_per_token: args.max_waiters_per_token as usize,
+            store_connections: args.store_connections as usize,
+        },
     })
 }
 

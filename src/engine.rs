@@ -143,6 +143,86 @@ impl State {
     }
 }
 
+impl State {
+    /// The state once `changes` are written, as a store writes them: what a later decision in
+    /// the same transaction reads, so that several operations can be decided one after
+    /// another and committed together (a server's group commit). An update writes a tenure's
+    /// times and note only; a new place in the queue gets a ticket after every ticket the
+    /// state holds, as the store's sequence hands them out in the order they are written.
+    ///
+    /// # Errors
+    ///
+    /// A change that would not find its row, or would repeat a fence, as the store's own write
+    /// would fail: nothing of `changes` is applied then.
+    pub fn apply(&mut self, changes: &[Change]) -> Result<(), String> {
+        let mut next = self.clone();
+        for change in changes {
+            next.apply_one(change)?;
+        }
+        *self = next;
+        Ok(())
+    }
+
+    fn apply_one(&mut self, change: &Change) -> Result<(), String> {
+        let missing = || format!("no row for {change:?}");
+        match change {
+            Change::Insert(tenure) => {
+                if self.leases.iter().any(|l| l.fence == tenure.fence) {
+                    return Err(format!("fence {} is taken already", tenure.fence));
+                }
+                self.leases.push(tenure.clone());
+            }
+            Change::Update(tenure) => {
+                let row = self
+                    .leases
+                    .iter_mut()
+                    .find(|l| l.fence == tenure.fence)
+                    .ok_or_else(missing)?;
+                row.acquired_at = tenure.acquired_at;
+                row.expires_at = tenure.expires_at;
+                row.note.clone_from(&tenure.note);
+            }
+            Change::Delete { fence } => {
+                let at = self
+                    .leases
+                    .iter()
+                    .position(|l| l.fence == *fence)
+                    .ok_or_else(missing)?;
+                self.leases.remove(at);
+            }
+            Change::Record(_) => {}
+            Change::Enqueue { owner, expires_at } => {
+                if self.queue.iter().any(|w| w.owner == *owner) {
+                    return Err(format!("{owner} has a place already"));
+                }
+                let ticket = self.queue.iter().map(|w| w.ticket).max().unwrap_or(0) + 1;
+                self.queue.push(Waiter {
+                    owner: owner.clone(),
+                    ticket,
+                    expires_at: *expires_at,
+                });
+            }
+            Change::Refresh { owner, expires_at } => {
+                let place = self
+                    .queue
+                    .iter_mut()
+                    .find(|w| w.owner == *owner)
+                    .ok_or_else(missing)?;
+                place.expires_at = *expires_at;
+            }
+            Change::Dequeue { owner } => {
+                let at = self
+                    .queue
+                    .iter()
+                    .position(|w| w.owner == *owner)
+                    .ok_or_else(missing)?;
+                self.queue.remove(at);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One write the store applies, in order, inside the deciding transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -244,6 +324,16 @@ impl<T> Decision<T> {
 pub struct SetDecision<T> {
     pub outcome: T,
     pub changes: Vec<Vec<Change>>,
+}
+
+impl<T> SetDecision<T> {
+    /// The same changes, with the outcome told as `tell` tells it.
+    pub fn map<U>(self, tell: impl FnOnce(T) -> U) -> SetDecision<U> {
+        SetDecision {
+            outcome: tell(self.outcome),
+            changes: self.changes,
+        }
+    }
 }
 
 mod rules;

@@ -4,9 +4,10 @@
 //! node beside the command line's own users of the file.
 //!
 //! - **HTTP/1.1 with hyper** on a small tokio runtime (two threads), plain or over TLS
-//!   ([`tls`], with `--tls-cert` and `--tls-key`). The store's work runs on tokio's blocking
-//!   threads, each operation on a store taken from a pool of open ones ([`Stores`]), never on
-//!   the async threads.
+//!   ([`tls`], with `--tls-cert` and `--tls-key`). Every lock operation is carried out by the
+//!   store's one writer thread, which commits whatever is queued together ([`writer`]); reads
+//!   run on read-only connections, at most `--store-connections` at once ([`readers`]); never
+//!   on the async threads.
 //! - **Limits:** headers must arrive within 10 s (a client that trickles them is dropped) and
 //!   fit in 16 KiB (past 64 KiB the HTTP layer itself refuses them, with no problem document);
 //!   a body holds at most 64 KiB; at most [`MAX_CONNECTIONS`] connections are served at once,
@@ -19,9 +20,10 @@
 //!   listened on at each of its addresses, on one port.
 //! - **Health** ([`health`]): `/health` waits at most 1 s for one shared probe of the store,
 //!   and says only whether the store answers; the cause goes to the log and `/metrics`.
-//! - **Waiting** is the command line's own wait ([`crate::wait::serve`]), with the store's
-//!   wake-ups, for at most 30 s per request; the place in the queue is kept for the client's
-//!   next request (see [`api`]).
+//! - **Waiting** requests are tasks that sleep between their looks ([`waiting`]), rung by the
+//!   writer and by one watcher of the store ([`watcher`]), for at most 30 s per request; the
+//!   place in the queue is kept for the client's next request. They are bounded per token and
+//!   per server ([`waiters`]): past a bound, 429.
 //! - **Signals:** SIGTERM or SIGINT stop the accepting, answer the waiting requests at once
 //!   (busy, their places kept), let the requests in flight finish, and exit 0. SIGHUP rereads
 //!   what the server reads from files ([`reread`]: the TLS certificate and key), and never
@@ -35,23 +37,29 @@ mod access;
 mod api;
 mod exposure;
 mod health;
+mod lanes;
 mod listen;
 mod metrics;
 mod operations;
 mod problem;
+mod readers;
 mod reply;
 mod reread;
 mod shared;
 mod stall;
 mod tls;
 pub mod tokens;
-mod waits;
+mod waiters;
+mod waiting;
+mod watcher;
+mod work;
+mod writer;
 
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -66,15 +74,18 @@ use crate::exit::Exit;
 use crate::output::warn;
 use crate::protocol::{LONGEST_POLL, MAX_HEAD};
 use crate::signals::{ServerSignals, Told};
-use crate::store::{self, Location};
+use crate::store::{self, Location, Locks, op};
 
 pub use listen::Listen;
 use listen::exposed;
+use readers::Readers;
 use reread::{Reread, Rereads};
-use shared::{Shared, Stores};
+use shared::Shared;
+use waiters::Waiters;
+use writer::Writer;
 
 /// The most connections served at once; more wait to be accepted.
-pub const MAX_CONNECTIONS: usize = 4096;
+pub const MAX_CONNECTIONS: usize = 16_384;
 
 /// How long a client may take to send a request's headers, and a connection may stay idle.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -111,6 +122,18 @@ pub struct Spec {
     pub insecure_http: bool,
     /// `--tokens`: callers show a token of this file.
     pub tokens: Option<std::path::PathBuf>,
+    pub bounds: Bounds,
+}
+
+/// What one server holds at most, whatever its callers send.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// `--max-waiters`: requests waiting in a queue at once.
+    pub waiters: usize,
+    /// `--max-waiters-per-token`: one token's requests waiting at once.
+    pub waiters_per_token: usize,
+    /// `--store-connections`: the store's connections for reads.
+    pub store_connections: usize,
 }
 
 /// Serves the HTTP API as `spec` says until SIGTERM or SIGINT.
@@ -159,13 +182,26 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     raise_open_files();
     // The store is opened (and made, for SQLite) before anything is served, so a store that
     // cannot be used is one error at start, not one per request.
-    let first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
+    let mut first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
+    // The schema made (or upgraded) now, on PostgreSQL too, where the first operation does it:
+    // the readers' connections never make one.
+    let made = op::List {
+        prefix: "\u{1}".to_owned(),
+    };
+    first.perform(made).map_err(Error::Store)?;
+    let bounds = spec.bounds;
+    let waiters = Arc::new(Waiters::new(bounds.waiters_per_token, bounds.waiters));
+    let threads = |err: std::io::Error| {
+        Error::System(anyhow::Error::new(err).context("cannot start the server's threads"))
+    };
+    let writer = Writer::start(first, location.clone(), Arc::clone(&waiters)).map_err(threads)?;
+    watcher::start(location.clone(), Arc::clone(&waiters)).map_err(threads)?;
     let state = Arc::new(Shared {
-        stores: Stores::new(location, first),
+        writer,
+        readers: Arc::new(Readers::new(location, bounds.store_connections)),
+        waiters,
         metrics: metrics::Metrics::default(),
         health: health::Health::default(),
-        waiting: AtomicUsize::new(0),
-        waits: waits::Waits::default(),
         stopping: AtomicBool::new(false),
         tokens,
     });
@@ -290,6 +326,7 @@ async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
     }
     drop(listeners);
     state.stopping.store(true, Ordering::SeqCst);
+    state.waiters.ring_all();
     let _ = stop.send(());
     // Waiting requests notice within a pause (250 ms) and answer; the others finish.
     let _ = tokio::time::timeout(LONGEST_POLL + Duration::from_secs(5), graceful.shutdown()).await;

@@ -17,6 +17,8 @@
 //! operation out is an [`Error`].
 
 mod backend;
+mod batch;
+mod carry;
 mod columns;
 mod error;
 mod location;

@@ -170,34 +170,6 @@ pub fn acquire(
     }
 }
 
-/// A distlock server's wait for one request: as [`acquire`], for at most `wait`, except that
-/// it is ended by `stop` (the server shutting down, the client gone) rather than by signals,
-/// and that a wait which is not the request's last (`keeps_place`: the client will ask again
-/// and wait on from the same place) keeps its place in the queue when it runs out, as a stop
-/// always does. A place kept but not asked for again expires as a dead waiter's does.
-///
-/// # Errors
-///
-/// Store failures from any attempt.
-pub fn serve(
-    store: &mut dyn LockStore,
-    members: &Members,
-    request: &Request,
-    wait: Duration,
-    keeps_place: bool,
-    stop: &dyn Fn() -> bool,
-) -> Result<Attempt> {
-    let wanted = (members, request);
-    let mut policy = WaitPolicy::new(Instant::now(), wait);
-    policy.keeps_place = keeps_place;
-    subscribe(store, wanted, &policy)?;
-    let stopped = || stop().then_some(0);
-    match wait_in_line(store, wanted, &mut policy, &stopped, &mut |_, _| {})? {
-        // Stopped: the latest look's answer, the place kept.
-        Ended::Answered(attempt) | Ended::Stopped { last: attempt, .. } => Ok(attempt),
-    }
-}
-
 /// Starts listening for changes of the members, for a waiter (nothing for a request that
 /// tries once).
 ///
@@ -223,9 +195,8 @@ fn subscribe(
 enum Ended {
     /// With this attempt's outcome as the answer.
     Answered(Attempt),
-    /// Stopped by signal `signal` (0 for a server's stop) after the `last` look, whose place in
-    /// the queue the caller keeps or gives up.
-    Stopped { signal: i32, last: Attempt },
+    /// Stopped by signal `signal`; the caller keeps or gives up the place in the queue.
+    Stopped { signal: i32 },
 }
 
 /// [`acquire`]'s attempts, until one is the answer or `interrupted` says why not (a signal's
@@ -240,9 +211,7 @@ fn wait_in_line(
     let until = policy.until();
     loop {
         let started = Instant::now();
-        // A wait that keeps its place asks for it to the end: its last look refreshes the
-        // place and learns its position.
-        let waits = policy.has_time(started) || policy.keeps_place;
+        let waits = policy.has_time(started);
         let acquisition = ask(store, wanted, waits, until)?;
         if let Some(notice) = &acquisition.notice {
             warn(format_args!("{notice}"));
@@ -277,8 +246,7 @@ fn wait_in_line(
             }
         }
         if let Some(signal) = interrupted() {
-            let last = Attempt { outcome, started };
-            return Ok(Ended::Stopped { signal, last });
+            return Ok(Ended::Stopped { signal });
         }
     }
 }
@@ -308,9 +276,6 @@ struct WaitPolicy {
     waits: bool,
     /// The next pause, before jitter.
     delay: Duration,
-    /// A wait that runs out keeps its place in the queue (a server's request that is not the
-    /// client's last).
-    keeps_place: bool,
 }
 
 impl WaitPolicy {
@@ -319,7 +284,6 @@ impl WaitPolicy {
             until: start + wait,
             waits: !wait.is_zero(),
             delay: FIRST_DELAY,
-            keeps_place: false,
         }
     }
 
@@ -356,7 +320,6 @@ impl WaitPolicy {
                     position: position.unwrap_or(1),
                 }
             }
-            Look::Busy { .. } if self.waits && self.keeps_place => Next::Answer,
             Look::Busy { .. } | Look::Mismatch if self.waits => Next::LeaveAndAnswer,
             Look::Busy { .. } | Look::Mismatch => Next::Answer,
         }
@@ -467,40 +430,6 @@ mod tests {
                 "--wait {wait:?}, at {at:?}, {outcome:?}, jitter {jitter}"
             );
             assert_eq!(policy.has_time(t0 + at), at < wait, "{wait:?} at {at:?}");
-        }
-    }
-
-    #[test]
-    fn a_servers_wait_that_is_not_the_last_keeps_its_place_when_it_runs_out() {
-        let t0 = Instant::now();
-        // (keeps its place, attempt at, outcome) → next, for a wait of 1 s
-        let cases: Vec<(bool, Duration, SetAcquire, Next)> = vec![
-            (true, ms(1000), busy(Some(2)), Next::Answer),
-            (true, ms(4000), busy(None), Next::Answer),
-            (false, ms(1000), busy(Some(2)), Next::LeaveAndAnswer),
-            // A grant is the answer either way; a mismatch is final, so its place goes.
-            (true, ms(1000), granted(), Next::Answer),
-            (true, ms(10), mismatch(), Next::LeaveAndAnswer),
-            (false, ms(10), mismatch(), Next::LeaveAndAnswer),
-            // With time left, it sleeps as any waiter.
-            (
-                true,
-                ms(0),
-                busy(Some(2)),
-                Next::Sleep {
-                    pause: FIRST_DELAY,
-                    position: 2,
-                },
-            ),
-        ];
-        for (keeps_place, at, outcome, next) in cases {
-            let mut policy = WaitPolicy::new(t0, ms(1000));
-            policy.keeps_place = keeps_place;
-            assert_eq!(
-                policy.after(Look::of(&outcome), t0 + at, 1.0),
-                next,
-                "keeps its place: {keeps_place}, at {at:?}, {outcome:?}"
-            );
         }
     }
 

@@ -568,43 +568,177 @@ fn live_tenures_come_oldest_first() {
     assert_eq!(fences, [2, 4, 9]);
 }
 
-/// Applies `changes` to `rows` as a store would, checking each write finds its row.
-fn applied(mut rows: Vec<Tenure>, changes: &[Change]) -> Vec<Tenure> {
+/// Applies `changes` to `rows` as a store would ([`State::apply`]), checking each write finds
+/// its row and that an update changes only a tenure's times and note.
+fn applied(rows: Vec<Tenure>, changes: &[Change]) -> Vec<Tenure> {
     for change in changes {
-        match change {
-            Change::Insert(l) => {
-                assert!(
-                    rows.iter().all(|r| r.fence != l.fence),
-                    "fence {} reused",
-                    l.fence
-                );
-                rows.push(l.clone());
-            }
-            Change::Update(lease) => {
-                let row = rows
-                    .iter_mut()
-                    .find(|l| l.fence == lease.fence)
-                    .expect("updated row");
-                // The stores write only the times and the note of an update.
-                assert_eq!(
-                    (&row.owner, row.mode, row.guarded),
-                    (&lease.owner, lease.mode, lease.guarded),
-                    "an update changes only the times and the note"
-                );
-                *row = lease.clone();
-            }
-            Change::Delete { fence } => {
-                let before = rows.len();
-                rows.retain(|l| l.fence != *fence);
-                assert_eq!(rows.len() + 1, before, "deleted row {fence} exists");
-            }
-            Change::Record(_)
-            | Change::Enqueue { .. }
-            | Change::Refresh { .. }
-            | Change::Dequeue { .. } => {}
+        if let Change::Update(lease) = change {
+            let row = rows
+                .iter()
+                .find(|l| l.fence == lease.fence)
+                .expect("updated row");
+            assert_eq!(
+                (&row.owner, row.mode, row.guarded),
+                (&lease.owner, lease.mode, lease.guarded),
+                "an update changes only the times and the note"
+            );
         }
     }
-    rows
+    let mut written = state(&rows);
+    written
+        .apply(changes)
+        .unwrap_or_else(|why| panic!("{why}: {changes:?} on {rows:?}"));
+    written.leases
+}
+
+#[test]
+fn a_state_reads_back_what_its_changes_write() {
+    let w = |owner: &str, ticket: i64| Waiter {
+        owner: own(owner),
+        ticket,
+        expires_at: at(5_000),
+    };
+    let base = State {
+        now: Timestamp(NOW),
+        leases: vec![lease("a", 7, 5_000), lease("b", 8, -1)],
+        queue: vec![w("x", 3), w("y", 9)],
+    };
+    let renewed = Tenure {
+        expires_at: at(60_000),
+        acquired_at: at(0),
+        note: Some(Remark::parse("why").unwrap()),
+        ..lease("a", 7, 5_000)
+    };
+    // (changes, the tenures' (owner, fence, expires in ms), the places' (owner, ticket,
+    // expires in ms), or the error's words)
+    type Rows = (Vec<(&'static str, i64, i64)>, Vec<(&'static str, i64, i64)>);
+    let cases: Vec<(Vec<Change>, Result<Rows, &str>)> = vec![
+        (
+            vec![],
+            Ok((
+                vec![("a", 7, 5_000), ("b", 8, -1)],
+                vec![("x", 3, 5_000), ("y", 9, 5_000)],
+            )),
+        ),
+        // An expired tenure taken over: deleted, then a new one with a new fence.
+        (
+            vec![
+                Change::Delete { fence: Fence(8) },
+                Change::Insert(lease("c", 10, 30_000)),
+                Change::Dequeue { owner: own("x") },
+            ],
+            Ok((
+                vec![("a", 7, 5_000), ("c", 10, 30_000)],
+                vec![("y", 9, 5_000)],
+            )),
+        ),
+        // An update writes the times and the note.
+        (
+            vec![Change::Update(renewed.clone())],
+            Ok((
+                vec![("a", 7, 60_000), ("b", 8, -1)],
+                vec![("x", 3, 5_000), ("y", 9, 5_000)],
+            )),
+        ),
+        // A new place comes after every place there is; a refresh moves its end.
+        (
+            vec![
+                Change::Enqueue {
+                    owner: own("z"),
+                    expires_at: at(4_000),
+                },
+                Change::Refresh {
+                    owner: own("x"),
+                    expires_at: at(5_500),
+                },
+            ],
+            Ok((
+                vec![("a", 7, 5_000), ("b", 8, -1)],
+                vec![("x", 3, 5_500), ("y", 9, 5_000), ("z", 10, 4_000)],
+            )),
+        ),
+        // History only: nothing to read back.
+        (
+            vec![record(
+                &res(),
+                at(0),
+                &lease("a", 7, 5_000),
+                EventKind::Renewed,
+                None,
+            )],
+            Ok((
+                vec![("a", 7, 5_000), ("b", 8, -1)],
+                vec![("x", 3, 5_000), ("y", 9, 5_000)],
+            )),
+        ),
+        // Writes a store would refuse, and nothing of them is applied.
+        (
+            vec![
+                Change::Delete { fence: Fence(7) },
+                Change::Insert(lease("c", 8, 1_000)),
+            ],
+            Err("fence 8 is taken already"),
+        ),
+        (vec![Change::Delete { fence: Fence(99) }], Err("no row")),
+        (vec![Change::Update(lease("a", 99, 1_000))], Err("no row")),
+        (
+            vec![Change::Enqueue {
+                owner: own("y"),
+                expires_at: at(1),
+            }],
+            Err("y has a place already"),
+        ),
+        (
+            vec![Change::Refresh {
+                owner: own("q"),
+                expires_at: at(1),
+            }],
+            Err("no row"),
+        ),
+        (vec![Change::Dequeue { owner: own("q") }], Err("no row")),
+    ];
+    for (changes, expected) in cases {
+        let mut written = base.clone();
+        let got = written.apply(&changes).map(|()| {
+            let mut leases: Vec<_> = written
+                .leases
+                .iter()
+                .map(|l| (l.owner.to_string(), l.fence.0, l.expires_at.0 - NOW))
+                .collect();
+            leases.sort_by_key(|l| l.1);
+            let mut queue: Vec<_> = written
+                .queue
+                .iter()
+                .map(|w| (w.owner.to_string(), w.ticket, w.expires_at.0 - NOW))
+                .collect();
+            queue.sort_by_key(|w| w.1);
+            (leases, queue)
+        });
+        match (got, expected) {
+            (Ok(got), Ok((leases, queue))) => {
+                let own = |rows: Vec<(&str, i64, i64)>| -> Vec<(String, i64, i64)> {
+                    rows.into_iter()
+                        .map(|(o, n, left)| (o.to_owned(), n, left))
+                        .collect()
+                };
+                assert_eq!(got, (own(leases), own(queue)), "{changes:?}");
+            }
+            (Err(why), Err(words)) => {
+                assert!(why.contains(words), "{changes:?}: {why}");
+                assert_eq!(written, base, "{changes:?}: nothing applied");
+            }
+            (got, expected) => panic!("{changes:?}: got {got:?}, expected {expected:?}"),
+        }
+    }
+    assert_eq!(
+        {
+            let mut updated = base.clone();
+            updated.apply(&[Change::Update(renewed)]).unwrap();
+            updated.leases[0].note.clone()
+        },
+        Some(Remark::parse("why").unwrap()),
+        "an update writes the note"
+    );
 }
 
 #[test]

@@ -3,13 +3,12 @@
 //! command line's answers, from the same types; every other answer is a [`Problem`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
-    ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE,
+    ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE,
 };
 use hyper::{Request, Response, StatusCode};
 
@@ -24,16 +23,6 @@ use crate::store::{Locks, op};
 /// How long a client may take to send a request's body, once its headers are in: a body that
 /// stalls is answered 408 and its connection closed, so that it holds no connection's place.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Sets `gone` when dropped: a request whose client went away (its future dropped) stops the
-/// wait it started on a blocking thread.
-struct Gone(Arc<AtomicBool>);
-
-impl Drop for Gone {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
 
 /// Answers one request; logs it and counts it.
 pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -110,6 +99,11 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
         let millis = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         headers.insert(WAITED_HEADER, HeaderValue::from(millis));
     }
+    if let Some(after) = reply.retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
+    }
     if let Some(allow) = reply.allow {
         response
             .headers_mut()
@@ -185,31 +179,23 @@ async fn answer(
     query: Option<String>,
     caller: Caller,
 ) -> Reply {
+    let work = super::work::Work {
+        state,
+        caller: &caller,
+        body: &body,
+        query: query.as_deref(),
+    };
     match route {
-        Route::Health => return health(state).await,
-        Route::Metrics => return metrics(state).await,
-        _ => {}
-    }
-    let gone = Arc::new(AtomicBool::new(false));
-    let _gone = Gone(Arc::clone(&gone));
-    let state = Arc::clone(state);
-    let work = tokio::task::spawn_blocking(move || {
-        let work = operations::Work {
-            state: &state,
-            caller: &caller,
-            body: &body,
-            query: query.as_deref(),
-        };
-        carry_out(&work, route, &gone)
-    });
-    match work.await {
-        Ok(reply) => reply,
-        Err(_) => Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the request failed",
-        )
-        .into(),
+        Route::Health => health(state).await,
+        Route::Metrics => metrics(state).await,
+        Route::Acquire(target) => operations::acquire(&work, target).await,
+        Route::Status(resource) => operations::status(&work, resource).await,
+        Route::Release(target) => operations::release(&work, target).await,
+        Route::Renew(target) => operations::renew(&work, target).await,
+        Route::Break(resource) => operations::break_lock(&work, resource).await,
+        Route::Leave(target) => operations::leave(&work, target).await,
+        Route::List => operations::list(&work).await,
+        Route::Log => operations::log(&work).await,
     }
 }
 
@@ -232,22 +218,17 @@ async fn health(state: &Arc<Shared>) -> Reply {
 async fn metrics(state: &Arc<Shared>) -> Reply {
     let up = super::shared::store_answers(state).await;
     let tenures = if up {
-        let counting = Arc::clone(state);
-        tokio::task::spawn_blocking(move || {
-            let list = || op::List {
-                prefix: String::new(),
-            };
-            (counting.stores)
-                .with(|store| Ok(store.perform(list())?.len()))
-                .ok()
-        })
-        .await
-        .ok()
-        .flatten()
+        let list = op::List {
+            prefix: String::new(),
+        };
+        (state.readers)
+            .read(move |store| Ok(store.perform(list)?.len()))
+            .await
+            .ok()
     } else {
         None
     };
-    let waiting = state.waiting.load(Ordering::SeqCst);
+    let waiting = state.waiters.len();
     let text = state
         .metrics
         .render(tenures, waiting, &state.health.finding());
@@ -309,25 +290,4 @@ fn checked_body(route: &Route, body: Vec<u8>, json: bool) -> Result<Vec<u8>, Pro
         ));
     }
     Ok(body)
-}
-
-/// The request's work, on a blocking thread.
-fn carry_out(work: &operations::Work<'_>, route: Route, gone: &AtomicBool) -> Reply {
-    match route {
-        Route::Acquire(target) => operations::acquire(work, target, gone),
-        Route::Status(resource) => operations::status(work, resource),
-        Route::Release(target) => operations::release(work, target),
-        Route::Renew(target) => operations::renew(work, target),
-        Route::Break(resource) => operations::break_lock(work, resource),
-        Route::Leave(target) => operations::leave(work, target),
-        Route::List => operations::list(work),
-        Route::Log => operations::log(work),
-        // Answered without a blocking thread of their own (see [`answer`]).
-        Route::Health | Route::Metrics => Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the request failed",
-        )
-        .into(),
-    }
 }

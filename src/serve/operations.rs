@@ -1,90 +1,39 @@
-//! Each route's work on the store, on a blocking thread: the request read and checked
-//! ([`crate::protocol`]), the operation carried out, and the command's own answer turned into
-//! the HTTP one. One handler per lock operation serves both of its routes: a single
-//! resource's (`/locks/{r}…`, its members a set of one) and a lock set's (`/sets…`); only the
-//! shape of the answer differs, and it follows the route.
+//! Each route's work on the store: the request read and checked ([`crate::protocol`]), the
+//! operation carried out — a lock operation by the store's writer ([`super::writer`]), a read
+//! on a reader ([`super::readers`]) — and the command's own answer turned into the HTTP one. One
+//! handler per lock operation serves both of its routes: a single resource's (`/locks/{r}…`,
+//! its members a set of one) and a lock set's (`/sets…`); only the shape of the answer differs,
+//! and it follows the route. A waiting acquire is a task that sleeps between its looks
+//! ([`super::waiting`]), holding no thread and no store connection.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 
-use super::access::Caller;
+use super::lanes::Lane;
 use super::reply::{Reply, answered, problem};
-use super::shared::Shared;
+use super::waiting;
+use super::work::Work;
 use crate::answer::{
     Answer, BreakAnswer, KeptAnswer, ListAnswer, SetFinishAnswer, ShapedAcquire, ShapedRelease,
     ShapedRenew, StatusAnswer,
 };
-use crate::engine::{Finish, Request};
-use crate::lock::{Breaking, Fence, Members, Owner, Remark, Resource, SetAcquire, Shape};
+use crate::engine::Finish;
+use crate::lock::{Breaking, Fence, Owner, Remark, Resource, SetAcquire, Shape};
 use crate::protocol::{
-    AcquireRequest, Bad, BreakRequest, End, Fields, LONGEST_POLL, LeaveRequest, ReleaseRequest,
-    RenewRequest, Target, read_list, read_log,
+    AcquireRequest, BreakRequest, End, LeaveRequest, ReleaseRequest, RenewRequest, Target,
+    read_list, read_log,
 };
-use crate::store::{self, LockStore, Locks, op};
-use crate::wait;
-
-use super::problem::Problem;
-
-/// One request, as its route's work sees it.
-pub(super) struct Work<'a> {
-    pub(super) state: &'a Shared,
-    /// Who calls: the owner it names is proved by its token.
-    pub(super) caller: &'a Caller,
-    pub(super) body: &'a [u8],
-    pub(super) query: Option<&'a str>,
-}
-
-impl Work<'_> {
-    /// The body of a lock operation's request: its members — a single resource's from the
-    /// route (which the caller's token was checked against already), a set's from the body's
-    /// `resources`, every one of which the caller's token must be allowed to use (else 403
-    /// `not-allowed`, naming the first that is not, and nothing read further) — then the rest
-    /// of its fields as `read` reads them, none left unread. Refused, the answer to send.
-    fn read<T>(
-        &self,
-        target: Target,
-        read: impl FnOnce(Members, Shape, &mut Fields) -> Result<T, Bad>,
-    ) -> Result<T, Reply> {
-        let bad = |bad: Bad| Reply::from(problem(&bad));
-        let mut fields = Fields::parse(self.body).map_err(bad)?;
-        let (members, shape) = match target {
-            Target::One(resource) => (Members::one(resource), Shape::One),
-            Target::Set => {
-                let members = fields.members().map_err(bad)?;
-                self.caller.check_all(members.as_slice())?;
-                (members, Shape::Set)
-            }
-        };
-        let read = read(members, shape, &mut fields).map_err(bad)?;
-        fields.finish().map_err(bad)?;
-        Ok(read)
-    }
-
-    /// `work` on a store of the server's pool; a store failure is 503 `store-error`.
-    fn on_store(&self, work: impl FnOnce(&mut dyn LockStore) -> store::Result<Reply>) -> Reply {
-        let done = self.state.stores.with(|store| Ok(work(store)?));
-        done.unwrap_or_else(|err| {
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store-error",
-                format!("{err:#}"),
-            )
-            .into()
-        })
-    }
-}
+use crate::store::{Locks, op};
 
 /// `POST /locks/{r}`, `POST /sets`: an acquire, all or nothing, waiting in every member's
 /// queue at once. A busy answer names each member not free for the owner now, with its
 /// place in that member's queue when the request waited and is to ask again.
-pub(super) fn acquire(work: &Work<'_>, target: Target, gone: &AtomicBool) -> Reply {
+pub(super) async fn acquire(work: &Work<'_>, target: Target) -> Reply {
     // Before the request was read it was sent: what it waited from here is what a client may
     // add to the moment it sent it.
     let received = Instant::now();
-    let read = work.read(target, AcquireRequest::read);
-    let read = match read {
+    let read = match work.read(target, AcquireRequest::read) {
         Ok(read) => read,
         Err(refused) => return refused,
     };
@@ -93,20 +42,37 @@ pub(super) fn acquire(work: &Work<'_>, target: Target, gone: &AtomicBool) -> Rep
     // The owner it names is proved by the caller's token.
     request.owner = work.caller.owner(request.owner);
     let wait = Duration::from_secs(read.wait_seconds.unwrap_or_default());
-    work.on_store(|store| {
-        let attempt = attempt(store, work, (&members, &request), wait, gone)?;
-        let mut answer = ShapedAcquire::new(shape, &members, &attempt.outcome, request.mode);
-        if !wait.is_zero() {
-            show_positions(&mut answer, &attempt.outcome);
+    let attempt = if wait.is_zero() {
+        let started = Instant::now();
+        let acquire = op::Acquire {
+            members: members.clone(),
+            request: request.clone(),
+            until: None,
+        };
+        work.write(Lane::Take, acquire)
+            .await
+            .map(|acquired| crate::wait::Attempt {
+                outcome: acquired.outcome,
+                started,
+            })
+    } else {
+        waiting::wait(work, &members, &request, wait).await
+    };
+    let attempt = match attempt {
+        Ok(attempt) => attempt,
+        Err(refused) => return refused,
+    };
+    let mut answer = ShapedAcquire::new(shape, &members, &attempt.outcome, request.mode);
+    if !wait.is_zero() {
+        show_positions(&mut answer, &attempt.outcome);
+    }
+    let reply = answered(&answer, || answer.text());
+    match &attempt.outcome {
+        SetAcquire::Acquired { tenures, .. } => {
+            reply.granted(tenures, attempt.started.saturating_duration_since(received))
         }
-        let reply = answered(&answer, || answer.text());
-        Ok(match &attempt.outcome {
-            SetAcquire::Acquired { tenures, .. } => {
-                reply.granted(tenures, attempt.started.saturating_duration_since(received))
-            }
-            _ => reply,
-        })
-    })
+        _ => reply,
+    }
 }
 
 /// A busy answer to a request that waited, with the requester's place in each busy member's
@@ -129,47 +95,6 @@ fn show_positions(answer: &mut ShapedAcquire, outcome: &SetAcquire) {
     }
 }
 
-/// The deciding attempt of an acquire: the only one for a request that does not wait; else
-/// the command line's wait in the queue, for at most [`LONGEST_POLL`] of `wait`, keeping the
-/// place when more of the wait is left for the client's next request, and ended early by the
-/// server's stopping, the client going away or leaving the queue ([`leave`]), or its token
-/// taken out of the file meanwhile.
-fn attempt(
-    store: &mut dyn LockStore,
-    work: &Work<'_>,
-    (members, request): (&Members, &Request),
-    wait: Duration,
-    gone: &AtomicBool,
-) -> store::Result<wait::Attempt> {
-    if wait.is_zero() {
-        let started = Instant::now();
-        let acquired = store.perform(op::Acquire {
-            members: members.clone(),
-            request: request.clone(),
-            until: None,
-        })?;
-        return Ok(wait::Attempt {
-            outcome: acquired.outcome,
-            started,
-        });
-    }
-    let state = work.state;
-    let this_poll = wait.min(LONGEST_POLL);
-    let keeps_place = wait > LONGEST_POLL;
-    state.waiting.fetch_add(1, Ordering::SeqCst);
-    let waiting = state.waits.enter(&request.owner, members.as_slice());
-    let stop = || {
-        state.stopping.load(Ordering::SeqCst)
-            || gone.load(Ordering::SeqCst)
-            || waiting.left()
-            || work.caller.revoked(state.tokens().as_deref())
-    };
-    let waited = wait::serve(store, members, request, this_poll, keeps_place, &stop);
-    drop(waiting);
-    state.waiting.fetch_sub(1, Ordering::SeqCst);
-    waited
-}
-
 /// `DELETE /locks/{r}`, `POST /sets/release`: the owner's tenure on every member released
 /// (204 for one resource; 200 with the command's body for a set, which says which resources
 /// it let go), or nothing changed and the first member the owner does not hold live named
@@ -179,7 +104,7 @@ fn attempt(
 /// `"each":true` — ends each tenure on its own: released, or kept until its start + the hold;
 /// one no longer the owner's is skipped, so that a member lost (broken, expired) leaves the
 /// others to be let go all the same ([`finish`]).
-pub(super) fn release(work: &Work<'_>, target: Target) -> Reply {
+pub(super) async fn release(work: &Work<'_>, target: Target) -> Reply {
     // One resource's owner may be given in the query, which is read first.
     let queried = match &target {
         Target::One(_) => match ReleaseRequest::owner_param(work.query) {
@@ -197,24 +122,26 @@ pub(super) fn release(work: &Work<'_>, target: Target) -> Reply {
         Err(refused) => return refused,
     };
     read.owner = work.caller.owner(read.owner);
-    match read.end {
-        End::Release => work.on_store(|store| released(store, &read, read.fences.clone())),
-        End::Finish { hold } => work.on_store(|store| finish(store, &read, hold)),
-    }
+    let done = match read.end {
+        End::Release => released(work, &read, read.fences.clone()).await,
+        End::Finish { hold } => finish(work, &read, hold).await,
+    };
+    done.unwrap_or_else(|refused| refused)
 }
 
 /// A release of the owner's tenures (only `fences`, when given), answered as the command's:
 /// 204 for one resource, the set's answer for a set, or the refusal's problem document.
-fn released(
-    store: &mut dyn LockStore,
+async fn released(
+    work: &Work<'_>,
     read: &ReleaseRequest,
     fences: Option<Vec<Fence>>,
-) -> store::Result<Reply> {
-    let outcome = store.perform(op::Release {
+) -> Result<Reply, Reply> {
+    let release = op::Release {
         members: read.members.clone(),
         owner: read.owner.clone(),
         fences,
-    })?;
+    };
+    let outcome = work.write(Lane::Keep, release).await?;
     let answer = ShapedRelease::new(read.shape, &read.members, &outcome);
     Ok(match (read.shape, outcome) {
         (Shape::One, Ok(())) => Reply::empty(StatusCode::NO_CONTENT),
@@ -225,26 +152,29 @@ fn released(
 /// `run`'s end of its tenures, kept for `hold` past their start. A single resource's tenure is
 /// the one named, or else the owner's own; one no longer the owner's is answered as a plain
 /// release says why (not held, or another's). A set's members each say how they ended.
-fn finish(
-    store: &mut dyn LockStore,
+async fn finish(
+    work: &Work<'_>,
     read: &ReleaseRequest,
     hold: Option<Duration>,
-) -> store::Result<Reply> {
+) -> Result<Reply, Reply> {
     let fences = match (read.shape, &read.fences) {
         (_, Some(fences)) => Some(fences.clone()),
-        (Shape::One, None) => own_fence(store, read.members.first(), &read.owner)?.map(|f| vec![f]),
+        (Shape::One, None) => own_fence(work, read.members.first(), &read.owner)
+            .await?
+            .map(|f| vec![f]),
         (Shape::Set, None) => None,
     };
     let Some(fences) = fences else {
-        return released(store, read, None);
+        return released(work, read, None).await;
     };
-    let ends = store.perform(op::Finish {
+    let ending = op::Finish {
         members: read.members.clone(),
         owner: read.owner.clone(),
         fences: fences.clone(),
         hold,
         until: None,
-    })?;
+    };
+    let ends = work.write(Lane::Keep, ending).await?;
     if read.shape == Shape::Set {
         let answer = SetFinishAnswer::new(&read.members, &ends);
         return Ok(Reply::json(StatusCode::OK, &answer));
@@ -257,19 +187,20 @@ fn finish(
         ),
         // Not this owner's: the plain release of that tenure says why (not held, or
         // another's).
-        Some(Finish::NotFound) | None => released(store, read, Some(fences))?,
+        Some(Finish::NotFound) | None => released(work, read, Some(fences)).await?,
     })
 }
 
 /// The fence of `owner`'s live tenure of `resource`, if it has one.
-fn own_fence(
-    store: &mut dyn LockStore,
+async fn own_fence(
+    work: &Work<'_>,
     resource: &Resource,
     owner: &Owner,
-) -> store::Result<Option<Fence>> {
-    let found = store.perform(op::Status {
+) -> Result<Option<Fence>, Reply> {
+    let status = op::Status {
         resource: resource.clone(),
-    })?;
+    };
+    let found = work.read_store(move |store| store.perform(status)).await?;
     Ok(found
         .locks
         .iter()
@@ -280,48 +211,52 @@ fn own_fence(
 /// `POST /locks/{r}/renew`, `POST /sets/renew`: the owner's lease on every member moved, or —
 /// when the owner does not hold one of them live — nothing changed and the first such member
 /// named (404, 403).
-pub(super) fn renew(work: &Work<'_>, target: Target) -> Reply {
+pub(super) async fn renew(work: &Work<'_>, target: Target) -> Reply {
     let read = match work.read(target, RenewRequest::read) {
         Ok(read) => read,
         Err(refused) => return refused,
     };
-    work.on_store(|store| {
-        let outcome = store.perform(op::Renew {
-            members: read.members.clone(),
-            owner: work.caller.owner(read.owner),
-            ttl: read.ttl,
-            fences: read.fences,
-            lease_end: None,
-        })?;
-        let answer = ShapedRenew::new(read.shape, &read.members, &outcome);
-        Ok(answered(&answer, || answer.text()))
-    })
+    let renew = op::Renew {
+        members: read.members.clone(),
+        owner: work.caller.owner(read.owner),
+        ttl: read.ttl,
+        fences: read.fences,
+        lease_end: None,
+    };
+    match work.write(Lane::Keep, renew).await {
+        Ok(outcome) => {
+            let answer = ShapedRenew::new(read.shape, &read.members, &outcome);
+            answered(&answer, || answer.text())
+        }
+        Err(refused) => refused,
+    }
 }
 
 /// `POST /locks/{r}/leave`, `POST /sets/leave`: the owner gives up its place in every
 /// member's queue, as an interrupted waiter does. Its requests still waiting here end first
 /// (answered busy), so that none takes the place back; then the place is taken out. 204,
 /// whether it had one or not.
-pub(super) fn leave(work: &Work<'_>, target: Target) -> Reply {
+pub(super) async fn leave(work: &Work<'_>, target: Target) -> Reply {
     let read = match work.read(target, LeaveRequest::read) {
         Ok(read) => read,
         Err(refused) => return refused,
     };
     let owner = work.caller.owner(read.owner);
-    work.state.waits.leave(&owner, read.members.as_slice());
-    work.on_store(|store| {
-        store.perform(op::Leave {
-            members: read.members,
-            owner,
-            until: None,
-        })?;
-        Ok(Reply::empty(StatusCode::NO_CONTENT))
-    })
+    waiting::end_owners(work.state, &owner, read.members.as_slice()).await;
+    let leave = op::Leave {
+        members: read.members,
+        owner,
+        until: None,
+    };
+    match work.write(Lane::Keep, leave).await {
+        Ok(_) => Reply::empty(StatusCode::NO_CONTENT),
+        Err(refused) => refused,
+    }
 }
 
 /// `POST /locks/{r}/break`: an operator removes the live tenures, recorded as broken by the
 /// operator's token (never by what the body says).
-pub(super) fn break_lock(work: &Work<'_>, resource: Resource) -> Reply {
+pub(super) async fn break_lock(work: &Work<'_>, resource: Resource) -> Reply {
     let read = work.read(Target::One(resource), |members, _, fields| {
         BreakRequest::read(members.first().clone(), fields)
     });
@@ -337,45 +272,54 @@ pub(super) fn break_lock(work: &Work<'_>, resource: Resource) -> Reply {
         by_token: work.caller.token_name(),
         reason: read.reason,
     };
-    work.on_store(|store| {
-        let removed = store.perform(op::Break {
-            resource: read.resource.clone(),
-            owner: read.owner,
-            breaking: breaking.clone(),
-        })?;
-        let answer = BreakAnswer::new(&read.resource, removed, &breaking);
-        Ok(answered(&answer, || answer.text()))
-    })
+    let broken = op::Break {
+        resource: read.resource.clone(),
+        owner: read.owner,
+        breaking: breaking.clone(),
+    };
+    match work.write(Lane::Keep, broken).await {
+        Ok(removed) => {
+            let answer = BreakAnswer::new(&read.resource, removed, &breaking);
+            answered(&answer, || answer.text())
+        }
+        Err(refused) => refused,
+    }
 }
 
 /// `GET /locks/{r}`: the live tenures and waiters (404 when it is not held).
-pub(super) fn status(work: &Work<'_>, resource: Resource) -> Reply {
-    work.on_store(|store| {
-        let found = store.perform(op::Status {
-            resource: resource.clone(),
-        })?;
-        let answer = StatusAnswer::new(&resource, &found);
-        Ok(answered(&answer, || format!("{resource} is not held")))
-    })
+pub(super) async fn status(work: &Work<'_>, resource: Resource) -> Reply {
+    let status = op::Status {
+        resource: resource.clone(),
+    };
+    match work.read_store(move |store| store.perform(status)).await {
+        Ok(found) => {
+            let answer = StatusAnswer::new(&resource, &found);
+            answered(&answer, || format!("{resource} is not held"))
+        }
+        Err(refused) => refused,
+    }
 }
 
 /// `GET /locks`: the live locks under `?prefix=`, of the resources the caller's token may see.
-pub(super) fn list(work: &Work<'_>) -> Reply {
+pub(super) async fn list(work: &Work<'_>) -> Reply {
     let prefix = match read_list(work.query) {
         Ok(prefix) => prefix,
         Err(bad) => return problem(&bad).into(),
     };
-    work.on_store(|store| {
-        let mut locks = store.perform(op::List { prefix })?;
-        locks.retain(|lock| work.caller.may_see(&lock.resource));
-        Ok(Reply::json(StatusCode::OK, &ListAnswer { locks }))
-    })
+    let list = op::List { prefix };
+    match work.read_store(move |store| store.perform(list)).await {
+        Ok(mut locks) => {
+            locks.retain(|lock| work.caller.may_see(&lock.resource));
+            Reply::json(StatusCode::OK, &ListAnswer { locks })
+        }
+        Err(refused) => refused,
+    }
 }
 
 /// `GET /log`: the history (of `?resource=`, which the caller's token must be allowed to
 /// use), of the resources the caller's token may see. `limit` counts the newest events before
 /// those the token may not see are left out.
-pub(super) fn log(work: &Work<'_>) -> Reply {
+pub(super) async fn log(work: &Work<'_>) -> Reply {
     let query = match read_log(work.query) {
         Ok(query) => query,
         Err(bad) => return problem(&bad).into(),
@@ -385,17 +329,23 @@ pub(super) fn log(work: &Work<'_>) -> Reply {
             return problem.into();
         }
     }
-    work.on_store(|store| {
-        let mut text = String::new();
-        let events = store.perform(op::Log { query })?;
-        for event in events
-            .iter()
-            .filter(|event| work.caller.may_see(&event.resource))
-        {
-            let line = serde_json::to_string(&event).map_err(anyhow::Error::from)?;
-            text.push_str(&line);
-            text.push('\n');
-        }
-        Ok(Reply::text(text, "application/x-ndjson"))
-    })
+    let events = match work
+        .read_store(move |store| store.perform(op::Log { query }))
+        .await
+    {
+        Ok(events) => events,
+        Err(refused) => return refused,
+    };
+    let mut text = String::new();
+    for event in events
+        .iter()
+        .filter(|event| work.caller.may_see(&event.resource))
+    {
+        let Ok(line) = serde_json::to_string(&event) else {
+            continue;
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    Reply::text(text, "application/x-ndjson")
 }

@@ -54,6 +54,8 @@ pub struct Reply {
     pub(super) grant: Option<(String, Duration)>,
     /// A 405's `Allow`: the methods the path takes.
     pub(super) allow: Option<&'static str>,
+    /// A 429's `Retry-After`, in whole seconds.
+    pub(super) retry_after: Option<Duration>,
 }
 
 impl Reply {
@@ -64,6 +66,7 @@ impl Reply {
             kind: "application/json",
             grant: None,
             allow: None,
+            retry_after: None,
         }
     }
 
@@ -74,6 +77,7 @@ impl Reply {
             kind: "application/json",
             grant: None,
             allow: None,
+            retry_after: None,
         }
     }
 
@@ -94,6 +98,7 @@ impl Reply {
             kind,
             grant: None,
             allow: None,
+            retry_after: None,
         }
     }
 }
@@ -106,6 +111,7 @@ impl From<Problem> for Reply {
             kind: "application/problem+json",
             grant: None,
             allow: problem.allow,
+            retry_after: None,
         }
     }
 }

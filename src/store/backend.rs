@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use super::op::{Acquire, Acquisition, Break, Finish, Leave, Left, Op, Outcome, Release, Renew};
-use super::{LockStore, Result};
-use crate::engine::{self, Change, Decision, SetDecision, State};
+use super::Result;
+use super::op::Heard;
+use crate::engine::{Change, Decision, SetDecision, State};
 use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource, Timestamp};
 
 /// Hands out a fresh fence inside the deciding transaction.
@@ -135,126 +135,22 @@ pub trait Backend: Send {
     /// See [`super::op::Tidy`]; nothing by default (PostgreSQL has nothing to do).
     fn tidy(&mut self) {}
 
+    /// See [`super::op::Watch`]; by default a sleep of `timeout`, after which anything may have
+    /// changed.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn watch(&mut self, timeout: Duration) -> Result<Heard> {
+        std::thread::sleep(timeout);
+        Ok(Heard::Anything)
+    }
+
     /// What the store has to tell a waiter since it last asked (see
     /// [`Acquisition::notice`]); nothing by default.
     fn notice(&mut self) -> Option<String> {
         None
     }
-}
-
-impl<B: Backend> LockStore for B {
-    fn carry_out(&mut self, op: Op) -> Result<Outcome> {
-        use Durability::{Durable, Relaxed};
-        Ok(match op {
-            Op::Acquire(Acquire {
-                members, request, ..
-            }) => {
-                let members = members.as_slice();
-                let outcome =
-                    self.transact_set(members, Durable, Reads::All, &mut |states, fresh| {
-                        engine::acquire_set(members, states, &request, fresh)
-                    })?;
-                let notice = self.notice();
-                Outcome::Acquire(Acquisition {
-                    outcome,
-                    decided: None,
-                    notice,
-                })
-            }
-            Op::Status(status) => {
-                let resource = &status.resource;
-                Outcome::Status(engine::status(resource, &self.read(resource)?))
-            }
-            Op::Renew(Renew {
-                members,
-                owner,
-                ttl,
-                fences,
-                ..
-            }) => {
-                let (members, fences) = (members.as_slice(), fences.as_deref());
-                let owns = Reads::Owner(&owner);
-                Outcome::Renew(self.transact_set(members, Durable, owns, &mut |states, _| {
-                    Ok(engine::renew_set(members, states, &owner, ttl, fences))
-                })?)
-            }
-            // A release need not survive power loss (see `Durability`).
-            Op::Release(Release {
-                members,
-                owner,
-                fences,
-            }) => {
-                let (members, fences) = (members.as_slice(), fences.as_deref());
-                let owns = Reads::Owner(&owner);
-                Outcome::Release(self.transact_set(members, Relaxed, owns, &mut |states, _| {
-                    Ok(engine::release_set(members, states, &owner, fences))
-                })?)
-            }
-            Op::Finish(ending) => Outcome::Finish(finish(self, &ending)?),
-            Op::Break(Break {
-                resource,
-                owner,
-                breaking,
-            }) => {
-                Outcome::Break(
-                    self.transact(&resource, Durable, Reads::All, &mut |state, _| {
-                        Ok(engine::break_tenures(
-                            &resource,
-                            state,
-                            owner.as_ref(),
-                            &breaking,
-                        ))
-                    })?,
-                )
-            }
-            Op::Leave(Leave { members, owner, .. }) => {
-                let owns = Reads::Owner(&owner);
-                self.transact_set(members.as_slice(), Relaxed, owns, &mut |states, _| {
-                    Ok(engine::leave_set(states, &owner))
-                })?;
-                Outcome::Leave(Left { at_once: true })
-            }
-            Op::List(list) => Outcome::List(self.scan(&list.prefix)?),
-            Op::Log(log) => Outcome::Log(self.history(&log.query)?),
-            Op::Gc(gc) => Outcome::Gc(self.prune(gc.keep_history)?),
-            Op::Subscribe(subscribe) => {
-                let members = subscribe.members.as_slice();
-                Outcome::Subscribe(Backend::subscribe(self, members, &subscribe.owner)?)
-            }
-            Op::WaitForChange(wait) => {
-                let members = wait.members.as_slice();
-                Outcome::WaitForChange(Backend::wait_for_change(self, members, wait.timeout)?)
-            }
-            Op::Tidy(_) => {
-                Backend::tidy(self);
-                Outcome::Tidy(())
-            }
-        })
-    }
-}
-
-/// `run`'s end of its tenures, in one transaction: a kept lease must survive power loss (the
-/// hold is what stops a second host); a release need not.
-fn finish<B: Backend + ?Sized>(store: &mut B, finish: &Finish) -> Result<Vec<engine::Finish>> {
-    let Finish {
-        members,
-        owner,
-        fences,
-        hold,
-        ..
-    } = finish;
-    let durability = if hold.is_some() {
-        Durability::Durable
-    } else {
-        Durability::Relaxed
-    };
-    let members = members.as_slice();
-    store.transact_set(
-        members,
-        durability,
-        Reads::Owner(owner),
-        &mut |states, _| Ok(engine::finish_set(members, states, owner, fences, *hold)),
-    )
 }
 
 /// The state of a resource in a store that holds no locks at all, now.

@@ -17,6 +17,7 @@ use crate::lock::{
     SetRenew, Ttl,
 };
 
+use super::sqlite::turnstile;
 use super::{Error, Result};
 use crate::lock::GcReport;
 
@@ -70,7 +71,7 @@ macro_rules! operations {
 
         impl Op {
             /// The operation's name, for messages.
-            fn name(&self) -> &'static str {
+            pub(super) fn name(&self) -> &'static str {
                 match self {
                     $(Op::$name(_) => stringify!($name),)*
                 }
@@ -93,6 +94,8 @@ operations! {
     Subscribe => (),
     WaitForChange => (),
     Tidy => (),
+    Batch => Batched,
+    Watch => Heard,
 }
 
 /// Take a tenure of every member (or extend the owner's own), or find the set busy or a
@@ -240,6 +243,65 @@ pub struct WaitForChange {
 /// another process (a SQLite store's WAL is checkpointed and started over once it is long).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tidy;
+
+/// Several lock operations in one write transaction, each decided in turn on what the ones
+/// before it left, committed once: a server's group commit (see `super::batch`). Only
+/// [`Acquire`], [`Renew`], [`Release`], [`Finish`], [`Break`] and [`Leave`] may be batched;
+/// any other operation in a batch fails alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub ops: Vec<Op>,
+}
+
+/// What a [`Batch`] came to: each operation's outcome in the batch's order (a failed one, its
+/// error in words), and per resource the batch changed in a way that may let a waiter in, the
+/// owner first in its queue now, to be woken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batched {
+    pub outcomes: Vec<std::result::Result<Outcome, String>>,
+    pub wake: Vec<(Resource, Owner)>,
+}
+
+/// Sleep until another process (the command line, another server) may have changed the queue
+/// or the tenures of a resource, or `timeout` passes, and say what: a server's watcher, which
+/// wakes its own waiters for changes its writer did not make. Start listening at the first
+/// call; what changes between two calls is heard by the second.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    pub timeout: Duration,
+}
+
+/// What a [`Watch`] heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// Nothing within the timeout.
+    Nothing,
+    /// These resources changed (PostgreSQL's `NOTIFY`).
+    Resources(Vec<Resource>),
+    /// These turnstile counters were rung (SQLite: a counter per resource and waiter, and
+    /// one per set waiter; see [`Heard::concerns`]).
+    Rung(Vec<usize>),
+    /// Something may have changed, the store cannot say what.
+    Anything,
+}
+
+impl Heard {
+    /// Whether a waiter of `owner` on `members` may be let in by what was heard.
+    pub fn concerns(&self, members: &[Resource], owner: &Owner) -> bool {
+        match self {
+            Heard::Nothing => false,
+            Heard::Resources(changed) => members.iter().any(|r| changed.contains(r)),
+            Heard::Rung(slots) => {
+                let rung = |slot| slots.binary_search(&slot).is_ok();
+                rung(turnstile::any_slot(owner.as_str()))
+                    || members
+                        .iter()
+                        .any(|r| rung(turnstile::slot(r.as_str(), owner.as_str())))
+            }
+            Heard::Anything => true,
+        }
+    }
+}
 
 impl Op {
     /// Until when a store that loses its connection seeks it again for this operation,

@@ -17,6 +17,7 @@
 //! server-side statement and lock timeouts, and a client-side deadline per call.
 
 mod batch;
+mod listen;
 mod queries;
 mod schema;
 mod session;

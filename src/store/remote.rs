@@ -32,7 +32,7 @@ use anyhow::{Context, anyhow};
 
 use self::exchange::{HttpAnswer, HttpRequest};
 use self::http::{CALL_TIMEOUT, CONNECT_BUDGET, Client};
-use super::op::{self, Acquisition, Left, Op, Outcome};
+use super::op::{self, Acquisition, Batched, Heard, Left, Op, Outcome};
 use super::{Error, LockStore, Result};
 use crate::answer::{AcquireAnswer, SetAcquireAnswer, Shaped, ShapedAcquire, StatusAnswer};
 use crate::lock::{Blocked, Event, Holder, Members, Resource, SetAcquire, Shape, Status};
@@ -152,6 +152,10 @@ impl RemoteStore {
         };
         let outcome = if answer.interrupted {
             self.polled.take().unwrap_or_else(|| unread(members))
+        } else if answer.status == 429 && request.waits {
+            // Too many requests wait on the server already: still busy, as the latest look
+            // found it; the wait goes on, and asks again after its pause.
+            self.polled.clone().unwrap_or_else(|| unread(members))
         } else {
             self.acquired(&answer, members, shape)?
         };
@@ -294,6 +298,18 @@ impl LockStore for RemoteStore {
             }
             // The server tidies its own store.
             Op::Tidy(_) => Outcome::Tidy(()),
+            // A server batches its own store's operations; through one, each is a request.
+            Op::Batch(batch) => Outcome::Batch(Batched {
+                outcomes: (batch.ops.into_iter())
+                    .map(|op| self.carry_out(op).map_err(|err| err.to_string()))
+                    .collect(),
+                wake: Vec::new(),
+            }),
+            // A server is watched by its own long polls.
+            Op::Watch(watch) => {
+                std::thread::sleep(watch.timeout);
+                Outcome::Watch(Heard::Anything)
+            }
         })
     }
 }

@@ -48,7 +48,7 @@ mod open;
 mod reader;
 mod rows;
 mod schema;
-mod turnstile;
+pub(super) mod turnstile;
 mod wal;
 
 use std::time::Duration;
@@ -56,12 +56,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
+use super::op::Heard;
 use super::{Backend, DecideSet, Durability, Error, Reads};
 use crate::engine::{self, State};
 use crate::lock::GcReport;
 use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
 use columns::Columns;
 pub use connection::SqliteStore;
+
 use open::identity;
 use rows::{apply, next_fence, state};
 
@@ -189,8 +191,9 @@ impl SqliteStore {
 
     /// Wakes `head`, the first waiter in `resource`'s queue, on its slot for the resource and
     /// on its slot for any resource, where it waits when it waits for a lock set (a waiter
-    /// sleeps on one slot; a set waiter may be woken by any member). Best effort: if the
-    /// turnstile cannot be opened, the head finds out at its next poll.
+    /// sleeps on one slot; a set waiter may be woken by any member), and a server's watcher,
+    /// which wakes its own waiters. Best effort: if the turnstile cannot be opened, the head
+    /// finds out at its next poll.
     fn ring(&mut self, resource: &Resource, head: &Owner) {
         if self.turnstile.is_none() {
             // Nobody waits without having created it.
@@ -199,6 +202,7 @@ impl SqliteStore {
         if let Some(turnstile) = &self.turnstile {
             turnstile.ring(turnstile::slot(resource.as_str(), head.as_str()));
             turnstile.ring(turnstile::any_slot(head.as_str()));
+            turnstile.ring(turnstile::watch_slot());
         }
     }
 }
@@ -240,6 +244,41 @@ impl Backend for SqliteStore {
 
     fn tidy(&mut self) {
         self.bound_wal();
+    }
+
+    /// A server's watcher: sleeps on the turnstile's watch counter, which every ring rings
+    /// too, then reads every counter to say which moved since its last call.
+    fn watch(&mut self, timeout: Duration) -> super::Result<Heard> {
+        if self.turnstile.is_none() {
+            self.turnstile = turnstile::Turnstile::open(&self.path, true);
+        }
+        let seen = self.watched.take();
+        let Some(turnstile) = &self.turnstile else {
+            std::thread::sleep(timeout);
+            return Ok(Heard::Anything);
+        };
+        let Some(before) = seen.or_else(|| turnstile.read_all()) else {
+            self.turnstile = None;
+            std::thread::sleep(timeout);
+            return Ok(Heard::Anything);
+        };
+        let watch = turnstile::watch_slot();
+        let _ = turnstile.wait(watch, before[watch], timeout);
+        let Some(after) = turnstile.read_all() else {
+            // The file was cut short under the mapping: start over at the next call.
+            self.turnstile = None;
+            return Ok(Heard::Anything);
+        };
+        let rung: Vec<usize> = (before.iter().zip(&after).enumerate())
+            .filter(|(slot, (was, is))| was != is && *slot != watch)
+            .map(|(slot, _)| slot)
+            .collect();
+        self.watched = Some(after);
+        Ok(if rung.is_empty() {
+            Heard::Nothing
+        } else {
+            Heard::Rung(rung)
+        })
     }
 
     fn wait_for_change(&mut self, _resources: &[Resource], timeout: Duration) -> super::Result<()> {

@@ -464,10 +464,9 @@ fn leaving_takes_the_place_out_of_every_members_queue() {
 // ---------------------------------------------------------------------------------------------
 // Scenarios: every member's rows in memory, changed only as the rules say
 
-/// The rows of a few resources, and the store's ticket sequence (one for every resource).
+/// The rows of a few resources, and the store's fence counter (one for every resource).
 struct Rows {
     states: std::collections::BTreeMap<String, State>,
-    next_ticket: i64,
     next_fence: i64,
 }
 
@@ -478,42 +477,15 @@ impl Rows {
                 .iter()
                 .map(|n| ((*n).to_owned(), state(vec![], vec![])))
                 .collect(),
-            next_ticket: 1,
             next_fence: 1,
         }
     }
 
     fn apply(&mut self, member: &Resource, changes: &[Change]) {
         let state = self.states.get_mut(member.as_str()).unwrap();
-        for change in changes {
-            match change {
-                Change::Insert(t) => state.leases.push(t.clone()),
-                Change::Update(t) => {
-                    let row = state
-                        .leases
-                        .iter_mut()
-                        .find(|l| l.fence == t.fence)
-                        .unwrap();
-                    *row = t.clone();
-                }
-                Change::Delete { fence } => state.leases.retain(|l| l.fence != *fence),
-                Change::Record(_) => {}
-                Change::Enqueue { owner, expires_at } => {
-                    state.queue.push(Waiter {
-                        owner: owner.clone(),
-                        ticket: self.next_ticket,
-                        expires_at: *expires_at,
-                    });
-                    self.next_ticket += 1;
-                }
-                Change::Refresh { owner, expires_at } => {
-                    for w in state.queue.iter_mut().filter(|w| w.owner == *owner) {
-                        w.expires_at = *expires_at;
-                    }
-                }
-                Change::Dequeue { owner } => state.queue.retain(|w| w.owner != *owner),
-            }
-        }
+        state
+            .apply(changes)
+            .unwrap_or_else(|why| panic!("{member}: {why}"));
     }
 
     /// One attempt of `owner` on `names` (a set, or one resource), as a waiter: the verdict.

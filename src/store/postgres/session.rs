@@ -38,7 +38,6 @@ use std::time::Duration;
 use anyhow::{Result, anyhow, bail};
 use postgres::Client;
 use postgres::error::SqlState;
-use postgres::fallible_iterator::FallibleIterator;
 
 use super::batch::{Output, column, number, required, send};
 use super::statements::{
@@ -49,11 +48,12 @@ use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource};
 use crate::store::Result as Done;
 use crate::store::backend::{decide_on_nothing, nothing};
+use crate::store::op::Heard;
 use crate::store::{Backend, DecideSet, Durability, Reads, SCHEMA_VERSION};
 
 /// A connection of this process was found not to keep its `LISTEN` (see
 /// [`Session::check_listening`]): no new connection listens either.
-static POOLED: AtomicBool = AtomicBool::new(false);
+pub(super) static POOLED: AtomicBool = AtomicBool::new(false);
 
 /// Attempts per operation when the server reports a serialization failure or a deadlock, or
 /// when a member changed between the read and the write. Between attempts a writer backs off
@@ -204,6 +204,10 @@ impl Backend for Session {
 
     fn wait_for_change(&mut self, resources: &[Resource], timeout: Duration) -> Done<()> {
         Ok(self.wait_for_notification(resources, timeout)?)
+    }
+
+    fn watch(&mut self, timeout: Duration) -> Done<Heard> {
+        Ok(self.heard(timeout)?)
     }
 
     fn scan(&mut self, prefix: &str) -> Done<Vec<Lock>> {
@@ -450,48 +454,6 @@ impl Session {
                 .into_iter()
                 .next()
                 .ok_or_else(|| anyhow!("the server answered no rows for {resource}"));
-        }
-    }
-
-    /// `LISTEN` on this connection, for a waiter (see [`Backend::subscribe`]).
-    fn listen(&mut self) -> Result<()> {
-        if self.listening.is_none() && !POOLED.load(Ordering::Relaxed) {
-            // One message, so a pooler runs both on the same server connection.
-            let outputs = send(
-                &mut self.client,
-                &[
-                    format!("LISTEN {CHANNEL}"),
-                    "SELECT pg_backend_pid()".to_owned(),
-                ],
-            )?;
-            let row = outputs
-                .get(1)
-                .and_then(|o| o.rows.first())
-                .ok_or_else(|| anyhow!("pg_backend_pid returned no row"))?;
-            self.listening = Some(required(number(row, 0)?, 0)?);
-        }
-        Ok(())
-    }
-
-    /// Waits for a notice of one of `resources`, or `timeout` (see
-    /// [`Backend::wait_for_change`]).
-    fn wait_for_notification(&mut self, resources: &[Resource], timeout: Duration) -> Result<()> {
-        if self.listening.is_none() {
-            std::thread::sleep(timeout);
-            return Ok(());
-        }
-        let deadline = std::time::Instant::now() + timeout;
-        let mut notifications = self.client.notifications();
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match notifications.timeout_iter(left).next()? {
-                Some(note) if resources.iter().any(|r| r.as_str() == note.payload()) => {
-                    return Ok(());
-                }
-                // Another resource's change: keep waiting for ours.
-                Some(_) if !left.is_zero() => {}
-                _ => return Ok(()),
-            }
         }
     }
 }

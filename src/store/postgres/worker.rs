@@ -372,6 +372,10 @@ impl PostgresStore {
                 wait.timeout = wait.timeout.min(CALL_TIMEOUT / 2);
                 Op::WaitForChange(wait)
             }
+            Op::Watch(mut watch) => {
+                watch.timeout = watch.timeout.min(CALL_TIMEOUT / 2);
+                Op::Watch(watch)
+            }
             op => op,
         };
         if matches!(op, Op::Subscribe(_)) {

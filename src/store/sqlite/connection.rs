@@ -54,6 +54,8 @@ pub struct SqliteStore {
     /// Whether the waiter's latest wait was ended by a ring: its next attempt will most likely
     /// be granted, so it skips the look at a read snapshot.
     pub(super) rung: bool,
+    /// A server's watcher: every turnstile counter as its latest watch left them.
+    pub(super) watched: Option<Vec<u32>>,
     /// The columns of the schema version the connection reads: the current one, except for a
     /// read-only connection to an older store.
     pub(super) shape: Columns,

@@ -203,6 +203,7 @@ impl SqliteStore {
             turnstile: None,
             waiting_on: None,
             rung: false,
+            watched: None,
             shape: Columns::CURRENT,
             access: Access::Shared,
         }

@@ -69,6 +69,14 @@ pub fn path(db: &Path) -> PathBuf {
     path.into()
 }
 
+/// The counter a store's watcher sleeps on (a server with waiters of its own, see
+/// `crate::store::watch`): every ring rings it too, so the watcher wakes for any ring and
+/// reads the whole turnstile to see which counters moved. Its name, an empty resource of an
+/// empty owner, is no waiter's: a waiter that shares its counter is only woken more often.
+pub fn watch_slot() -> usize {
+    slot("", "")
+}
+
 /// The counter of `owner` waiting for a lock set, rung whenever `owner` is rung for any
 /// resource: the slot of the empty name, which no resource has.
 pub fn any_slot(owner: &str) -> usize {

@@ -15,6 +15,7 @@
 //! | [`pg_url`] | a `postgres://` URL taken apart, to point it elsewhere or change a setting |
 //! | [`fenced_write`] | the `examples/fenced-write` guarded resource and the ledger it writes |
 //! | [`server`] | `distlock serve` over a test's store on a free loopback port (its address from its first stderr line, its log, SIGTERM then SIGKILL when dropped), a real HTTP client for it (`ureq`) and raw TCP requests, and the checks of its answers: JSON, problem documents, NDJSON |
+//! | [`load`] | load on a server: clients that keep their connection alive and carry a token, a flood of raw long-polls on an async runtime of the test's own (each answer read whole, or its failure recorded), the server's gauge of waiting requests, the open-files limit |
 //! | [`certs`] | certificates made by the test for the HTTPS server: a CA of its own and server certificates it signs for 127.0.0.1, ::1 and localhost, as PEM files |
 //! | [`require`] | the one gate for a tool, service or privilege the machine may lack: skipped with a note, or a failure under CI's `DISTLOCK_TEST_REQUIRE_<TOOL>` |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
@@ -30,6 +31,7 @@ pub mod contention;
 pub mod critical;
 pub mod fenced_write;
 pub mod files;
+pub mod load;
 pub mod output;
 pub mod pg_database;
 pub mod pg_url;

@@ -2,11 +2,13 @@
 //!
 //! | file | tests |
 //! | --- | --- |
+//! | [`engine`] | the engine under load: kill -9, one bad operation in a batch, 10,000 waiters, renewals under a flood, the waiting bounds |
 //! | [`serve`] | the HTTP API over each store, the seed's attacks through HTTP; [`serve::http`] holds it to RFC 9110, [`serve::sets`] covers lock sets |
 //! | [`tokens`] | `serve --tokens`: bearer tokens, scopes, operators, secrets never shown |
 //! | [`tls`] | HTTPS, the exposure rule, the handshake's time limit, SIGHUP |
 //! | [`through_server`] | every command through a server (`--db http://…`): the same answers as on the store |
 
+mod engine;
 mod serve;
 mod through_server;
 mod tls;

@@ -113,6 +113,19 @@ impl Turnstile {
         }
     }
 
+    /// Every counter, read from the file in one read: a watcher compares two of these to see
+    /// which slots were rung in between. `None` once the file no longer holds them all.
+    pub fn read_all(&self) -> Option<Vec<u32>> {
+        let mut bytes = vec![0; LEN];
+        self.file.read_exact_at(&mut bytes, 0).ok()?;
+        Some(
+            bytes
+                .chunks_exact(COUNTER)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        )
+    }
+
     /// Bumps the counter and wakes whoever sleeps on it, in one call (`FUTEX_WAKE_OP`: add 1
     /// to the word, wake its sleepers; the second wake it offers wakes nobody). Best effort:
     /// a counter the kernel cannot reach (the file was cut short) is not rung, and its waiter

@@ -1,0 +1,162 @@
+//! The store's one writer: every lock operation of the server's callers is carried out by one
+//! thread, which commits whatever is queued together (a group commit).
+//!
+//! - **Together, in arrival order.** Callers queue their operations ([`Writer::submit`]); the
+//!   writer takes everything queued (up to [`MOST`]) as one [`op::Batch`]: one write
+//!   transaction, each operation decided in turn on what the ones before it left, a failure
+//!   undoing only itself, one commit. Only then is each caller answered, so every grant is
+//!   durable before its answer, as for one operation alone.
+//! - **No delay.** The writer never waits for a batch to fill: a lone request is committed at
+//!   once, and under load the next batch gathers while this one commits.
+//! - **Holders first, callers in turn** ([`Lanes`]): renewals, releases, leaves and breaks are
+//!   taken before acquires, and within each, one operation per token in turn.
+//! - **It wakes the next waiter.** A commit that may let a waiter in rings the first one left
+//!   in that resource's queue ([`Waiters::ring`]).
+//!
+//! On SQLite this is one writer of the file beside the command line's processes, which stay
+//! correct beside it: they are other writers, serialised by SQLite's write lock.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use anyhow::anyhow;
+use tokio::sync::oneshot;
+
+use super::lanes::{Lane, Lanes};
+use super::waiters::Waiters;
+use crate::lock::TokenName;
+use crate::store::{self, Location, LockStore, Op, Outcome, op};
+
+/// The most operations one transaction carries: enough that a batch's commit serves every
+/// caller of a busy server, few enough that one batch's answers are not held up long.
+const MOST: usize = 256;
+
+/// The store's writer, shared by every request.
+pub struct Writer {
+    queue: Mutex<Lanes<Job>>,
+    ready: Condvar,
+    /// How many batches and operations it committed, for `/metrics`.
+    pub(super) batches: std::sync::atomic::AtomicU64,
+    pub(super) operations: std::sync::atomic::AtomicU64,
+}
+
+/// One queued operation and where its outcome goes.
+struct Job {
+    op: Op,
+    answer: oneshot::Sender<store::Result<Outcome>>,
+}
+
+impl Writer {
+    /// Starts the writer's thread with `store`, which it alone uses from now on.
+    ///
+    /// # Errors
+    ///
+    /// When the system refuses the thread.
+    pub fn start(
+        store: Box<dyn LockStore>,
+        location: Location,
+        waiters: Arc<Waiters>,
+    ) -> std::io::Result<Arc<Writer>> {
+        let writer = Arc::new(Writer {
+            queue: Mutex::new(Lanes::default()),
+            ready: Condvar::new(),
+            batches: 0.into(),
+            operations: 0.into(),
+        });
+        let running = Arc::clone(&writer);
+        std::thread::Builder::new()
+            .name("writer".to_owned())
+            .spawn(move || running.run(store, &location, &waiters))?;
+        Ok(writer)
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Lanes<Job>> {
+        // Nothing panics while holding the lock; were it poisoned, the queue is still whole.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `op` of the caller `token` in `lane` and waits for its outcome, answered once
+    /// the batch that carried it committed.
+    ///
+    /// # Errors
+    ///
+    /// The store's failure, for this operation or its whole batch.
+    pub async fn submit(
+        &self,
+        lane: Lane,
+        token: Option<&TokenName>,
+        op: Op,
+    ) -> store::Result<Outcome> {
+        let (answer, answered) = oneshot::channel();
+        self.queue().push(lane, token, Job { op, answer });
+        self.ready.notify_one();
+        answered
+            .await
+            .unwrap_or_else(|_| Err(store::Error::Failed(anyhow!("the store's writer stopped"))))
+    }
+
+    /// The writer's loop: a batch of whatever is queued, committed, answered; the waiters it
+    /// may let in rung; the store tidied when nothing is left to do. A store whose batch failed
+    /// as a whole — every operation in it, or the batch itself — is opened again for the next
+    /// batch: its connection may be what failed (a PostgreSQL restarted under it).
+    fn run(&self, store: Box<dyn LockStore>, location: &Location, waiters: &Waiters) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut store = Some(store);
+        loop {
+            let jobs = {
+                let mut queue = self.queue();
+                while queue.is_empty() {
+                    queue = self
+                        .ready
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                queue.next_batch(MOST)
+            };
+            let (ops, answers): (Vec<Op>, Vec<_>) =
+                jobs.into_iter().map(|job| (job.op, job.answer)).unzip();
+            self.batches.fetch_add(1, Relaxed);
+            self.operations.fetch_add(ops.len() as u64, Relaxed);
+            let opened = match store.take() {
+                Some(open) => Ok(open),
+                None => store::open(location, store::Access::Create),
+            };
+            let done = opened.and_then(|mut open| {
+                let done = open.carry_out(Op::Batch(op::Batch { ops }));
+                store = Some(open);
+                done
+            });
+            let failed = match done {
+                Ok(Outcome::Batch(batched)) => {
+                    let failed = batched.outcomes.iter().all(Result::is_err);
+                    for (answer, outcome) in answers.into_iter().zip(batched.outcomes) {
+                        let outcome = outcome.map_err(|why| store::Error::Failed(anyhow!(why)));
+                        // A caller gone meanwhile is not told.
+                        let _ = answer.send(outcome);
+                    }
+                    for (resource, head) in &batched.wake {
+                        waiters.ring(resource, Some(head));
+                    }
+                    failed
+                }
+                answered => {
+                    let why = match answered {
+                        Err(err) => format!("{err:#}"),
+                        Ok(other) => format!("the store answered a batch with {other:?}"),
+                    };
+                    for answer in answers {
+                        let _ = answer.send(Err(store::Error::Failed(anyhow!("{why}"))));
+                    }
+                    true
+                }
+            };
+            if failed {
+                store = None;
+            } else if let Some(open) = store.as_mut() {
+                if self.queue().is_empty() {
+                    // A SQLite store's WAL is checkpointed and started over once it is long.
+                    let _ = open.carry_out(Op::Tidy(op::Tidy));
+                }
+            }
+        }
+    }
+}
