@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::op::{Acquire, Acquisition, Break, Finish, Leave, Left, Op, Outcome, Release, Renew};
 use super::{LockStore, Result};
 use crate::engine::{self, Change, Decision, SetDecision, State};
-use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource, Timestamp};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Place, Resource, Timestamp};
 
 /// Hands out a fresh fence inside the deciding transaction.
 pub type FenceSource<'a> = dyn FnMut() -> anyhow::Result<Fence> + 'a;
@@ -103,6 +103,13 @@ pub trait Backend: Send {
     ///
     /// Only store failures.
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>>;
+
+    /// The live places for [`super::op::Queues`], by resource, then arrival.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn places(&mut self, prefix: &str) -> Result<Vec<(Resource, Place)>>;
 
     /// The history for [`super::op::Log`].
     ///
@@ -215,6 +222,7 @@ impl<B: Backend> LockStore for B {
                 Outcome::Leave(Left { at_once: true })
             }
             Op::List(list) => Outcome::List(self.scan(&list.prefix)?),
+            Op::Queues(read) => Outcome::Queues(crate::lock::queues(self.places(&read.prefix)?)),
             Op::Log(log) => Outcome::Log(self.history(&log.query)?),
             Op::Gc(gc) => Outcome::Gc(self.prune(gc.keep_history)?),
             Op::Subscribe(subscribe) => {

@@ -498,7 +498,9 @@ impl Rows {
                 }
                 Change::Delete { fence } => state.leases.retain(|l| l.fence != *fence),
                 Change::Record(_) => {}
-                Change::Enqueue { owner, expires_at } => {
+                Change::Enqueue {
+                    owner, expires_at, ..
+                } => {
                     state.queue.push(Waiter {
                         owner: owner.clone(),
                         ticket: self.next_ticket,
