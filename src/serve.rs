@@ -39,12 +39,14 @@ mod listen;
 mod metrics;
 mod operations;
 mod problem;
+mod queues;
 mod reply;
 mod reread;
 mod shared;
 mod stall;
 mod tls;
 pub mod tokens;
+mod ui;
 mod waits;
 
 pub use tls::TlsFiles;
@@ -161,8 +163,8 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     // cannot be used is one error at start, not one per request.
     let first = store::open(&location, store::Access::Create).map_err(Error::Store)?;
     let state = Arc::new(Shared {
+        metrics: metrics::Metrics::of_store(&location),
         stores: Stores::new(location, first),
-        metrics: metrics::Metrics::default(),
         health: health::Health::default(),
         waiting: AtomicUsize::new(0),
         waits: waits::Waits::default(),

@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
     ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE,
+    X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Request, Response, StatusCode};
 
@@ -41,8 +42,9 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let head = oversized_head(&request);
-    // Every request but /health shows its token first, before anything else is said of it.
-    let caller = if path == "/health" {
+    // Every request but /health and the dashboard's files (which hold no data) shows its token
+    // first, before anything else is said of it.
+    let caller = if path == "/health" || super::ui::is_file(&path) {
         Ok(Caller::anyone())
     } else {
         access::caller(state.tokens().as_deref(), request.headers())
@@ -50,6 +52,7 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
     let routed = Route::parse(method.as_str(), &path).map_err(unrouted);
     let query = request.uri().query().map(str::to_owned);
     let json = is_json(&request);
+    let validator = super::ui::validator(request.headers());
     // The body is read whatever the answer (within its time), so that the connection can
     // carry the next request; one that is too large or too slow is not, and the connection is
     // closed after the answer. A caller without a token the server knows is answered at once,
@@ -74,7 +77,7 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
             let name = route.name();
             let reply =
                 match admitted(&caller, &route).and_then(|()| checked_body(&route, body, json)) {
-                    Ok(body) => answer(&state, route, body, query, caller).await,
+                    Ok(body) => answer(&state, route, body, query, caller, validator).await,
                     Err(problem) => problem.into(),
                 };
             (name, reply)
@@ -92,6 +95,10 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
     response
         .headers_mut()
         .insert(API_HEADER, HeaderValue::from_static("1"));
+    response
+        .headers_mut()
+        .insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response.headers_mut().extend(reply.headers.into_vec());
     if reply.status != StatusCode::NO_CONTENT {
         response
             .headers_mut()
@@ -139,7 +146,12 @@ fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
         | Route::Renew(Target::Set)
         | Route::Release(Target::Set)
         | Route::Leave(Target::Set) => Ok(()),
-        Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
+        Route::List
+        | Route::Queues
+        | Route::Log
+        | Route::Health
+        | Route::Metrics
+        | Route::Ui(_) => Ok(()),
     }
 }
 
@@ -184,10 +196,12 @@ async fn answer(
     body: Vec<u8>,
     query: Option<String>,
     caller: Caller,
+    validator: Option<String>,
 ) -> Reply {
     match route {
         Route::Health => return health(state).await,
         Route::Metrics => return metrics(state).await,
+        Route::Ui(file) => return super::ui::file(&file, validator.as_deref()),
         _ => {}
     }
     let gone = Arc::new(AtomicBool::new(false));
@@ -321,9 +335,10 @@ fn carry_out(work: &operations::Work<'_>, route: Route, gone: &AtomicBool) -> Re
         Route::Break(resource) => operations::break_lock(work, resource),
         Route::Leave(target) => operations::leave(work, target),
         Route::List => operations::list(work),
+        Route::Queues => super::queues::read(work),
         Route::Log => operations::log(work),
         // Answered without a blocking thread of their own (see [`answer`]).
-        Route::Health | Route::Metrics => Problem::new(
+        Route::Health | Route::Metrics | Route::Ui(_) => Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "the request failed",

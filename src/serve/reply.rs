@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use hyper::StatusCode;
+use hyper::header::{HeaderName, HeaderValue};
 
 use super::problem::Problem;
 use crate::answer::Answer;
@@ -54,6 +55,8 @@ pub struct Reply {
     pub(super) grant: Option<(String, Duration)>,
     /// A 405's `Allow`: the methods the path takes.
     pub(super) allow: Option<&'static str>,
+    /// Headers of its own (the dashboard's files: their policy and caching).
+    pub(super) headers: Box<[(HeaderName, HeaderValue)]>,
 }
 
 impl Reply {
@@ -64,6 +67,7 @@ impl Reply {
             kind: "application/json",
             grant: None,
             allow: None,
+            headers: Box::default(),
         }
     }
 
@@ -74,6 +78,7 @@ impl Reply {
             kind: "application/json",
             grant: None,
             allow: None,
+            headers: Box::default(),
         }
     }
 
@@ -94,6 +99,7 @@ impl Reply {
             kind,
             grant: None,
             allow: None,
+            headers: Box::default(),
         }
     }
 }
@@ -106,6 +112,7 @@ impl From<Problem> for Reply {
             kind: "application/problem+json",
             grant: None,
             allow: problem.allow,
+            headers: Box::default(),
         }
     }
 }
