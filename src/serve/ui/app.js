@@ -63,6 +63,9 @@ async function poll() {
     byId('login').hidden = true;
     byId('forget').hidden = !token();
     status(`updated ${clock(Date.now())}`, 'ok');
+    if (performance.getEntriesByName('distlock-ready').length === 0) {
+      performance.mark('distlock-ready');
+    }
     document.body.dataset.ready = name;
   } catch (err) {
     if (mine !== round) return;

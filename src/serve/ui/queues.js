@@ -32,7 +32,7 @@ function render(queues) {
       const item = el('li', { className: 'waiter' }, [
         el('span', { className: 'name owner', text: waiter.owner }),
         waiter.token ? el('span', { className: 'token', text: `token ${waiter.token}` }) : null,
-        el('span', { className: 'facts', text: facts.join(' · ') }),
+        el('span', { className: 'waited', text: facts.join(' · ') }),
         waiter.members && waiter.members.length
           ? el('span', { className: 'members' }, [
             el('span', { text: 'a set of ' }),

@@ -12,7 +12,7 @@ const hours = byId('timeline-hours');
 
 const LANE = 26;
 const AXIS = 26;
-const STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360].map((m) => m * 60000);
+const STEPS = [1, 2, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600].map((s) => s * 1000);
 
 export function watch(refresh) {
   kind.addEventListener('change', refresh);
@@ -36,7 +36,10 @@ export async function refresh() {
   ]);
   const live = listed.locks.filter((lock) => !exact || lock.resource === named);
   const end = now();
-  render(tenures(events, live, end - span, end), end - span, end);
+  const all = tenures(events, live, end - span, end);
+  // The axis begins a little before the first tenure shown, within the hours chosen.
+  const first = Math.min(end - 10000, ...all.map((tenure) => tenure.start));
+  render(all, Math.max(end - span, first - Math.max(5000, (end - first) * 0.05)), end);
 }
 
 export function clear() {
@@ -159,10 +162,11 @@ function render(all, start, end) {
   // The axis: a tick every step that leaves about 90 px between labels.
   const step = STEPS.find((ms) => (ms / (end - start)) * plot >= 90) || STEPS[STEPS.length - 1];
   for (let at = Math.ceil(start / step) * step; at <= end; at += step) {
-    picture.append(
-      svg('line', { className: 'tick', attrs: { x1: x(at), x2: x(at), y1: AXIS - 6, y2: height } }),
-      svg('text', { className: 'tick-label', text: clock(at).slice(0, 5), attrs: { x: x(at) + 3, y: AXIS - 10 } }),
-    );
+    picture.append(svg('line', { className: 'tick', attrs: { x1: x(at), x2: x(at), y1: AXIS - 6, y2: height } }));
+    if (x(at) < width - 60) {
+      const text = step < 60000 ? clock(at) : clock(at).slice(0, 5);
+      picture.append(svg('text', { className: 'tick-label', text, attrs: { x: x(at) + 3, y: AXIS - 10 } }));
+    }
   }
   const names = svg('g', { attrs: { 'clip-path': 'url(#labels)' } });
   rows.forEach((row, index) => {
@@ -194,7 +198,12 @@ function render(all, start, end) {
       const who = tenure.broken.byToken ? `${tenure.broken.by} (token ${tenure.broken.byToken})` : tenure.broken.by;
       bar.append(
         svg('line', { className: 'break-mark', attrs: { x1: mark, x2: mark, y1: y - 3, y2: y + LANE - 5 } }),
-        svg('text', { className: 'break-label', text: `✕ ${who}: ${tenure.broken.reason}`, attrs: { x: mark + 4, y: y + 13 } }),
+        // Beside the mark, on its left when the mark is near the chart's right edge.
+        svg('text', {
+          className: 'break-label',
+          text: `✕ ${who}: ${tenure.broken.reason}`,
+          attrs: mark > width - 240 ? { x: mark - 4, y: y + 13, 'text-anchor': 'end' } : { x: mark + 4, y: y + 13 },
+        }),
       );
       breaks.push({ tenure, who });
     }
