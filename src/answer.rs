@@ -29,7 +29,7 @@ pub use set::{
     SetReleased, SetRenewAnswer, SetRenewed,
 };
 pub use shaped::{Shaped, ShapedAcquire, ShapedRelease, ShapedRenew};
-pub use status::{Free, Held, ListAnswer, StatusAnswer};
+pub use status::{Free, Held, ListAnswer, QueuesAnswer, StatusAnswer};
 
 /// What every answer gives: its exit code and its human line(s).
 pub trait Answer: Serialize {

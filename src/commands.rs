@@ -244,6 +244,7 @@ fn list(store: &mut dyn LockStore, printer: Printer, args: ListArgs) -> Result<E
 fn log(store: &mut dyn LockStore, printer: Printer, args: LogArgs) -> Result<Exit> {
     let query = LogQuery {
         resource: args.resource,
+        prefix: None,
         since: args.since,
         limit: args.limit,
     };

@@ -45,6 +45,7 @@ impl Tenure {
         Lock {
             resource: resource.clone(),
             owner: self.owner.clone(),
+            token: self.owner.token().cloned(),
             fence: self.fence,
             acquired_at: self.acquired_at,
             expires_at: self.expires_at,
@@ -103,6 +104,17 @@ pub struct Waiter {
     /// Handed out by the store in arrival order.
     pub ticket: i64,
     pub expires_at: Timestamp,
+}
+
+/// What a place in the queue records of the request waiting there, for those who look at the
+/// queue (`GET /queues`, docs/src/http-api.md): no decision reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asking {
+    /// When the place was taken, by the store's clock.
+    pub since: Timestamp,
+    pub mode: Mode,
+    /// A lock set's members, every one of which it waits for; empty for one resource.
+    pub members: Vec<Resource>,
 }
 
 /// How long a place in the queue stays live without being refreshed.
@@ -191,7 +203,9 @@ impl State {
                 self.leases.remove(at);
             }
             Change::Record(_) => {}
-            Change::Enqueue { owner, expires_at } => {
+            Change::Enqueue {
+                owner, expires_at, ..
+            } => {
                 if self.queue.iter().any(|w| w.owner == *owner) {
                     return Err(format!("{owner} has a place already"));
                 }
@@ -235,8 +249,12 @@ pub enum Change {
     /// A history row.
     Record(Event),
     /// `owner` takes a place at the end of the queue (the store hands out its ticket), live
-    /// until `expires_at`.
-    Enqueue { owner: Owner, expires_at: Timestamp },
+    /// until `expires_at`, recording what it asks for.
+    Enqueue {
+        owner: Owner,
+        expires_at: Timestamp,
+        asking: Asking,
+    },
     /// `owner`'s place stays live until `expires_at`.
     Refresh { owner: Owner, expires_at: Timestamp },
     /// `owner` leaves the queue (it got the lock, gave up, or its place expired).
@@ -360,6 +378,10 @@ fn record(
         token: lease.owner.token().cloned(),
         fence: lease.fence,
         event,
+        expires_at: match event {
+            EventKind::Released | EventKind::Broken => None,
+            _ => Some(lease.expires_at),
+        },
         previous_owner: previous,
         mode: lease.mode,
         note: lease.note.clone(),

@@ -11,11 +11,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod mode;
+mod queue;
 mod set;
 mod text;
 mod time;
 
 pub use mode::{Family, MAX_LIMIT, Mode};
+pub use queue::{Place, Queue, queues};
 pub use set::{
     Blocked, MAX_MEMBERS, Members, SetAcquire, SetRefusal, SetRelease, SetRenew, Shape,
     released_one, renewed_one,
@@ -44,6 +46,9 @@ impl fmt::Display for Fence {
 pub struct Lock {
     pub resource: Resource,
     pub owner: Owner,
+    /// The token that proved the owner (`distlock serve --tokens`), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<TokenName>,
     pub fence: Fence,
     pub acquired_at: Timestamp,
     pub expires_at: Timestamp,
@@ -138,6 +143,10 @@ pub struct Event {
     pub token: Option<TokenName>,
     pub fence: Fence,
     pub event: EventKind,
+    /// The end of the lease the event left (not for `released` and `broken`, which end it;
+    /// not recorded before schema version 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_owner: Option<Owner>,
     #[serde(flatten)]
@@ -225,6 +234,8 @@ pub struct GcReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogQuery {
     pub resource: Option<Resource>,
+    /// Only the resources that start with this.
+    pub prefix: Option<String>,
     /// Only events from this long ago until now, by the store's clock.
     pub since: Option<Duration>,
     /// At most this many events (the newest ones), still printed oldest first.

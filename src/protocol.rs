@@ -9,7 +9,7 @@
 //! - the request bodies as types ([`AcquireRequest`], [`RenewRequest`], [`ReleaseRequest`],
 //!   [`BreakRequest`], [`LeaveRequest`]): a client serializes them, the server reads them back
 //!   strictly (`body`, [`Fields`]: unknown fields and keys given twice refused, each field checked as its
-//!   command-line flag is), and the queries of `list` and `log` (`query`);
+//!   command-line flag is), and the queries of `list`, `queues` and `log` (`query`, `reads`);
 //! - the headers every answer or grant carries, and the limits every request keeps.
 //!
 //! The answers are not here: each is the command's own type in [`crate::answer`], which the
@@ -21,13 +21,15 @@ use std::time::Duration;
 
 mod body;
 mod query;
+mod reads;
 mod requests;
 mod routes;
 
 pub use body::{Bad, Fields};
+pub use reads::{list_path, log_path, queues_path, read_list, read_log, read_queues};
 pub use requests::{
     AcquireRequest, BreakRequest, End, LeaveRequest, ReleaseRequest, RenewRequest, grant_header,
-    list_path, log_path, read_grant_header, read_list, read_log, whole_seconds,
+    read_grant_header, whole_seconds,
 };
 pub use routes::{Route, Target, Unrouted};
 

@@ -42,6 +42,7 @@ mod listen;
 mod metrics;
 mod operations;
 mod problem;
+mod queues;
 mod readers;
 mod reply;
 mod reread;
@@ -49,6 +50,7 @@ mod shared;
 mod stall;
 mod tls;
 pub mod tokens;
+mod ui;
 mod waiters;
 mod waiting;
 mod watcher;
@@ -198,9 +200,9 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     watcher::start(location.clone(), Arc::clone(&waiters)).map_err(threads)?;
     let state = Arc::new(Shared {
         writer,
-        readers: Arc::new(Readers::new(location, bounds.store_connections)),
+        readers: Arc::new(Readers::new(location.clone(), bounds.store_connections)),
         waiters,
-        metrics: metrics::Metrics::default(),
+        metrics: metrics::Metrics::of_store(&location),
         health: health::Health::default(),
         stopping: AtomicBool::new(false),
         tokens,

@@ -357,6 +357,7 @@ mod tests {
             locks: vec![Lock {
                 resource: r(),
                 owner,
+                token: None,
                 fence: Fence(1),
                 acquired_at: Timestamp(0),
                 expires_at: Timestamp(1000),

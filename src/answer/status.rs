@@ -1,4 +1,4 @@
-//! The answers that only read: `status`, `list`, `log`, and `gc`'s report.
+//! The answers that only read: `status`, `list`, `GET /queues`, `log`, and `gc`'s report.
 
 use std::fmt::Write as _;
 
@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{Answer, Flag, held_text, is_zero, tenure_text, waiting_text};
 use crate::exit::Exit;
 use crate::lock::GcReport;
-use crate::lock::{Event, Lock, Mode, Resource, Status};
+use crate::lock::{Event, Lock, Mode, Queue, Resource, Status};
 
 /// `status` 0: `{"held":true,"lock":{…oldest…},"locks":[…],"waiting":K}`; `locks` (every live
 /// tenure, by fence) only for shared or semaphore tenures.
@@ -114,6 +114,13 @@ impl Answer for ListAnswer {
         let lines: Vec<String> = self.locks.iter().map(held_text).collect();
         lines.join("\n")
     }
+}
+
+/// `GET /queues`: `{"queues":[{"resource":…,"waiters":[…]}]}`, one entry per resource with
+/// live places, by resource, each place in arrival order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuesAnswer {
+    pub queues: Vec<Queue>,
 }
 
 /// `log` prints one [`Event`] per line.

@@ -28,6 +28,7 @@ fn lock(name: &str, who: &str, fence: i64, mode: Mode, with: Option<&str>) -> Lo
     Lock {
         resource: resource(name),
         owner: owner(who),
+        token: None,
         fence: Fence(fence),
         acquired_at: at(T1),
         expires_at: at(T2),
@@ -325,6 +326,7 @@ fn list_log_gc_and_break_answers_are_the_references_lines() {
         token: None,
         fence: Fence(7),
         event: kind,
+        expires_at: None,
         previous_owner: previous.map(owner),
         mode: Mode::Exclusive,
         note: None,

@@ -2,7 +2,7 @@
 //! [`State`] (see the module above for the invariants they keep).
 
 use super::{
-    Change, Decision, LIVENESS_MS, REFRESH_BELOW_MS, Request, State, Tenure, expiry, record,
+    Asking, Change, Decision, LIVENESS_MS, REFRESH_BELOW_MS, Request, State, Tenure, expiry, record,
 };
 use crate::lock::{
     Acquire, Breaking, EventKind, Fence, Grant, Lock, Mode, Owner, Release, Renew, Resource,
@@ -86,7 +86,12 @@ pub fn acquire<E>(
     let mut changes = expired_places(state);
     if !admitted || ahead > 0 {
         if request.waits {
-            changes.extend(keep_place(state, &request.owner));
+            let asking = Asking {
+                since: now,
+                mode: request.mode,
+                members: Vec::new(),
+            };
+            changes.extend(keep_place(state, &request.owner, asking));
         }
         let shared = live.iter().any(|l| l.mode != Mode::Exclusive);
         return Ok(Decision {
@@ -187,14 +192,16 @@ pub(super) fn expired_places(state: &State) -> Vec<Change> {
 }
 
 /// A waiter's place in `state`'s queue, kept: taken at the end of the queue when it has no
-/// live one, refreshed when less than [`REFRESH_BELOW_MS`] of its liveness is left.
-pub(super) fn keep_place(state: &State, owner: &Owner) -> Option<Change> {
+/// live one (recording what it is `asking`), refreshed when less than [`REFRESH_BELOW_MS`] of
+/// its liveness is left.
+pub(super) fn keep_place(state: &State, owner: &Owner, asking: Asking) -> Option<Change> {
     let liveness = Timestamp(state.now.0.saturating_add(LIVENESS_MS));
     let place = state.waiting().into_iter().find(|w| w.owner == *owner);
     match place {
         None => Some(Change::Enqueue {
             owner: owner.clone(),
             expires_at: liveness,
+            asking,
         }),
         Some(place) if state.now.millis_until(place.expires_at) < REFRESH_BELOW_MS => {
             Some(Change::Refresh {

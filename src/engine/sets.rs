@@ -18,7 +18,7 @@
 use std::convert::Infallible;
 
 use super::rules::{acquire, expired_places, finish, keep_place, leave, release, renew};
-use super::{Change, Finish, Request, SetDecision, State};
+use super::{Asking, Change, Finish, Request, SetDecision, State};
 use crate::lock::{
     Acquire, Blocked, Fence, Owner, Release, Renew, Resource, SetAcquire, SetRefusal, SetRelease,
     SetRenew, Timestamp, Ttl,
@@ -92,6 +92,16 @@ pub fn acquire_set<E>(
     let start_over = request.waits && states.iter().any(placed) && !states.iter().all(placed);
     let mut blocked = Vec::new();
     let mut changes = Vec::with_capacity(members.len());
+    // What each place records: a set's places name every member.
+    let asking = |state: &State| Asking {
+        since: state.now,
+        mode: request.mode,
+        members: if members.len() > 1 {
+            members.to_vec()
+        } else {
+            Vec::new()
+        },
+    };
     for ((member, state), probe) in members.iter().zip(states).zip(probes) {
         let mut member_changes = expired_places(state);
         if request.waits {
@@ -102,9 +112,10 @@ pub fn acquire_set<E>(
                 member_changes.push(Change::Enqueue {
                     owner: owner.clone(),
                     expires_at: Timestamp(state.now.0.saturating_add(super::LIVENESS_MS)),
+                    asking: asking(state),
                 });
             } else {
-                member_changes.extend(keep_place(state, owner));
+                member_changes.extend(keep_place(state, owner, asking(state)));
             }
         }
         if let Acquire::Busy {

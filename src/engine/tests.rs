@@ -10,6 +10,15 @@ use crate::lock::{Acquire, Breaking, Grant, Release, Renew, TokenName};
 
 const NOW: i64 = 1_000_000;
 
+/// What a place records of a plain exclusive request on one resource, taken now.
+fn plain_place() -> Asking {
+    Asking {
+        since: Timestamp(NOW),
+        mode: Mode::Exclusive,
+        members: Vec::new(),
+    }
+}
+
 fn res() -> Resource {
     Resource::parse("r").unwrap()
 }
@@ -646,6 +655,7 @@ fn a_state_reads_back_what_its_changes_write() {
                 Change::Enqueue {
                     owner: own("z"),
                     expires_at: at(4_000),
+                    asking: plain_place(),
                 },
                 Change::Refresh {
                     owner: own("x"),
@@ -685,6 +695,7 @@ fn a_state_reads_back_what_its_changes_write() {
             vec![Change::Enqueue {
                 owner: own("y"),
                 expires_at: at(1),
+                asking: plain_place(),
             }],
             Err("y has a place already"),
         ),
@@ -931,6 +942,7 @@ fn releasing_records_the_released_tenure_not_the_requester_input() {
             token: None,
             fence: Fence(7),
             event: EventKind::Released,
+            expires_at: None,
             previous_owner: None,
             mode: Mode::Exclusive,
             note: None,
@@ -1528,6 +1540,7 @@ fn only_changes_that_may_let_a_waiter_in_wake_waiters() {
             vec![Change::Enqueue {
                 owner: own("a"),
                 expires_at: at(5),
+                asking: plain_place(),
             }],
             false,
         ),
@@ -1636,6 +1649,7 @@ fn a_change_that_may_let_a_waiter_in_wakes_the_first_live_waiter_left() {
             vec![Change::Enqueue {
                 owner: own("d"),
                 expires_at: at(5),
+                asking: plain_place(),
             }],
             None,
         ),
@@ -1666,7 +1680,10 @@ fn random_retry_orders_still_grant_in_arrival_order() {
             })
             .unwrap();
             for change in d.changes {
-                if let Change::Enqueue { owner, expires_at } = change {
+                if let Change::Enqueue {
+                    owner, expires_at, ..
+                } = change
+                {
                     ticket += 1;
                     state.queue.push(Waiter {
                         owner,

@@ -52,6 +52,7 @@ impl Heartbeat {
         for (resource, fence) in self.members.as_slice().iter().zip(&self.fences) {
             let query = LogQuery {
                 resource: Some(resource.clone()),
+                prefix: None,
                 since: None,
                 limit: Some(100),
             };
@@ -458,6 +459,7 @@ mod tests {
         Ok(Ok(vec![Lock {
             resource: Resource::parse("r").expect("a resource"),
             owner: Owner::parse("o").expect("an owner"),
+            token: None,
             fence: Fence(3),
             acquired_at: Timestamp(0),
             expires_at: Timestamp(30_000),

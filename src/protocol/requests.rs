@@ -14,12 +14,10 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::body::Fields;
 use super::query::Params;
-use super::routes::{Route, Target, encoded};
+use super::routes::{Route, Target};
 use super::{Bad, MAX_WAIT_SECS};
 use crate::engine::Request;
-use crate::lock::{
-    Fence, Grant, LogQuery, MAX_TTL_SECS, Members, Mode, Owner, Remark, Resource, Shape, Ttl,
-};
+use crate::lock::{Fence, Grant, MAX_TTL_SECS, Members, Mode, Owner, Remark, Resource, Shape, Ttl};
 
 /// `POST /locks/{r}` or `POST /sets`: take a tenure (or wait in line for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -402,67 +400,6 @@ fn write_fences<M: SerializeMap>(
             body.serialize_entry("fences", &named)
         }
     }
-}
-
-/// `GET /locks?prefix=…`: the path of `list`.
-pub fn list_path(prefix: &str) -> String {
-    format!("{}?prefix={}", Route::List.path(), encoded(prefix))
-}
-
-/// The prefix `GET /locks` asks for (`?prefix=`, none: every lock).
-///
-/// # Errors
-///
-/// A query that is not percent-encoded, or gives a parameter twice or one `list` does not
-/// take.
-pub fn read_list(query: Option<&str>) -> Result<String, Bad> {
-    let mut params = Params::parse(query)?;
-    let prefix = params.take("prefix").unwrap_or_default();
-    params.finish()?;
-    Ok(prefix)
-}
-
-/// `GET /log?resource=…&since=…ms&limit=…`: the path of `log`.
-pub fn log_path(query: &LogQuery) -> String {
-    let mut params = Vec::new();
-    if let Some(resource) = &query.resource {
-        params.push(format!("resource={}", encoded(resource.as_str())));
-    }
-    if let Some(since) = query.since {
-        params.push(format!("since={}ms", since.as_millis()));
-    }
-    if let Some(limit) = query.limit {
-        params.push(format!("limit={limit}"));
-    }
-    let path = Route::Log.path();
-    if params.is_empty() {
-        path
-    } else {
-        format!("{path}?{}", params.join("&"))
-    }
-}
-
-/// The history `GET /log` asks for: `resource`, `since` (a duration as `--since` takes it) and
-/// `limit`.
-///
-/// # Errors
-///
-/// A query that is not percent-encoded, gives a parameter twice or one `log` does not take, or
-/// a value that breaks its rule.
-pub fn read_log(query: Option<&str>) -> Result<LogQuery, Bad> {
-    let mut params = Params::parse(query)?;
-    let resource = params
-        .take("resource")
-        .map(|r| Resource::parse(&r).map_err(Bad::Invalid))
-        .transpose()?;
-    let since = params.duration("since")?;
-    let limit = params.count("limit")?;
-    params.finish()?;
-    Ok(LogQuery {
-        resource,
-        since,
-        limit,
-    })
 }
 
 /// The value of [`super::GRANT_HEADER`] for a grant of `tenures`: `new` or `extended` for each,

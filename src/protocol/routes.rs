@@ -35,12 +35,17 @@ pub enum Route {
     Leave(Target),
     /// `GET /locks`.
     List,
+    /// `GET /queues`: every live place in the queues, by resource.
+    Queues,
     /// `GET /log`.
     Log,
     /// `GET /health`.
     Health,
     /// `GET /metrics`.
     Metrics,
+    /// `GET /ui/` (also `/ui`): the dashboard's page (an empty name); `GET /ui/{file}`: one of
+    /// its files, by name.
+    Ui(String),
 }
 
 /// Why a method on a path is no route.
@@ -67,7 +72,7 @@ impl Route {
         query::path(path).map_err(Unrouted::Bad)?;
         let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
         let allow = match segments.as_slice() {
-            ["locks" | "log" | "health" | "metrics"] => "GET, HEAD",
+            ["locks" | "log" | "health" | "metrics" | "queues" | "ui"] | ["ui", _] => "GET, HEAD",
             ["locks", _] => "GET, HEAD, POST, DELETE",
             ["locks", _, "renew" | "break" | "leave"]
             | ["sets"]
@@ -90,6 +95,9 @@ impl Route {
             ("POST", ["sets", "release"]) => Ok(Route::Release(Target::Set)),
             ("POST", ["sets", "leave"]) => Ok(Route::Leave(Target::Set)),
             ("GET", ["log"]) => Ok(Route::Log),
+            ("GET", ["queues"]) => Ok(Route::Queues),
+            ("GET", ["ui"]) => Ok(Route::Ui(String::new())),
+            ("GET", ["ui", file]) => Ok(Route::Ui((*file).to_owned())),
             ("GET", ["health"]) => Ok(Route::Health),
             ("GET", ["metrics"]) => Ok(Route::Metrics),
             _ => Err(Unrouted::MethodNotAllowed {
@@ -120,9 +128,12 @@ impl Route {
             Route::Leave(One(r())),
             Route::Leave(Set),
             Route::List,
+            Route::Queues,
             Route::Log,
             Route::Health,
             Route::Metrics,
+            Route::Ui(String::new()),
+            Route::Ui("app.js".to_owned()),
         ];
         // A kind of route added to the enum fails to compile here until it is listed above.
         for route in &every {
@@ -134,9 +145,11 @@ impl Route {
                 | Route::Break(_)
                 | Route::Leave(_)
                 | Route::List
+                | Route::Queues
                 | Route::Log
                 | Route::Health
-                | Route::Metrics => {}
+                | Route::Metrics
+                | Route::Ui(_) => {}
             }
         }
         every
@@ -157,9 +170,12 @@ impl Route {
             Route::Release(Set) => "POST /sets/release",
             Route::Leave(Set) => "POST /sets/leave",
             Route::List => "GET /locks",
+            Route::Queues => "GET /queues",
             Route::Log => "GET /log",
             Route::Health => "GET /health",
             Route::Metrics => "GET /metrics",
+            Route::Ui(file) if file.is_empty() => "GET /ui/",
+            Route::Ui(_) => "GET /ui/{file}",
         }
     }
 
@@ -179,7 +195,13 @@ impl Route {
     pub fn method(&self) -> &'static str {
         match self {
             Route::Release(Target::One(_)) => "DELETE",
-            Route::Status(_) | Route::List | Route::Log | Route::Health | Route::Metrics => "GET",
+            Route::Status(_)
+            | Route::List
+            | Route::Queues
+            | Route::Log
+            | Route::Health
+            | Route::Metrics
+            | Route::Ui(_) => "GET",
             Route::Acquire(_)
             | Route::Release(Target::Set)
             | Route::Renew(_)
@@ -202,9 +224,11 @@ impl Route {
             Route::Release(Target::Set) => "/sets/release".to_owned(),
             Route::Leave(Target::Set) => "/sets/leave".to_owned(),
             Route::List => "/locks".to_owned(),
+            Route::Queues => "/queues".to_owned(),
             Route::Log => "/log".to_owned(),
             Route::Health => "/health".to_owned(),
             Route::Metrics => "/metrics".to_owned(),
+            Route::Ui(file) => format!("/ui/{file}"),
         }
     }
 }
@@ -237,7 +261,7 @@ mod tests {
         );
         for route in every {
             let (method, path) = route.name().split_once(' ').expect("METHOD /path");
-            let path = path.replace("{r}", "r");
+            let path = path.replace("{r}", "r").replace("{file}", "app.js");
             assert_eq!(
                 Route::parse(method, &path),
                 Ok(route.clone()),
@@ -277,6 +301,16 @@ mod tests {
             ("GET", "/log", Ok(Route::Log)),
             ("GET", "/health", Ok(Route::Health)),
             ("GET", "/metrics", Ok(Route::Metrics)),
+            ("GET", "/queues", Ok(Route::Queues)),
+            ("HEAD", "/queues", Ok(Route::Queues)),
+            ("POST", "/queues", Err(405)),
+            ("GET", "/ui/", Ok(Route::Ui(String::new()))),
+            ("GET", "/ui", Ok(Route::Ui(String::new()))),
+            ("GET", "/ui/app.js", Ok(Route::Ui("app.js".into()))),
+            ("HEAD", "/ui/style.css", Ok(Route::Ui("style.css".into()))),
+            ("POST", "/ui/", Err(405)),
+            ("DELETE", "/ui/app.js", Err(405)),
+            ("GET", "/ui/a/b", Err(404)),
             ("POST", "/sets", Ok(Route::Acquire(Target::Set))),
             ("POST", "/sets/renew", Ok(Route::Renew(Target::Set))),
             ("POST", "/sets/release", Ok(Route::Release(Target::Set))),
@@ -359,9 +393,12 @@ mod tests {
             Route::Release(Target::Set),
             Route::Leave(Target::Set),
             Route::List,
+            Route::Queues,
             Route::Log,
             Route::Health,
             Route::Metrics,
+            Route::Ui(String::new()),
+            Route::Ui("app.js".into()),
         ];
         for route in routes {
             let (method, path) = (route.method(), route.path());

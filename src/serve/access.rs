@@ -1,7 +1,7 @@
-//! Who is calling, and what they may do: with `--tokens`, every request but `/health` shows a
-//! token (`Authorization: Bearer <secret>`), a missing or unknown one is 401, and a request
-//! outside the token's resources, or a `break` by a token that is not an operator's, is 403
-//! `not-allowed`. The token proves the owner a request names ([`Caller::owner`]), so a tenure
+//! Who is calling, and what they may do: with `--tokens`, every request but `/health` and the
+//! dashboard's files (`/ui/…`) shows a token (`Authorization: Bearer <secret>`), a missing or
+//! unknown one is 401, and a request outside the token's resources, or a `break` by a token
+//! that is not an operator's, is 403 `not-allowed`. The token proves the owner a request names ([`Caller::owner`]), so a tenure
 //! belongs to the token that took it. Without `--tokens` every caller may do everything (and
 //! the server listens on loopback only).
 

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
-    ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE,
+    ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE,
+    X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Request, Response, StatusCode};
 
@@ -30,8 +31,9 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let head = oversized_head(&request);
-    // Every request but /health shows its token first, before anything else is said of it.
-    let caller = if path == "/health" {
+    // Every request but /health and the dashboard's files (which hold no data) shows its token
+    // first, before anything else is said of it.
+    let caller = if path == "/health" || super::ui::is_file(&path) {
         Ok(Caller::anyone())
     } else {
         access::caller(state.tokens().as_deref(), request.headers())
@@ -39,6 +41,7 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
     let routed = Route::parse(method.as_str(), &path).map_err(unrouted);
     let query = request.uri().query().map(str::to_owned);
     let json = is_json(&request);
+    let validator = super::ui::validator(request.headers());
     // The body is read whatever the answer (within its time), so that the connection can
     // carry the next request; one that is too large or too slow is not, and the connection is
     // closed after the answer. A caller without a token the server knows is answered at once,
@@ -63,7 +66,7 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
             let name = route.name();
             let reply =
                 match admitted(&caller, &route).and_then(|()| checked_body(&route, body, json)) {
-                    Ok(body) => answer(&state, route, body, query, caller).await,
+                    Ok(body) => answer(&state, route, body, query, caller, validator).await,
                     Err(problem) => problem.into(),
                 };
             (name, reply)
@@ -81,6 +84,10 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
     response
         .headers_mut()
         .insert(API_HEADER, HeaderValue::from_static("1"));
+    response
+        .headers_mut()
+        .insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response.headers_mut().extend(reply.headers.into_vec());
     if reply.status != StatusCode::NO_CONTENT {
         response
             .headers_mut()
@@ -98,11 +105,6 @@ pub async fn handle(state: Arc<Shared>, request: Request<Incoming>) -> Response<
         }
         let millis = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
         headers.insert(WAITED_HEADER, HeaderValue::from(millis));
-    }
-    if let Some(after) = reply.retry_after {
-        response
-            .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
     }
     if let Some(allow) = reply.allow {
         response
@@ -133,7 +135,12 @@ fn admitted(caller: &Caller, route: &Route) -> Result<(), Problem> {
         | Route::Renew(Target::Set)
         | Route::Release(Target::Set)
         | Route::Leave(Target::Set) => Ok(()),
-        Route::List | Route::Log | Route::Health | Route::Metrics => Ok(()),
+        Route::List
+        | Route::Queues
+        | Route::Log
+        | Route::Health
+        | Route::Metrics
+        | Route::Ui(_) => Ok(()),
     }
 }
 
@@ -178,6 +185,7 @@ async fn answer(
     body: Vec<u8>,
     query: Option<String>,
     caller: Caller,
+    validator: Option<String>,
 ) -> Reply {
     let work = super::work::Work {
         state,
@@ -195,6 +203,8 @@ async fn answer(
         Route::Break(resource) => operations::break_lock(&work, resource).await,
         Route::Leave(target) => operations::leave(&work, target).await,
         Route::List => operations::list(&work).await,
+        Route::Queues => super::queues::read(&work).await,
+        Route::Ui(file) => super::ui::file(&file, validator.as_deref()),
         Route::Log => operations::log(&work).await,
     }
 }

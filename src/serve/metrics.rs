@@ -1,7 +1,8 @@
 //! `GET /metrics`: what the server has answered, in Prometheus' text format — requests by route
-//! and status, a latency histogram, and the requests waiting now; the store's health (whether
-//! it answered the last probe, and the last error it met, which `/health` does not say); the
-//! live tenures are counted from the store at each scrape that finds it answering.
+//! and status, a latency histogram, and the requests waiting now; the store's kind (SQLite or
+//! PostgreSQL, never its path, host or credentials) and health (whether it answered the last
+//! probe, and the last error it met, which `/health` does not say); the live tenures are
+//! counted from the store at each scrape that finds it answering.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::health::Finding;
+use crate::store::Location;
 
 /// The upper bounds of the latency histogram's buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -18,6 +20,8 @@ const BUCKETS: [f64; 12] = [
 #[derive(Default)]
 pub struct Metrics {
     inner: Mutex<Counts>,
+    /// The kind of store served: `sqlite`, `postgresql` or `server`.
+    store: &'static str,
 }
 
 #[derive(Default)]
@@ -31,6 +35,18 @@ struct Counts {
 }
 
 impl Metrics {
+    /// The metrics of a server of the store at `location`, which they name by its kind only.
+    pub fn of_store(location: &Location) -> Metrics {
+        Metrics {
+            store: match location {
+                Location::Sqlite(..) => "sqlite",
+                Location::Postgres(_) => "postgresql",
+                Location::Server(_) => "server",
+            },
+            ..Metrics::default()
+        }
+    }
+
     /// Counts one answered request.
     pub fn record(&self, route: &'static str, status: u16, took: Duration) {
         let Ok(mut counts) = self.inner.lock() else {
@@ -89,6 +105,13 @@ impl Metrics {
         );
         text.push_str("# TYPE distlock_store_up gauge\n");
         let _ = writeln!(text, "distlock_store_up {}", u8::from(store.up));
+        if !self.store.is_empty() {
+            text.push_str(
+                "# HELP distlock_store_info The kind of store served: sqlite or postgresql.\n",
+            );
+            text.push_str("# TYPE distlock_store_info gauge\n");
+            let _ = writeln!(text, "distlock_store_info{{kind=\"{}\"}} 1", self.store);
+        }
         if let Some((error, at)) = &store.last_error {
             text.push_str(
                 "# HELP distlock_store_last_error When the store last failed a probe (Unix \
@@ -123,7 +146,8 @@ mod tests {
 
     #[test]
     fn requests_are_counted_by_route_and_status_and_timed_in_cumulative_buckets() {
-        let metrics = Metrics::default();
+        let location = Location::Postgres("postgres://u:secret@db.internal/locks".into());
+        let metrics = Metrics::of_store(&location);
         metrics.record("POST /locks/{r}", 200, Duration::from_micros(300));
         metrics.record("POST /locks/{r}", 200, Duration::from_millis(3));
         metrics.record("GET /locks/{r}", 404, Duration::from_secs(60));
@@ -143,10 +167,15 @@ mod tests {
             "distlock_waiting_requests 1",
             "distlock_live_tenures 2",
             "distlock_store_up 1",
+            "distlock_store_info{kind=\"postgresql\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
         assert!(!text.contains("distlock_store_last_error"));
+        assert!(
+            !text.contains("secret") && !text.contains("db.internal"),
+            "{text}"
+        );
         let down = Finding {
             up: false,
             last_error: Some(("cannot reach \"db\" \\ here\n".into(), 1_700_000_000)),

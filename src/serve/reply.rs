@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use hyper::StatusCode;
+use hyper::header::{HeaderName, HeaderValue};
 
 use super::problem::Problem;
 use crate::answer::Answer;
@@ -54,8 +55,9 @@ pub struct Reply {
     pub(super) grant: Option<(String, Duration)>,
     /// A 405's `Allow`: the methods the path takes.
     pub(super) allow: Option<&'static str>,
-    /// A 429's `Retry-After`, in whole seconds.
-    pub(super) retry_after: Option<Duration>,
+    /// Headers of its own (the dashboard's files: their policy and caching; a 429's
+    /// `Retry-After`).
+    pub(super) headers: Box<[(HeaderName, HeaderValue)]>,
 }
 
 impl Reply {
@@ -66,7 +68,7 @@ impl Reply {
             kind: "application/json",
             grant: None,
             allow: None,
-            retry_after: None,
+            headers: Box::default(),
         }
     }
 
@@ -77,7 +79,7 @@ impl Reply {
             kind: "application/json",
             grant: None,
             allow: None,
-            retry_after: None,
+            headers: Box::default(),
         }
     }
 
@@ -98,7 +100,7 @@ impl Reply {
             kind,
             grant: None,
             allow: None,
-            retry_after: None,
+            headers: Box::default(),
         }
     }
 }
@@ -111,7 +113,7 @@ impl From<Problem> for Reply {
             kind: "application/problem+json",
             grant: None,
             allow: problem.allow,
-            retry_after: None,
+            headers: Box::default(),
         }
     }
 }

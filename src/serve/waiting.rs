@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
+use hyper::header::{HeaderValue, RETRY_AFTER};
 
 use super::lanes::Lane;
 use super::problem::Problem;
@@ -43,8 +44,8 @@ const PAST_EXPIRY: Duration = Duration::from_millis(5);
 /// How long a leave waits for the owner's waiting requests to answer.
 const ANSWERED: Duration = Duration::from_secs(5);
 
-/// What a caller past a bound is told to wait before it asks again.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// What a caller past a bound is told to wait before it asks again, in seconds.
+const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// The acquire of `members` as `request` asks, waiting up to `wait` (of which this request
 /// waits at most [`LONGEST_POLL`]); see the module's notes.
@@ -171,7 +172,7 @@ fn too_many(bound: TooMany) -> Reply {
     };
     let mut reply: Reply =
         Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-waiters", detail).into();
-    reply.retry_after = Some(RETRY_AFTER);
+    reply.headers = Box::new([(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS))]);
     reply
 }
 
@@ -221,6 +222,7 @@ mod tests {
                 expires_at: Timestamp(1000),
                 mode: Mode::Exclusive,
                 note: None,
+                token: None,
             }],
             tenures: vec![Grant::New],
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::Result;
 use super::op::Heard;
 use crate::engine::{Change, Decision, SetDecision, State};
-use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource, Timestamp};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Place, Resource, Timestamp};
 
 /// Hands out a fresh fence inside the deciding transaction.
 pub type FenceSource<'a> = dyn FnMut() -> anyhow::Result<Fence> + 'a;
@@ -103,6 +103,13 @@ pub trait Backend: Send {
     ///
     /// Only store failures.
     fn scan(&mut self, prefix: &str) -> Result<Vec<Lock>>;
+
+    /// The live places for [`super::op::Queues`], by resource, then arrival.
+    ///
+    /// # Errors
+    ///
+    /// Only store failures.
+    fn places(&mut self, prefix: &str) -> Result<Vec<(Resource, Place)>>;
 
     /// The history for [`super::op::Log`].
     ///

@@ -33,6 +33,7 @@ impl<B: Backend> LockStore for B {
                 Outcome::Status(engine::status(resource, &self.read(resource)?))
             }
             Op::List(list) => Outcome::List(self.scan(&list.prefix)?),
+            Op::Queues(read) => Outcome::Queues(crate::lock::queues(self.places(&read.prefix)?)),
             Op::Log(log) => Outcome::Log(self.history(&log.query)?),
             Op::Gc(gc) => Outcome::Gc(self.prune(gc.keep_history)?),
             Op::Subscribe(subscribe) => {

@@ -1,8 +1,9 @@
 //! What both stores write and read back the same way: a history row, a lock's mode as two
-//! columns, and the words for a store written by a newer distlock.
+//! columns, a place in the queue as `GET /queues` shows it, and the words for a store written
+//! by a newer distlock.
 
 use crate::lock::{
-    Breaking, Event, EventKind, Fence, Mode, Owner, Remark, Resource, Timestamp, TokenName,
+    Breaking, Event, EventKind, Fence, Mode, Owner, Place, Remark, Resource, Timestamp, TokenName,
 };
 
 use super::SCHEMA_VERSION;
@@ -25,6 +26,8 @@ pub(super) struct HistoryRow<'a> {
     pub(super) reason: Option<&'a str>,
     /// The operator's token that broke it through a server (`broken` events; NULL: none).
     pub(super) by_token: Option<&'a str>,
+    /// The end of the lease the event left (NULL: none, or not recorded).
+    pub(super) expires_at: Option<i64>,
 }
 
 /// # Errors
@@ -42,6 +45,7 @@ pub(super) fn event(row: &HistoryRow<'_>) -> anyhow::Result<Event> {
         owner,
         fence: row.fence,
         event: kind,
+        expires_at: row.expires_at.map(Timestamp),
         previous_owner: row.previous_owner.map(|name| Owner::from_store(name, "")),
         mode: mode_of(row.mode, row.lim)?,
         note: row.note.map(Remark::from_store),
@@ -51,6 +55,55 @@ pub(super) fn event(row: &HistoryRow<'_>) -> anyhow::Result<Event> {
             reason: Remark::from_store(reason),
         }),
     })
+}
+
+/// A place in the queue as both stores read it back for `GET /queues`.
+pub(super) struct PlaceRow<'a> {
+    pub(super) resource: &'a str,
+    pub(super) owner: &'a str,
+    /// The token column (empty: none).
+    pub(super) token: &'a str,
+    /// When it was taken, in ms (NULL: not recorded).
+    pub(super) since: Option<i64>,
+    pub(super) mode: &'a str,
+    pub(super) lim: Option<i64>,
+    /// [`members_column`]'s text (NULL: one resource).
+    pub(super) members: Option<&'a str>,
+}
+
+/// # Errors
+///
+/// A mode this build does not know, or members that are not the JSON array
+/// [`members_column`] writes.
+pub(super) fn place(row: &PlaceRow<'_>) -> anyhow::Result<(Resource, Place)> {
+    let owner = Owner::from_store(row.owner, row.token);
+    let members = match row.members {
+        Some(text) => serde_json::from_str::<Vec<String>>(text)?
+            .iter()
+            .map(|member| Resource::from_store(member))
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok((
+        Resource::from_store(row.resource),
+        Place {
+            token: owner.token().cloned(),
+            owner,
+            since: row.since.map(Timestamp),
+            mode: mode_of(row.mode, row.lim)?,
+            members,
+        },
+    ))
+}
+
+/// How both stores write a waiting set's members: a JSON array of names; NULL for one
+/// resource.
+pub(super) fn members_column(members: &[Resource]) -> Option<String> {
+    if members.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = members.iter().map(Resource::as_str).collect();
+    serde_json::to_string(&names).ok()
 }
 
 /// How both stores write a mode: a name, and a semaphore's N.

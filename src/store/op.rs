@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{Finish as Ended, Request};
 use crate::lock::{
-    Breaking, Event, Fence, Lock, LogQuery, Members, Owner, Resource, SetAcquire, SetRelease,
-    SetRenew, Ttl,
+    Breaking, Event, Fence, Lock, LogQuery, Members, Owner, Queue, Resource, SetAcquire,
+    SetRelease, SetRenew, Ttl,
 };
 
 use super::sqlite::turnstile;
@@ -89,6 +89,7 @@ operations! {
     Break => Vec<Lock>,
     Leave => Left,
     List => Vec<Lock>,
+    Queues => Vec<Queue>,
     Log => Vec<Event>,
     Gc => GcReport,
     Subscribe => (),
@@ -200,6 +201,13 @@ pub struct Left {
 /// The live locks whose resource starts with `prefix`, by resource, then fence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct List {
+    pub prefix: String,
+}
+
+/// The live places in the queues of the resources that start with `prefix`: one queue per
+/// resource with waiters, by resource, each in arrival order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queues {
     pub prefix: String,
 }
 

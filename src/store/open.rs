@@ -16,7 +16,7 @@ use super::{
     Reads, RemoteStore, Result, SqliteStore, SystemClock, network_fs,
 };
 use crate::engine::State;
-use crate::lock::{Event, GcReport, Lock, LogQuery, Owner, Resource};
+use crate::lock::{Event, GcReport, Lock, LogQuery, Owner, Place, Resource};
 
 /// What a command may do to the store it opens, which decides how it is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +196,10 @@ impl Backend for Absent {
     }
 
     fn scan(&mut self, _prefix: &str) -> Result<Vec<Lock>> {
+        Ok(Vec::new())
+    }
+
+    fn places(&mut self, _prefix: &str) -> Result<Vec<(Resource, Place)>> {
         Ok(Vec::new())
     }
 

@@ -38,7 +38,7 @@ use crate::answer::{AcquireAnswer, SetAcquireAnswer, Shaped, ShapedAcquire, Stat
 use crate::lock::{Blocked, Event, Holder, Members, Resource, SetAcquire, Shape, Status};
 use crate::protocol::{
     AcquireRequest, LONGEST_POLL, LeaveRequest, MAX_WAIT_SECS, Route, list_path, log_path,
-    read_grant_header, whole_seconds,
+    queues_path, read_grant_header, whole_seconds,
 };
 
 mod exchange;
@@ -229,6 +229,15 @@ impl RemoteStore {
         }
     }
 
+    fn queues(&self, prefix: &str) -> Result<Vec<crate::lock::Queue>> {
+        let request = HttpRequest::new(&Route::Queues, queues_path(prefix), CALL_TIMEOUT);
+        let answer = self.call(&request)?;
+        match answer.status {
+            200 => Ok(answer.json::<crate::answer::QueuesAnswer>()?.queues),
+            _ => Err(answer.unexpected(self.client.url())),
+        }
+    }
+
     fn log(&self, query: &crate::lock::LogQuery) -> Result<Vec<Event>> {
         let answer = self.call(&HttpRequest::new(
             &Route::Log,
@@ -279,6 +288,7 @@ impl LockStore for RemoteStore {
             Op::Break(broken) => Outcome::Break(self.break_lock(&broken)?),
             Op::Leave(leave) => Outcome::Leave(self.leave(&leave)),
             Op::List(list) => Outcome::List(self.list(&list.prefix)?),
+            Op::Queues(read) => Outcome::Queues(self.queues(&read.prefix)?),
             Op::Log(log) => Outcome::Log(self.log(&log.query)?),
             Op::Gc(_) => {
                 return Err(Error::Failed(anyhow!(

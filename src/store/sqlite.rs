@@ -60,7 +60,7 @@ use super::op::Heard;
 use super::{Backend, DecideSet, Durability, Error, Reads};
 use crate::engine::{self, State};
 use crate::lock::GcReport;
-use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Resource, Timestamp};
+use crate::lock::{Event, Fence, Lock, LogQuery, Owner, Place, Resource, Timestamp};
 use columns::Columns;
 pub use connection::SqliteStore;
 
@@ -309,6 +309,11 @@ impl Backend for SqliteStore {
     fn scan(&mut self, prefix: &str) -> super::Result<Vec<Lock>> {
         let scanned = self.look(|store| store.scan_rows(prefix));
         scanned.map_err(|err| worded(&self.path, Doing::Read, err).into())
+    }
+
+    fn places(&mut self, prefix: &str) -> super::Result<Vec<(Resource, Place)>> {
+        let places = self.look(|store| store.place_rows(prefix));
+        places.map_err(|err| worded(&self.path, Doing::Read, err).into())
     }
 
     fn history(&mut self, query: &LogQuery) -> super::Result<Vec<Event>> {

@@ -7,6 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::lock::LogQuery;
+use crate::protocol::{list_path, log_path, read_list, read_log};
 
 fn r(name: &str) -> Resource {
     Resource::parse(name).expect("a resource")
@@ -332,11 +334,15 @@ fn list_and_log_queries_are_written_as_the_server_reads_them() {
     assert_eq!(read_list(prefix.as_deref()), Ok("a b".to_owned()));
     let query = LogQuery {
         resource: Some(r("deploy/prod")),
+        prefix: Some("deploy/".into()),
         since: Some(Duration::from_millis(90_500)),
         limit: Some(7),
     };
     let path = log_path(&query);
-    assert_eq!(path, "/log?resource=deploy%2Fprod&since=90500ms&limit=7");
+    assert_eq!(
+        path,
+        "/log?resource=deploy%2Fprod&prefix=deploy%2F&since=90500ms&limit=7"
+    );
     assert_eq!(read_log(path.split_once('?').map(|(_, q)| q)), Ok(query));
     assert_eq!(log_path(&LogQuery::default()), "/log");
 }

@@ -1,4 +1,4 @@
-//! The queries of `list`, `log` and `gc` on PostgreSQL: plain SQL with bound parameters, each
+//! The queries of `list`, `GET /queues`, `log` and `gc` on PostgreSQL: plain SQL with bound parameters, each
 //! its own statement, outside the write transaction of [`super::session`].
 
 use std::time::Duration;
@@ -7,9 +7,9 @@ use anyhow::Result;
 
 use super::session::Session;
 use super::statements::{DECISION_LIFETIME_MS, LEASE_COLUMNS, binary_lease};
-use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Resource, Timestamp};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Place, Resource, Timestamp};
 use crate::store::GC_BATCH;
-use crate::store::columns::{HistoryRow, event};
+use crate::store::columns::{HistoryRow, PlaceRow, event, place};
 
 /// How long `gc` keeps a resource's row after its highest fence was last raised: well past the
 /// lifetime of a decision that may still be written with a lower one.
@@ -33,6 +33,34 @@ impl Session {
             .collect()
     }
 
+    pub(super) fn place_rows(&mut self, prefix: &str) -> Result<Vec<(Resource, Place)>> {
+        self.ensure_checked()?;
+        if self.absent {
+            return Ok(Vec::new());
+        }
+        let rows = self.client.query(
+            "SELECT resource, owner, token, (extract(epoch FROM since) * 1000)::bigint, mode,
+                    lim, members
+             FROM distlock.waiters
+             WHERE expires_at > now() AND starts_with(resource, $1)
+             ORDER BY resource COLLATE \"C\", ticket",
+            &[&prefix],
+        )?;
+        rows.iter()
+            .map(|r| {
+                place(&PlaceRow {
+                    resource: r.get(0),
+                    owner: r.get(1),
+                    token: r.get(2),
+                    since: r.get(3),
+                    mode: r.get(4),
+                    lim: r.get::<_, Option<i32>>(5).map(i64::from),
+                    members: r.get(6),
+                })
+            })
+            .collect()
+    }
+
     pub(super) fn history_rows(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
         self.ensure_checked()?;
         if self.absent {
@@ -45,13 +73,15 @@ impl Session {
         let resource = query.resource.as_ref().map(Resource::as_str);
         let rows = self.client.query(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
-                    previous_owner, mode, lim, note, operator, reason, token, by_token
+                    previous_owner, mode, lim, note, operator, reason, token, by_token,
+                    (extract(epoch FROM expires_at) * 1000)::bigint
              FROM (SELECT * FROM distlock.history
                    WHERE ($1::text IS NULL OR resource = $1)
                      AND ($2::bigint IS NULL OR at >= now() - $2::bigint * interval '1 ms')
+                     AND ($4::text IS NULL OR starts_with(resource, $4))
                    ORDER BY id DESC LIMIT $3) newest
              ORDER BY id",
-            &[&resource, &since_ms, &limit],
+            &[&resource, &since_ms, &limit, &query.prefix],
         )?;
         rows.iter()
             .map(|r| {
@@ -69,6 +99,7 @@ impl Session {
                     reason: r.get(10),
                     token: r.get(11),
                     by_token: r.get(12),
+                    expires_at: r.get(13),
                 })
             })
             .collect()

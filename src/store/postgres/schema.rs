@@ -102,7 +102,9 @@ UPDATE distlock.meta SET schema_version = 4;
 /// granted, and when: a grant raises it under the row's lock, and one whose fence is not
 /// higher starts over, so that no fence taken before another tenure came and went can be
 /// granted after it (the rows a late decision read may be the same again: none). `gc` keeps a
-/// row whose fence was raised lately, for a decision that may still be written. (Columns
+/// row whose fence was raised lately, for a decision that may still be written. An event
+/// records the end of the lease it left, and a place in the queue since when it waits, in
+/// which mode, and a set's members, for those who look (`GET /queues`, the dashboard). (Columns
 /// without a default, or with a constant one: the server adds them without rewriting the
 /// tables.)
 pub(super) const UPGRADE_V5: &str = "
@@ -114,6 +116,13 @@ ALTER TABLE distlock.resources
 UPDATE distlock.resources r SET fence = m.fence
     FROM (SELECT resource, max(fence) AS fence FROM distlock.locks GROUP BY resource) m
     WHERE m.resource = r.resource;
+ALTER TABLE distlock.history
+    ADD COLUMN expires_at timestamptz;                  -- the end of the lease the event left
+ALTER TABLE distlock.waiters
+    ADD COLUMN since timestamptz,                       -- when the place was taken
+    ADD COLUMN mode text NOT NULL DEFAULT 'exclusive',  -- what it waits for
+    ADD COLUMN lim integer,
+    ADD COLUMN members text;                            -- a set's members, a JSON array
 UPDATE distlock.meta SET schema_version = 5;
 ";
 

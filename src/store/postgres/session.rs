@@ -1,9 +1,8 @@
 //! distlock's tables on PostgreSQL, and the one write transaction every lock operation runs in.
 //!
-//! - **The server's clock decides.** "now" is read from the server (`clock_timestamp()`,
-//!   truncated to milliseconds as times are printed) in the transaction that decides, after it
-//!   holds the resource, never from this host, so a client whose clock is off still gets
-//!   exactly its TTL.
+//! - **The server's clock decides.** "now" is read from the server (`clock_timestamp()`, to
+//!   the millisecond) in the transaction that decides, after it holds the resource, never from
+//!   this host, so a client whose clock is off still gets exactly its TTL.
 //! - **No lock is held across a round trip.** An operation reads in one batch (an implicit
 //!   transaction that ends with it, holding nothing afterwards), decides in this process, and
 //!   writes in a second batch, `BEGIN; …; COMMIT` sent as one message, which the server runs to
@@ -45,7 +44,7 @@ use super::statements::{
     still_listening, tenures, text, unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
-use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Resource};
+use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Place, Resource};
 use crate::store::Result as Done;
 use crate::store::backend::{decide_on_nothing, nothing};
 use crate::store::op::Heard;
@@ -212,6 +211,10 @@ impl Backend for Session {
 
     fn scan(&mut self, prefix: &str) -> Done<Vec<Lock>> {
         Ok(self.scan_rows(prefix)?)
+    }
+
+    fn places(&mut self, prefix: &str) -> Done<Vec<(Resource, Place)>> {
+        Ok(self.place_rows(prefix)?)
     }
 
     fn history(&mut self, query: &LogQuery) -> Done<Vec<Event>> {
@@ -470,6 +473,11 @@ mod tests {
         let enqueue = |name: &str| Change::Enqueue {
             owner: o(name),
             expires_at: at,
+            asking: crate::engine::Asking {
+                since: at,
+                mode: crate::lock::Mode::Exclusive,
+                members: Vec::new(),
+            },
         };
         let refresh = |name: &str| Change::Refresh {
             owner: o(name),

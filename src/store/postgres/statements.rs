@@ -11,7 +11,7 @@ use super::batch::{Output, column, flag, number, one_row, required};
 use crate::engine::{Change, State, Tenure, Waiter};
 use crate::lock::{Fence, Owner, Remark, Timestamp, TokenName};
 use crate::store::SCHEMA_VERSION;
-use crate::store::columns::{mode_columns, mode_of};
+use crate::store::columns::{members_column, mode_columns, mode_of};
 
 /// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
 pub(super) const LEASE_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \
@@ -316,13 +316,25 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
             "DELETE FROM distlock.locks WHERE resource = {resource} AND fence = {}",
             fence.0
         )),
-        Change::Enqueue { owner, expires_at } => format!(
-            "INSERT INTO distlock.waiters (resource, owner, token, expires_at)
-             VALUES ({resource}, {}, {}, {})",
-            text(owner.as_str()),
-            text(owner.token_column()),
-            at_ms(expires_at.0),
-        ),
+        Change::Enqueue {
+            owner,
+            expires_at,
+            asking,
+        } => {
+            let (mode, lim) = mode_columns(asking.mode);
+            format!(
+                "INSERT INTO distlock.waiters
+                     (resource, owner, token, expires_at, since, mode, lim, members)
+                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {})",
+                text(owner.as_str()),
+                text(owner.token_column()),
+                at_ms(expires_at.0),
+                at_ms(asking.since.0),
+                text(mode),
+                number_or_null(lim),
+                text_or_null(members_column(&asking.members).as_deref()),
+            )
+        }
         Change::Refresh { owner, expires_at } => one_row(&format!(
             "UPDATE distlock.waiters SET expires_at = {}
              WHERE resource = {resource} AND owner = {} AND token = {}",
@@ -339,8 +351,9 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
             let (mode, lim) = mode_columns(record.mode);
             format!(
                 "INSERT INTO distlock.history (at, resource, owner, fence, event,
-                     previous_owner, mode, lim, note, operator, reason, token, by_token)
-                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                     previous_owner, mode, lim, note, operator, reason, token, by_token,
+                     expires_at)
+                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
                 at_ms(record.at.0),
                 text(record.owner.as_str()),
                 record.fence.0,
@@ -359,6 +372,9 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
                         .and_then(|b| b.by_token.as_ref())
                         .map(TokenName::as_str)
                 ),
+                record
+                    .expires_at
+                    .map_or_else(|| "NULL".to_owned(), |at| at_ms(at.0)),
             )
         }
     }

@@ -12,10 +12,12 @@ use super::columns::Columns;
 use super::connection::SqliteStore;
 use crate::engine::{Change, State, Tenure, Waiter};
 use crate::lock::{
-    Event, Fence, GcReport, Lock, LogQuery, Owner, Remark, Resource, Timestamp, TokenName,
+    Event, Fence, GcReport, Lock, LogQuery, Owner, Place, Remark, Resource, Timestamp, TokenName,
 };
 use crate::store::GC_BATCH;
-use crate::store::columns::{HistoryRow, event, mode_columns, mode_of};
+use crate::store::columns::{
+    HistoryRow, PlaceRow, event, members_column, mode_columns, mode_of, place,
+};
 
 impl SqliteStore {
     /// Prepares, while a waiter has time, the statements its grant and release will run, so
@@ -110,8 +112,8 @@ const INSERT_LOCK: &str = "INSERT INTO locks
 const DELETE_LOCK: &str = "DELETE FROM locks WHERE resource = ?1 AND fence = ?2";
 const INSERT_HISTORY: &str = "INSERT INTO history
         (at, resource, owner, fence, event, previous_owner, mode, lim, note, operator, reason,
-         token, by_token)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+         token, by_token, expires_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 const DEQUEUE: &str = "DELETE FROM waiters WHERE resource = ?1 AND owner = ?2 AND token = ?3";
 
 /// Writes the core's changes, in order. A row that is not where the decision saw it means the
@@ -173,7 +175,8 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
                         .broken
                         .as_ref()
                         .and_then(|b| b.by_token.as_ref())
-                        .map(TokenName::as_str)
+                        .map(TokenName::as_str),
+                    record.expires_at.map(|at| at.0)
                 ])?
             }
         };
@@ -186,18 +189,35 @@ pub(super) fn apply(tx: &Transaction<'_>, resource: &Resource, changes: &[Change
 
 /// Writes a change to the queue; none of them can miss its row (the write lock is held).
 fn apply_queue(tx: &Transaction<'_>, res: &str, change: &Change) -> Result<usize> {
-    // A place taken, and a place kept alive: the same four values, ?1 to ?4.
-    let place = |sql: &str, owner: &Owner, expires_at: Timestamp| -> Result<usize> {
+    // A place kept alive: four values, ?1 to ?4.
+    let refresh = |sql: &str, owner: &Owner, expires_at: Timestamp| -> Result<usize> {
         let values = params![res, owner.as_str(), owner.token_column(), expires_at.0];
         Ok(tx.prepare_cached(sql)?.execute(values)?)
     };
     Ok(match change {
-        Change::Enqueue { owner, expires_at } => place(
-            "INSERT INTO waiters (resource, owner, token, expires_at) VALUES (?1, ?2, ?3, ?4)",
+        Change::Enqueue {
             owner,
-            *expires_at,
-        )?,
-        Change::Refresh { owner, expires_at } => place(
+            expires_at,
+            asking,
+        } => {
+            let (mode, lim) = mode_columns(asking.mode);
+            tx.prepare_cached(
+                "INSERT INTO waiters
+                     (resource, owner, token, expires_at, since, mode, lim, members)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                res,
+                owner.as_str(),
+                owner.token_column(),
+                expires_at.0,
+                asking.since.0,
+                mode,
+                lim,
+                members_column(&asking.members)
+            ])?
+        }
+        Change::Refresh { owner, expires_at } => refresh(
             "UPDATE waiters SET expires_at = ?4 WHERE resource = ?1 AND owner = ?2 AND token = ?3",
             owner,
             *expires_at,
@@ -242,15 +262,46 @@ impl SqliteStore {
         Ok(locks)
     }
 
+    pub(super) fn place_rows(&mut self, prefix: &str) -> Result<Vec<(Resource, Place)>> {
+        let Some(columns) = self.shape.places else {
+            return Ok(Vec::new());
+        };
+        let now = self.clock.now();
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {columns} FROM waiters
+             WHERE resource >= ?1 AND substr(resource, 1, length(?1)) = ?1 AND expires_at > ?2
+             ORDER BY resource, ticket"
+        ))?;
+        let mut rows = stmt.query(params![prefix, now.0])?;
+        let mut places = Vec::new();
+        while let Some(r) = rows.next()? {
+            places.push(place(&PlaceRow {
+                resource: &r.get::<_, String>(0)?,
+                owner: &r.get::<_, String>(1)?,
+                token: &r.get::<_, String>(2)?,
+                since: r.get(4)?,
+                mode: &r.get::<_, String>(5)?,
+                lim: r.get(6)?,
+                members: r.get::<_, Option<String>>(7)?.as_deref(),
+            })?);
+        }
+        Ok(places)
+    }
+
     pub(super) fn history_rows(&mut self, query: &LogQuery) -> Result<Vec<Event>> {
         let filter = if query.resource.is_some() {
             "resource = ?1 AND at >= ?2"
         } else {
             "?1 IS NULL AND at >= ?2"
         };
+        let prefix = if query.prefix.is_some() {
+            " AND substr(resource, 1, length(?4)) = ?4"
+        } else {
+            " AND ?4 IS NULL"
+        };
         let sql = format!(
             "SELECT {} FROM (
-                 SELECT * FROM history WHERE {filter} ORDER BY id DESC LIMIT ?3
+                 SELECT * FROM history WHERE {filter}{prefix} ORDER BY id DESC LIMIT ?3
              ) ORDER BY id",
             self.shape.history
         );
@@ -263,7 +314,7 @@ impl SqliteStore {
         });
         let resource = query.resource.as_ref().map(Resource::as_str);
         let mut stmt = self.conn.prepare_cached(&sql)?;
-        let mut rows = stmt.query(params![resource, since, limit])?;
+        let mut rows = stmt.query(params![resource, since, limit, query.prefix])?;
         let mut events = Vec::new();
         while let Some(r) = rows.next()? {
             events.push(event(&HistoryRow {
@@ -280,6 +331,7 @@ impl SqliteStore {
                 reason: r.get::<_, Option<String>>(10)?.as_deref(),
                 token: &r.get::<_, String>(11)?,
                 by_token: r.get::<_, Option<String>>(12)?.as_deref(),
+                expires_at: r.get(13)?,
             })?);
         }
         Ok(events)

@@ -18,6 +18,7 @@
 //! | [`load`] | load on a server: clients that keep their connection alive and carry a token, a flood of raw long-polls on an async runtime of the test's own (each answer read whole, or its failure recorded), the server's gauge of waiting requests, the open-files limit |
 //! | [`certs`] | certificates made by the test for the HTTPS server: a CA of its own and server certificates it signs for 127.0.0.1, ::1 and localhost, as PEM files |
 //! | [`require`] | the one gate for a tool, service or privilege the machine may lack: skipped with a note, or a failure under CI's `DISTLOCK_TEST_REQUIRE_<TOOL>` |
+//! | [`browser`] | a real headless Chromium driven through chromedriver (WebDriver), for the dashboard: a page, scripts run in it, waits for its DOM, screenshots under `target/dashboard-screenshots/` |
 //! | [`proxy`] | a TCP proxy in front of PostgreSQL that injects network faults: a partition, delay, a cut connection (also mid-statement), a dead server, and healing |
 //!
 //! `process`, `require`, `fenced_write`, `certs`, `critical`, `pg_database` and `cluster` are
@@ -25,6 +26,7 @@
 //! test crates; what only this suite needs lives elsewhere.
 //! No item is allowed to be dead: a helper nobody calls is deleted.
 
+pub mod browser;
 pub mod certs;
 pub mod cluster;
 pub mod contention;

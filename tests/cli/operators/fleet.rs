@@ -287,9 +287,13 @@ fn hold_at_least_keeps_the_lock_until_the_tenures_start_plus_the_hold() {
         );
         assert_eq!(
             keys(kept),
-            ["at", "event", "fence", "owner", "resource"],
+            ["at", "event", "expires_at", "fence", "owner", "resource"],
             "{kept}"
         );
+        // Kept until the tenure's start + the hold.
+        let start = timestamp_millis(events[0]["at"].as_str().unwrap());
+        let until = timestamp_millis(kept["expires_at"].as_str().unwrap());
+        assert_eq!(until - start, 3000, "{kept}");
 
         // Another host finds it busy until then, and free from then on.
         let busy = db.json(

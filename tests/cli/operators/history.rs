@@ -115,20 +115,28 @@ fn log(db: &Db, args: &[&str]) -> Vec<Value> {
                 ["acquired", "extended", "renewed", "released", "taken_over"].contains(&kind),
                 "unknown event kind in {event}"
             );
-            let expected: &[&str] = if kind == "taken_over" {
-                &[
+            // Every event but a release says the end of the lease it left.
+            let expected: &[&str] = match kind {
+                "taken_over" => &[
                     "at",
                     "event",
+                    "expires_at",
                     "fence",
                     "owner",
                     "previous_owner",
                     "resource",
-                ]
-            } else {
-                &["at", "event", "fence", "owner", "resource"]
+                ],
+                "released" => &["at", "event", "fence", "owner", "resource"],
+                _ => &["at", "event", "expires_at", "fence", "owner", "resource"],
             };
             assert_eq!(keys(&event), expected, "{all:?}: {event}");
-            timestamp_millis(text_of(&event, "at"));
+            let at = timestamp_millis(text_of(&event, "at"));
+            if kind != "released" {
+                assert!(
+                    timestamp_millis(text_of(&event, "expires_at")) > at,
+                    "{event}"
+                );
+            }
             fence(&event);
             text_of(&event, "resource");
             text_of(&event, "owner");

@@ -37,6 +37,14 @@ impl Answer {
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
+    /// The body as NDJSON (`GET /log`): one object per line.
+    pub(crate) fn json_lines(&self) -> Vec<Value> {
+        String::from_utf8_lossy(&self.body)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
+    }
+
     pub(crate) fn problem(&self, status: u16, kind: &str) -> Value {
         assert_eq!(
             self.status,
