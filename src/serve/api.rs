@@ -239,9 +239,12 @@ async fn metrics(state: &Arc<Shared>) -> Reply {
         None
     };
     let waiting = state.waiters.len();
-    let text = state
-        .metrics
-        .render(tenures, waiting, &state.health.finding());
+    let text = state.metrics.render(
+        tenures,
+        waiting,
+        state.writer.written(),
+        &state.health.finding(),
+    );
     Reply::text(text, "text/plain; version=0.0.4; charset=utf-8")
 }
 

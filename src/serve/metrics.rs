@@ -64,7 +64,14 @@ impl Metrics {
     }
 
     /// The text format, with the gauges read at this scrape and what the store's probes found.
-    pub fn render(&self, tenures: Option<usize>, waiting: usize, store: &Finding) -> String {
+    /// The metrics' text; `written`: the writer's batches and the operations they carried.
+    pub fn render(
+        &self,
+        tenures: Option<usize>,
+        waiting: usize,
+        written: (u64, u64),
+        store: &Finding,
+    ) -> String {
         let mut text = String::new();
         let Ok(counts) = self.inner.lock() else {
             return text;
@@ -100,6 +107,17 @@ impl Metrics {
         text.push_str("# HELP distlock_waiting_requests Requests waiting in a queue now.\n");
         text.push_str("# TYPE distlock_waiting_requests gauge\n");
         let _ = writeln!(text, "distlock_waiting_requests {waiting}");
+        let (batches, operations) = written;
+        text.push_str(
+            "# HELP distlock_write_batches_total Transactions the store's writer committed.\n",
+        );
+        text.push_str("# TYPE distlock_write_batches_total counter\n");
+        let _ = writeln!(text, "distlock_write_batches_total {batches}");
+        text.push_str(
+            "# HELP distlock_write_operations_total Lock operations those transactions carried.\n",
+        );
+        text.push_str("# TYPE distlock_write_operations_total counter\n");
+        let _ = writeln!(text, "distlock_write_operations_total {operations}");
         text.push_str(
             "# HELP distlock_store_up Whether the store answered the server's last probe.\n",
         );
@@ -155,7 +173,7 @@ mod tests {
             up: true,
             last_error: None,
         };
-        let text = metrics.render(Some(2), 1, &up);
+        let text = metrics.render(Some(2), 1, (3, 5), &up);
         for line in [
             "distlock_requests_total{route=\"GET /locks/{r}\",status=\"404\"} 1",
             "distlock_requests_total{route=\"POST /locks/{r}\",status=\"200\"} 2",
@@ -165,6 +183,8 @@ mod tests {
             "distlock_request_duration_seconds_bucket{le=\"+Inf\"} 3",
             "distlock_request_duration_seconds_count 3",
             "distlock_waiting_requests 1",
+            "distlock_write_batches_total 3",
+            "distlock_write_operations_total 5",
             "distlock_live_tenures 2",
             "distlock_store_up 1",
             "distlock_store_info{kind=\"postgresql\"} 1",
@@ -180,7 +200,7 @@ mod tests {
             up: false,
             last_error: Some(("cannot reach \"db\" \\ here\n".into(), 1_700_000_000)),
         };
-        let text = metrics.render(None, 0, &down);
+        let text = metrics.render(None, 0, (0, 0), &down);
         assert!(!text.contains("live_tenures"));
         for line in [
             "distlock_store_up 0",

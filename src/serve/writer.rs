@@ -32,11 +32,19 @@ const MOST: usize = 256;
 
 /// The store's writer, shared by every request.
 pub struct Writer {
-    queue: Mutex<Lanes<Job>>,
+    queue: Mutex<Queue>,
     ready: Condvar,
     /// How many batches and operations it committed, for `/metrics`.
-    pub(super) batches: std::sync::atomic::AtomicU64,
-    pub(super) operations: std::sync::atomic::AtomicU64,
+    batches: std::sync::atomic::AtomicU64,
+    operations: std::sync::atomic::AtomicU64,
+}
+
+/// The queued operations, and whether the writer sleeps waiting for one (only then is it
+/// woken: a busy writer takes what came meanwhile when its batch is done).
+#[derive(Default)]
+struct Queue {
+    lanes: Lanes<Job>,
+    sleeping: bool,
 }
 
 /// One queued operation and where its outcome goes.
@@ -57,7 +65,7 @@ impl Writer {
         waiters: Arc<Waiters>,
     ) -> std::io::Result<Arc<Writer>> {
         let writer = Arc::new(Writer {
-            queue: Mutex::new(Lanes::default()),
+            queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
             batches: 0.into(),
             operations: 0.into(),
@@ -69,7 +77,13 @@ impl Writer {
         Ok(writer)
     }
 
-    fn queue(&self) -> MutexGuard<'_, Lanes<Job>> {
+    /// The batches committed so far, and the operations they carried.
+    pub fn written(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.batches.load(Relaxed), self.operations.load(Relaxed))
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
         // Nothing panics while holding the lock; were it poisoned, the queue is still whole.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -87,8 +101,14 @@ impl Writer {
         op: Op,
     ) -> store::Result<Outcome> {
         let (answer, answered) = oneshot::channel();
-        self.queue().push(lane, token, Job { op, answer });
-        self.ready.notify_one();
+        let sleeping = {
+            let mut queue = self.queue();
+            queue.lanes.push(lane, token, Job { op, answer });
+            queue.sleeping
+        };
+        if sleeping {
+            self.ready.notify_one();
+        }
         answered
             .await
             .unwrap_or_else(|_| Err(store::Error::Failed(anyhow!("the store's writer stopped"))))
@@ -104,13 +124,12 @@ impl Writer {
         loop {
             let jobs = {
                 let mut queue = self.queue();
-                while queue.is_empty() {
-                    queue = self
-                        .ready
-                        .wait(queue)
-                        .unwrap_or_else(PoisonError::into_inner);
+                while queue.lanes.is_empty() {
+                    queue.sleeping = true;
+                    queue = (self.ready.wait(queue)).unwrap_or_else(PoisonError::into_inner);
                 }
-                queue.next_batch(MOST)
+                queue.sleeping = false;
+                queue.lanes.next_batch(MOST)
             };
             let (ops, answers): (Vec<Op>, Vec<_>) =
                 jobs.into_iter().map(|job| (job.op, job.answer)).unzip();
@@ -152,7 +171,7 @@ impl Writer {
             if failed {
                 store = None;
             } else if let Some(open) = store.as_mut() {
-                if self.queue().is_empty() {
+                if self.queue().lanes.is_empty() {
                     // A SQLite store's WAL is checkpointed and started over once it is long.
                     let _ = open.carry_out(Op::Tidy(op::Tidy));
                 }
