@@ -17,8 +17,9 @@
 //!   its answers) closes the connection ([`stall`]).
 //! - **Where:** `--listen` takes an address or a host name ([`Listen`]), resolved at start and
 //!   listened on at each of its addresses, on one port.
-//! - **Health** ([`health`]): `/health` waits at most 1 s for one shared probe of the store,
-//!   and says only whether the store answers; the cause goes to the log and `/metrics`.
+//! - **Health** ([`health`]): `/health` waits at most 700 ms for one shared probe of the
+//!   store, so that it answers within 900 ms, and says only whether the store answers; the
+//!   cause goes to the log and `/metrics`.
 //! - **Waiting** is the command line's own wait ([`crate::wait::serve`]), with the store's
 //!   wake-ups, for at most 30 s per request; the place in the queue is kept for the client's
 //!   next request (see [`api`]).

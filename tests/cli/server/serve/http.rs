@@ -10,8 +10,9 @@
 //!
 //! The server's own limits answer as distlock does (a head of many short headers is 431 with a
 //! problem document), a client that never reads its answers is let go after 10 s of writes that
-//! make no progress, `--listen` takes a host name, and `/health` answers within 1 s, saying
-//! nothing of the store but that it is unavailable.
+//! make no progress, `--listen` takes a host name, and `/health` answers within 900 ms (a
+//! probe with a 1 s timeout always gets its answer), saying nothing of the store but that it
+//! is unavailable.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -594,6 +595,37 @@ fn health_answers_within_1s_and_names_nothing_of_the_store_while_postgresql_is_a
         assert!(!stderr.contains(&password), "no password on stderr");
         assert!(!text.contains(&password), "no password in /metrics");
     }
+}
+
+/// A probe with a 1 s timeout (a load balancer's, `curl -m 1`) always gets an answer from
+/// `/health` while the store hangs (PostgreSQL behind a proxy that takes bytes and never
+/// answers): the server waits for its store for less than that (700 ms), so that its 503
+/// reaches the probe within 900 ms, before the probe gives up.
+#[test]
+fn health_answers_a_probe_with_a_1s_timeout_while_the_store_hangs() {
+    let Some(db) = Db::postgres() else { return };
+    let (proxy, via_proxy) = Proxy::in_front_of(&db);
+    let server = Server::start_at(&db, &via_proxy);
+    assert_eq!(server.get("/health").status, 200);
+    proxy.black_hole();
+    let probe = crate::common::certs::agent(None, Duration::from_secs(1));
+    let mut answers = Vec::new();
+    // Until the store is found hanging (a probe of it under way from before may still answer),
+    // then five more: every one answered within the probe's second.
+    while answers.iter().filter(|status| **status == 503).count() < 6 {
+        match server.get_by(&probe, "/health") {
+            Ok(status) => answers.push(status),
+            Err(why) => panic!(
+                "probe {} got no answer within 1 s: {why}",
+                answers.len() + 1
+            ),
+        }
+        assert!(
+            answers.len() < 30,
+            "never 503 while the store hangs: {answers:?}"
+        );
+    }
+    proxy.restore();
 }
 
 /// The proxy's host and port as text, as a detail naming the store would show them.
