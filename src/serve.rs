@@ -26,8 +26,10 @@
 //! - **Signals:** SIGTERM or SIGINT stop the accepting, answer the waiting requests at once
 //!   (busy, their places kept), let the requests in flight finish, and exit 0. SIGHUP rereads
 //!   what the server reads from files ([`reread`]: the TLS certificate and key), and never
-//!   stops the server. All three are caught before the first line on stderr says where the
-//!   server listens.
+//!   stops the server. A signal that asks nothing of the server but would end it by default
+//!   (SIGUSR1, SIGUSR2, SIGALRM, …: [`crate::signals::shrugged_off`]) is one line, `ignoring
+//!   SIGUSR1`, and changes nothing. All are caught before the first line on stderr says where
+//!   the server listens.
 //! - **Exposure** ([`exposure`]): loopback addresses only without tokens; beyond loopback,
 //!   HTTPS or `--insecure-http`. The files and the address are checked before the store is
 //!   opened, so a refused start touches no store.
@@ -248,6 +250,7 @@ async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
             told = signals.next() => match told {
                 Told::Stop => break,
                 Told::Reread => { front.rereads.reread_soon(); continue; }
+                Told::Ignored(name) => { warn(format_args!("ignoring {name}")); continue; }
             },
         };
         let Ok(permit) = permit else { break };
@@ -256,6 +259,7 @@ async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
             told = signals.next() => match told {
                 Told::Stop => break,
                 Told::Reread => { front.rereads.reread_soon(); continue; }
+                Told::Ignored(name) => { warn(format_args!("ignoring {name}")); continue; }
             },
         };
         let Ok((stream, _)) = accepted else {
