@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{P42, by, object, raw_request, state, take};
+use super::{P42, by, object, raw_request, send, state, take};
 use crate::common::pg_url::PgUrl;
 use crate::common::process::{Proc, wait_for};
 use crate::common::proxy::Proxy;
@@ -339,6 +339,109 @@ fn a_refusal_names_the_field_and_says_what_is_wrong_in_the_clients_terms() {
         );
         assert_eq!(state(&server), before);
     });
+}
+
+/// A number no field takes — past any integer (`1e300`, `18446744073709551616`), negative, a
+/// fraction — is a 422 whose detail says in plain words what the field takes (whole numbers,
+/// the range, in seconds where it is a time; for `ttl_seconds` as `--ttl` says it: between 1s
+/// and 365 days), on every route and every numeric field, and nothing changes.
+#[test]
+fn a_number_out_of_range_is_refused_saying_what_the_field_takes_on_every_route() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    take(&server, P42, "w1", 60);
+    let before = state(&server);
+    let ttl = "a whole number of seconds between 1s and 365 days (1 to 31536000)";
+    let wait = "a whole number of seconds between 0s and 24 hours (0 to 86400)";
+    let fence = "a whole number from 1 to 9223372036854775807";
+    let limit = "a whole number from 1 to 10000";
+    let one = lock_path(P42, "");
+    // (method, path, the body with the number as N, the field as named, what it takes)
+    let fields = [
+        (
+            "POST",
+            one.clone(),
+            r#"{"owner":"w","ttl_seconds":N}"#,
+            "ttl_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            "/sets".to_owned(),
+            r#"{"resources":["a"],"owner":"w","ttl_seconds":N}"#,
+            "ttl_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            one.clone(),
+            r#"{"owner":"w","ttl_seconds":9,"wait_seconds":N}"#,
+            "wait_seconds",
+            wait,
+        ),
+        (
+            "POST",
+            one.clone(),
+            r#"{"owner":"w","ttl_seconds":9,"limit":N}"#,
+            "limit",
+            limit,
+        ),
+        (
+            "POST",
+            lock_path(P42, "/renew"),
+            r#"{"owner":"w1","ttl_seconds":N}"#,
+            "ttl_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            lock_path(P42, "/renew"),
+            r#"{"owner":"w1","ttl_seconds":9,"fence":N}"#,
+            "fence",
+            fence,
+        ),
+        (
+            "DELETE",
+            one.clone(),
+            r#"{"owner":"w1","fence":N}"#,
+            "fence",
+            fence,
+        ),
+        (
+            "DELETE",
+            one.clone(),
+            r#"{"owner":"w1","hold_at_least_seconds":N}"#,
+            "hold_at_least_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            "/sets/renew".to_owned(),
+            r#"{"resources":["a","b"],"owner":"w","ttl_seconds":9,"fences":{"a":1,"b":N}}"#,
+            "the fence of b",
+            fence,
+        ),
+    ];
+    // (the number as sent, as the detail shows it)
+    let numbers = [
+        ("1e300", "1e300"),
+        ("18446744073709551616", "1.8446744073709552e19"),
+        ("-1", "-1"),
+        ("1.5", "1.5"),
+    ];
+    for (method, path, body, name, takes) in &fields {
+        for (number, shown) in numbers {
+            let body = body.replace('N', number);
+            let reply = send(&server, method, path, Some(&body));
+            assert_eq!(
+                reply.problem(422)["detail"],
+                Value::from(format!("{name} must be {takes}, got {shown}")),
+                "{method} {path} {body}: {}",
+                reply.describe()
+            );
+        }
+    }
+    assert_eq!(state(&server), before, "nothing changed");
 }
 
 #[test]
