@@ -150,8 +150,16 @@ impl<B: Backend> LockStore for B {
                 members, request, ..
             }) => {
                 let members = members.as_slice();
+                // Decided again, the first decision was not written (another client's write
+                // came first): a waiter then takes its place in line before it is granted.
+                let mut again = false;
                 let outcome =
                     self.transact_set(members, Durable, Reads::All, &mut |states, fresh| {
+                        if std::mem::replace(&mut again, true) {
+                            if let Some(queued) = engine::queue_first(members, states, &request) {
+                                return Ok(queued);
+                            }
+                        }
                         engine::acquire_set(members, states, &request, fresh)
                     })?;
                 let notice = self.notice();
