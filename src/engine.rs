@@ -358,7 +358,7 @@ mod rules;
 mod sets;
 
 pub use rules::{Finish, acquire, break_tenures, finish, leave, release, renew, status};
-pub use sets::{acquire_set, finish_set, leave_set, release_set, renew_set};
+pub use sets::{acquire_set, finish_set, leave_set, queue_first, release_set, renew_set};
 
 fn expiry(now: Timestamp, ttl: Ttl) -> Timestamp {
     Timestamp(now.0.saturating_add(ttl.as_millis()))

@@ -18,8 +18,9 @@
 //!   its answers) closes the connection ([`stall`]).
 //! - **Where:** `--listen` takes an address or a host name ([`Listen`]), resolved at start and
 //!   listened on at each of its addresses, on one port.
-//! - **Health** ([`health`]): `/health` waits at most 1 s for one shared probe of the store,
-//!   and says only whether the store answers; the cause goes to the log and `/metrics`.
+//! - **Health** ([`health`]): `/health` waits at most 700 ms for one shared probe of the
+//!   store, so that it answers within 900 ms, and says only whether the store answers; the
+//!   cause goes to the log and `/metrics`.
 //! - **Waiting** requests are tasks that sleep between their looks ([`waiting`]), rung by the
 //!   writer and by one watcher of the store ([`watcher`]), for at most 30 s per request; the
 //!   place in the queue is kept for the client's next request. They are bounded per token and
@@ -27,8 +28,10 @@
 //! - **Signals:** SIGTERM or SIGINT stop the accepting, answer the waiting requests at once
 //!   (busy, their places kept), let the requests in flight finish, and exit 0. SIGHUP rereads
 //!   what the server reads from files ([`reread`]: the TLS certificate and key), and never
-//!   stops the server. All three are caught before the first line on stderr says where the
-//!   server listens.
+//!   stops the server. A signal that asks nothing of the server but would end it by default
+//!   (SIGUSR1, SIGUSR2, SIGALRM, …: [`crate::signals::shrugged_off`]) is one line, `ignoring
+//!   SIGUSR1`, and changes nothing. All are caught before the first line on stderr says where
+//!   the server listens.
 //! - **Exposure** ([`exposure`]): loopback addresses only without tokens; beyond loopback,
 //!   HTTPS or `--insecure-http`. The files and the address are checked before the store is
 //!   opened, so a refused start touches no store.
@@ -285,6 +288,7 @@ async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
             told = signals.next() => match told {
                 Told::Stop => break,
                 Told::Reread => { front.rereads.reread_soon(); continue; }
+                Told::Ignored(name) => { warn(format_args!("ignoring {name}")); continue; }
             },
         };
         let Ok(permit) = permit else { break };
@@ -293,6 +297,7 @@ async fn serve(state: Arc<Shared>, front: Front) -> Result<()> {
             told = signals.next() => match told {
                 Told::Stop => break,
                 Told::Reread => { front.rereads.reread_soon(); continue; }
+                Told::Ignored(name) => { warn(format_args!("ignoring {name}")); continue; }
             },
         };
         let Ok((stream, _)) = accepted else {

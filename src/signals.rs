@@ -15,13 +15,16 @@
 //!   copy its whole table at each of the sixty-odd registrations, doubling what a short `run`
 //!   costs, and the numbers must arrive in order, real-time signals included.
 //! - **The server** runs on tokio, whose signal streams wake the async task that waits for
-//!   them ([`ServerSignals`]): SIGTERM and SIGINT stop it, SIGHUP rereads its files.
+//!   them ([`ServerSignals`]): SIGTERM and SIGINT stop it, SIGHUP rereads its files, and the
+//!   signals that would otherwise end it though they ask nothing of it ([`shrugged_off`]:
+//!   SIGUSR1, SIGALRM, …) are said in one line and change nothing.
 //!
 //! And in every process, SIGXFSZ is handled ([`survive_file_size_limit`]), so that a write
 //! past a file-size limit fails with an error instead of killing distlock without a word.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -131,12 +134,36 @@ impl Drop for Interrupts {
     }
 }
 
+/// The signals whose default action would end the server, though they ask nothing of it,
+/// and which a user may send it by mistake (`kill -USR1` meant for another process, a timer's
+/// SIGALRM, a profiler's SIGPROF): the server catches them, says so in one line, and serves
+/// on. Left out, each for its reason: SIGPIPE, ignored from the start (Rust's runtime), so
+/// that a write to a closed connection fails with an error instead; SIGQUIT, which asks to
+/// quit at once with a core dump; the faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT,
+/// SIGTRAP, SIGSYS), whose default is the only safe answer; SIGXCPU, a limit set on purpose;
+/// and SIGXFSZ, handled already ([`survive_file_size_limit`]).
+pub fn shrugged_off() -> Vec<(i32, &'static str)> {
+    let mut signals = vec![
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGIO, "SIGIO"),
+    ];
+    #[cfg(target_os = "linux")]
+    signals.extend([(libc::SIGPWR, "SIGPWR"), (libc::SIGSTKFLT, "SIGSTKFLT")]);
+    signals
+}
+
 /// What a signal tells the server to do.
 pub enum Told {
     /// SIGTERM or SIGINT: stop accepting, answer the waiting requests, finish, exit 0.
     Stop,
     /// SIGHUP: reread the files (the tokens, the TLS certificate and key).
     Reread,
+    /// One of [`shrugged_off`], named: nothing to do but say so.
+    Ignored(&'static str),
 }
 
 /// The signals the server answers, caught from start to exit (on its tokio runtime).
@@ -144,10 +171,13 @@ pub struct ServerSignals {
     terminate: Signal,
     interrupt: Signal,
     hangup: Signal,
+    /// [`shrugged_off`]'s, each with its name.
+    ignored: Vec<(Signal, &'static str)>,
 }
 
 impl ServerSignals {
-    /// Catches SIGTERM, SIGINT and SIGHUP; from here on none of them has its default action.
+    /// Catches SIGTERM, SIGINT, SIGHUP and those of [`shrugged_off`]; from here on none of
+    /// them has its default action.
     ///
     /// # Errors
     ///
@@ -156,21 +186,37 @@ impl ServerSignals {
         let catch = |kind: SignalKind, name: &str| {
             signal(kind).with_context(|| format!("cannot catch {name}"))
         };
+        let ignored = shrugged_off()
+            .into_iter()
+            .map(|(number, name)| Ok((catch(SignalKind::from_raw(number), name)?, name)))
+            .collect::<anyhow::Result<_>>()?;
         Ok(ServerSignals {
             terminate: catch(SignalKind::terminate(), "SIGTERM")?,
             interrupt: catch(SignalKind::interrupt(), "SIGINT")?,
             hangup: catch(SignalKind::hangup(), "SIGHUP")?,
+            ignored,
         })
     }
 
     /// The next signal's meaning. Cancel-safe: a signal that arrives while this is dropped is
     /// kept for the next call.
     pub async fn next(&mut self) -> Told {
+        let ignored = &mut self.ignored;
+        let shrugged = std::future::poll_fn(|cx| {
+            for (stream, name) in ignored.iter_mut() {
+                // `None` only once the runtime is going away: nothing to say then.
+                if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
+                    return Poll::Ready(*name);
+                }
+            }
+            Poll::Pending
+        });
         tokio::select! {
             _ = self.terminate.recv() => Told::Stop,
             _ = self.interrupt.recv() => Told::Stop,
             // `None` only once the runtime is going away: then this arm is left out.
             Some(()) = self.hangup.recv() => Told::Reread,
+            name = shrugged => Told::Ignored(name),
         }
     }
 }
@@ -228,5 +274,33 @@ mod tests {
         assert_eq!(sorted, forwarded, "each signal once, in order");
         // A waiter leaves at each of the signals that end a process, and `run` forwards them.
         assert!(ENDING.iter().all(|signal| forwarded.contains(signal)));
+    }
+
+    #[test]
+    fn the_server_shrugs_off_only_signals_that_ask_nothing_of_it() {
+        let shrugged = shrugged_off();
+        for (number, name) in &shrugged {
+            // Named as `kill -l` names them.
+            let named = nix::sys::signal::Signal::try_from(*number).expect("a signal");
+            assert_eq!(named.as_str(), *name);
+        }
+        let numbers: Vec<i32> = shrugged.iter().map(|(number, _)| *number).collect();
+        for signal in [libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM] {
+            assert!(numbers.contains(&signal), "{signal} is not shrugged off");
+        }
+        // What the server answers, what asks it to quit, the faults, SIGPIPE (ignored from
+        // the start) and SIGXFSZ (handled) are not.
+        let answered = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+        let left = [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGABRT,
+        ];
+        let others = [libc::SIGPIPE, libc::SIGXFSZ, libc::SIGXCPU, libc::SIGKILL];
+        for signal in answered.iter().chain(&left).chain(&others) {
+            assert!(!numbers.contains(signal), "{signal} is shrugged off");
+        }
     }
 }

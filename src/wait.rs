@@ -191,6 +191,13 @@ fn subscribe(
     Ok(())
 }
 
+/// When a grant's lease began at the earliest, for an attempt sent at `started` whose store
+/// says it was decided no earlier than `decided` (a PostgreSQL attempt that reached the server
+/// only after an outage, a server's long poll): the later of the two.
+fn lease_start(started: Instant, decided: Option<Instant>) -> Instant {
+    decided.map_or(started, |at| at.max(started))
+}
+
 /// How [`wait_in_line`] ended.
 enum Ended {
     /// With this attempt's outcome as the answer.
@@ -216,8 +223,7 @@ fn wait_in_line(
         if let Some(notice) = &acquisition.notice {
             warn(format_args!("{notice}"));
         }
-        // A grant's lease is timed from when it can first have been decided.
-        let decided = acquisition.decided.map_or(started, |at| at.max(started));
+        let decided = lease_start(started, acquisition.decided);
         let outcome = acquisition.outcome;
         let look = Look::of(&outcome);
         match policy.after(look, started, fastrand::f64()) {
@@ -333,6 +339,31 @@ mod tests {
 
     fn ms(millis: u64) -> Duration {
         Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn a_lease_is_timed_from_the_later_of_the_attempt_and_its_decision() {
+        let t0 = Instant::now();
+        // (decided, after t0) → the lease's start, after t0
+        let cases = [
+            // A local store: the attempt's start.
+            (None, ms(0)),
+            // Decided after an outage the call waited through (PostgreSQL), or after a
+            // server's wait: from then.
+            (Some(ms(6_000)), ms(6_000)),
+            (Some(ms(30_000)), ms(30_000)),
+            // Never before the attempt was sent.
+            (Some(ms(0)), ms(0)),
+        ];
+        for (decided, start) in cases {
+            assert_eq!(
+                lease_start(t0, decided.map(|at| t0 + at)),
+                t0 + start,
+                "decided {decided:?}"
+            );
+        }
+        let later = t0 + ms(10);
+        assert_eq!(lease_start(later, Some(t0)), later, "decided before sent");
     }
 
     fn r() -> Resource {

@@ -93,17 +93,9 @@ pub fn acquire<E>(
             };
             changes.extend(keep_place(state, &request.owner, asking));
         }
-        let shared = live.iter().any(|l| l.mode != Mode::Exclusive);
+        let waiting = queue.len() - usize::from(mine.is_some());
         return Ok(Decision {
-            outcome: Acquire::Busy {
-                holder: live
-                    .iter()
-                    .min_by_key(|l| (l.expires_at, l.fence))
-                    .map(|l| l.holder()),
-                holders: if shared { holders() } else { Vec::new() },
-                waiting: queue.len() - usize::from(mine.is_some()),
-                position: request.waits.then_some(ahead + 1),
-            },
+            outcome: busy(&live, waiting, request.waits.then_some(ahead + 1)),
             changes,
         });
     }
@@ -121,6 +113,26 @@ pub fn acquire<E>(
         changes,
         fresh_fence,
     )
+}
+
+/// Busy, for a request that finds the `live` tenures and `waiting` other live waiters, and
+/// whose place in the queue is `position` when it waits: who holds it (the lease that ends
+/// first), and every holder when they share it.
+pub(super) fn busy(live: &[&Tenure], waiting: usize, position: Option<usize>) -> Acquire {
+    let shared = live.iter().any(|l| l.mode != Mode::Exclusive);
+    Acquire::Busy {
+        holder: live
+            .iter()
+            .min_by_key(|l| (l.expires_at, l.fence))
+            .map(|l| l.holder()),
+        holders: if shared {
+            live.iter().map(|l| l.holder()).collect()
+        } else {
+            Vec::new()
+        },
+        waiting,
+        position,
+    }
 }
 
 /// [`acquire`]'s grant of a new tenure, after `changes` (places in the queue given up): a

@@ -17,11 +17,11 @@
 
 use std::convert::Infallible;
 
-use super::rules::{acquire, expired_places, finish, keep_place, leave, release, renew};
+use super::rules::{acquire, busy, expired_places, finish, keep_place, leave, release, renew};
 use super::{Asking, Change, Finish, Request, SetDecision, State};
 use crate::lock::{
-    Acquire, Blocked, Fence, Owner, Release, Renew, Resource, SetAcquire, SetRefusal, SetRelease,
-    SetRenew, Timestamp, Ttl,
+    Acquire, Blocked, Fence, Grant, Owner, Release, Renew, Resource, SetAcquire, SetRefusal,
+    SetRelease, SetRenew, Timestamp, Ttl,
 };
 
 /// `acquire` of the set `members` (sorted, distinct), with `states` in the members' order:
@@ -141,6 +141,71 @@ pub fn acquire_set<E>(
         changes.push(member_changes);
     }
     Ok(SetDecision {
+        outcome: SetAcquire::Busy { blocked },
+        changes,
+    })
+}
+
+/// A waiter's places in the queue of every member, taken before it is granted: for a waiting
+/// request whose grant its store could not write because another client changed a member
+/// first (PostgreSQL checks a decision when it writes it, and decides again). In line, it is
+/// served in its turn, however often faster clients would have won the race to the write:
+/// later waiters queue behind it, and a try-once request finds the resource busy
+/// (docs/src/reference/semantics.md, "Fair waiting"). `None` when the request does not wait,
+/// holds a place already, or would not be granted a new tenure of every member now: it is
+/// then decided as always, by [`acquire_set`].
+pub fn queue_first(
+    members: &[Resource],
+    states: &[State],
+    request: &Request,
+) -> Option<SetDecision<SetAcquire>> {
+    let owner = &request.owner;
+    let placed = |state: &State| state.waiting().iter().any(|w| w.owner == *owner);
+    if !request.waits || states.iter().any(placed) {
+        return None;
+    }
+    let unfenced = &mut || Ok::<_, Infallible>(Fence(0));
+    let granted = match acquire_set(members, states, request, unfenced) {
+        Ok(decision) => decision.outcome,
+        Err(never) => match never {},
+    };
+    match granted {
+        SetAcquire::Acquired { tenures, .. } if tenures.iter().all(|t| *t == Grant::New) => {}
+        _ => return None,
+    }
+    let mut blocked = Vec::with_capacity(members.len());
+    let mut changes = Vec::with_capacity(members.len());
+    for (member, state) in members.iter().zip(states) {
+        let waiting = state.waiting().len();
+        if let Acquire::Busy {
+            holder,
+            holders,
+            waiting,
+            position,
+        } = busy(&state.live(), waiting, Some(waiting + 1))
+        {
+            blocked.push(Blocked {
+                resource: member.clone(),
+                holder,
+                holders,
+                waiting,
+                position,
+            });
+        }
+        let mut member_changes = expired_places(state);
+        let asking = Asking {
+            since: state.now,
+            mode: request.mode,
+            members: if members.len() > 1 {
+                members.to_vec()
+            } else {
+                Vec::new()
+            },
+        };
+        member_changes.extend(keep_place(state, owner, asking));
+        changes.push(member_changes);
+    }
+    Some(SetDecision {
         outcome: SetAcquire::Busy { blocked },
         changes,
     })

@@ -157,6 +157,7 @@ impl Heartbeat {
                     Event::Lost(self.why_gone(store.as_mut(), otherwise))
                 }
                 Beat::Vanished(why) => Event::Lost(why),
+                Beat::Refused(why) => Event::Refused(why),
                 Beat::Failed { message, next: at } => {
                     // Reconnect for the next try: the connection itself may be what failed.
                     store = None;
@@ -164,7 +165,7 @@ impl Heartbeat {
                     Event::Trouble(message)
                 }
             };
-            let lost = matches!(event, Event::Lost(_));
+            let lost = matches!(event, Event::Lost(_) | Event::Refused(_));
             if !report(event) || lost {
                 return;
             }
@@ -336,6 +337,10 @@ enum Beat {
     Gone { otherwise: &'static str },
     /// The store itself is gone, and the lock with it. The heartbeat stops.
     Vanished(String),
+    /// A server refused the token (removed from its tokens file, or no longer allowed the
+    /// resource): no renewal will succeed, though the lease runs on until it ends. The
+    /// heartbeat stops, and the command is stopped at once rather than at the lease's end.
+    Refused(String),
     /// A store error: try again at `next`, on a new connection.
     Failed { message: String, next: Instant },
 }
@@ -374,6 +379,7 @@ impl Cadence {
             },
             // The lock went with the store: nobody opening it now finds it held.
             Err(gone @ store::Error::Vanished(_)) => Beat::Vanished(gone.to_string()),
+            Err(refused @ store::Error::NotAllowed(_)) => Beat::Refused(refused.to_string()),
             Err(err) => Beat::Failed {
                 message: err.to_string(),
                 next: now + self.retry,
@@ -555,6 +561,18 @@ mod tests {
                 secs(10),
                 secs(10),
                 Beat::Vanished("the store /x/locks.db no longer exists".to_owned()),
+            ),
+            // A server that refuses the token will refuse every renewal: no retry.
+            (
+                30,
+                Err(store::Error::NotAllowed(
+                    "the distlock server http://h refused the token: unknown token".to_owned(),
+                )),
+                secs(10),
+                secs(10),
+                Beat::Refused(
+                    "the distlock server http://h refused the token: unknown token".to_owned(),
+                ),
             ),
         ];
         for (ttl, answer, sent, answered, beat) in cases {

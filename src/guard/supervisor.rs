@@ -88,6 +88,8 @@ pub enum Event {
     Renewed(Instant),
     /// The store answered that the lock is no longer this run's (why, in words).
     Lost(String),
+    /// No renewal can succeed any more, though the lease runs on (the token was refused).
+    Refused(String),
     /// A renewal failed on a store error (the message); the heartbeat keeps retrying.
     Trouble(String),
     /// The instant [`Supervisor::deadline`] asked for has come (or a wake-up without news).
@@ -274,18 +276,22 @@ impl Supervisor {
             Event::Signal(signal) if self.phase != Phase::Done => {
                 vec![Action::SignalGroup(signal)]
             }
-            Event::Signal(_) => Vec::new(),
             Event::Stopped(signal) => self.stopped_on(signal),
             Event::Continued => self.continued(now),
             Event::Exited(ended) => self.exited(ended, now),
             Event::Renewed(until) => self.renewed(until),
             Event::Lost(reason) => self.lost(&reason, now),
+            Event::Refused(reason) if self.phase == Phase::Running => {
+                let why = format!("lost the lock on {}: {reason}", self.resource);
+                self.stop_for_lease(now, why + "; stopping the command")
+            }
             Event::Trouble(message) => self.trouble(&message),
             Event::Timer => self.timer(now),
             Event::Emptied => match self.phase {
                 Phase::Draining { .. } => self.finish_stopped(),
                 _ => Vec::new(),
             },
+            Event::Signal(_) | Event::Refused(_) => Vec::new(),
         }
     }
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use crate::lock::{Fence, MAX_LIMIT, Members, Mode, Owner, Remark, Resource, Ttl};
+use super::MAX_WAIT_SECS;
+use crate::lock::{Fence, MAX_LIMIT, MAX_TTL_SECS, Members, Mode, Owner, Remark, Resource, Ttl};
 
 /// Why a request cannot be carried out as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,14 +85,11 @@ impl Fields {
         }
     }
 
-    /// A whole number, as a JSON integer (not a string, not a fraction).
-    fn optional_integer(&mut self, name: &str) -> Result<Option<i64>, Bad> {
+    /// A whole number that `whole` takes, as a JSON integer (not a string, not a fraction).
+    fn optional_whole(&mut self, name: &str, whole: Whole) -> Result<Option<i64>, Bad> {
         match self.take(name) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(number)) => match number.as_i64() {
-                Some(n) => Ok(Some(n)),
-                None => Err(Bad::Invalid(not_an_integer(name, &number))),
-            },
+            Some(Value::Number(number)) => whole.read(name, &number).map(Some),
             Some(other) => Err(Bad::Invalid(format!(
                 "{name} must be a JSON integer, got {other}"
             ))),
@@ -143,7 +141,7 @@ impl Fields {
     }
 
     pub(super) fn ttl(&mut self) -> Result<Ttl, Bad> {
-        let Some(secs) = self.optional_integer("ttl_seconds")? else {
+        let Some(secs) = self.optional_whole("ttl_seconds", Whole::TTL)? else {
             return Err(Bad::Invalid("ttl_seconds is required".into()));
         };
         u64::try_from(secs)
@@ -159,28 +157,17 @@ impl Fields {
         }
     }
 
-    /// A whole number of seconds in `least..=most`.
-    pub(super) fn seconds(
-        &mut self,
-        name: &str,
-        least: u64,
-        most: u64,
-    ) -> Result<Option<Duration>, Bad> {
-        match self.optional_integer(name)? {
-            None => Ok(None),
-            Some(secs) => match u64::try_from(secs) {
-                Ok(secs) if (least..=most).contains(&secs) => Ok(Some(Duration::from_secs(secs))),
-                _ => Err(Bad::Invalid(format!(
-                    "{name} must be between {least} and {most}, got {secs}"
-                ))),
-            },
-        }
+    /// A whole number of seconds that `whole` takes.
+    pub(super) fn seconds(&mut self, name: &str, whole: Whole) -> Result<Option<Duration>, Bad> {
+        Ok(self
+            .optional_whole(name, whole)?
+            .map(|secs| Duration::from_secs(secs.unsigned_abs())))
     }
 
     /// `shared` and `limit`, as `--shared` and `--limit N`.
     pub(super) fn mode(&mut self) -> Result<Mode, Bad> {
         let shared = self.optional_bool("shared")?.unwrap_or(false);
-        let limit = self.optional_integer("limit")?;
+        let limit = self.optional_whole("limit", Whole::LIMIT)?;
         match (shared, limit) {
             (true, Some(_)) => Err(Bad::Invalid(
                 "shared and limit cannot be used together".into(),
@@ -378,17 +365,92 @@ impl<'de> Visitor<'de> for Strict<'_> {
     }
 }
 
-/// Why `number`, given as `name`, is no JSON integer that fits: a number with a fraction or
-/// an exponent (`60.5`, `1e2`: JSON reads both as fractions, so `1e2` is shown as `100.0`,
-/// and the message says how to write it), or a whole number past the largest.
-fn not_an_integer(name: &str, number: &Number) -> String {
-    match number.as_f64() {
-        Some(value) if number.is_f64() && value.fract() == 0.0 && value.abs() < 1e15 => format!(
-            "{name} must be a JSON integer, written without a decimal point or an exponent: \
-             {value:.0}, not {value:.1} or {value:e}"
-        ),
-        _ if number.is_f64() => format!("{name} must be a whole number, got {number}"),
-        _ => format!("{name} must be at most {}, got {number}", i64::MAX),
+/// What a field of whole numbers takes — from `least` to `most`, in seconds when `span` names
+/// the most as a time — and the words of its refusals: each says what is taken, as the command
+/// line's flag says it (`between 1s and 365 days`, `from 1 to 10000`), whatever number came,
+/// however large, negative or fractional.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Whole {
+    least: i64,
+    most: i64,
+    span: Option<&'static str>,
+}
+
+// The bounds fit in an i64 by far; `From` is not yet usable in a constant.
+#[allow(clippy::cast_possible_wrap, clippy::cast_lossless)]
+impl Whole {
+    /// `ttl_seconds` and `hold_at_least_seconds`, as `--ttl` and `--hold-at-least`.
+    pub(super) const TTL: Whole = Whole {
+        least: 1,
+        most: MAX_TTL_SECS as i64,
+        span: Some("365 days"),
+    };
+    /// `wait_seconds`: a day at most.
+    pub(super) const WAIT: Whole = Whole {
+        least: 0,
+        most: MAX_WAIT_SECS as i64,
+        span: Some("24 hours"),
+    };
+    /// `limit`, as `--limit`.
+    const LIMIT: Whole = Whole {
+        least: 1,
+        most: MAX_LIMIT as i64,
+        span: None,
+    };
+    /// A fence: from 1 (the first a store hands out) up.
+    const FENCE: Whole = Whole {
+        least: 1,
+        most: i64::MAX,
+        span: None,
+    };
+}
+
+impl Whole {
+    /// What the field takes, in words.
+    fn words(self) -> String {
+        let Whole { least, most, span } = self;
+        match span {
+            Some(span) => {
+                format!("a whole number of seconds between {least}s and {span} ({least} to {most})")
+            }
+            None => format!("a whole number from {least} to {most}"),
+        }
+    }
+
+    /// `number`, given as `name`, if it is one this field takes. A number with a fraction or
+    /// an exponent that is whole and in range (`100.0`, `1e2`: JSON reads both as fractions)
+    /// is refused saying how to write it; any other is refused saying what is taken, showing
+    /// the number as the client wrote it, or in its exponent form when it is past any
+    /// integer (`1e300`).
+    fn read(self, name: &str, number: &Number) -> Result<i64, Bad> {
+        if let Some(n) = number
+            .as_i64()
+            .filter(|n| (self.least..=self.most).contains(n))
+        {
+            return Ok(n);
+        }
+        #[allow(clippy::cast_precision_loss)] // Bounds compared as floats: close enough.
+        let (least, most) = (self.least as f64, self.most as f64);
+        let shown = match number.as_f64() {
+            Some(value) if number.is_f64() && value.fract() == 0.0 => {
+                if (least..=most).contains(&value) && value.abs() < 1e15 {
+                    return Err(Bad::Invalid(format!(
+                        "{name} must be a JSON integer, written without a decimal point or an \
+                         exponent: {value:.0}, not {value:.1} or {value:e}"
+                    )));
+                }
+                if value.abs() < 1e16 {
+                    format!("{value:.0}")
+                } else {
+                    format!("{value:e}")
+                }
+            }
+            _ => number.to_string(),
+        };
+        Err(Bad::Invalid(format!(
+            "{name} must be {}, got {shown}",
+            self.words()
+        )))
     }
 }
 
@@ -396,14 +458,7 @@ fn not_an_integer(name: &str, number: &Number) -> String {
 /// naming it in the refusal.
 fn fence_of(what: &str, value: &Value) -> Result<Fence, Bad> {
     match value {
-        Value::Number(number) => match number.as_i64() {
-            Some(fence) if fence >= 1 => Ok(Fence(fence)),
-            _ if number.is_f64() => Err(Bad::Invalid(not_an_integer(what, number))),
-            _ => Err(Bad::Invalid(format!(
-                "{what} must be a fence, from 1 to {}, got {number}",
-                i64::MAX
-            ))),
-        },
+        Value::Number(number) => Whole::FENCE.read(what, number).map(Fence),
         other => Err(Bad::Invalid(format!(
             "{what} must be a JSON integer, got {other}"
         ))),

@@ -95,11 +95,26 @@ impl Params {
             .transpose()
     }
 
+    /// `limit=N`, a whole number from 0 up. A refusal says what is taken, and shows a number
+    /// as a number (`got -1`, `got 1e300`), anything else quoted.
     pub(super) fn count(&mut self, name: &str) -> Result<Option<u64>, Bad> {
         self.take(name)
             .map(|raw| {
                 raw.parse().map_err(|_| {
-                    Bad::Invalid(format!("{name} must be a whole number, got {raw:?}"))
+                    let number = !raw.is_empty()
+                        && raw.parse::<f64>().is_ok()
+                        && raw
+                            .chars()
+                            .all(|c| c.is_ascii_digit() || "+-.eE".contains(c));
+                    let shown = if number {
+                        raw.clone()
+                    } else {
+                        format!("{raw:?}")
+                    };
+                    Bad::Invalid(format!(
+                        "{name} must be a whole number from 0 to {}, got {shown}",
+                        u64::MAX
+                    ))
                 })
             })
             .transpose()
@@ -228,8 +243,24 @@ mod tests {
             Some(Duration::from_secs(3600))
         );
         assert!(params.finish().is_ok());
-        let mut params = Params::parse(Some("limit=x")).unwrap();
-        assert!(matches!(params.count("limit"), Err(Bad::Invalid(_))));
+        // (limit=, what the refusal shows)
+        for (raw, shown) in [
+            ("x", r#""x""#),
+            ("inf", r#""inf""#),
+            ("-1", "-1"),
+            ("1.5", "1.5"),
+            ("1e300", "1e300"),
+            ("18446744073709551616", "18446744073709551616"),
+        ] {
+            let mut params = Params::parse(Some(&format!("limit={raw}"))).unwrap();
+            assert_eq!(
+                params.count("limit"),
+                Err(Bad::Invalid(format!(
+                    "limit must be a whole number from 0 to 18446744073709551615, got {shown}"
+                ))),
+                "{raw}"
+            );
+        }
         let params = Params::parse(Some("prefx=a")).unwrap();
         assert!(matches!(params.finish(), Err(Bad::Invalid(_))));
         assert_eq!(

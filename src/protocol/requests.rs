@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use super::body::Fields;
+use super::Bad;
+use super::body::{Fields, Whole};
 use super::query::Params;
 use super::routes::{Route, Target};
-use super::{Bad, MAX_WAIT_SECS};
+
 use crate::engine::Request;
-use crate::lock::{Fence, Grant, MAX_TTL_SECS, Members, Mode, Owner, Remark, Resource, Shape, Ttl};
+use crate::lock::{Fence, Grant, Members, Mode, Owner, Remark, Resource, Shape, Ttl};
 
 /// `POST /locks/{r}` or `POST /sets`: take a tenure (or wait in line for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +108,7 @@ impl AcquireRequest {
         let ttl = fields.ttl()?;
         let mode = fields.mode()?;
         let note = fields.remark("note")?;
-        let wait = fields.seconds("wait_seconds", 0, MAX_WAIT_SECS)?;
+        let wait = fields.seconds("wait_seconds", Whole::WAIT)?;
         // `distlock run` through the server: its tenure is guarded by that run.
         let guarded = fields.flag("guarded")?;
         let request = Request {
@@ -212,7 +213,7 @@ impl ReleaseRequest {
         let owner = fields.owner_or(owner)?;
         let fence = fields.fence()?;
         // As `run --hold-at-least`: 1 s to 365 days.
-        let hold = fields.seconds("hold_at_least_seconds", 1, MAX_TTL_SECS)?;
+        let hold = fields.seconds("hold_at_least_seconds", Whole::TTL)?;
         Ok(ReleaseRequest {
             members: Members::one(resource),
             shape: Shape::One,
@@ -249,7 +250,7 @@ impl ReleaseRequest {
         let fences = fields.fences(&members)?;
         let each = fields.flag("each")?;
         // As `run --hold-at-least`: 1 s to 365 days.
-        let hold = fields.seconds("hold_at_least_seconds", 1, MAX_TTL_SECS)?;
+        let hold = fields.seconds("hold_at_least_seconds", Whole::TTL)?;
         let end = match (each, &fences, hold) {
             (false, _, Some(_)) => {
                 return Err(Bad::Invalid(

@@ -83,21 +83,40 @@ pub fn plan(op: Op) -> std::result::Result<Planned<'static, Outcome>, Box<Op>> {
     Ok(match op {
         Op::Acquire(Acquire {
             members, request, ..
-        }) => planned(
-            &members.clone(),
-            Durable,
-            None,
-            Box::new(move |states, fresh| {
-                let decision = engine::acquire_set(members.as_slice(), states, &request, fresh)?;
-                Ok(decision.map(|outcome| {
-                    Outcome::Acquire(Acquisition {
-                        outcome,
-                        decided: None,
-                        notice: None,
-                    })
-                }))
-            }),
-        ),
+        }) => {
+            let mut again = false;
+            planned(
+                &members.clone(),
+                Durable,
+                None,
+                Box::new(move |states, fresh| {
+                    // Decided again, the first decision was not written (another client's write
+                    // came first): a waiter then takes its place in line before it is granted.
+                    if std::mem::replace(&mut again, true) {
+                        if let Some(queued) =
+                            engine::queue_first(members.as_slice(), states, &request)
+                        {
+                            return Ok(queued.map(|outcome| {
+                                Outcome::Acquire(Acquisition {
+                                    outcome,
+                                    decided: None,
+                                    notice: None,
+                                })
+                            }));
+                        }
+                    }
+                    let decision =
+                        engine::acquire_set(members.as_slice(), states, &request, fresh)?;
+                    Ok(decision.map(|outcome| {
+                        Outcome::Acquire(Acquisition {
+                            outcome,
+                            decided: None,
+                            notice: None,
+                        })
+                    }))
+                }),
+            )
+        }
         Op::Renew(Renew {
             members,
             owner,

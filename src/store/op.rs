@@ -118,9 +118,10 @@ pub struct Acquisition {
     pub outcome: SetAcquire,
     /// The earliest moment the outcome can have been decided, when the store knows one later
     /// than the call's start: a lease it granted began no earlier, so `run` times the lease
-    /// from there. `None` for a local store, whose deciding transaction may begin as soon as
-    /// the call does; a server's long poll is decided after the wait the server reports, up to
-    /// 30 s after it was sent.
+    /// from there. `None` for SQLite, whose deciding transaction may begin as soon as the call
+    /// does; on PostgreSQL, the sending of the deciding transaction's last attempt, which
+    /// comes after any outage the call waited through; a server's long poll is decided after
+    /// the wait the server reports, up to 30 s after it was sent.
     pub decided: Option<Instant>,
     /// What the store has to tell the waiter, once: a PostgreSQL connection that does not keep
     /// its `LISTEN` (a pooler in transaction mode), so that waiting falls back to looking

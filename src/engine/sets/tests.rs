@@ -283,6 +283,96 @@ fn acquire_set_table() {
 }
 
 #[test]
+fn a_waiter_decided_again_queues_first_only_where_it_would_be_granted_a_new_tenure() {
+    let x = Mode::Exclusive;
+    // (case, members, each member's state, request, verdict and writes, or none: decided as
+    // always)
+    type Case = (
+        &'static str,
+        Vec<&'static str>,
+        Vec<State>,
+        Request,
+        Option<(&'static str, &'static str)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "free: a place first, position 1, no tenure, no fence",
+            vec!["a"],
+            vec![state(vec![], vec![])],
+            request("o", true),
+            Some(("busy a(-,1)", "enqueue o")),
+        ),
+        (
+            "every member of a set free: a place on each",
+            vec!["a", "b"],
+            vec![state(vec![], vec![]), state(vec![], vec![])],
+            request("o", true),
+            Some(("busy a(-,1) b(-,1)", "enqueue o | enqueue o")),
+        ),
+        (
+            "expired places are cleared as the place is taken",
+            vec!["a"],
+            vec![state(vec![], vec![place("dead", 1, 0)])],
+            request("o", true),
+            Some(("busy a(-,1)", "dequeue dead, enqueue o")),
+        ),
+        (
+            "shared beside shared holders: in line behind nobody, the holder named",
+            vec!["a"],
+            vec![state(vec![lease("r", 7, Mode::Shared)], vec![])],
+            Request {
+                mode: Mode::Shared,
+                ..request("o", true)
+            },
+            Some(("busy a(r,1)", "enqueue o")),
+        ),
+        (
+            "a request that tries once never queues",
+            vec!["a"],
+            vec![state(vec![], vec![])],
+            request("o", false),
+            None,
+        ),
+        (
+            "a waiter in line already is decided as always (granted at the head)",
+            vec!["a"],
+            vec![state(vec![], vec![place("o", 3, 4_000)])],
+            request("o", true),
+            None,
+        ),
+        (
+            "busy anyway: decided as always",
+            vec!["a"],
+            vec![state(vec![lease("h", 7, x)], vec![])],
+            request("o", true),
+            None,
+        ),
+        (
+            "the owner's own tenure, extended, never queues",
+            vec!["a"],
+            vec![state(vec![lease("o", 7, x)], vec![])],
+            request("o", true),
+            None,
+        ),
+        (
+            "a mismatch: decided as always",
+            vec!["a"],
+            vec![state(vec![lease("r", 7, Mode::Shared)], vec![])],
+            request("o", true),
+            None,
+        ),
+    ];
+    for (name, names, states, req, expected) in cases {
+        let queued = queue_first(&members(&names), &states, &req);
+        let got = queued
+            .as_ref()
+            .map(|d| (verdict(&d.outcome), writes(&d.changes)));
+        let want = expected.map(|(v, w)| (v.to_owned(), w.to_owned()));
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
 fn a_refused_set_asks_for_no_fence() {
     let mut asked = 0;
     let states = [
@@ -520,6 +610,30 @@ impl Rows {
             self.apply(member, changes);
         }
     }
+}
+
+/// A slow waiter's grant is never written while faster clients keep changing the resource
+/// first; decided again, it takes its place in line instead, and from then on the fast
+/// clients' try-once acquires are busy, and the waiter is granted at its next look.
+#[test]
+fn a_waiter_that_lost_the_race_to_write_queues_and_is_granted_before_try_once_clients() {
+    let mut rows = Rows::new(&["a"]);
+    let slow = request("slow", true);
+    let a = members(&["a"]);
+    let look = |rows: &Rows| vec![rows.states["a"].clone()];
+    // Its first decision (a grant on a free resource) lost: decided again, it queues.
+    let queued = queue_first(&a, &look(&rows), &slow).expect("queued first");
+    assert_eq!(verdict(&queued.outcome), "busy a(-,1)");
+    rows.apply(&a[0], &queued.changes[0]);
+    // A fast client that tries once finds it in line: busy, and writes nothing.
+    let fast = acquire_set(&a, &look(&rows), &request("fast", false), &mut || {
+        Ok::<_, Infallible>(Fence(1))
+    })
+    .unwrap();
+    assert_eq!(verdict(&fast.outcome), "busy a(-,-)");
+    assert_eq!(writes(&fast.changes), "");
+    // The waiter's next look: the head of the queue, granted.
+    assert_eq!(rows.attempt(&["a"], "slow"), "acquired a=1");
 }
 
 #[test]

@@ -652,6 +652,35 @@ fn a_lost_lease_sends_sigterm_to_everything_and_sigkill_kill_after_later() {
 }
 
 #[test]
+fn a_refused_renewal_stops_the_command_at_once_and_kills_it_before_the_lease_can_end() {
+    let refused = "the distlock server http://h refused the token: unknown token";
+    // (ttl, --kill-after, refused at) → SIGKILL at. The lease runs on after the refusal and
+    // frees the lock when it ends, so the SIGKILL comes by `lease_end - margin` (margin:
+    // ttl/10) however long the grace, unlike for a lease already lost.
+    let cases = [
+        (6, secs(5), secs(2), ms(5_400)),
+        (30, secs(5), secs(10), secs(15)),
+        (30, secs(60), secs(10), secs(27)),
+        (3, Duration::ZERO, secs(1), secs(1)),
+    ];
+    for (ttl, kill_after, at, kill) in cases {
+        let case = format!("ttl {ttl}, --kill-after {kill_after:?}, refused at {at:?}");
+        let mut sim = Sim::new(ttl, kill_after);
+        let actions = sim.at(at, Event::Refused(refused.into()));
+        assert_eq!(actions, [lost_because(refused), TERM_ALL], "{case}");
+        sim.run_to(secs(ttl));
+        assert_eq!(sim.times_of(&KILL_ALL), [kill], "{case}");
+        let end = sim.at(secs(ttl), Event::Exited(Ended::Signal(9)));
+        assert_eq!(end.last(), Some(&LOST), "{case}: 124");
+    }
+    // A refusal after the command was stopped, or once it ended, changes nothing.
+    let mut sim = Sim::new(30, secs(5));
+    sim.at(secs(1), Event::Lost("another owner holds it".into()));
+    assert_eq!(sim.at(secs(2), Event::Refused(refused.into())), []);
+    assert_eq!(sim.deadline(), Some(secs(6)));
+}
+
+#[test]
 fn a_lost_lease_gives_the_full_kill_after_even_beyond_the_ttl() {
     // The lease is gone already: there is no lease end left to respect, so the user's grace
     // holds, unlike with failing renewals.

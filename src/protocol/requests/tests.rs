@@ -88,7 +88,8 @@ fn acquire_bodies_are_checked_field_by_field_as_the_command_line_checks_flags() 
         ),
         (
             r#"{"owner":"w1","ttl_seconds":18446744073709551615}"#,
-            "ttl_seconds must be at most 9223372036854775807, got 18446744073709551615",
+            "ttl_seconds must be a whole number of seconds between 1s and 365 days (1 to \
+             31536000), got 18446744073709551615",
         ),
         (r#"{"owner":"w1","ttl_seconds":true}"#, "JSON integer"),
         (r#"{"ttl_seconds":30}"#, "owner is required"),
@@ -150,6 +151,90 @@ fn acquire_bodies_are_checked_field_by_field_as_the_command_line_checks_flags() 
 }
 
 /// `request` as a client sends it, read back as the server reads the route and body.
+/// Every number of a request body is refused in the same plain words, whatever came: what
+/// the field takes (its range, whole numbers, in seconds where it is a time), and the number
+/// as the client wrote it — however large, negative or fractional.
+#[test]
+fn every_numeric_field_says_what_it_takes_whatever_number_came() {
+    let ttl = "a whole number of seconds between 1s and 365 days (1 to 31536000)";
+    let wait = "a whole number of seconds between 0s and 24 hours (0 to 86400)";
+    let limit = "a whole number from 1 to 10000";
+    let fence = "a whole number from 1 to 9223372036854775807";
+    // (a body with the number as N, the field's name in the detail, what it takes)
+    let fields = [
+        (r#"{"owner":"w","ttl_seconds":N}"#, "ttl_seconds", ttl),
+        (
+            r#"{"owner":"w","ttl_seconds":30,"wait_seconds":N}"#,
+            "wait_seconds",
+            wait,
+        ),
+        (
+            r#"{"owner":"w","ttl_seconds":30,"limit":N}"#,
+            "limit",
+            limit,
+        ),
+        (
+            r#"{"owner":"w","ttl_seconds":30,"fence":N}"#,
+            "fence",
+            fence,
+        ),
+        (
+            r#"{"owner":"w","hold_at_least_seconds":N}"#,
+            "hold_at_least_seconds",
+            ttl,
+        ),
+        (
+            r#"{"resources":["a","b"],"owner":"w","fences":{"a":1,"b":N}}"#,
+            "the fence of b",
+            fence,
+        ),
+    ];
+    // (the number as sent, as the detail shows it)
+    let numbers = [
+        ("1e300", "1e300"),
+        ("-1e300", "-1e300"),
+        ("18446744073709551616", "1.8446744073709552e19"),
+        ("99999999999999999999999", "1e23"),
+        ("9223372036854775808", "9223372036854775808"),
+        ("18446744073709551615", "18446744073709551615"),
+        ("-9223372036854775808", "-9223372036854775808"),
+        ("-1", "-1"),
+        ("1.5", "1.5"),
+        ("-0.5", "-0.5"),
+        ("31536001", "31536001"),
+        ("1e16", "1e16"),
+    ];
+    for (body, name, takes) in fields {
+        for (number, shown) in numbers {
+            let body = body.replace('N', number);
+            let read = |body: &str| -> Result<(), Bad> {
+                let mut fields = Fields::parse(body.as_bytes())?;
+                if body.contains("resources") {
+                    let members = fields.members()?;
+                    ReleaseRequest::read_set(members, &mut fields)?;
+                } else if body.contains("hold_at_least_seconds") {
+                    ReleaseRequest::read_one(r("r"), None, &mut fields)?;
+                } else if name == "fence" {
+                    RenewRequest::read(Members::one(r("r")), Shape::One, &mut fields)?;
+                } else {
+                    AcquireRequest::read(Members::one(r("r")), Shape::One, &mut fields)?;
+                }
+                fields.finish()
+            };
+            let detail = format!("{name} must be {takes}, got {shown}");
+            match read(&body) {
+                // The one number of the list that one of the fields takes: a fence.
+                Ok(()) => assert!(
+                    name.contains("fence") && number == "31536001",
+                    "{body}: taken"
+                ),
+                Err(Bad::Invalid(why)) => assert_eq!(why, detail, "{body}"),
+                Err(other) => panic!("{body}: {other:?}"),
+            }
+        }
+    }
+}
+
 fn sent<T: serde::Serialize>(request: &T) -> (Fields, Value) {
     let bytes = serde_json::to_vec(request).expect("a body");
     let value = serde_json::from_slice(&bytes).expect("JSON");

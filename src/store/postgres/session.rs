@@ -32,15 +32,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use postgres::Client;
-use postgres::error::SqlState;
 
 use super::batch::{Output, column, number, required, send};
 use super::statements::{
-    CHANNEL, fences_ahead, fingerprint, found, head, is_transient, lock_row, raise_fence,
+    CHANNEL, Retry, fences_ahead, fingerprint, found, head, is_transient, lock_row, raise_fence,
     still_listening, tenures, text, unchanged_since, waiters, write,
 };
 use crate::engine::{self, Change, State};
@@ -104,26 +103,10 @@ pub struct Session {
     pub(super) committing: Arc<AtomicBool>,
     /// What to tell the waiter this connection serves, once ([`Backend::notice`]).
     pub(super) notice: Option<String>,
-}
-
-/// Why a transaction must start over.
-enum Retry {
-    Conflict,
-    Server(postgres::Error),
-}
-
-impl From<postgres::Error> for Retry {
-    fn from(err: postgres::Error) -> Retry {
-        // A racing insert, or a row that a write expected and no longer found (see
-        // [`one_row`]).
-        if err.code() == Some(&SqlState::UNIQUE_VIOLATION)
-            || err.code() == Some(&SqlState::DIVISION_BY_ZERO)
-        {
-            Retry::Conflict
-        } else {
-            Retry::Server(err)
-        }
-    }
+    /// When the last transaction's last attempt sent the read whose "now" its decision used
+    /// (less a millisecond, as "now" is truncated): a lease it granted began no earlier, however
+    /// long the call waited for the server before (see [`crate::store::op::Acquisition::decided`]).
+    pub(super) attempted: Option<Instant>,
 }
 
 impl Session {
@@ -145,6 +128,7 @@ impl Session {
             absent: false,
             committing,
             notice: None,
+            attempted: None,
         }
     }
 
@@ -274,6 +258,7 @@ impl Session {
                 batch.push(still_listening(pid));
             }
             let mut prefetched = Vec::new();
+            self.attempted = Instant::now().checked_sub(Duration::from_millis(1));
             let outputs = match send(&mut self.client, &batch) {
                 Ok(mut outputs) if outputs.len() == batch.len() => {
                     if listener.is_some() {

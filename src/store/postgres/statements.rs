@@ -380,6 +380,27 @@ pub(super) fn write(resource: &str, change: &Change) -> String {
     }
 }
 
+/// Why a transaction must start over.
+pub(super) enum Retry {
+    Conflict,
+    Server(postgres::Error),
+}
+
+impl From<postgres::Error> for Retry {
+    fn from(err: postgres::Error) -> Retry {
+        // A racing insert, or a row that a write expected and no longer found (see
+        // [`super::batch::one_row`]), or a decision that no longer holds
+        // ([`unchanged_since`]).
+        if err.code() == Some(&SqlState::UNIQUE_VIOLATION)
+            || err.code() == Some(&SqlState::DIVISION_BY_ZERO)
+        {
+            Retry::Conflict
+        } else {
+            Retry::Server(err)
+        }
+    }
+}
+
 pub(super) fn is_transient(err: &postgres::Error) -> bool {
     matches!(
         err.code(),

@@ -16,6 +16,10 @@
 //!   answer came leaves the outcome unknown: the call fails, and a lock that did commit expires
 //!   by its TTL (the same owner asking again re-acquires it, same fence). A batch the server
 //!   answered with an error never committed, whatever the error: that one is tried again.
+//! - **A grant is timed from its own attempt.** An acquire that waited for the server through
+//!   an outage is decided by the attempt that reached it, long after the call began; its
+//!   answer says when that attempt was sent ([`crate::store::op::Acquisition::decided`]), so
+//!   that `run` times the lease from there rather than finding it over before it began.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -246,7 +250,14 @@ impl Worker {
     fn call(&mut self, shown: &str, op: Op) -> Result<Outcome, Failure> {
         let (done, result) = mpsc::channel();
         let job: Job = Box::new(move |session| {
-            let _ = done.send(session.carry_out(op).map_err(|err| match err {
+            session.attempted = None;
+            let mut carried = session.carry_out(op);
+            // A grant is timed from the attempt that made it: on this connection, which may
+            // be a new one after the server was away for most of the call.
+            if let Ok(Outcome::Acquire(acquisition)) = &mut carried {
+                acquisition.decided = session.attempted;
+            }
+            let _ = done.send(carried.map_err(|err| match err {
                 // The driver's error stays in the chain, where a lost connection is found.
                 store::Error::Failed(err) | store::Error::Unreachable(err) => err,
                 other => anyhow::Error::new(other),

@@ -150,6 +150,9 @@ fn connect_failure(err: &ureq::Error) -> bool {
 
 /// A failure in a few words (never a header: the token is in one).
 fn describe(err: &ureq::Error) -> String {
+    if let Some(words) = super::tls::explained(err) {
+        return words.to_owned();
+    }
     match err {
         ureq::Error::Timeout(_) => "the server did not answer in time".to_owned(),
         ureq::Error::ConnectionFailed => "the connection failed".to_owned(),

@@ -118,6 +118,31 @@ impl ServerCertVerifier for ItsOwnRoot {
     }
 }
 
+/// What a client that refused the server's certificate as a CA's is told: webpki never takes a
+/// certificate marked `CA:TRUE` as a server's own (`CaUsedAsEndEntity`), unless it is one of
+/// `DISTLOCK_CA_CERT`'s own certificates (see [`ItsOwnRoot`]).
+pub(super) const CA_AS_SERVER: &str = "the server's certificate is a CA's (marked CA:TRUE), not \
+    a server's: if it is self-signed, name that very certificate in DISTLOCK_CA_CERT; otherwise \
+    have the server serve a leaf certificate, signed by the CA that DISTLOCK_CA_CERT names";
+
+/// The plain words for a failed connection to a server whose certificate was refused as a
+/// CA's ([`CA_AS_SERVER`]); `None` for any other failure, whose own words say enough.
+pub(super) fn explained(err: &ureq::Error) -> Option<&'static str> {
+    let refused: &rustls::Error = match err {
+        ureq::Error::Io(io) => io.get_ref()?.downcast_ref()?,
+        ureq::Error::Rustls(refused) => refused,
+        _ => return None,
+    };
+    let rustls::Error::InvalidCertificate(CertificateError::Other(other)) = refused else {
+        return None;
+    };
+    matches!(
+        other.0.downcast_ref::<webpki::Error>(),
+        Some(webpki::Error::CaUsedAsEndEntity)
+    )
+    .then_some(CA_AS_SERVER)
+}
+
 /// Whether `now` lies within the validity period of the certificate `der`.
 fn valid_at(der: &[u8], now: UnixTime) -> Result<(), rustls::Error> {
     let (not_before, not_after) = validity(der).ok_or(rustls::Error::InvalidCertificate(
@@ -269,6 +294,45 @@ pub(super) fn roots() -> Result<(Vec<CertificateDer<'static>>, Vec<CertificateDe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_certificate_refused_as_a_cas_is_explained() {
+        use std::sync::Arc;
+        let refused = |why: webpki::Error| {
+            rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+                Arc::new(why),
+            )))
+        };
+        let in_io = |err: rustls::Error| ureq::Error::Io(std::io::Error::other(err));
+        // (the failure, explained as a CA's certificate)
+        let cases = [
+            (in_io(refused(webpki::Error::CaUsedAsEndEntity)), true),
+            (
+                ureq::Error::Rustls(refused(webpki::Error::CaUsedAsEndEntity)),
+                true,
+            ),
+            (in_io(refused(webpki::Error::UnknownIssuer)), false),
+            (
+                in_io(rustls::Error::InvalidCertificate(
+                    CertificateError::UnknownIssuer,
+                )),
+                false,
+            ),
+            (
+                ureq::Error::Io(std::io::ErrorKind::ConnectionRefused.into()),
+                false,
+            ),
+            (ureq::Error::HostNotFound, false),
+        ];
+        for (err, explained_as_ca) in cases {
+            let words = explained(&err);
+            assert_eq!(words.is_some(), explained_as_ca, "{err}");
+            if let Some(words) = words {
+                assert!(!words.contains('\n'), "one line");
+                assert!(words.contains("DISTLOCK_CA_CERT"), "{words}");
+            }
+        }
+    }
 
     #[test]
     fn a_certificates_validity_is_read_and_checked() {

@@ -10,6 +10,17 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
+/// What a server certificate signed by a [`Ca`] is like, besides its names: valid until
+/// `not_after` (to the second) when given, one that has expired or expires soon (otherwise
+/// rcgen's default, the year 4096); marked as a CA's own (`CA:TRUE`, as an intermediate CA's)
+/// when `marked_ca`, what a server shows when it is given a CA's certificate instead of a
+/// server's.
+#[derive(Default)]
+pub struct Leaf {
+    pub not_after: Option<SystemTime>,
+    pub marked_ca: bool,
+}
+
 /// A certificate authority made for one test.
 pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
@@ -63,18 +74,12 @@ impl Ca {
     /// A server certificate signed by this CA, written to `DIR/NAME.cert.pem` (with the CA's
     /// certificate after it) and `DIR/NAME.key.pem`.
     pub fn server_files(&self, dir: &Path, name: &str) -> CertFiles {
-        self.server_files_until(dir, name, None)
+        self.server_files_as(dir, name, &Leaf::default())
     }
 
-    /// The same, for a certificate valid until `not_after` (to the second) when given: one
-    /// that has expired, or expires soon. (Otherwise rcgen's default, the year 4096.)
-    pub fn server_files_until(
-        &self,
-        dir: &Path,
-        name: &str,
-        not_after: Option<SystemTime>,
-    ) -> CertFiles {
-        let (chain, key) = self.server(not_after);
+    /// The same, for a certificate as `leaf` describes it.
+    pub fn server_files_as(&self, dir: &Path, name: &str, leaf: &Leaf) -> CertFiles {
+        let (chain, key) = self.server(leaf);
         let files = CertFiles {
             cert: dir.join(format!("{name}.cert.pem")),
             key: dir.join(format!("{name}.key.pem")),
@@ -84,9 +89,9 @@ impl Ca {
         files
     }
 
-    /// A server certificate signed by this CA, valid until `not_after` when given: (the
-    /// chain, PEM; its private key, PEM).
-    fn server(&self, not_after: Option<SystemTime>) -> (String, String) {
+    /// A server certificate signed by this CA, as `leaf` describes it: (the chain, PEM; its
+    /// private key, PEM).
+    fn server(&self, leaf: &Leaf) -> (String, String) {
         let key = KeyPair::generate().expect("a server key");
         let names = ["127.0.0.1", "::1", "localhost"]
             .map(str::to_owned)
@@ -96,7 +101,10 @@ impl Ca {
             .distinguished_name
             .push(DnType::CommonName, "localhost");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        if let Some(not_after) = not_after {
+        if leaf.marked_ca {
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        }
+        if let Some(not_after) = leaf.not_after {
             let since_epoch = not_after
                 .duration_since(UNIX_EPOCH)
                 .expect("a time after 1970");

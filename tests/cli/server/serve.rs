@@ -2302,6 +2302,51 @@ fn sigint_stops_the_server_with_exit_0() {
     });
 }
 
+/// Signals that ask nothing of the server but would end it by default — one meant for another
+/// process, a timer's — are said in one line each and change nothing: the server serves on,
+/// its locks as they were, and still stops at SIGTERM with exit 0.
+#[test]
+fn sigusr1_sigusr2_and_sigalrm_are_one_line_each_and_the_server_serves_on() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    take(&server, "r", "w1", 60);
+    for (signal, name) in [
+        (Signal::SIGUSR1, "SIGUSR1"),
+        (Signal::SIGUSR2, "SIGUSR2"),
+        (Signal::SIGALRM, "SIGALRM"),
+        (Signal::SIGVTALRM, "SIGVTALRM"),
+        (Signal::SIGPROF, "SIGPROF"),
+        (Signal::SIGIO, "SIGIO"),
+        (Signal::SIGPWR, "SIGPWR"),
+    ] {
+        server.signal(signal);
+        let line = format!("distlock: ignoring {name}");
+        assert!(
+            wait_for(Duration::from_secs(10), || server.stderr().contains(&line)),
+            "{line:?}: {}",
+            server.stderr()
+        );
+        let reply = server.get("/locks/r");
+        assert_eq!(reply.json(200)["lock"]["owner"], "w1", "after {name}");
+    }
+    server.signal(Signal::SIGUSR1);
+    let ignored = || {
+        server
+            .stderr()
+            .matches("distlock: ignoring SIGUSR1")
+            .count()
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || ignored() == 2),
+        "one line each time: {}",
+        server.stderr()
+    );
+    server.signal(Signal::SIGTERM);
+    let out = server.finish();
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    assert_eq!(db.status("r").1["lock"]["owner"], "w1");
+}
+
 /// Two servers over one PostgreSQL database keep no state of their own: a lock taken through
 /// one is held through the other, a waiter on one is granted when the holder lets go through
 /// the other, and the fences run on across both.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::common::certs::{Ca, CertFiles};
+use crate::common::certs::{Ca, CertFiles, Leaf};
 use crate::common::output::{now_millis, parse_line, rfc3339_millis, timestamp_millis};
 use crate::common::pids::is_gone;
 use crate::common::process::{BIN, Proc, describe, distlock, wait_until};
@@ -745,6 +745,66 @@ fn a_self_signed_certificate_made_as_the_book_says_is_trusted_through_distlock_c
         "{}",
         describe(&out)
     );
+}
+
+/// A server that shows a certificate marked as a CA's (`CA:TRUE`) that `DISTLOCK_CA_CERT` does
+/// not hold itself — a CA's certificate given to the server as if it were a server's, or a
+/// self-signed one made with `openssl req -x509` while the client names another file — is
+/// refused as any unverified server is (74), in one line that says so in plain words and what to
+/// do, not as webpki's `CaUsedAsEndEntity`.
+#[test]
+fn a_servers_certificate_marked_as_a_cas_is_refused_in_one_line_saying_what_to_do() {
+    let db = Db::sqlite();
+    let ca = Ca::new("distlock test CA");
+    let ca_file = db.file("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write the CA");
+    let marked = Leaf {
+        marked_ca: true,
+        ..Leaf::default()
+    };
+    let intermediate = Server::start_tls(
+        &db,
+        &ca.server_files_as(db.dir.path(), "marked", &marked),
+        &ca,
+    );
+    let made = Command::new("sh")
+        .args(["-c", &book_self_signed_command()])
+        .current_dir(db.dir.path())
+        .output()
+        .expect("run openssl");
+    assert!(made.status.success(), "{}", describe(&made));
+    let self_signed = Server::start_https(
+        &db,
+        &CertFiles {
+            cert: db.file("server.pem"),
+            key: db.file("server.key"),
+        },
+    );
+    for (server, what) in [
+        (&intermediate, "a CA-marked certificate signed by the CA"),
+        (
+            &self_signed,
+            "a self-signed certificate, another file named",
+        ),
+    ] {
+        let mut cmd = via(&db, &server.url(""));
+        cmd.env("DISTLOCK_CA_CERT", &ca_file);
+        let out = run(&mut cmd, &["acquire", "m", "--owner", "w", "--ttl", "30"]);
+        assert_eq!(out.status.code(), Some(74), "{what}: {}", describe(&out));
+        assert!(out.stdout.is_empty(), "{what}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+        for words in [
+            "distlock: ",
+            "the server's certificate is a CA's (marked CA:TRUE), not a server's",
+            "name that very certificate in DISTLOCK_CA_CERT",
+            "serve a leaf certificate, signed by the CA that DISTLOCK_CA_CERT names",
+        ] {
+            assert!(stderr.contains(words), "{what}: {words:?} in {stderr}");
+        }
+        assert!(!stderr.contains("CaUsedAsEndEntity"), "{what}: {stderr}");
+    }
+    db.json(&["status", "m"], 1);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use crate::common::certs::{Ca, CertFiles};
+use crate::common::certs::{Ca, CertFiles, Leaf};
 use crate::common::output::rfc3339_millis;
 use crate::common::process::{describe, wait_for};
 use crate::common::server::{Server, agent, lock_path};
@@ -468,6 +468,14 @@ fn to_the_second(t: SystemTime) -> String {
     rfc3339_millis(i64::try_from(secs).expect("a time that fits") * 1000)
 }
 
+/// A server certificate valid until `not_after`.
+fn until(not_after: SystemTime) -> Leaf {
+    Leaf {
+        not_after: Some(not_after),
+        ..Leaf::default()
+    }
+}
+
 #[test]
 fn a_certificate_that_expired_or_expires_within_7_days_is_named_at_start_and_at_sighup() {
     let db = Db::sqlite();
@@ -476,9 +484,9 @@ fn a_certificate_that_expired_or_expires_within_7_days_is_named_at_start_and_at_
     let day = Duration::from_secs(86_400);
     let now = SystemTime::now();
     let (ended, ending) = (now - day, now + 3 * day);
-    let served = ca.server_files_until(dir, "served", Some(ended));
-    let soon = ca.server_files_until(dir, "soon", Some(ending));
-    let later = ca.server_files_until(dir, "later", Some(now + 30 * day));
+    let served = ca.server_files_as(dir, "served", &until(ended));
+    let soon = ca.server_files_as(dir, "soon", &until(ending));
+    let later = ca.server_files_as(dir, "later", &until(now + 30 * day));
     // Served all the same (the locks stay reachable to whoever accepts it), and named in one
     // line after the first.
     let server = Server::start_tls(&db, &served, &ca);

@@ -3,14 +3,14 @@
 //! secrets never shown.
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::process::{wait_for, wait_until};
+use crate::common::process::{Proc, wait_for, wait_for_file, wait_until};
 use crate::common::require::require;
 use crate::common::server::{Server, lock_path};
-use crate::common::store::{Db, each_store};
+use crate::common::store::{Db, distlock_at, each_store};
 
 /// A token made with `distlock token add NAME --tokens FILE ARGS`: its secret.
 pub(crate) fn make_token(db: &Db, name: &str, args: &[&str]) -> String {
@@ -673,6 +673,55 @@ fn a_token_taken_out_of_the_file_ends_its_waiting_request_without_the_lock() {
         )
         .status,
         401
+    );
+}
+
+/// A token taken out of the file (and SIGHUP) while a `run` through the server holds a lock
+/// with it: the run's next renewal is refused (401), and the run stops its command at once, as
+/// for a lost lease (124, one line saying the token was refused), instead of retrying until
+/// its lease is about to end. With a 30 s TTL the renewal comes at 10 s; retrying would stop
+/// the command only at 22 s.
+#[test]
+fn a_run_whose_token_is_taken_out_of_the_file_stops_its_command_at_its_next_renewal() {
+    let db = Db::sqlite();
+    let secret = make_token(&db, "ci", &["--all-resources"]);
+    let tokens = db.file("tokens.json");
+    let server = Server::start_serving(&db, &["--tokens", tokens.to_str().expect("UTF-8")]);
+    let mut cmd = distlock_at(server.url(""));
+    cmd.env("DISTLOCK_TOKEN", &secret).env("D", db.dir.path());
+    cmd.args(["run", "--resource", "job", "--ttl", "30", "--", "sh", "-c"]);
+    cmd.arg(r#"touch "$D/started"; exec sleep 120"#);
+    let started = Instant::now();
+    let run = Proc::spawn(&mut cmd, db.dir.path(), "run");
+    wait_for_file(&db.file("started"), Duration::from_secs(20));
+    let mut file: Value =
+        serde_json::from_slice(&std::fs::read(&tokens).expect("read")).expect("JSON");
+    file["tokens"].as_array_mut().expect("tokens").clear();
+    std::fs::write(&tokens, file.to_string()).expect("write");
+    server.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for_lines(&server, "SIGHUP: reloaded the tokens", 1);
+
+    let out = run.finish(Duration::from_secs(60));
+    let took = started.elapsed();
+    assert_eq!(out.code(), Some(124), "{}", out.describe());
+    let stderr = out.stderr();
+    assert!(
+        stderr.starts_with("distlock: lost the lock on job: ")
+            && stderr.contains("refused the token")
+            && stderr
+                .lines()
+                .next()
+                .is_some_and(|line| line.ends_with("; stopping the command")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("retrying"), "not retried: {stderr}");
+    assert!(!stderr.contains(&secret[3..]), "no secret: {stderr}");
+    // Stopped at the first renewal (10 s), well before the 22 s of renewals retried.
+    assert!(took < Duration::from_secs(18), "stopped after {took:?}");
+    assert!(
+        server.stderr().contains("POST /locks/job/renew 401"),
+        "{}",
+        server.stderr()
     );
 }
 

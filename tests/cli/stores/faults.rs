@@ -7,6 +7,7 @@
 //! | fault | tests |
 //! | --- | --- |
 //! | restart | `restart_mid_run_*`, `restart_mid_wait_*`, `restart_among_8_by_20_*` |
+//! | down longer than a run's TTL while it asks for its lock | `a_run_granted_after_postgresql_*` |
 //! | down for 16 s under a lock server | `a_run_through_a_server_releases_once_postgresql_is_back_*` |
 //! | sessions terminated | `terminating_every_distlock_session_*` |
 //! | clients stopped, partitioned | `clients_stopped_*`, `clients_partitioned_*` |
@@ -38,6 +39,7 @@ use crate::common::cluster::Cluster;
 use crate::common::contention::{Contended, Contention, ended_as};
 use crate::common::critical;
 use crate::common::output::{fence, now_millis, parse_line, rfc3339_millis};
+use crate::common::pg_url::PgUrl;
 use crate::common::process::{Finished, Proc, wait_for_file, wait_until};
 use crate::common::proxy::Proxy;
 use crate::common::server::Server as LockServer;
@@ -346,6 +348,71 @@ fn restart_among_8_by_20_waiting_runs_loses_none_and_overlaps_none() {
     }
     verdict.all_exited("runs (--wait 60s), their server restarted", &runs);
     verdict.finish(db, WORKERS * ROUNDS);
+}
+
+/// How long PostgreSQL stays away while a `run` asks for its lock: longer than the run's TTL.
+const AWAY: Duration = Duration::from_secs(5);
+
+/// `run --ttl 2s ARGS… -- sh -c 'echo ran > $D/ran'` against `url`, in the background.
+fn spawn_short_run(db: &Db, url: &str, flags: &[&str], name: &str) -> Proc {
+    let mut args = vec!["run", "--resource", R, "--ttl", "2s"];
+    args.extend(flags);
+    args.extend(["--", "sh", "-c", r#"echo ran > "$D/ran""#]);
+    Proc::spawn(&mut distlock_via(db, url, &args), db.dir.path(), name)
+}
+
+/// Keeps PostgreSQL away for [`AWAY`] (stopped, then started again) while `during` runs, from
+/// the moment the server refuses connections.
+fn while_away(server: &Server, during: impl FnOnce()) {
+    thread::scope(|s| {
+        let restart = s.spawn(|| server.cluster.restart(AWAY));
+        wait_until(Duration::from_secs(30), "PostgreSQL goes down", || {
+            TcpStream::connect(server.cluster.addr()).is_err()
+        });
+        during();
+        restart.join().expect("the restart");
+    });
+}
+
+/// A `run` whose grant comes only once PostgreSQL is back from an outage longer than its TTL
+/// times its lease from the attempt that was granted, not from its first attempt before the
+/// outage: the command runs and `run` exits 0, where a lease timed from the first attempt
+/// would already be over ("granted too late", 75). Once as a try-once `run` started while the
+/// server is down (its call seeks the server for the URL's `connect_timeout`), once as a
+/// `run --wait` queued behind a holder whose lease ends during the outage.
+#[test]
+fn a_run_granted_after_postgresql_was_away_longer_than_its_ttl_times_the_lease_from_the_grant() {
+    let Some(server) = server("a grant after an outage") else {
+        return;
+    };
+    let db = &server.db;
+    let url = PgUrl::parse(db.pg_url())
+        .with_setting("connect_timeout", "30")
+        .to_string();
+    let ran = db.file("ran");
+
+    let mut try_once = None;
+    while_away(&server, || {
+        try_once = Some(spawn_short_run(db, &url, &[], "try-once run"));
+    });
+    let out = try_once.expect("started").finish(Duration::from_secs(40));
+    assert_eq!(out.code(), Some(0), "try-once: {}", out.describe());
+    assert!(ran.exists(), "try-once: the command ran");
+    let (code, json) = db.status(R);
+    assert_eq!(code, 1, "released: {json}");
+
+    std::fs::remove_file(&ran).expect("remove the marker");
+    db.json(&["acquire", R, "--owner", "holder", "--ttl", "3"], 0);
+    let waiter = spawn_short_run(db, &url, &["--wait", "60s"], "waiting run");
+    wait_until(Duration::from_secs(20), "the run takes its place", || {
+        db.waiting(R) == 1
+    });
+    while_away(&server, || {});
+    let out = waiter.finish(Duration::from_secs(60));
+    assert_eq!(out.code(), Some(0), "run --wait: {}", out.describe());
+    assert!(ran.exists(), "run --wait: the command ran");
+    let (code, json) = db.status(R);
+    assert_eq!(code, 1, "released: {json}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@
 //!
 //! The server's own limits answer as distlock does (a head of many short headers is 431 with a
 //! problem document), a client that never reads its answers is let go after 10 s of writes that
-//! make no progress, `--listen` takes a host name, and `/health` answers within 1 s, saying
-//! nothing of the store but that it is unavailable.
+//! make no progress, `--listen` takes a host name, and `/health` answers within 900 ms (a
+//! probe with a 1 s timeout always gets its answer), saying nothing of the store but that it
+//! is unavailable.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{P42, by, object, raw_request, state, take};
+use super::{P42, by, object, raw_request, send, state, take};
 use crate::common::pg_url::PgUrl;
 use crate::common::process::{Proc, wait_for};
 use crate::common::proxy::Proxy;
@@ -340,6 +341,109 @@ fn a_refusal_names_the_field_and_says_what_is_wrong_in_the_clients_terms() {
     });
 }
 
+/// A number no field takes — past any integer (`1e300`, `18446744073709551616`), negative, a
+/// fraction — is a 422 whose detail says in plain words what the field takes (whole numbers,
+/// the range, in seconds where it is a time; for `ttl_seconds` as `--ttl` says it: between 1s
+/// and 365 days), on every route and every numeric field, and nothing changes.
+#[test]
+fn a_number_out_of_range_is_refused_saying_what_the_field_takes_on_every_route() {
+    let db = Db::sqlite();
+    let server = Server::start(&db);
+    take(&server, P42, "w1", 60);
+    let before = state(&server);
+    let ttl = "a whole number of seconds between 1s and 365 days (1 to 31536000)";
+    let wait = "a whole number of seconds between 0s and 24 hours (0 to 86400)";
+    let fence = "a whole number from 1 to 9223372036854775807";
+    let limit = "a whole number from 1 to 10000";
+    let one = lock_path(P42, "");
+    // (method, path, the body with the number as N, the field as named, what it takes)
+    let fields = [
+        (
+            "POST",
+            one.clone(),
+            r#"{"owner":"w","ttl_seconds":N}"#,
+            "ttl_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            "/sets".to_owned(),
+            r#"{"resources":["a"],"owner":"w","ttl_seconds":N}"#,
+            "ttl_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            one.clone(),
+            r#"{"owner":"w","ttl_seconds":9,"wait_seconds":N}"#,
+            "wait_seconds",
+            wait,
+        ),
+        (
+            "POST",
+            one.clone(),
+            r#"{"owner":"w","ttl_seconds":9,"limit":N}"#,
+            "limit",
+            limit,
+        ),
+        (
+            "POST",
+            lock_path(P42, "/renew"),
+            r#"{"owner":"w1","ttl_seconds":N}"#,
+            "ttl_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            lock_path(P42, "/renew"),
+            r#"{"owner":"w1","ttl_seconds":9,"fence":N}"#,
+            "fence",
+            fence,
+        ),
+        (
+            "DELETE",
+            one.clone(),
+            r#"{"owner":"w1","fence":N}"#,
+            "fence",
+            fence,
+        ),
+        (
+            "DELETE",
+            one.clone(),
+            r#"{"owner":"w1","hold_at_least_seconds":N}"#,
+            "hold_at_least_seconds",
+            ttl,
+        ),
+        (
+            "POST",
+            "/sets/renew".to_owned(),
+            r#"{"resources":["a","b"],"owner":"w","ttl_seconds":9,"fences":{"a":1,"b":N}}"#,
+            "the fence of b",
+            fence,
+        ),
+    ];
+    // (the number as sent, as the detail shows it)
+    let numbers = [
+        ("1e300", "1e300"),
+        ("18446744073709551616", "1.8446744073709552e19"),
+        ("-1", "-1"),
+        ("1.5", "1.5"),
+    ];
+    for (method, path, body, name, takes) in &fields {
+        for (number, shown) in numbers {
+            let body = body.replace('N', number);
+            let reply = send(&server, method, path, Some(&body));
+            assert_eq!(
+                reply.problem(422)["detail"],
+                Value::from(format!("{name} must be {takes}, got {shown}")),
+                "{method} {path} {body}: {}",
+                reply.describe()
+            );
+        }
+    }
+    assert_eq!(state(&server), before, "nothing changed");
+}
+
 #[test]
 fn a_head_of_many_short_headers_is_distlocks_own_431_with_a_problem_document() {
     let db = Db::sqlite();
@@ -594,6 +698,37 @@ fn health_answers_within_1s_and_names_nothing_of_the_store_while_postgresql_is_a
         assert!(!stderr.contains(&password), "no password on stderr");
         assert!(!text.contains(&password), "no password in /metrics");
     }
+}
+
+/// A probe with a 1 s timeout (a load balancer's, `curl -m 1`) always gets an answer from
+/// `/health` while the store hangs (PostgreSQL behind a proxy that takes bytes and never
+/// answers): the server waits for its store for less than that (700 ms), so that its 503
+/// reaches the probe within 900 ms, before the probe gives up.
+#[test]
+fn health_answers_a_probe_with_a_1s_timeout_while_the_store_hangs() {
+    let Some(db) = Db::postgres() else { return };
+    let (proxy, via_proxy) = Proxy::in_front_of(&db);
+    let server = Server::start_at(&db, &via_proxy);
+    assert_eq!(server.get("/health").status, 200);
+    proxy.black_hole();
+    let probe = crate::common::certs::agent(None, Duration::from_secs(1));
+    let mut answers = Vec::new();
+    // Until the store is found hanging (a probe of it under way from before may still answer),
+    // then five more: every one answered within the probe's second.
+    while answers.iter().filter(|status| **status == 503).count() < 6 {
+        match server.get_by(&probe, "/health") {
+            Ok(status) => answers.push(status),
+            Err(why) => panic!(
+                "probe {} got no answer within 1 s: {why}",
+                answers.len() + 1
+            ),
+        }
+        assert!(
+            answers.len() < 30,
+            "never 503 while the store hangs: {answers:?}"
+        );
+    }
+    proxy.restore();
 }
 
 /// The proxy's host and port as text, as a detail naming the store would show them.
