@@ -86,6 +86,7 @@ pub(super) async fn wait(
                 return Ok(attempt);
             }
             Next::Sleep(ends) => ends,
+            Next::Again => Some(Timestamp(0)),
         };
         let pause = until
             .saturating_duration_since(Instant::now())
@@ -110,6 +111,8 @@ enum Next {
     LeaveAndAnswer,
     /// Sleep, at most until this lease ends.
     Sleep(Option<Timestamp>),
+    /// Look again after a moment.
+    Again,
 }
 
 /// What a waiting request does after a look that came out as `outcome`: with time left in
@@ -120,6 +123,18 @@ fn next(outcome: &SetAcquire, has_time: bool, keeps_place: bool) -> Next {
     match outcome {
         SetAcquire::Acquired { .. } => Next::Answer,
         SetAcquire::Mismatch { .. } => Next::LeaveAndAnswer,
+        // Free, and first in line on every member (a place it took when its grant was not
+        // written): nothing will ring for it, it looks again.
+        SetAcquire::Busy { blocked }
+            if has_time
+                && blocked.iter().all(|member| {
+                    member.holder.is_none()
+                        && member.holders.is_empty()
+                        && member.position.is_none_or(|at| at <= 1)
+                }) =>
+        {
+            Next::Again
+        }
         SetAcquire::Busy { blocked } if has_time => Next::Sleep(
             blocked
                 .iter()
@@ -197,6 +212,11 @@ mod tests {
     /// Busy on members each blocked by holders whose leases end at these instants (none: free
     /// but reserved for earlier waiters).
     fn busy(members: &[&[i64]]) -> SetAcquire {
+        busy_at(members, 1)
+    }
+
+    /// As [`busy`], the requester at `position` in every member's queue.
+    fn busy_at(members: &[&[i64]], position: usize) -> SetAcquire {
         SetAcquire::Busy {
             blocked: members
                 .iter()
@@ -206,7 +226,7 @@ mod tests {
                     holder: ends.first().map(|&end| holder(end)),
                     holders: ends.iter().skip(1).map(|&end| holder(end)).collect(),
                     waiting: 0,
-                    position: Some(1),
+                    position: Some(position),
                 })
                 .collect(),
         }
@@ -265,8 +285,17 @@ mod tests {
                 false,
                 Next::Sleep(Some(Timestamp(400))),
             ),
-            // Free but reserved for earlier waiters: no lease to wait for.
-            (busy(&[&[]]), true, false, Next::Sleep(None)),
+            // Free but reserved for earlier waiters: no lease to wait for, rung when they go.
+            (busy_at(&[&[]], 2), true, false, Next::Sleep(None)),
+            (
+                busy_at(&[&[], &[500]], 1),
+                true,
+                false,
+                Next::Sleep(Some(Timestamp(500))),
+            ),
+            // Free and first in line (its grant was not written): it looks again.
+            (busy(&[&[]]), true, false, Next::Again),
+            (busy(&[&[], &[]]), true, true, Next::Again),
             // Out of time: the place is kept for the client's next request, or given up.
             (busy(&[&[500]]), false, true, Next::Answer),
             (busy(&[&[500]]), false, false, Next::LeaveAndAnswer),
