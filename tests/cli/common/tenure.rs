@@ -170,6 +170,23 @@ impl Tenure {
     }
 }
 
+/// A history event as [`Tenure::event`] writes it: without the end of the lease it left, which
+/// every event but `released` and `broken` carries (checked here), an RFC 3339 time.
+pub fn without_lease_end(event: &Value) -> Value {
+    let mut event = event.clone();
+    let kind = event["event"].as_str().unwrap_or_default().to_owned();
+    let lease_end = event.as_object_mut().and_then(|o| o.remove("expires_at"));
+    match kind.as_str() {
+        "released" | "broken" => assert!(lease_end.is_none(), "no lease end in {event}"),
+        _ => {
+            let end = lease_end.unwrap_or_else(|| panic!("a lease end in {event}"));
+            let end = end.as_str().unwrap_or_else(|| panic!("a time: {end}"));
+            crate::common::output::timestamp_millis(end);
+        }
+    }
+    event
+}
+
 /// `tenures` ordered by fence.
 fn by_fence<'a>(tenures: &[&'a Tenure]) -> Vec<&'a Tenure> {
     let mut sorted = tenures.to_vec();
