@@ -72,6 +72,7 @@ fn note_is_stored_with_the_tenure_and_shown_by_status_list_log_and_the_busy_answ
                 "owner": "ci-7",
                 "fence": lock["fence"],
                 "event": "acquired",
+                "expires_at": lock["expires_at"],
                 "note": note,
             })]
         );
