@@ -92,16 +92,7 @@ pub fn acquire_set<E>(
     let start_over = request.waits && states.iter().any(placed) && !states.iter().all(placed);
     let mut blocked = Vec::new();
     let mut changes = Vec::with_capacity(members.len());
-    // What each place records: a set's places name every member.
-    let asking = |state: &State| Asking {
-        since: state.now,
-        mode: request.mode,
-        members: if members.len() > 1 {
-            members.to_vec()
-        } else {
-            Vec::new()
-        },
-    };
+    let asking = |state: &State| asking(members, state, request);
     for ((member, state), probe) in members.iter().zip(states).zip(probes) {
         let mut member_changes = expired_places(state);
         if request.waits {
@@ -193,22 +184,27 @@ pub fn queue_first(
             });
         }
         let mut member_changes = expired_places(state);
-        let asking = Asking {
-            since: state.now,
-            mode: request.mode,
-            members: if members.len() > 1 {
-                members.to_vec()
-            } else {
-                Vec::new()
-            },
-        };
-        member_changes.extend(keep_place(state, owner, asking));
+        member_changes.extend(keep_place(state, owner, asking(members, state, request)));
         changes.push(member_changes);
     }
     Some(SetDecision {
         outcome: SetAcquire::Busy { blocked },
         changes,
     })
+}
+
+/// What a place of `request` in a member's queue records: since when, the mode, and a set's
+/// members (every one of them, on each member's place).
+fn asking(members: &[Resource], state: &State, request: &Request) -> Asking {
+    Asking {
+        since: state.now,
+        mode: request.mode,
+        members: if members.len() > 1 {
+            members.to_vec()
+        } else {
+            Vec::new()
+        },
+    }
 }
 
 /// `renew` of the set by `owner` (of the tenures `fences`, in the members' order, when given):
