@@ -51,12 +51,19 @@ pub use http::authorization;
 pub(crate) use tls::validity as certificate_validity;
 pub use url::ServerUrl;
 
+/// A waiter's pause after a 429: at most four requests a second from it while the server
+/// has too many waiting (its `Retry-After` is a second), and an interrupt heard within it.
+const THROTTLED: Duration = Duration::from_millis(250);
+
 /// The client of one server.
 pub struct RemoteStore {
     client: Client,
     /// The last `acquire`'s outcome when it was a long poll that came back busy: the waiter's
     /// pause after it need not wait again, and a poll given up at an interrupt answers so.
     polled: Option<SetAcquire>,
+    /// The last `acquire` was answered 429 (too many requests wait on the server): the
+    /// waiter's pause after it is a whole poller's pause, never none.
+    throttled: bool,
     /// Whether the server said the place is given up, when the last long poll was
     /// interrupted (it tried to leave the queue then, [`Client::poll`]); `None` when it was
     /// not interrupted.
@@ -77,6 +84,7 @@ impl RemoteStore {
         Ok(RemoteStore {
             client: Client::new(url)?,
             polled: None,
+            throttled: false,
             left: None,
         })
     }
@@ -152,7 +160,7 @@ impl RemoteStore {
         };
         let outcome = if answer.interrupted {
             self.polled.take().unwrap_or_else(|| unread(members))
-        } else if answer.status == 429 && request.waits {
+        } else if self.throttled_by(&answer, request.waits) {
             // Too many requests wait on the server already: still busy, as the latest look
             // found it; the wait goes on, and asks again after its pause.
             self.polled.clone().unwrap_or_else(|| unread(members))
@@ -166,6 +174,12 @@ impl RemoteStore {
             decided: Some(answer.decided),
             notice: None,
         })
+    }
+
+    /// Whether `answer` is a waiting acquire's 429: the waiter is to pause, then ask again.
+    fn throttled_by(&mut self, answer: &HttpAnswer, waits: bool) -> bool {
+        self.throttled = answer.status == 429 && waits;
+        self.throttled
     }
 
     /// What the server answered an acquire of `members`, sent as `shape`: 200 with the
@@ -301,7 +315,9 @@ impl LockStore for RemoteStore {
             Op::WaitForChange(wait) => {
                 // After a long poll that waited, look again at once; otherwise (a poll the
                 // server answered at once) pause as a poller would.
-                if self.polled.is_none() {
+                if std::mem::take(&mut self.throttled) {
+                    std::thread::sleep(THROTTLED);
+                } else if self.polled.is_none() {
                     std::thread::sleep(wait.timeout.min(Duration::from_millis(250)));
                 }
                 Outcome::WaitForChange(())

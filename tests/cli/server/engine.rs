@@ -1108,6 +1108,14 @@ fn waits_past_a_429(db: &Db) {
     let answer = parse_line(&out.output.stdout);
     assert_eq!(answer["acquired"], true, "{answer}");
     assert_eq!(answer["lock"]["owner"], "cli-user", "{answer}");
+    // It asked again after a pause each time, never at once: the parked request's 8 s at four
+    // requests a second are 32; far fewer than a loop without a pause sends (thousands).
+    let refused = server.stderr().matches("POST /locks/cli 429").count();
+    assert!(
+        refused <= 60,
+        "{:?}: a waiter past a 429 pauses before it asks again; it was answered 429 {refused} times",
+        db.kind
+    );
     drop(server);
     for exchange in parked.finish() {
         let (answer, _) = exchange.outcome.expect("the waiting request's answer");
