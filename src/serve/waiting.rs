@@ -38,6 +38,9 @@ use crate::wait::Attempt;
 /// queue lasts without a look.
 const REFRESH: Duration = Duration::from_secs(2);
 
+/// How long a waiter whose look the store failed waits before it looks again.
+const STORE_AWAY: Duration = Duration::from_millis(500);
+
 /// Past an expiry, how long a waiter lets the store's clock pass it before it looks.
 const PAST_EXPIRY: Duration = Duration::from_millis(5);
 
@@ -76,7 +79,23 @@ pub(super) async fn wait(
             request: asked,
             until: None,
         };
-        let outcome = work.write(Lane::Take, acquire).await?.outcome;
+        let outcome = match work.write(Lane::Take, acquire).await {
+            Ok(acquired) => acquired.outcome,
+            // The store failed this look (a PostgreSQL restarting under the server): the
+            // waiter waits on and looks again while this poll has time, as a waiter on the
+            // store itself seeks it again until its wait runs out.
+            Err(refused) => {
+                let left = until.saturating_duration_since(Instant::now());
+                let ended = state.stopping.load(Ordering::SeqCst)
+                    || waiting.left()
+                    || work.caller.revoked(state.tokens().as_deref());
+                if left <= STORE_AWAY || ended {
+                    return Err(refused);
+                }
+                tokio::time::sleep(STORE_AWAY).await;
+                continue;
+            }
+        };
         let next = next(&outcome, has_time, keeps_place);
         let attempt = Attempt { outcome, started };
         let ends = match next {

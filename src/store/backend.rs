@@ -142,6 +142,13 @@ pub trait Backend: Send {
     /// See [`super::op::Tidy`]; nothing by default (PostgreSQL has nothing to do).
     fn tidy(&mut self) {}
 
+    /// Whether the connection is known to be gone (a PostgreSQL server that closed it): a
+    /// batch that failed as a whole then fails as a whole, so that the caller finds a
+    /// connection again and tries it again, rather than each operation failing on it alone.
+    fn broken(&self) -> bool {
+        false
+    }
+
     /// See [`super::op::Watch`]; by default a sleep of `timeout`, after which anything may have
     /// changed.
     ///

@@ -50,10 +50,16 @@ pub struct Batched<T> {
 type Committed<T> = (Vec<Result<T>>, Vec<(Resource, Owner)>);
 
 /// Carries out `batch` in one transaction (see the module's notes).
+///
+/// # Errors
+///
+/// The batch's failure as a whole, when the store's connection is gone ([`Backend::broken`]),
+/// as one operation's would be: the store's caller tells whether it may be tried again on a
+/// new connection (lost before its commit was sent) or its outcome is unknown.
 pub fn transact_batch<B: Backend + ?Sized, T>(
     backend: &mut B,
     batch: &mut [Planned<'_, T>],
-) -> Batched<T> {
+) -> Result<Batched<T>> {
     let resources = union(batch);
     let durability = if batch.iter().any(|p| p.durability == Durability::Durable) {
         Durability::Durable
@@ -71,8 +77,9 @@ pub fn transact_batch<B: Backend + ?Sized, T>(
         Ok(decide_in_turn(&resources, states, batch, fresh))
     });
     match together {
-        Ok((outcomes, wake)) => Batched { outcomes, wake },
-        Err(_) => one_at_a_time(backend, batch),
+        Ok((outcomes, wake)) => Ok(Batched { outcomes, wake }),
+        Err(err) if backend.broken() => Err(err),
+        Err(_) => Ok(one_at_a_time(backend, batch)),
     }
 }
 
@@ -389,12 +396,14 @@ mod tests {
                     .iter()
                     .map(|step| {
                         let mut planned = [planned(step)];
-                        let mut batched = transact_batch(&mut alone, &mut planned);
+                        let mut batched = transact_batch(&mut alone, &mut planned)
+                            .expect("a SQLite store's connection is never broken");
                         batched.outcomes.remove(0).unwrap()
                     })
                     .collect();
                 let mut batch: Vec<Planned<'_, String>> = steps.iter().map(planned).collect();
-                let batched = transact_batch(&mut together, &mut batch);
+                let batched = transact_batch(&mut together, &mut batch)
+                    .expect("a SQLite store's connection is never broken");
                 let batched: Vec<String> =
                     batched.outcomes.into_iter().map(Result::unwrap).collect();
                 assert_eq!(batched, one_by_one, "seed {seed}, round {round}: {steps:?}");
@@ -461,7 +470,8 @@ mod tests {
                 shared: false,
             }),
         ];
-        let batched = transact_batch(&mut store, &mut batch);
+        let batched = transact_batch(&mut store, &mut batch)
+            .expect("a SQLite store's connection is never broken");
         let words: Vec<String> = batched
             .outcomes
             .iter()
@@ -513,10 +523,12 @@ mod tests {
                 shared: false,
             }),
         ];
-        let batched = transact_batch(&mut store, &mut first);
+        let batched = transact_batch(&mut store, &mut first)
+            .expect("a SQLite store's connection is never broken");
         assert!(batched.wake.is_empty(), "a grant wakes nobody");
         let mut then = vec![planned(&Step::Release { r: 0, o: 0 })];
-        let batched = transact_batch(&mut store, &mut then);
+        let batched = transact_batch(&mut store, &mut then)
+            .expect("a SQLite store's connection is never broken");
         assert_eq!(batched.wake, vec![(res(0), own(1))]);
     }
 }

@@ -48,7 +48,7 @@ impl<B: Backend> LockStore for B {
                 Backend::tidy(self);
                 Outcome::Tidy(())
             }
-            Op::Batch(Batch { ops }) => Outcome::Batch(batched(self, ops)),
+            Op::Batch(Batch { ops }) => Outcome::Batch(batched(self, ops)?),
             Op::Watch(watch) => Outcome::Watch(Backend::watch(self, watch.timeout)?),
             // Planned above.
             Op::Acquire(_)
@@ -222,7 +222,11 @@ fn planned(
 
 /// A [`Batch`] carried out in one transaction ([`super::batch::transact_batch`]); an
 /// operation that is not a lock operation fails alone.
-fn batched<B: Backend + ?Sized>(store: &mut B, ops: Vec<Op>) -> Batched {
+///
+/// # Errors
+///
+/// The batch's failure as a whole on a connection that is gone.
+fn batched<B: Backend + ?Sized>(store: &mut B, ops: Vec<Op>) -> Result<Batched> {
     let mut planned = Vec::with_capacity(ops.len());
     let mut refused = Vec::new();
     for (at, op) in ops.into_iter().enumerate() {
@@ -231,7 +235,7 @@ fn batched<B: Backend + ?Sized>(store: &mut B, ops: Vec<Op>) -> Batched {
             Err(op) => refused.push((at, format!("{} cannot be batched", op.name()))),
         }
     }
-    let done = super::batch::transact_batch(store, &mut planned);
+    let done = super::batch::transact_batch(store, &mut planned)?;
     let mut outcomes: Vec<std::result::Result<Outcome, String>> = done
         .outcomes
         .into_iter()
@@ -240,8 +244,8 @@ fn batched<B: Backend + ?Sized>(store: &mut B, ops: Vec<Op>) -> Batched {
     for (at, why) in refused {
         outcomes.insert(at, Err(why));
     }
-    Batched {
+    Ok(Batched {
         outcomes,
         wake: done.wake,
-    }
+    })
 }

@@ -189,6 +189,10 @@ impl Backend for Session {
         Ok(self.wait_for_notification(resources, timeout)?)
     }
 
+    fn broken(&self) -> bool {
+        self.client.is_closed()
+    }
+
     fn watch(&mut self, timeout: Duration) -> Done<Heard> {
         Ok(self.heard(timeout)?)
     }

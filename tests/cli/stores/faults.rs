@@ -234,6 +234,60 @@ fn restart_mid_wait_keeps_the_waiter_in_line_and_runs_its_command_after_the_hold
     verdict.finish(db, 2);
 }
 
+/// A lock server over a PostgreSQL that restarts: the first request once it is back is served
+/// (the server's writer finds a connection again instead of answering 503 on the one the
+/// restart closed), and a waiter through the server that waits across the restart is granted
+/// when the holder lets go, not ended with a store error.
+#[test]
+fn a_server_over_a_restarted_postgresql_serves_its_next_request_and_its_waiters() {
+    let Some(server) = server("a lock server's PostgreSQL restarted") else {
+        return;
+    };
+    let db = &server.db;
+    let lock_server = LockServer::start(db);
+    let through = |args: &[&str]| distlock_via(db, &lock_server.url(""), args);
+    let held = through(&["acquire", "held", "--owner", "h", "--ttl", "60"])
+        .output()
+        .expect("acquire");
+    assert_eq!(held.status.code(), Some(0), "{held:?}");
+    // A waiter through the server, queued behind the holder before the restart.
+    let mut waiting = through(&[
+        "acquire", "held", "--owner", "w", "--ttl", "60", "--wait", "60",
+    ]);
+    let waiter = Proc::spawn(&mut waiting, db.dir.path(), "waiter");
+    wait_until(
+        Duration::from_secs(20),
+        "the waiter is in the queue",
+        || db.status("held").1["waiting"] == 1,
+    );
+    server.cluster.restart(Duration::from_secs(2));
+    wait_until(Duration::from_secs(30), "PostgreSQL is back", || {
+        TcpStream::connect(server.cluster.addr()).is_ok()
+    });
+    // The first write through the server once PostgreSQL is back.
+    let first = through(&["acquire", "first", "--owner", "f", "--ttl", "60"])
+        .output()
+        .expect("acquire");
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "the first acquire through the server after the restart: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let released = through(&["release", "held", "--owner", "h"])
+        .output()
+        .expect("release");
+    assert_eq!(released.status.code(), Some(0), "{released:?}");
+    let out = waiter.finish(Duration::from_secs(60));
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "the waiter across the restart: {}",
+        out.describe()
+    );
+    assert_eq!(parse_line(&out.output.stdout)["lock"]["owner"], "w");
+}
+
 /// How long PostgreSQL stays down under a lock server while a `run` through that server ends its
 /// command: longer than the server's own search for it (5 s), so that the release is answered
 /// 503 more than once before it can go through.
