@@ -272,7 +272,11 @@ class Held:
             return self._renewed + self.ttl - margin(self.ttl)
 
     def check(self):
-        """Raises Lost once the lease is lost."""
+        """Raises Lost once the lease is lost, or once no renewal has succeeded by the stop:
+        found here too, not only by the watcher thread, so that a process stopped and
+        continued past its lease learns it at its next check, before its next step."""
+        if not self.lost.is_set() and time.monotonic() >= self._stop_at():
+            self._lose(f"renew {self.resource}: no renewal succeeded in time", gone=False)
         if self.lost.is_set():
             raise self.why
 

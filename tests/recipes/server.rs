@@ -754,9 +754,10 @@ fn ci_server_step_keeps_its_place_in_line_across_long_polls() {
 /// WAIT ACTION [CMD…]` holds RESOURCE with `with lock(…) as held:`, and in its body runs CMD
 /// with the fence in `DISTLOCK_FENCE` (ACTION `run`), raises (`raise`), or runs CMD as a long
 /// body keeps the lease rule, looking at `held.lost` every 0.1 s and stopping CMD (SIGTERM)
-/// once it is set (`steps`). A LockError is printed as `TYPE: MESSAGE` with exit 3; any other
+/// once it is set (`steps`), or writes a line to the file CMD names every 0.05 s, calling
+/// `held.check()` before each (`checks`), or checks once with its stop already past (`late`). A LockError is printed as `TYPE: MESSAGE` with exit 3; any other
 /// exception is Python's (a traceback, 1).
-const DRIVER: &str = r#"import os, subprocess, sys
+const DRIVER: &str = r#"import os, subprocess, sys, time
 
 sys.path.insert(0, sys.argv[1])
 from distlock_client import LockError, lock
@@ -767,6 +768,21 @@ try:
         env = dict(os.environ, DISTLOCK_FENCE=str(held.fence))
         if action == "raise":
             raise RuntimeError("the deploy failed")
+        if action == "late":
+            # As if the process had been stopped past its stop and just continued, before the
+            # watcher thread runs: the next check must raise.
+            held._renewed = time.monotonic() - held.ttl - 1
+            held.check()
+            print("a step after the stop", file=sys.stderr)
+        if action == "checks":
+            # Steps of a body that checks the lease before each: one line per step, its wall
+            # time in milliseconds, in the file CMD names.
+            with open(command[0], "a") as steps:
+                for _ in range(1200):
+                    held.check()
+                    steps.write(f"{time.time_ns() // 1_000_000}\n")
+                    steps.flush()
+                    time.sleep(0.05)
         if action == "steps":
             child = subprocess.Popen(command, env=env)
             try:
@@ -1098,6 +1114,72 @@ fn python_client_interrupted_while_waiting_gives_its_place_up_at_once() {
         );
     }
     assert!(!s.path("ran").exists(), "nothing ran without the lock");
+}
+
+#[test]
+fn python_client_body_stopped_past_its_lease_takes_no_step_after_it_continues() {
+    let (s, served, secret) = served("py");
+    let steps = s.path("steps");
+    let steps_path = steps.to_str().expect("utf-8").to_owned();
+    let ttl = 4;
+    let body = s.spawn(&mut driver(
+        &s,
+        &served,
+        &secret,
+        &[
+            "deploy/stopped",
+            "body",
+            &ttl.to_string(),
+            "0",
+            "checks",
+            &steps_path,
+        ],
+    ));
+    wait_for_file(&steps, Duration::from_secs(20));
+    // Stopped (as by SIGSTOP, or ^Z at a terminal) for longer than its lease.
+    kill(body.pid(), Signal::SIGSTOP).expect("stop the body");
+    std::thread::sleep(Duration::from_secs(ttl + 2));
+    let taken = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        });
+    let lock = s.hold("deploy/stopped", "next", "30s");
+    assert_eq!(
+        lock["owner"], "next",
+        "the lease ran out while the body was stopped"
+    );
+    kill(body.pid(), Signal::SIGCONT).expect("continue the body");
+    let done = body.finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(3), "Lost: {}", done.describe());
+    let late: Vec<i64> = read(&steps)
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .filter(|&at| at >= taken)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "steps taken after the next holder had the lock: {late:?} (taken at {taken})"
+    );
+}
+
+#[test]
+fn python_client_check_raises_once_its_stop_has_passed_even_before_the_watcher_says_so() {
+    let (s, served, secret) = served("py");
+    let done = s.spawn(&mut driver(
+        &s,
+        &served,
+        &secret,
+        &["deploy/late", "body", "30", "0", "late"],
+    ));
+    let done = done.finish(Duration::from_secs(30));
+    assert_eq!(done.code(), Some(3), "Lost: {}", done.describe());
+    assert!(done.stderr().contains("Lost:"), "{}", done.describe());
+    assert!(
+        !done.stderr().contains("a step after the stop"),
+        "{}",
+        done.describe()
+    );
 }
 
 #[test]
