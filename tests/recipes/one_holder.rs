@@ -441,6 +441,44 @@ fn ci_server_step_passes_a_cancellation_on_and_its_deploy_dies_with_it() {
 }
 
 #[test]
+fn ci_server_step_is_not_stopped_by_a_terminals_stop_signals() {
+    let (s, served, secret) = served("ci-deploy");
+    let mut ticking = Ticking::new(&s);
+    let ttl = format!("ttl={TTL}");
+    let (log, deploy) = ticking.script(&s, "stopped.sh", "stopped");
+    let settings = [
+        ("ttl=300", ttl.as_str()),
+        ("deploy%2Fproduction", "deploy%2Fstopped"),
+    ];
+    let step = server_job(&s, &served, &secret, &deploy, &settings, 1, "step-stopped");
+    Ticking::wait_running(&log, "deploy/stopped");
+    let waiter = Ticking::next_holder(&s, "deploy/stopped", &log);
+    wait_for_the_waiter(&s, "deploy/stopped");
+    // ^Z at a terminal, and a background job's reads and writes there: to the step's group
+    // (the step and its renewer; the deploy has a group of its own).
+    for signal in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+        killpg(step.pid(), signal).expect("a stop signal to the step's group");
+    }
+    std::thread::sleep(Duration::from_secs(TTL + 2));
+    assert_eq!(
+        s.holder("deploy/stopped").map(|lock| lock["owner"].clone()),
+        Some(Value::from(step_owner(1, &step))),
+        "the step still holds its lock past its TTL: its renewer was not stopped"
+    );
+    assert!(
+        !Ticking::next_is_in(&log),
+        "the waiter got in beside the deploy"
+    );
+    // The deploy ends; the step releases, and the waiter gets in after it.
+    Ticking::done(&log);
+    let done = step.finish(REQUEST);
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    let next = waiter.finish(REQUEST);
+    assert_eq!(next.code(), Some(0), "{}", next.describe());
+    Ticking::assert_gone_before_the_next(&log, "deploy/stopped");
+}
+
+#[test]
 fn ci_server_step_waits_on_in_line_while_the_server_is_away() {
     let (s, served, secret) = served("ci-deploy");
     let deploy = s.script(
