@@ -11,8 +11,9 @@
 //! wait ends here gives the place up; a mismatch gives it up at once.
 //!
 //! A waiting request ends early, answered with its latest look and its place kept, when the
-//! server stops, its owner leaves the queue (`POST …/leave`: it does not look again, so that it
-//! takes no place back), or its token was taken out of the tokens file. A client that goes away
+//! server stops or its owner leaves the queue (`POST …/leave`: it does not look again, so that
+//! it takes no place back); one whose token was taken out of the tokens file gives its place
+//! up too, as it can never ask again. A client that goes away
 //! drops the task; its place lapses. Past `--max-waiters` or `--max-waiters-per-token` a request
 //! is answered 429 before it waits ([`too_many`]).
 
@@ -112,10 +113,13 @@ pub(super) async fn wait(
             .min(REFRESH)
             .min(ends.map_or(REFRESH, until_expiry));
         waiting.rung(pause).await;
-        let stopped = state.stopping.load(Ordering::SeqCst)
-            || waiting.left()
-            || work.caller.revoked(state.tokens().as_deref());
-        if stopped {
+        if work.caller.revoked(state.tokens().as_deref()) {
+            // Its token was taken out of the file: it can never ask again, so its place goes
+            // now rather than lapsing 5 s later with the resource reserved for it meanwhile.
+            leave(work, members, &request.owner).await?;
+            return Ok(attempt);
+        }
+        if state.stopping.load(Ordering::SeqCst) || waiting.left() {
             // The latest look is the answer, the place kept.
             return Ok(attempt);
         }

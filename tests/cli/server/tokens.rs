@@ -663,6 +663,13 @@ fn a_token_taken_out_of_the_file_ends_its_waiting_request_without_the_lock() {
     );
     let status = db.run(&["status", "q"]);
     assert_eq!(status.status.code(), Some(1), "nobody holds it: {status:?}");
+    // Its place went with its answer: the resource is not kept for a caller that can never
+    // ask again.
+    let free = db.json(&["status", "q"], 1);
+    assert!(
+        free.get("waiting").is_none_or(|waiting| waiting == 0),
+        "the revoked token's place is given up: {free}"
+    );
     assert_eq!(
         call(
             &server,
