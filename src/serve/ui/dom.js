@@ -61,3 +61,10 @@ export function clock(ms) {
   const two = (n) => String(n).padStart(2, '0');
   return `${two(at.getHours())}:${two(at.getMinutes())}:${two(at.getSeconds())}`;
 }
+
+/** A name, owner, note or reason set apart from the text around it (Unicode's first-strong
+ * isolate … pop directional isolate), so that right-to-left marks or overrides inside it
+ * cannot reorder the page's own words beside it. */
+export function iso(text) {
+  return `\u2068${text}\u2069`;
+}

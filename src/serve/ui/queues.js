@@ -2,7 +2,7 @@
 // long each has waited and its mode; a lock set's waiter names every member it waits for.
 
 import { json, now, query } from './api.js';
-import { byId, duration, el, mode } from './dom.js';
+import { byId, duration, el, iso, mode } from './dom.js';
 
 const prefix = byId('queues-prefix');
 
@@ -31,7 +31,7 @@ function render(queues) {
       }
       const item = el('li', { className: 'waiter' }, [
         el('span', { className: 'name owner', text: waiter.owner }),
-        waiter.token ? el('span', { className: 'token', text: `token ${waiter.token}` }) : null,
+        waiter.token ? el('span', { className: 'token', text: `token ${iso(waiter.token)}` }) : null,
         el('span', { className: 'waited', text: facts.join(' · ') }),
         waiter.members && waiter.members.length
           ? el('span', { className: 'members' }, [

@@ -4,7 +4,7 @@
 // after its command ended is drawn hatched until the hold's end.
 
 import { json, lines, now, query } from './api.js';
-import { byId, clock, el, mode, svg } from './dom.js';
+import { byId, clock, el, iso, mode, svg } from './dom.js';
 
 const kind = byId('timeline-kind');
 const target = byId('timeline-target');
@@ -184,7 +184,7 @@ function render(all, start, end) {
     const keptAt = tenure.kept ? x(Math.min(Math.max(tenure.kept, tenure.start), tenure.end)) : null;
     const to = Math.max(from + 2, x(tenure.end));
     const solidEnd = keptAt ?? to;
-    const details = `${tenure.resource} · fence ${tenure.fence} · ${tenure.owner}${tenure.token ? ` (token ${tenure.token})` : ''} · ${tenure.mode} · ${clock(tenure.start)}–${clock(tenure.end)} · ${tenure.how}${tenure.note ? ` · ${tenure.note}` : ''}`;
+    const details = `${iso(tenure.resource)} · fence ${tenure.fence} · ${iso(tenure.owner)}${tenure.token ? ` (token ${iso(tenure.token)})` : ''} · ${tenure.mode} · ${clock(tenure.start)}–${clock(tenure.end)} · ${tenure.how}${tenure.note ? ` · ${iso(tenure.note)}` : ''}`;
     const bar = svg('g', { className: `tenure ${tenure.how}` }, [svg('title', { text: details })]);
     bar.append(svg('rect', { className: 'bar', attrs: { x: from, y, width: Math.max(2, solidEnd - from), height: LANE - 8, rx: 3 } }));
     if (keptAt !== null) {
@@ -195,13 +195,13 @@ function render(all, start, end) {
     }
     if (tenure.broken) {
       const mark = x(tenure.broken.at);
-      const who = tenure.broken.byToken ? `${tenure.broken.by} (token ${tenure.broken.byToken})` : tenure.broken.by;
+      const who = tenure.broken.byToken ? `${iso(tenure.broken.by)} (token ${iso(tenure.broken.byToken)})` : iso(tenure.broken.by);
       bar.append(
         svg('line', { className: 'break-mark', attrs: { x1: mark, x2: mark, y1: y - 3, y2: y + LANE - 5 } }),
         // Beside the mark, on its left when the mark is near the chart's right edge.
         svg('text', {
           className: 'break-label',
-          text: `✕ ${who}: ${tenure.broken.reason}`,
+          text: `✕ ${who}: ${iso(tenure.broken.reason)}`,
           attrs: mark > width - 240 ? { x: mark - 4, y: y + 13, 'text-anchor': 'end' } : { x: mark + 4, y: y + 13 },
         }),
       );

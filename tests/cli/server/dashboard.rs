@@ -261,7 +261,8 @@ fn the_timeline_shows_a_break_with_who_and_why_and_a_kept_hold() {
              const label = [...document.querySelectorAll('svg text.break-label')][0];
              return !!item && item.querySelector('q').textContent === 'stuck deploy'
                  && item.textContent.includes('alice@ops')
-                 && !!label && label.textContent === '✕ alice@ops: stuck deploy';",
+                 && !!label
+                 && label.textContent === '✕ \\u2068alice@ops\\u2069: \\u2068stuck deploy\\u2069';",
         );
         browser.wait_until(
             "the hold kept, hatched, on backup's live tenure",
@@ -357,7 +358,8 @@ fn hostile_names_owners_notes_and_reasons_are_shown_as_text_and_no_script_runs()
             &format!(
                 "const q = document.querySelector('#queues-list .queue');
                  return !!q && q.querySelector('h3').textContent === {}
-                     && q.querySelector('.owner').textContent === {};",
+                     && q.querySelector('.owner').textContent === {}
+                     && getComputedStyle(q.querySelector('.owner')).unicodeBidi === 'isolate';",
                 js(HOSTILE),
                 js(HOSTILE_WAITER)
             ),
@@ -370,7 +372,8 @@ fn hostile_names_owners_notes_and_reasons_are_shown_as_text_and_no_script_runs()
                 "const q = document.querySelector('#timeline-breaks q');
                  const names = [...document.querySelectorAll('svg text.lane-label')]
                      .map(t => t.firstChild.nodeValue);
-                 return !!q && q.textContent === {} && names.includes({});",
+                 return !!q && q.textContent === {} && names.includes({})
+                     && getComputedStyle(q).unicodeBidi === 'isolate';",
                 js(HOSTILE_NOTE),
                 js(HOSTILE)
             ),
