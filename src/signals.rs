@@ -143,7 +143,7 @@ impl Drop for Interrupts {
 /// SIGTRAP, SIGSYS), whose default is the only safe answer; SIGXCPU, a limit set on purpose;
 /// and SIGXFSZ, handled already ([`survive_file_size_limit`]).
 pub fn shrugged_off() -> Vec<(i32, &'static str)> {
-    let mut signals = vec![
+    let everywhere = [
         (libc::SIGUSR1, "SIGUSR1"),
         (libc::SIGUSR2, "SIGUSR2"),
         (libc::SIGALRM, "SIGALRM"),
@@ -152,8 +152,10 @@ pub fn shrugged_off() -> Vec<(i32, &'static str)> {
         (libc::SIGIO, "SIGIO"),
     ];
     #[cfg(target_os = "linux")]
-    signals.extend([(libc::SIGPWR, "SIGPWR"), (libc::SIGSTKFLT, "SIGSTKFLT")]);
-    signals
+    let only_here = [(libc::SIGPWR, "SIGPWR"), (libc::SIGSTKFLT, "SIGSTKFLT")];
+    #[cfg(not(target_os = "linux"))]
+    let only_here: [(i32, &'static str); 0] = [];
+    everywhere.into_iter().chain(only_here).collect()
 }
 
 /// What a signal tells the server to do.
