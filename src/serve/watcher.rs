@@ -55,6 +55,12 @@ fn watch(location: &Location, waiters: &Waiters) {
                     everyone_rung = Instant::now();
                 }
             }
+            // The resources are named: their waiters are found by the registry's index.
+            Ok(Heard::Resources(changed)) => {
+                for resource in &changed {
+                    waiters.ring(resource, None);
+                }
+            }
             Ok(heard) => waiters.ring_where(|members, owner| heard.concerns(members, owner)),
             Err(_) => {
                 store = None;
