@@ -199,7 +199,7 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
     let threads = |err: std::io::Error| {
         Error::System(anyhow::Error::new(err).context("cannot start the server's threads"))
     };
-    let writer = Writer::start(first, location.clone(), Arc::clone(&waiters)).map_err(threads)?;
+    let writer = Writer::start(first, Arc::clone(&waiters)).map_err(threads)?;
     watcher::start(location.clone(), Arc::clone(&waiters)).map_err(threads)?;
     let state = Arc::new(Shared {
         writer,

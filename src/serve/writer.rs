@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use super::lanes::{Lane, Lanes};
 use super::waiters::Waiters;
 use crate::lock::TokenName;
-use crate::store::{self, Location, LockStore, Op, Outcome, op};
+use crate::store::{self, LockStore, Op, Outcome, op};
 
 /// The most operations one transaction carries: enough that a batch's commit serves every
 /// caller of a busy server, few enough that one batch's answers are not held up long.
@@ -59,11 +59,7 @@ impl Writer {
     /// # Errors
     ///
     /// When the system refuses the thread.
-    pub fn start(
-        store: Box<dyn LockStore>,
-        location: Location,
-        waiters: Arc<Waiters>,
-    ) -> std::io::Result<Arc<Writer>> {
+    pub fn start(store: Box<dyn LockStore>, waiters: Arc<Waiters>) -> std::io::Result<Arc<Writer>> {
         let writer = Arc::new(Writer {
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -73,7 +69,7 @@ impl Writer {
         let running = Arc::clone(&writer);
         std::thread::Builder::new()
             .name("writer".to_owned())
-            .spawn(move || running.run(store, &location, &waiters))?;
+            .spawn(move || running.run(store, &waiters))?;
         Ok(writer)
     }
 
@@ -115,12 +111,11 @@ impl Writer {
     }
 
     /// The writer's loop: a batch of whatever is queued, committed, answered; the waiters it
-    /// may let in rung; the store tidied when nothing is left to do. A store whose batch failed
-    /// as a whole — every operation in it, or the batch itself — is opened again for the next
-    /// batch: its connection may be what failed (a PostgreSQL restarted under it).
-    fn run(&self, store: Box<dyn LockStore>, location: &Location, waiters: &Waiters) {
+    /// may let in rung; the store tidied when nothing is left to do. A connection lost under
+    /// it (a PostgreSQL restarted) is found again by the store itself, which tries the batch
+    /// again when nothing of it can have been committed.
+    fn run(&self, mut store: Box<dyn LockStore>, waiters: &Waiters) {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut store = Some(store);
         loop {
             let jobs = {
                 let mut queue = self.queue();
@@ -135,18 +130,8 @@ impl Writer {
                 jobs.into_iter().map(|job| (job.op, job.answer)).unzip();
             self.batches.fetch_add(1, Relaxed);
             self.operations.fetch_add(ops.len() as u64, Relaxed);
-            let opened = match store.take() {
-                Some(open) => Ok(open),
-                None => store::open(location, store::Access::Create),
-            };
-            let done = opened.and_then(|mut open| {
-                let done = open.carry_out(Op::Batch(op::Batch { ops }));
-                store = Some(open);
-                done
-            });
-            let failed = match done {
+            match store.carry_out(Op::Batch(op::Batch { ops })) {
                 Ok(Outcome::Batch(batched)) => {
-                    let failed = batched.outcomes.iter().all(Result::is_err);
                     for (answer, outcome) in answers.into_iter().zip(batched.outcomes) {
                         let outcome = outcome.map_err(|why| store::Error::Failed(anyhow!(why)));
                         // A caller gone meanwhile is not told.
@@ -155,7 +140,6 @@ impl Writer {
                     for (resource, head) in &batched.wake {
                         waiters.ring(resource, Some(head));
                     }
-                    failed
                 }
                 answered => {
                     let why = match answered {
@@ -165,16 +149,11 @@ impl Writer {
                     for answer in answers {
                         let _ = answer.send(Err(store::Error::Failed(anyhow!("{why}"))));
                     }
-                    true
                 }
-            };
-            if failed {
-                store = None;
-            } else if let Some(open) = store.as_mut() {
-                if self.queue().lanes.is_empty() {
-                    // A SQLite store's WAL is checkpointed and started over once it is long.
-                    let _ = open.carry_out(Op::Tidy(op::Tidy));
-                }
+            }
+            if self.queue().lanes.is_empty() {
+                // A SQLite store's WAL is checkpointed and started over once it is long.
+                let _ = store.carry_out(Op::Tidy(op::Tidy));
             }
         }
     }
