@@ -12,7 +12,7 @@ use super::reply::{Reply, problem};
 use super::shared::Shared;
 use crate::lock::{Members, Shape};
 use crate::protocol::{Bad, Fields, Target};
-use crate::store::{self, LockStore, Operation};
+use crate::store::{self, LockStore, Operation, op};
 
 /// One request, as its route's work sees it.
 pub(super) struct Work<'a> {
@@ -56,17 +56,12 @@ impl Work<'_> {
     /// The store's failure, answered 503 ([`unavailable`]).
     pub(super) async fn write<O: Operation>(&self, lane: Lane, op: O) -> Result<O::Output, Reply> {
         let token = self.caller.token_name();
-        let outcome = self
-            .state
-            .writer
-            .submit(lane, token.as_ref(), op.into())
-            .await;
-        let outcome = outcome.map_err(|err| unavailable(&err))?;
-        O::outcome(outcome).map_err(|other| {
-            unavailable(&store::Error::Failed(anyhow::anyhow!(
-                "the store answered with {other:?}"
-            )))
-        })
+        let op = op.into();
+        let name = op.name();
+        let outcome = self.state.writer.submit(lane, token.as_ref(), op).await;
+        outcome
+            .and_then(|outcome| op::output_of::<O>(name, outcome))
+            .map_err(|err| unavailable(&err))
     }
 
     /// `work` on one of the store's readers.

@@ -71,7 +71,7 @@ macro_rules! operations {
 
         impl Op {
             /// The operation's name, for messages.
-            pub(super) fn name(&self) -> &'static str {
+            pub fn name(&self) -> &'static str {
                 match self {
                     $(Op::$name(_) => stringify!($name),)*
                 }
@@ -364,10 +364,19 @@ pub trait Locks: LockStore {
     fn perform<O: Operation>(&mut self, op: O) -> Result<O::Output> {
         let op = op.into();
         let name = op.name();
-        O::outcome(self.carry_out(op)?).map_err(|other| {
-            Error::Failed(anyhow::anyhow!("the store answered {name} with {other:?}"))
-        })
+        output_of::<O>(name, self.carry_out(op)?)
     }
+}
+
+/// What the operation named `name`, an `O`, came to, out of the store's `outcome`.
+///
+/// # Errors
+///
+/// Another operation's outcome: a defect of the store, or a server that speaks another
+/// protocol.
+pub fn output_of<O: Operation>(name: &str, outcome: Outcome) -> Result<O::Output> {
+    O::outcome(outcome)
+        .map_err(|other| Error::Failed(anyhow::anyhow!("the store answered {name} with {other:?}")))
 }
 
 impl<S: LockStore + ?Sized> Locks for S {}
