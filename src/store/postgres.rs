@@ -25,6 +25,7 @@ mod statements;
 mod target;
 mod tls;
 mod worker;
+mod writes;
 
 pub use target::Target;
 pub use worker::PostgresStore;

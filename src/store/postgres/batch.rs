@@ -62,10 +62,3 @@ pub(super) fn flag(row: &SimpleQueryRow, i: usize) -> Result<bool> {
 pub(super) fn required<T>(value: Option<T>, i: usize) -> Result<T> {
     value.ok_or_else(|| anyhow!("the server answered NULL in column {i}"))
 }
-
-/// `sql`, an `UPDATE` or `DELETE` of one row, made to fail with `division_by_zero` (read as a
-/// conflict) when it finds no row: a write that the decision counted on must happen, or the
-/// `COMMIT` sent in the same batch must not run.
-pub(super) fn one_row(sql: &str) -> String {
-    format!("WITH w AS ({sql} RETURNING 1) SELECT 1 / count(*)::integer FROM w")
-}

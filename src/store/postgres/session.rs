@@ -21,10 +21,14 @@
 //!   batch too: only when it is not this build's, or the batch fails on a connection that has
 //!   not seen the schema yet, is the schema checked, created or upgraded the careful way
 //!   ([`Session::ensure_schema`]), and the operation tried again.
+//! - **Statements for all members at once.** Each read is one statement over every member (a
+//!   lock set's, or the union of a server's batch), and each kind of change one statement
+//!   ([`super::writes`]): a server's batch of a hundred operations costs PostgreSQL a dozen
+//!   statements to parse and plan, not several hundred.
 //! - Fences come from the sequence `distlock.fence` (never cycles; values are never reused, even
-//!   after a rollback or a crash). When the resource has no live tenure and no live waiter (an
-//!   acquire is then granted a new tenure), the first batch takes the next fence already,
-//!   saving a round trip; unused, it is a gap, as after a rollback.
+//!   after a rollback or a crash). For each member that has no live tenure and no live waiter
+//!   (an acquire is then granted a new tenure), the first batch takes a fence already, saving
+//!   a round trip; unused, it is a gap, as after a rollback.
 //! - The schema lives in its own `distlock` schema and is created on first use under a
 //!   transaction-level advisory lock, so many processes starting at once create it exactly once.
 //! - Session state: only `LISTEN` (waiters), and only in a waiting process. No prepared
@@ -39,9 +43,10 @@ use postgres::Client;
 
 use super::batch::{Output, column, number, required, send};
 use super::statements::{
-    CHANNEL, Retry, fences_ahead, fingerprint, found, head, is_transient, lock_row, raise_fence,
-    still_listening, tenures, text, unchanged_since, waiters, write,
+    Retry, digests, fences_ahead, found, head, is_transient, lock_rows, still_listening, tenures,
+    text, unchanged_since, waiters,
 };
+use super::writes::{notify, writes};
 use crate::engine::{self, Change, State};
 use crate::lock::{Event, Fence, GcReport, Lock, LogQuery, Owner, Place, Resource};
 use crate::store::Result as Done;
@@ -247,32 +252,27 @@ impl Session {
             }
             attempt += 1;
             // Round trip 1, the reads: one implicit transaction that ends with the batch, so
-            // nothing is held while this process decides. Each member's digest is read before
-            // its rows: a change committed in between makes the write below start over.
-            let mut batch = vec![head(&members[0], members.len() == 1)];
-            for member in &members {
-                batch.extend([fingerprint(member, owner), tenures(member), waiters(member)]);
-            }
-            let set = members.len() > 1;
-            if set {
-                batch.push(fences_ahead(&members));
-            }
+            // nothing is held while this process decides. The members' digests are read before
+            // their rows: a change committed in between makes the write below start over.
+            // Each read is one statement for every member, so that a server's batch of many
+            // operations costs the server as few statements as one operation.
+            let mut batch = vec![
+                head(),
+                fences_ahead(&members),
+                digests(&members, owner),
+                tenures(&members),
+                waiters(&members),
+            ];
             let listener = self.listening;
             if let Some(pid) = listener {
                 batch.push(still_listening(pid));
             }
-            let mut prefetched = Vec::new();
             self.attempted = Instant::now().checked_sub(Duration::from_millis(1));
             let outputs = match send(&mut self.client, &batch) {
                 Ok(mut outputs) if outputs.len() == batch.len() => {
                     if listener.is_some() {
                         let heard = outputs.pop();
                         self.check_listening(heard.as_ref());
-                    }
-                    if set {
-                        for row in outputs.pop().map(|o| o.rows).unwrap_or_default() {
-                            prefetched.push(required(number(&row, 0)?, 0)?);
-                        }
                     }
                     outputs
                 }
@@ -288,7 +288,10 @@ impl Session {
                     return Err(err.into());
                 }
             };
-            let read = found(&outputs, true)?;
+            let [head, fences, digests, tenures, waiters] = &outputs[..] else {
+                bail!("the server answered a different number of statements");
+            };
+            let read = found(resources, head, Some(digests), tenures, waiters)?;
             if read.version != Some(SCHEMA_VERSION) {
                 if self.recheck(true, &mut rechecked)? {
                     attempt -= 1;
@@ -304,7 +307,11 @@ impl Session {
             let decision = {
                 let client = &mut self.client;
                 // Handed out in the order they were taken.
-                let mut ahead: Vec<i64> = read.fence.into_iter().chain(prefetched).collect();
+                let mut ahead: Vec<i64> = fences
+                    .rows
+                    .iter()
+                    .map(|row| required(number(row, 0)?, 0))
+                    .collect::<Result<_>>()?;
                 ahead.reverse();
                 let mut fresh = || -> Result<Fence> {
                     if let Some(fence) = ahead.pop() {
@@ -342,26 +349,21 @@ impl Session {
             // and admission is checked where it matters, at the grant. So it is not checked,
             // and waiters arriving under contention do not start over at every handoff.
             let checked = owner.is_some() || !own_place_only(&decision.changes);
-            for (member, digest) in members.iter().zip(&read.digests) {
-                statements.push(lock_row(member));
-                if checked {
-                    statements.push(unchanged_since(member, owner, digest, read.now.0));
-                }
+            statements.push(lock_rows(&members));
+            if checked {
+                statements.push(unchanged_since(&members, owner, &read.digests, read.now.0));
             }
-            for (member, changes) in members.iter().zip(&decision.changes) {
-                for change in changes {
-                    if let Change::Insert(tenure) = change {
-                        statements.push(raise_fence(member, tenure.fence));
-                    }
-                    statements.push(write(member, change));
-                }
-            }
+            statements.extend(writes(&members, &decision.changes));
             // Waiters hear of a change that may let them in when it commits (NOTIFY is
             // delivered on commit, and not at all on a rollback).
-            for (member, changes) in members.iter().zip(&decision.changes) {
-                if engine::wakes_waiters(changes) {
-                    statements.push(format!("SELECT pg_notify({}, {member})", text(CHANNEL)));
-                }
+            let wake: Vec<&String> = members
+                .iter()
+                .zip(&decision.changes)
+                .filter(|(_, changes)| engine::wakes_waiters(changes))
+                .map(|(member, _)| member)
+                .collect();
+            if !wake.is_empty() {
+                statements.push(notify(&wake));
             }
             statements.push("COMMIT".to_owned());
             // Only a change to a tenure makes an unknown outcome matter: a place in the queue,
@@ -412,14 +414,14 @@ impl Session {
 
     /// The resource's rows and the server's "now", without writing.
     fn read_state(&mut self, resource: &Resource) -> Result<State> {
-        let res = text(resource.as_str());
+        let members = [text(resource.as_str())];
         let mut rechecked = false;
         loop {
             if self.absent {
                 return Ok(nothing());
             }
             // One implicit transaction; each statement sees what committed before it began.
-            let reads = [head(&res, false), tenures(&res), waiters(&res)];
+            let reads = [head(), tenures(&members), waiters(&members)];
             let outputs = match send(&mut self.client, &reads) {
                 Ok(outputs) if outputs.len() == reads.len() => outputs,
                 Ok(_) => bail!("the server answered a different number of statements"),
@@ -430,7 +432,10 @@ impl Session {
                     return Err(err.into());
                 }
             };
-            let found = found(&outputs, false)?;
+            let [head, tenures, waiters] = &outputs[..] else {
+                bail!("the server answered a different number of statements");
+            };
+            let found = found(std::slice::from_ref(resource), head, None, tenures, waiters)?;
             if found.version != Some(SCHEMA_VERSION) {
                 if self.recheck(true, &mut rechecked)? {
                     continue;

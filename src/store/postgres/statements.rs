@@ -1,5 +1,6 @@
 //! The statements every operation sends, built as text with their values as literals.
 
+use std::collections::HashMap;
 use std::fmt::Display;
 
 use anyhow::{Result, anyhow, bail};
@@ -7,11 +8,11 @@ use postgres::error::SqlState;
 use postgres::{Row, SimpleQueryRow};
 use postgres_protocol::escape::escape_literal;
 
-use super::batch::{Output, column, flag, number, one_row, required};
-use crate::engine::{Change, State, Tenure, Waiter};
-use crate::lock::{Fence, Owner, Remark, Timestamp, TokenName};
+use super::batch::{Output, column, flag, number, required};
+use crate::engine::{State, Tenure, Waiter};
+use crate::lock::{Fence, Owner, Remark, Resource, Timestamp};
 use crate::store::SCHEMA_VERSION;
-use crate::store::columns::{members_column, mode_columns, mode_of};
+use crate::store::columns::mode_of;
 
 /// The lease columns, times as milliseconds since the epoch, in the order [`lease`] reads them.
 pub(super) const LEASE_COLUMNS: &str = "owner, fence, (extract(epoch FROM acquired_at) * 1000)::bigint, \
@@ -46,78 +47,60 @@ pub(super) fn at_ms(ms: i64) -> String {
     format!("('epoch'::timestamptz + ({ms})::bigint * interval '1 ms')")
 }
 
-/// Locks `resource`'s row until the transaction ends, creating it if needed. `DO UPDATE …
+/// `members` (literals) as an SQL array of text.
+fn array(members: &[String]) -> String {
+    format!("ARRAY[{}]::text[]", members.join(", "))
+}
+
+/// Locks the rows of `members` (literals, sorted) in `distlock.resources` (`UNIQUE(resource)`)
+/// until the transaction ends, in their order, creating those that are missing. `DO UPDATE …
 /// WHERE false` locks an existing row as an update would (so it also serialises with distlock
 /// versions that rewrite the row) but leaves it as it is: a busy resource leaves no dead row
 /// versions behind, and the statement writes no row to the WAL.
-pub(super) fn lock_row(resource: &str) -> String {
+pub(super) fn lock_rows(members: &[String]) -> String {
     format!(
-        "INSERT INTO distlock.resources (resource) VALUES ({resource}) \
-         ON CONFLICT (resource) DO UPDATE SET resource = EXCLUDED.resource WHERE false"
+        "INSERT INTO distlock.resources (resource) \
+         SELECT m.resource FROM unnest({}) WITH ORDINALITY AS m(resource, i) ORDER BY m.i \
+         ON CONFLICT (resource) DO UPDATE SET resource = EXCLUDED.resource WHERE false",
+        array(members)
     )
 }
 
-/// Under the row lock of [`lock_row`]: raises `resource`'s highest fence to `fence`, the fence
-/// of a tenure this transaction inserts, or fails with `division_by_zero` (read as a conflict:
-/// the operation starts over) when the resource has had a fence as high already. A fence is
-/// taken before the decision is written (in its read, or while deciding); if another tenure
-/// of the resource came and went meanwhile, the rows read are the same again, but its fence
-/// is higher, and granting the older one would make fences go backwards.
-pub(super) fn raise_fence(resource: &str, fence: Fence) -> String {
-    let fence = fence.0;
-    format!(
-        "WITH raised AS (UPDATE distlock.resources SET fence = {fence}, \
-                                granted_at = clock_timestamp() \
-                         WHERE resource = {resource} AND fence < {fence} RETURNING 1) \
-         SELECT 1 / count(*)::integer FROM raised"
-    )
+/// The server's now in milliseconds since the epoch (as times are printed), and the schema
+/// version.
+pub(super) fn head() -> String {
+    "SELECT (extract(epoch FROM date_trunc('milliseconds', clock_timestamp())) * 1000)::bigint, \
+            (SELECT schema_version FROM distlock.meta)"
+        .to_owned()
 }
 
-/// The server's now in milliseconds since the epoch (as times are printed), the schema
-/// version, and — with `fence` — the next fence when the resource has no live tenure and no
-/// live waiter, else `NULL`. Never takes a fence from a schema this build does not know.
-pub(super) fn head(resource: &str, fence: bool) -> String {
-    let fence = if fence {
-        format!(
-            "CASE WHEN n.version = {SCHEMA_VERSION}
-                   AND NOT EXISTS (SELECT FROM distlock.locks
-                                   WHERE resource = {resource} AND expires_at > n.now)
-                   AND NOT EXISTS (SELECT FROM distlock.waiters
-                                   WHERE resource = {resource} AND expires_at > n.now)
-                  THEN nextval('distlock.fence') END"
-        )
-    } else {
-        "NULL".to_owned()
-    };
-    format!(
-        "WITH n AS (SELECT date_trunc('milliseconds', clock_timestamp()) AS now,
-                           (SELECT schema_version FROM distlock.meta) AS version)
-         SELECT (extract(epoch FROM n.now) * 1000)::bigint, n.version, {fence} FROM n"
-    )
-}
-
-/// Fences taken ahead for a lock set's grant: one per member, when none of `members` (literals)
-/// has a live tenure or waiter, so that a set is granted in the same two round trips as one
-/// resource; none otherwise. A fence taken and not used is a gap, which fences may have.
+/// Fences taken ahead: one for each of `members` (literals) that has no live tenure and no live
+/// waiter, where an acquire would be granted a new tenure, so that a grant (of one resource, of
+/// a set, or the grants of a server's batch) takes the same two round trips as a refusal. A
+/// fence taken and not used is a gap, which fences may have. Never takes a fence from a schema
+/// this build does not know.
 pub(super) fn fences_ahead(members: &[String]) -> String {
-    let listed = members.join(", ");
     format!(
-        "SELECT nextval('distlock.fence') FROM generate_series(1, {count})
+        "SELECT nextval('distlock.fence') FROM unnest({}) AS m(resource)
          WHERE (SELECT schema_version FROM distlock.meta) = {SCHEMA_VERSION}
-           AND NOT EXISTS (SELECT FROM distlock.locks
-                           WHERE resource IN ({listed}) AND expires_at > clock_timestamp())
-           AND NOT EXISTS (SELECT FROM distlock.waiters
-                           WHERE resource IN ({listed}) AND expires_at > clock_timestamp())",
-        count = members.len()
+           AND NOT EXISTS (SELECT FROM distlock.locks l
+                           WHERE l.resource = m.resource AND l.expires_at > clock_timestamp())
+           AND NOT EXISTS (SELECT FROM distlock.waiters w
+                           WHERE w.resource = m.resource AND w.expires_at > clock_timestamp())",
+        array(members)
     )
 }
 
-/// A digest of the rows `resource`'s decision reads: its tenure rows and its queue, each row
-/// whole — all of them, or only `owner`'s (a literal; see [`crate::store::Reads`]). Read before
-/// the rows themselves, it is compared under the row lock when the decision is written
-/// ([`unchanged_since`]).
-pub(super) fn fingerprint(resource: &str, owner: Option<&str>) -> String {
-    format!("SELECT {}", digest(resource, owner))
+/// A digest of the rows each member's decision reads, in the order of `members` (literals):
+/// its tenure rows and its queue, each row whole — all of them, or only `owner`'s (a literal;
+/// see [`crate::store::Reads`]). Read before the rows themselves, it is compared under the row
+/// lock when the decision is written ([`unchanged_since`]).
+pub(super) fn digests(members: &[String], owner: Option<&str>) -> String {
+    format!(
+        "SELECT {} FROM unnest({}) WITH ORDINALITY AS m(resource, i) ORDER BY m.i",
+        digest("m.resource", owner),
+        array(members)
+    )
 }
 
 /// The condition that narrows a resource's rows to `owner`'s, or nothing.
@@ -125,6 +108,7 @@ fn whose(owner: Option<&str>) -> String {
     owner.map_or_else(String::new, |owner| format!(" AND owner = {owner}"))
 }
 
+/// The digest of the rows of `resource`, an SQL expression.
 fn digest(resource: &str, owner: Option<&str>) -> String {
     let whose = whose(owner);
     format!(
@@ -140,32 +124,40 @@ fn digest(resource: &str, owner: Option<&str>) -> String {
 /// (from a client that was stopped or cut off in between).
 pub(super) const DECISION_LIFETIME_MS: i64 = 2_000;
 
-/// Under the row lock of [`lock_row`]: fails with `division_by_zero` (read as a conflict) unless
-/// the decision that `resource`'s read at `read_at` (ms) led to still holds — the rows it read
-/// (all, or `owner`'s) are as they were (`digest`, from [`fingerprint`]), none of them has
-/// expired since (nothing the decision counted as live has stopped being so), and the read is
-/// not older than [`DECISION_LIFETIME_MS`].
+/// Under the row locks of [`lock_rows`]: fails with `division_by_zero` (read as a conflict)
+/// unless the decision that the read of `members` (literals) at `read_at` (ms) led to still
+/// holds — the rows it read of each member (all, or `owner`'s) are as they were (`digests`,
+/// from [`digests`], in the members' order), none of them has expired since (nothing the
+/// decision counted as live has stopped being so), and the read is not older than
+/// [`DECISION_LIFETIME_MS`].
 pub(super) fn unchanged_since(
-    resource: &str,
+    members: &[String],
     owner: Option<&str>,
-    digest_read: &str,
+    digests: &[String],
     read_at: i64,
 ) -> String {
     let read = at_ms(read_at);
     let whose = whose(owner);
     let expired = |table: &str| {
         format!(
-            "NOT EXISTS (SELECT FROM distlock.{table} WHERE resource = {resource}{whose} \
-             AND expires_at > {read} AND expires_at <= clock_timestamp())"
+            "NOT EXISTS (SELECT FROM distlock.{table} x WHERE x.resource = c.resource{whose} \
+             AND x.expires_at > {read} AND x.expires_at <= clock_timestamp())"
         )
     };
+    let read_rows: Vec<String> = members
+        .iter()
+        .zip(digests)
+        .map(|(member, digest)| format!("({member}, {})", text(digest)))
+        .collect();
     format!(
-        "SELECT 1 / ({} = {} AND {} AND {} \
-                     AND clock_timestamp() < {read} + interval '{DECISION_LIFETIME_MS} ms')::integer",
-        digest(resource, owner),
-        text(digest_read),
+        "SELECT 1 / coalesce(bool_and({} = c.digest AND {} AND {}) \
+                             AND clock_timestamp() < {read} + interval '{DECISION_LIFETIME_MS} ms', \
+                             false)::integer \
+         FROM (VALUES {}) AS c(resource, digest)",
+        digest("c.resource", owner),
         expired("locks"),
         expired("waiters"),
+        read_rows.join(", "),
     )
 }
 
@@ -179,76 +171,96 @@ pub(super) fn still_listening(pid: i64) -> String {
     )
 }
 
-pub(super) fn tenures(resource: &str) -> String {
-    format!("SELECT {LEASE_COLUMNS} FROM distlock.locks WHERE resource = {resource}")
-}
-
-pub(super) fn waiters(resource: &str) -> String {
+/// The tenure rows of `members` (literals): [`LEASE_COLUMNS`], then the resource.
+pub(super) fn tenures(members: &[String]) -> String {
     format!(
-        "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint, token \
-         FROM distlock.waiters WHERE resource = {resource}"
+        "SELECT {LEASE_COLUMNS}, resource FROM distlock.locks WHERE resource = ANY({})",
+        array(members)
     )
 }
 
-/// What the reads of a batch found: each member's state and digest, the server's now, the
-/// schema version, and a fence taken ahead.
+/// The queue rows of `members` (literals): owner, ticket, expiry, token, then the resource.
+pub(super) fn waiters(members: &[String]) -> String {
+    format!(
+        "SELECT owner, ticket, (extract(epoch FROM expires_at) * 1000)::bigint, token, resource \
+         FROM distlock.waiters WHERE resource = ANY({})",
+        array(members)
+    )
+}
+
+/// What the reads of a transaction found: each member's state and digest, the server's now, and
+/// the schema version.
 pub(super) struct Found {
     pub(super) states: Vec<State>,
     pub(super) digests: Vec<String>,
     pub(super) now: Timestamp,
     pub(super) version: Option<i64>,
-    pub(super) fence: Option<i64>,
 }
 
-/// Reads the outputs of a batch of reads: [`head`], then for each member [`fingerprint`] (when
-/// `digested`: the reads of a write), [`tenures`] and [`waiters`].
-pub(super) fn found(outputs: &[Output], digested: bool) -> Result<Found> {
-    let (head, members) = outputs
-        .split_first()
-        .ok_or_else(|| anyhow!("the server answered no statement"))?;
+/// Reads what [`head`], [`digests`] (for the reads of a write), [`tenures`] and [`waiters`] of
+/// `resources` returned.
+pub(super) fn found(
+    resources: &[Resource],
+    head: &Output,
+    digests: Option<&Output>,
+    tenures: &Output,
+    waiters: &Output,
+) -> Result<Found> {
     let first = head
         .rows
         .first()
         .ok_or_else(|| anyhow!("the server's clock query returned no row"))?;
     let now = Timestamp(required(number(first, 0)?, 0)?);
-    let mut states = Vec::with_capacity(members.len() / 3);
-    let mut digests = Vec::with_capacity(members.len() / 3);
-    for member in members.chunks(if digested { 3 } else { 2 }) {
-        let (digest, tenures, waiters) = match member {
-            [digest, tenures, waiters] if digested => (Some(digest), tenures, waiters),
-            [tenures, waiters] if !digested => (None, tenures, waiters),
-            _ => bail!("the server answered a different number of statements"),
-        };
-        if let Some(digest) = digest {
-            let digest = digest
-                .rows
-                .first()
-                .ok_or_else(|| anyhow!("the server's digest query returned no row"))?;
-            digests.push(required(column(digest, 0)?, 0)?.to_owned());
-        }
-        let leases = tenures.rows.iter().map(lease).collect::<Result<_>>()?;
-        let queue = waiters
-            .rows
-            .iter()
-            .map(|r| {
-                Ok(Waiter {
-                    owner: Owner::from_store(
-                        required(column(r, 0)?, 0)?,
-                        required(column(r, 3)?, 3)?,
-                    ),
-                    ticket: required(number(r, 1)?, 1)?,
-                    expires_at: Timestamp(required(number(r, 2)?, 2)?),
-                })
-            })
-            .collect::<Result<_>>()?;
-        states.push(State { now, leases, queue });
+    let at: HashMap<&str, usize> = resources
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.as_str(), i))
+        .collect();
+    let member = |name: Option<&str>| -> Result<usize> {
+        let name = required(name, 0)?;
+        at.get(name).copied().ok_or_else(|| {
+            anyhow!("the server answered a row of {name:?}, which was not asked for")
+        })
+    };
+    let mut states: Vec<State> = resources
+        .iter()
+        .map(|_| State {
+            now,
+            leases: Vec::new(),
+            queue: Vec::new(),
+        })
+        .collect();
+    for row in &tenures.rows {
+        states[member(column(row, 9)?)?].leases.push(lease(row)?);
     }
+    for row in &waiters.rows {
+        states[member(column(row, 4)?)?].queue.push(Waiter {
+            owner: Owner::from_store(required(column(row, 0)?, 0)?, required(column(row, 3)?, 3)?),
+            ticket: required(number(row, 1)?, 1)?,
+            expires_at: Timestamp(required(number(row, 2)?, 2)?),
+        });
+    }
+    let digests = match digests {
+        None => Vec::new(),
+        Some(output) => {
+            if output.rows.len() != resources.len() {
+                bail!(
+                    "the server's digest query returned {} rows",
+                    output.rows.len()
+                );
+            }
+            output
+                .rows
+                .iter()
+                .map(|row| Ok(required(column(row, 0)?, 0)?.to_owned()))
+                .collect::<Result<_>>()?
+        }
+    };
     Ok(Found {
         states,
         digests,
         now,
         version: number(first, 1)?,
-        fence: number(first, 2)?,
     })
 }
 
@@ -283,103 +295,6 @@ pub(super) fn binary_lease(row: &Row, first: usize) -> Result<Tenure> {
     })
 }
 
-/// The statement that writes `change` to `resource` (already a literal).
-pub(super) fn write(resource: &str, change: &Change) -> String {
-    match change {
-        Change::Insert(lease) => {
-            let (mode, lim) = mode_columns(lease.mode);
-            format!(
-                "INSERT INTO distlock.locks
-                     (resource, owner, fence, acquired_at, expires_at, mode, lim, note, guarded,
-                      token)
-                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-                text(lease.owner.as_str()),
-                lease.fence.0,
-                at_ms(lease.acquired_at.0),
-                at_ms(lease.expires_at.0),
-                text(mode),
-                number_or_null(lim),
-                text_or_null(lease.note.as_ref().map(Remark::as_str)),
-                lease.guarded,
-                text(lease.owner.token_column()),
-            )
-        }
-        Change::Update(lease) => one_row(&format!(
-            "UPDATE distlock.locks SET acquired_at = {}, expires_at = {}, note = {}
-             WHERE resource = {resource} AND fence = {}",
-            at_ms(lease.acquired_at.0),
-            at_ms(lease.expires_at.0),
-            text_or_null(lease.note.as_ref().map(Remark::as_str)),
-            lease.fence.0,
-        )),
-        Change::Delete { fence } => one_row(&format!(
-            "DELETE FROM distlock.locks WHERE resource = {resource} AND fence = {}",
-            fence.0
-        )),
-        Change::Enqueue {
-            owner,
-            expires_at,
-            asking,
-        } => {
-            let (mode, lim) = mode_columns(asking.mode);
-            format!(
-                "INSERT INTO distlock.waiters
-                     (resource, owner, token, expires_at, since, mode, lim, members)
-                 VALUES ({resource}, {}, {}, {}, {}, {}, {}, {})",
-                text(owner.as_str()),
-                text(owner.token_column()),
-                at_ms(expires_at.0),
-                at_ms(asking.since.0),
-                text(mode),
-                number_or_null(lim),
-                text_or_null(members_column(&asking.members).as_deref()),
-            )
-        }
-        Change::Refresh { owner, expires_at } => one_row(&format!(
-            "UPDATE distlock.waiters SET expires_at = {}
-             WHERE resource = {resource} AND owner = {} AND token = {}",
-            at_ms(expires_at.0),
-            text(owner.as_str()),
-            text(owner.token_column()),
-        )),
-        Change::Dequeue { owner } => one_row(&format!(
-            "DELETE FROM distlock.waiters WHERE resource = {resource} AND owner = {} AND token = {}",
-            text(owner.as_str()),
-            text(owner.token_column()),
-        )),
-        Change::Record(record) => {
-            let (mode, lim) = mode_columns(record.mode);
-            format!(
-                "INSERT INTO distlock.history (at, resource, owner, fence, event,
-                     previous_owner, mode, lim, note, operator, reason, token, by_token,
-                     expires_at)
-                 VALUES ({}, {resource}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
-                at_ms(record.at.0),
-                text(record.owner.as_str()),
-                record.fence.0,
-                text(record.event.as_str()),
-                text_or_null(record.previous_owner.as_ref().map(Owner::as_str)),
-                text(mode),
-                number_or_null(lim),
-                text_or_null(record.note.as_ref().map(Remark::as_str)),
-                text_or_null(record.broken.as_ref().map(|b| b.by.as_str())),
-                text_or_null(record.broken.as_ref().map(|b| b.reason.as_str())),
-                text(record.owner.token_column()),
-                text_or_null(
-                    record
-                        .broken
-                        .as_ref()
-                        .and_then(|b| b.by_token.as_ref())
-                        .map(TokenName::as_str)
-                ),
-                record
-                    .expires_at
-                    .map_or_else(|| "NULL".to_owned(), |at| at_ms(at.0)),
-            )
-        }
-    }
-}
-
 /// Why a transaction must start over.
 pub(super) enum Retry {
     Conflict,
@@ -389,7 +304,7 @@ pub(super) enum Retry {
 impl From<postgres::Error> for Retry {
     fn from(err: postgres::Error) -> Retry {
         // A racing insert, or a row that a write expected and no longer found (see
-        // [`super::batch::one_row`]), or a decision that no longer holds
+        // [`super::writes`]), or a decision that no longer holds
         // ([`unchanged_since`]).
         if err.code() == Some(&SqlState::UNIQUE_VIOLATION)
             || err.code() == Some(&SqlState::DIVISION_BY_ZERO)
