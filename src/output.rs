@@ -70,10 +70,11 @@ pub fn print_help(shown: &clap::Error) -> Result<()> {
 
 /// Writes a one-line message on stderr, ignoring failures (see the module note). Messages are
 /// promised as one line, and store errors (SQLite's, PostgreSQL's) can carry newlines of their
-/// own, so those become spaces here.
+/// own, so those become spaces here. The line is written with one call: stderr is unbuffered,
+/// and a server logs a line per request, from several threads, before it answers.
 pub fn warn(message: std::fmt::Arguments<'_>) {
     let line = visible(&message.to_string().replace(['\n', '\r'], " "));
-    let _ = writeln!(std::io::stderr().lock(), "distlock: {line}");
+    let _ = std::io::stderr().write_all(format!("distlock: {line}\n").as_bytes());
 }
 
 /// A one-line status on stderr, redrawn in place while distlock waits for a lock, and cleared

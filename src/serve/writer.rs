@@ -30,6 +30,9 @@ use crate::store::{self, LockStore, Op, Outcome, op};
 /// caller of a busy server, few enough that one batch's answers are not held up long.
 const MOST: usize = 256;
 
+/// How long the writer stays awake for the requests of the waiters it just rang.
+const AWAKE_FOR_THE_RUNG: std::time::Duration = std::time::Duration::from_micros(300);
+
 /// The store's writer, shared by every request.
 pub struct Writer {
     queue: Mutex<Queue>,
@@ -110,6 +113,15 @@ impl Writer {
             .unwrap_or_else(|_| Err(store::Error::Failed(anyhow!("the store's writer stopped"))))
     }
 
+    /// After ringing waiters: waits a moment awake for what they ask (their grant, most
+    /// likely), so that a handoff does not also pay for waking this thread from its sleep.
+    fn expect_the_rung(&self) {
+        let until = std::time::Instant::now() + AWAKE_FOR_THE_RUNG;
+        while self.queue().lanes.is_empty() && std::time::Instant::now() < until {
+            std::thread::yield_now();
+        }
+    }
+
     /// The writer's loop: a batch of whatever is queued, committed, answered; the waiters it
     /// may let in rung; the store tidied when nothing is left to do. A connection lost under
     /// it (a PostgreSQL restarted) is found again by the store itself, which tries the batch
@@ -139,6 +151,9 @@ impl Writer {
                     }
                     for (resource, head) in &batched.wake {
                         waiters.ring(resource, Some(head));
+                    }
+                    if !batched.wake.is_empty() {
+                        self.expect_the_rung();
                     }
                 }
                 answered => {

@@ -42,9 +42,21 @@ pub(super) fn number_or_null(value: Option<impl Display>) -> String {
     value.map_or_else(|| "NULL".to_owned(), |n| n.to_string())
 }
 
-/// A time from the core, in milliseconds since the epoch, as a `timestamptz`.
+/// The first millisecond past the last that [`at_ms`] writes as a literal: the year 10000.
+const LITERAL_END_MS: u64 = 253_402_300_800_000;
+
+/// A time from the core, in milliseconds since the epoch, as a `timestamptz`: an RFC 3339
+/// literal in UTC, which the server turns into a constant as it parses the statement (an
+/// expression would cost it an operator lookup and a folding, per time, per row of a batch);
+/// outside the years 1970 to 9999, the same instant as an expression.
 pub(super) fn at_ms(ms: i64) -> String {
-    format!("('epoch'::timestamptz + ({ms})::bigint * interval '1 ms')")
+    match u64::try_from(ms) {
+        Ok(since_epoch) if since_epoch < LITERAL_END_MS => {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(since_epoch);
+            format!("'{}'::timestamptz", humantime::format_rfc3339_millis(at))
+        }
+        _ => format!("('epoch'::timestamptz + ({ms})::bigint * interval '1 ms')"),
+    }
 }
 
 /// `members` (literals) as an SQL array of text.
@@ -356,5 +368,25 @@ mod tests {
             at_ms(-5),
             "('epoch'::timestamptz + (-5)::bigint * interval '1 ms')"
         );
+        // (ms since the epoch, the literal): UTC, to the millisecond.
+        let literals = [
+            (0, "'1970-01-01T00:00:00.000Z'::timestamptz"),
+            (1_796_088_942_123, "'2026-12-01T01:35:42.123Z'::timestamptz"),
+            (
+                253_402_300_799_999,
+                "'9999-12-31T23:59:59.999Z'::timestamptz",
+            ),
+            (
+                253_402_300_800_000,
+                "('epoch'::timestamptz + (253402300800000)::bigint * interval '1 ms')",
+            ),
+            (
+                i64::MAX,
+                "('epoch'::timestamptz + (9223372036854775807)::bigint * interval '1 ms')",
+            ),
+        ];
+        for (ms, literal) in literals {
+            assert_eq!(at_ms(ms), literal, "{ms}");
+        }
     }
 }
