@@ -158,6 +158,22 @@ class Client:
                 body["guarded"] = True
             sent = time.monotonic()
             status, answer, headers = self._wait_in_line(resource, owner, body)
+            if status == 429:
+                # Too many requests wait on the server (its --max-waiters bounds): ask again
+                # after the pause it names, while the wait lasts; then it is busy, as for
+                # `distlock acquire --wait`.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    error = Busy(f"{resource}: the server has too many waiting requests "
+                                 f"(waited {wait} s)")
+                    error.answer = answer
+                    raise error
+                try:
+                    pause = float(headers.get("Retry-After") or 1)
+                except ValueError:
+                    pause = 1
+                time.sleep(min(max(pause, 0.05), left))
+                continue
             if status != 200:
                 raise problem(f"acquire {resource}", status, answer)
             if answer["acquired"]:

@@ -199,13 +199,22 @@ pub(super) async fn end_owners(state: &Shared, owner: &Owner, resources: &[Resou
 /// 429, past a bound of waiting requests: the bound in the problem document, and when to ask
 /// again in `Retry-After`.
 fn too_many(bound: TooMany) -> Reply {
+    let requests = |most: usize| {
+        if most == 1 {
+            "1 request".to_owned()
+        } else {
+            format!("{most} requests")
+        }
+    };
     let detail = match bound {
         TooMany::Caller(most) => format!(
-            "this token has {most} requests waiting already, the most the server takes \
-             (--max-waiters-per-token)"
+            "this token has {} waiting already, the most the server takes \
+             (--max-waiters-per-token)",
+            requests(most)
         ),
         TooMany::Server(most) => format!(
-            "the server has {most} requests waiting already, the most it takes (--max-waiters)"
+            "the server has {} waiting already, the most it takes (--max-waiters)",
+            requests(most)
         ),
     };
     let mut reply: Reply =

@@ -199,9 +199,15 @@ impl Scratch {
 
     /// `distlock serve --listen 127.0.0.1:0 --tokens FILE` over the scratch store.
     fn serve(&self, tokens: &Path) -> Served {
+        self.serve_with(tokens, &[])
+    }
+
+    /// [`Scratch::serve`], with `args` after the tokens file.
+    fn serve_with(&self, tokens: &Path, args: &[&str]) -> Served {
         let mut cmd = self.distlock_cmd();
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
-            .arg(tokens);
+            .arg(tokens)
+            .args(args);
         Served::start(self, &mut cmd, None)
     }
 }
@@ -1114,6 +1120,72 @@ fn python_client_interrupted_while_waiting_gives_its_place_up_at_once() {
         );
     }
     assert!(!s.path("ran").exists(), "nothing ran without the lock");
+}
+
+/// A server with too many waiting requests answers 429 (`--max-waiters-per-token`): the Python
+/// client asks again after the pause the server names, while its wait lasts, as `distlock
+/// acquire --wait` does, and is busy only once its wait has run out.
+#[test]
+fn python_client_past_the_servers_bound_on_waiters_asks_again_within_its_wait() {
+    let s = Scratch::new();
+    let tokens = s.path("tokens.json");
+    let secret = s.token(&tokens, "py", &["--prefix", "deploy/"]);
+    let served = s.serve_with(&tokens, &["--max-waiters-per-token", "1"]);
+    s.hold("deploy/prod", "previous-deploy", "60s");
+    // The token's one waiting request.
+    let first = s.p("first");
+    let mut args = vec![
+        "deploy/prod",
+        "first",
+        "10",
+        "60",
+        "run",
+        "touch",
+        first.as_str(),
+    ];
+    let waiting = s.spawn(&mut driver(&s, &served, &secret, &args));
+    wait_until(REQUEST, "the first waits in line", || {
+        served.waiting(&secret) == 1
+    });
+    // A second, past the bound: answered 429 until the first is gone, then in line.
+    let second = s.p("second");
+    args = vec![
+        "deploy/prod",
+        "second",
+        "10",
+        "60",
+        "run",
+        "touch",
+        second.as_str(),
+    ];
+    let behind = s.spawn(&mut driver(&s, &served, &secret, &args));
+    wait_until(REQUEST, "the second is answered 429", || {
+        served.stderr().contains("POST /locks/deploy%2Fprod 429")
+    });
+    // One past the bound whose wait runs out meanwhile: busy once its wait is over, not an
+    // error at the first 429.
+    args = vec!["deploy/prod", "third", "10", "1", "run", "true"];
+    let started = Instant::now();
+    let done = s
+        .spawn(&mut driver(&s, &served, &secret, &args))
+        .finish(REQUEST);
+    assert_eq!(done.code(), Some(3), "{}", done.describe());
+    assert!(
+        done.stderr().starts_with("Busy: deploy/prod"),
+        "{}",
+        done.describe()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "asked again within its wait: {}",
+        done.describe()
+    );
+    s.release("deploy/prod", "previous-deploy");
+    let done = waiting.finish(REQUEST);
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    let done = behind.finish(REQUEST);
+    assert_eq!(done.code(), Some(0), "{}", done.describe());
+    assert!(s.path("first").exists() && s.path("second").exists());
 }
 
 #[test]
