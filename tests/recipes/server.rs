@@ -682,6 +682,52 @@ fn in_line(s: &Scratch, resource: &str) -> Vec<String> {
         .collect()
 }
 
+/// A step cancelled while it waits in line (its shell gets SIGTERM, SIGINT or SIGHUP) ends at
+/// once, gives its place up as it exits (the next in line is not held back), and leaves no
+/// request behind that a release could still grant (the lock would be held for the lease's
+/// five minutes by a step that is gone).
+#[test]
+fn ci_server_step_cancelled_while_it_waits_gives_its_place_up_at_once() {
+    let (s, served, secret) = served("ci-deploy");
+    let deploy = s.script("deploy.sh", &format!(": >'{}'\n", s.p("deployed")));
+    s.hold("deploy/production", "previous-deploy", "120s");
+    for (run, signal) in [
+        (1, Signal::SIGTERM),
+        (2, Signal::SIGINT),
+        (3, Signal::SIGHUP),
+    ] {
+        let step = server_step(&s, &served, &secret, &deploy, &[], run);
+        let owner = step_owner(run, &step);
+        wait_until(REQUEST, "the step waits in line", || {
+            in_line(&s, "deploy/production") == [owner.as_str()]
+        });
+        wait_until(REQUEST, "its request is parked on the server", || {
+            served.waiting(&secret) == 1
+        });
+        step.signal(signal);
+        let done = step.finish(REQUEST);
+        assert_eq!(
+            done.code(),
+            Some(128 + signal as i32),
+            "{signal}: {}",
+            done.describe()
+        );
+        assert!(
+            in_line(&s, "deploy/production").is_empty(),
+            "{signal}: the place is given up as the step exits"
+        );
+        assert_eq!(
+            served.waiting(&secret),
+            0,
+            "{signal}: no request left waiting"
+        );
+    }
+    s.release("deploy/production", "previous-deploy");
+    assert_eq!(s.holder("deploy/production"), None, "nobody took it since");
+    assert!(!s.path("deployed").exists(), "nothing deployed");
+    assert_no_distlock_on_the_runner(&s);
+}
+
 #[test]
 fn ci_server_step_keeps_its_place_in_line_across_long_polls() {
     // One request waits at most 30 s, so this test takes a little over 30 s. The step waits in
