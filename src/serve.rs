@@ -209,6 +209,7 @@ pub fn run(location: Location, spec: Spec) -> Result<Exit> {
         health: health::Health::default(),
         stopping: AtomicBool::new(false),
         tokens,
+        store_names: location.names(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

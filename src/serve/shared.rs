@@ -28,6 +28,9 @@ pub struct Shared {
     /// The tokens of `--tokens`, replaced whole when SIGHUP rereads the file; `None`: no
     /// tokens.
     pub(super) tokens: Option<Arc<TokensFile>>,
+    /// The store's names ([`crate::store::Location::names`]), left out of the store errors the
+    /// callers are told (the server's log has them whole).
+    pub(super) store_names: Vec<String>,
 }
 
 impl Shared {

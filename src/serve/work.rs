@@ -61,7 +61,7 @@ impl Work<'_> {
         let outcome = self.state.writer.submit(lane, token.as_ref(), op).await;
         outcome
             .and_then(|outcome| op::output_of::<O>(name, outcome))
-            .map_err(|err| unavailable(&err))
+            .map_err(|err| unavailable(&self.state, &err))
     }
 
     /// `work` on one of the store's readers.
@@ -73,16 +73,18 @@ impl Work<'_> {
             .readers
             .read(work)
             .await
-            .map_err(|err| unavailable(&err))
+            .map_err(|err| unavailable(&self.state, &err))
     }
 }
 
-/// A store failure: 503 `store-error`.
-pub(super) fn unavailable(err: &store::Error) -> Reply {
-    Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store-error",
-        format!("{err:#}"),
-    )
-    .into()
+/// A store failure: 503 `store-error`, saying what went wrong but not where the store lives
+/// ([`Shared::store_names`]); the server's log says it whole.
+pub(super) fn unavailable(state: &Shared, err: &store::Error) -> Reply {
+    let whole = format!("{err:#}");
+    crate::output::warn(format_args!("the store failed: {whole}"));
+    let mut told = whole;
+    for name in &state.store_names {
+        told = told.replace(name.as_str(), "the server's store");
+    }
+    Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-error", told).into()
 }

@@ -131,6 +131,32 @@ impl Location {
     }
 }
 
+impl Location {
+    /// The names by which the store's own messages may refer to it: a SQLite file's path (as
+    /// given and made absolute), a PostgreSQL database's `user@host:port/db` and each of its
+    /// hosts'. A server leaves them out of what it answers its callers, who need not learn
+    /// where its store lives or who it logs in as. Longest first.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = match self {
+            Location::Sqlite(path, ..) => {
+                let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+                vec![path.display().to_string(), absolute.display().to_string()]
+            }
+            Location::Postgres(url) => match postgres::Target::parse(url) {
+                Ok(target) => std::iter::once(target.describe())
+                    .chain(target.hosts().iter().map(postgres::Target::describe))
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
+            Location::Server(_) => Vec::new(),
+        };
+        names.retain(|name| !name.is_empty());
+        names.sort_by_key(|name| std::cmp::Reverse(name.len()));
+        names.dedup();
+        names
+    }
+}
+
 /// A `--db` value that is no URL, as a path: refused where it is surely a mistyped URL (a
 /// scheme distlock knows, or `://`, however it is spelled) or names a folder, and where SQLite
 /// would read it as a URI itself (`file:…`).
@@ -310,6 +336,41 @@ mod tests {
                 continue;
             };
             assert_eq!(network_fs, NetworkFs::Allowed, "{db:?}");
+        }
+    }
+
+    #[test]
+    fn a_stores_names_are_its_path_or_its_logins_and_hosts_longest_first() {
+        let at = |db: &str| Location::resolve(Some(db), NetworkFs::Refused).unwrap();
+        let here = std::env::current_dir().unwrap();
+        let cases: Vec<(&str, Vec<String>)> = vec![
+            (
+                "locks.db",
+                vec![
+                    here.join("locks.db").display().to_string(),
+                    "locks.db".to_owned(),
+                ],
+            ),
+            (
+                "/var/lib/distlock/locks.db",
+                vec!["/var/lib/distlock/locks.db".to_owned()],
+            ),
+            (
+                "postgres://app:secret@db.internal:6543/locks",
+                vec!["app@db.internal:6543/locks".to_owned()],
+            ),
+            (
+                "postgresql://app@h1,h2:5433/locks",
+                vec![
+                    "app@h1:5432,h2:5433/locks".to_owned(),
+                    "app@h1:5432/locks".to_owned(),
+                    "app@h2:5433/locks".to_owned(),
+                ],
+            ),
+            ("http://127.0.0.1:7878", vec![]),
+        ];
+        for (db, names) in cases {
+            assert_eq!(at(db).names(), names, "{db}");
         }
     }
 

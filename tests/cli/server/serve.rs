@@ -1617,6 +1617,36 @@ fn health_is_503_while_postgresql_does_not_answer_and_200_once_it_does() {
         last.describe()
     );
     last.problem(503);
+    // A store error says what failed, not where the store lives nor who the server logs in
+    // as (the server's log says it whole).
+    let at = via_proxy
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("user@host:port in the URL");
+    let wait_for_503 = |path: &str| {
+        let mut reply = server.get(path);
+        for _ in 0..50 {
+            if reply.status == 503 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            reply = server.get(path);
+        }
+        reply
+    };
+    let reply = wait_for_503("/locks/r");
+    let problem = reply.problem(503);
+    let detail = problem["detail"].as_str().expect("a detail");
+    assert!(
+        !detail.contains(at) && !detail.contains("postgres@"),
+        "the store's address is not told: {detail}"
+    );
+    assert!(
+        server.stderr().contains(at),
+        "the server's log has it: {}",
+        server.stderr()
+    );
     proxy.restore();
     let mut status = 0;
     let back = wait_for(Duration::from_secs(20), || {
