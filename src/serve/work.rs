@@ -61,7 +61,7 @@ impl Work<'_> {
         let outcome = self.state.writer.submit(lane, token.as_ref(), op).await;
         outcome
             .and_then(|outcome| op::output_of::<O>(name, outcome))
-            .map_err(|err| unavailable(&self.state, &err))
+            .map_err(|err| unavailable(self.state, &err))
     }
 
     /// `work` on one of the store's readers.
@@ -73,7 +73,7 @@ impl Work<'_> {
             .readers
             .read(work)
             .await
-            .map_err(|err| unavailable(&self.state, &err))
+            .map_err(|err| unavailable(self.state, &err))
     }
 }
 
