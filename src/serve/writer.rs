@@ -30,6 +30,11 @@ use crate::store::{self, LockStore, Op, Outcome, op};
 /// caller of a busy server, few enough that one batch's answers are not held up long.
 const MOST: usize = 256;
 
+/// A batch that failed as a whole after this long was failing to reach the store (a search
+/// for a PostgreSQL server that is away takes its 5 s): the requests queued meanwhile share its
+/// answer.
+const SOUGHT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long the writer stays awake for the requests of the waiters it just rang.
 const AWAKE_FOR_THE_RUNG: std::time::Duration = std::time::Duration::from_micros(300);
 
@@ -142,6 +147,7 @@ impl Writer {
                 jobs.into_iter().map(|job| (job.op, job.answer)).unzip();
             self.batches.fetch_add(1, Relaxed);
             self.operations.fetch_add(ops.len() as u64, Relaxed);
+            let started = std::time::Instant::now();
             match store.carry_out(Op::Batch(op::Batch { ops })) {
                 Ok(Outcome::Batch(batched)) => {
                     for (answer, outcome) in answers.into_iter().zip(batched.outcomes) {
@@ -161,6 +167,17 @@ impl Writer {
                         Err(err) => format!("{err:#}"),
                         Ok(other) => format!("the store answered a batch with {other:?}"),
                     };
+                    let mut answers = answers;
+                    if started.elapsed() >= SOUGHT {
+                        // The store was sought, in vain, while more requests queued: they are
+                        // answered with this failure now, not after a search of their own, so
+                        // that no request waits for more than one (docs/src/guarantees/faults.md).
+                        let mut queue = self.queue();
+                        while !queue.lanes.is_empty() {
+                            let more = queue.lanes.next_batch(MOST);
+                            answers.extend(more.into_iter().map(|job| job.answer));
+                        }
+                    }
                     for answer in answers {
                         let _ = answer.send(Err(store::Error::Failed(anyhow!("{why}"))));
                     }

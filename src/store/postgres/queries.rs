@@ -1,9 +1,17 @@
 //! The queries of `list`, `GET /queues`, `log` and `gc` on PostgreSQL: plain SQL with bound parameters, each
 //! its own statement, outside the write transaction of [`super::session`].
+//!
+//! Each is sent in one round trip as an unnamed statement, its parameters' types given
+//! (`query_typed`), or as a simple-protocol query (`gc`'s deletes, whose parameters are numbers
+//! of distlock's own): never prepared as a named statement first, which behind a pooler in
+//! transaction mode may land on one server connection and be used, or named again by another
+//! client, on another.
 
 use std::time::Duration;
 
 use anyhow::Result;
+use postgres::SimpleQueryMessage;
+use postgres::types::Type;
 
 use super::session::Session;
 use super::statements::{DECISION_LIFETIME_MS, LEASE_COLUMNS, binary_lease};
@@ -27,7 +35,7 @@ impl Session {
              WHERE expires_at > now() AND starts_with(resource, $1)
              ORDER BY resource COLLATE \"C\", fence"
         );
-        let rows = self.client.query(&sql, &[&prefix])?;
+        let rows = self.client.query_typed(&sql, &[(&prefix, Type::TEXT)])?;
         rows.iter()
             .map(|row| Ok(binary_lease(row, 0)?.lock(&Resource::from_store(row.get(9)))))
             .collect()
@@ -38,13 +46,13 @@ impl Session {
         if self.absent {
             return Ok(Vec::new());
         }
-        let rows = self.client.query(
+        let rows = self.client.query_typed(
             "SELECT resource, owner, token, (extract(epoch FROM since) * 1000)::bigint, mode,
                     lim, members
              FROM distlock.waiters
              WHERE expires_at > now() AND starts_with(resource, $1)
              ORDER BY resource COLLATE \"C\", ticket",
-            &[&prefix],
+            &[(&prefix, Type::TEXT)],
         )?;
         rows.iter()
             .map(|r| {
@@ -71,7 +79,7 @@ impl Session {
             .since
             .map(|ago| i64::try_from(ago.as_millis()).unwrap_or(i64::MAX));
         let resource = query.resource.as_ref().map(Resource::as_str);
-        let rows = self.client.query(
+        let rows = self.client.query_typed(
             "SELECT (extract(epoch FROM at) * 1000)::bigint, resource, owner, fence, event,
                     previous_owner, mode, lim, note, operator, reason, token, by_token,
                     (extract(epoch FROM expires_at) * 1000)::bigint
@@ -81,7 +89,12 @@ impl Session {
                      AND ($4::text IS NULL OR starts_with(resource, $4))
                    ORDER BY id DESC LIMIT $3) newest
              ORDER BY id",
-            &[&resource, &since_ms, &limit, &query.prefix],
+            &[
+                (&resource, Type::TEXT),
+                (&since_ms, Type::INT8),
+                (&limit, Type::INT8),
+                (&query.prefix, Type::TEXT),
+            ],
         )?;
         rows.iter()
             .map(|r| {
@@ -113,12 +126,11 @@ impl Session {
         let keep_ms = i64::try_from(keep_history.as_millis()).unwrap_or(i64::MAX);
         let mut report = GcReport::default();
         loop {
-            let deleted = self.client.execute(
+            let deleted = self.deleted(&format!(
                 "DELETE FROM distlock.locks WHERE (resource, fence) IN (
                      SELECT resource, fence FROM distlock.locks WHERE expires_at <= now()
-                     LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                &[&GC_BATCH],
-            )?;
+                     LIMIT {GC_BATCH} FOR UPDATE SKIP LOCKED)"
+            ))?;
             report.expired_locks += deleted;
             if deleted == 0 {
                 break;
@@ -129,31 +141,43 @@ impl Session {
         // lower fence, may still be written, and must find the higher one (see
         // `statements::raise_fence`); past a decision's lifetime none can be.
         loop {
-            let deleted = self.client.execute(
+            let deleted = self.deleted(&format!(
                 "DELETE FROM distlock.resources WHERE resource IN (
                      SELECT r.resource FROM distlock.resources r
                      WHERE NOT EXISTS (
                          SELECT 1 FROM distlock.locks l WHERE l.resource = r.resource)
-                     AND r.granted_at < clock_timestamp() - $2::bigint * interval '1 ms'
-                     LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                &[&GC_BATCH, &FENCE_KEPT_MS],
-            )?;
+                     AND r.granted_at < clock_timestamp() - {FENCE_KEPT_MS}::bigint * interval '1 ms'
+                     LIMIT {GC_BATCH} FOR UPDATE SKIP LOCKED)"
+            ))?;
             if deleted == 0 {
                 break;
             }
         }
         loop {
-            let deleted = self.client.execute(
+            let deleted = self.deleted(&format!(
                 "DELETE FROM distlock.history WHERE id IN (
                      SELECT id FROM distlock.history
-                     WHERE at < now() - $1::bigint * interval '1 ms' ORDER BY id LIMIT $2)",
-                &[&keep_ms, &GC_BATCH],
-            )?;
+                     WHERE at < now() - {keep_ms}::bigint * interval '1 ms' ORDER BY id
+                     LIMIT {GC_BATCH})"
+            ))?;
             report.history_events += deleted;
             if deleted == 0 {
                 break;
             }
         }
         Ok(report)
+    }
+
+    /// How many rows `sql`, a `DELETE` whose values are all numbers of distlock's own, deleted,
+    /// sent as a simple-protocol query.
+    fn deleted(&mut self, sql: &str) -> Result<u64> {
+        let messages = self.client.simple_query(sql)?;
+        Ok(messages
+            .iter()
+            .find_map(|message| match message {
+                SimpleQueryMessage::CommandComplete(rows) => Some(*rows),
+                _ => None,
+            })
+            .unwrap_or(0))
     }
 }

@@ -1657,6 +1657,42 @@ fn health_is_503_while_postgresql_does_not_answer_and_200_once_it_does() {
     assert_eq!(server.get("/locks/r").json(200)["lock"]["owner"], "w1");
 }
 
+/// While the server's PostgreSQL is away, a request that arrives while the server seeks it for
+/// another is answered with that search's outcome (503) when it ends, not after a search of its
+/// own: no request waits for two (docs/src/guarantees/faults.md, "the server's store stops
+/// answering").
+#[test]
+fn requests_that_arrive_while_the_store_is_sought_share_that_searchs_503() {
+    let Some(db) = Db::postgres() else { return };
+    let (proxy, via_proxy) = Proxy::in_front_of(&db);
+    let server = Server::start_at(&db, &via_proxy);
+    take(&server, "r", "w1", 60);
+    proxy.kill();
+    let body = json!({"owner": "w2", "ttl_seconds": 10});
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| server.post("/locks/a", &body));
+        // Into the first one's search (5 s), and a renewal too: holders go first, never after
+        // a second search.
+        std::thread::sleep(Duration::from_secs(1));
+        let started = Instant::now();
+        let later = scope.spawn(|| server.post("/locks/b", &body));
+        let renewal = scope
+            .spawn(|| server.post("/locks/r/renew", &json!({"owner": "w1", "ttl_seconds": 60})));
+        first.join().expect("first").problem(503);
+        for (what, reply) in [("an acquire", later), ("a renewal", renewal)] {
+            reply.join().expect(what).problem(503);
+            let took = started.elapsed();
+            // One search is 5 s, the rest of the first one about 4 s; two would be 9 s or
+            // more.
+            assert!(
+                took < Duration::from_secs(7),
+                "{what} that arrived during a search was answered after {took:?}"
+            );
+        }
+    });
+    proxy.restore();
+}
+
 /// One Prometheus sample: `name{labels} value`.
 #[derive(Debug, Clone)]
 struct Sample {

@@ -339,3 +339,61 @@ fn session_mode_waiters_are_woken_and_told_nothing() {
          took {gaps:?}"
     );
 }
+
+/// In transaction mode the pooler hands each transaction whichever server connection is free:
+/// `list`, `log`, `status` and `gc` of many processes at once, and servers started together,
+/// all succeed, as on a direct connection (no statement is prepared by name on one server
+/// connection to be used on another).
+#[test]
+fn transaction_mode_reads_and_servers_of_many_processes_at_once_all_succeed() {
+    let Some(db) = Db::postgres() else { return };
+    let Some(bouncer) = Pgbouncer::start(&db, PoolMode::Transaction) else {
+        return;
+    };
+    let took = distlock_at(&bouncer.url)
+        .args(["acquire", "zz-held", "--owner", "o", "--ttl", "60"])
+        .output()
+        .expect("distlock");
+    assert_eq!(took.status.code(), Some(0), "{}", describe(&took));
+    bouncer.open_server_connections(4, false);
+    let commands: [&[&str]; 4] = [
+        &["list", "--prefix", "zz"],
+        &["log", "zz-held", "--limit", "1"],
+        &["status", "zz-held"],
+        &["gc"],
+    ];
+    let mut running = Vec::new();
+    for round in 0..5 {
+        for (i, args) in commands.iter().enumerate() {
+            let mut cmd = distlock_at(&bouncer.url);
+            cmd.args(*args);
+            running.push(Proc::spawn(
+                &mut cmd,
+                db.dir.path(),
+                &format!("read-{round}-{i}"),
+            ));
+        }
+    }
+    for done in running.into_iter().map(|p| p.finish(LONG)) {
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+    }
+    // Servers started together each make (or check) the schema and read, then listen.
+    let servers: Vec<Proc> = (0..3)
+        .map(|i| {
+            let mut cmd = distlock_at(&bouncer.url);
+            cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+            Proc::spawn(&mut cmd, db.dir.path(), &format!("serve-{i}"))
+        })
+        .collect();
+    for (i, server) in servers.iter().enumerate() {
+        wait_until(LONG, &format!("server {i} listens"), || {
+            fs::read_to_string(db.dir.path().join(format!("serve-{i}.stderr")))
+                .is_ok_and(|text| text.contains("listening on"))
+        });
+        server.signal(nix::sys::signal::Signal::SIGTERM);
+    }
+    for server in servers {
+        let done = server.finish(LONG);
+        assert_eq!(done.code(), Some(0), "{}", done.describe());
+    }
+}
