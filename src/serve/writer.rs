@@ -173,10 +173,9 @@ impl Writer {
                         // answered with this failure now, not after a search of their own, so
                         // that no request waits for more than one (docs/src/guarantees/faults.md).
                         let mut queue = self.queue();
-                        while !queue.lanes.is_empty() {
-                            let more = queue.lanes.next_batch(MOST);
-                            answers.extend(more.into_iter().map(|job| job.answer));
-                        }
+                        let queued = queue.lanes.len();
+                        let more = queue.lanes.next_batch(queued);
+                        answers.extend(more.into_iter().map(|job| job.answer));
                     }
                     for answer in answers {
                         let _ = answer.send(Err(store::Error::Failed(anyhow!("{why}"))));

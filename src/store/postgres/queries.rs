@@ -138,8 +138,8 @@ impl Session {
         }
         // Resources nobody holds any more. A writer that races this re-creates its row. A row
         // whose highest fence was raised lately is kept: a decision read before that, with a
-        // lower fence, may still be written, and must find the higher one (see
-        // `statements::raise_fence`); past a decision's lifetime none can be.
+        // lower fence, may still be written, and must find the higher one (the raise of a new
+        // tenure's fence, in `super::writes`); past a decision's lifetime none can be.
         loop {
             let deleted = self.deleted(&format!(
                 "DELETE FROM distlock.resources WHERE resource IN (

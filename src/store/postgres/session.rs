@@ -356,11 +356,11 @@ impl Session {
             statements.extend(writes(&members, &decision.changes));
             // Waiters hear of a change that may let them in when it commits (NOTIFY is
             // delivered on commit, and not at all on a rollback).
-            let wake: Vec<&String> = members
+            let wake: Vec<String> = members
                 .iter()
                 .zip(&decision.changes)
                 .filter(|(_, changes)| engine::wakes_waiters(changes))
-                .map(|(member, _)| member)
+                .map(|(member, _)| member.clone())
                 .collect();
             if !wake.is_empty() {
                 statements.push(notify(&wake));

@@ -60,7 +60,7 @@ pub(super) fn at_ms(ms: i64) -> String {
 }
 
 /// `members` (literals) as an SQL array of text.
-fn array(members: &[String]) -> String {
+pub(super) fn array(members: &[String]) -> String {
     format!("ARRAY[{}]::text[]", members.join(", "))
 }
 

@@ -14,7 +14,7 @@
 //! fails with `division_by_zero` (read as a conflict: the operation starts over, and nothing
 //! of the batch is committed) unless it found a row for each of its members.
 
-use super::statements::{CHANNEL, at_ms, number_or_null, text, text_or_null};
+use super::statements::{CHANNEL, array, at_ms, number_or_null, text, text_or_null};
 use crate::engine::Change;
 use crate::lock::{Owner, Remark, TokenName};
 use crate::store::columns::{members_column, mode_columns};
@@ -68,12 +68,11 @@ pub(super) fn writes(members: &[String], changes: &[Vec<Change>]) -> Vec<String>
 
 /// `SELECT pg_notify` on [`CHANNEL`] for each of `members` (literals): waiters hear of a change
 /// that may let them in when it commits (and not at all on a rollback).
-pub(super) fn notify(members: &[&String]) -> String {
-    let listed: Vec<&str> = members.iter().map(|m| m.as_str()).collect();
+pub(super) fn notify(members: &[String]) -> String {
     format!(
-        "SELECT pg_notify({}, r) FROM unnest(ARRAY[{}]::text[]) AS r",
+        "SELECT pg_notify({}, r) FROM unnest({}) AS r",
         text(CHANNEL),
-        listed.join(", ")
+        array(members)
     )
 }
 
@@ -406,7 +405,7 @@ mod tests {
             statements[0]
         );
         assert_eq!(
-            notify(&members.iter().collect::<Vec<_>>()),
+            notify(&members),
             "SELECT pg_notify('distlock', r) FROM unnest(ARRAY['a', 'b']::text[]) AS r"
         );
     }
